@@ -1,0 +1,26 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates (or reuses) the virtual environment in .venv and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DEMO := demo-output
+
+.PHONY: demo test clean
+
+$(STAMP): setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/snm features --config skip10gram "The quick brown fox jumps over the lazy dog"
+	$(BIN)/snm synth --out $(DEMO)/corpus --train_sentences 20000 --heldout_sentences 1000
+	$(BIN)/snm features --config skip5gram --input $(DEMO)/corpus/train.txt
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) $(DEMO) *.egg-info

@@ -1,0 +1,1 @@
+"""Apache Beam pipelines: thin wiring of snm_core logic into PTransforms."""

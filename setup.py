@@ -1,0 +1,23 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="snm-lm",
+    version="0.1.0",
+    description="Sparse Non-negative Matrix language models trained with Apache Beam",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["snm_core", "snm_core.*", "pipelines", "pipelines.*",
+                                    "snm", "snm.*"]),
+    package_data={"snm_core.presets": ["*.cfg"]},
+    install_requires=[
+        "apache-beam>=2.60",
+        "numpy>=1.26",
+        "pyarrow>=14",
+        "xxhash>=3.0",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6"],
+    },
+    entry_points={"console_scripts": ["snm=snm.cli:main"]},
+)

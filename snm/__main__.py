@@ -1,0 +1,5 @@
+import sys
+
+from snm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""Stable 64-bit hashing, vectorised with numpy.
+
+Feature keys, shard buckets and meta-feature indices are all derived from the
+functions here, so they must give the same value in every process, on every
+machine and in every release: no use of Python's ``hash()``, whose string
+hashing is salted per process.
+
+* :func:`fingerprint` hashes a string with xxhash64 (used for the handful of
+  constants: feature-type salts, tag names, meta-feature namespaces).
+* :func:`mix64` and :func:`combine` hash whole uint64 arrays at numpy speed;
+  they are the murmur3 64-bit finaliser, a bijection on 64-bit integers with
+  full avalanche, so distinct inputs collide only by chance (about n**2 / 2**65
+  pairs among n keys).
+"""
+
+import numpy as np
+import xxhash
+
+# murmur3 fmix64 constants and the 64-bit golden ratio (Weyl increment).
+_C1 = np.uint64(0xFF51AFD7ED558CCD)
+_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_S33 = np.uint64(33)
+
+#: Seed of every word-sequence hash; changing it changes every feature key.
+SEQUENCE_SEED = np.uint64(0x5EED5A5E0F5A11ED)
+
+
+def fingerprint(text):
+    """Stable 64-bit fingerprint of a string (xxhash64, seed 0), as ``np.uint64``.
+
+    >>> int(fingerprint("3-gram")) == int(fingerprint("3-gram"))
+    True
+    """
+    return np.uint64(xxhash.xxh64_intdigest(text.encode("utf-8")))
+
+
+def mix64(x):
+    """murmur3 fmix64 of a uint64 array (or scalar); returns a new array.
+
+    Parameters
+    ----------
+    x : ndarray of uint64, any shape
+
+    Returns
+    -------
+    ndarray of uint64, same shape
+    """
+    x = np.array(x, dtype=np.uint64, copy=True)
+    x ^= x >> _S33
+    x *= _C1
+    x ^= x >> _S33
+    x *= _C2
+    x ^= x >> _S33
+    return x
+
+
+def combine(h, values):
+    """Fold ``values`` into running hashes ``h``: ``mix64(h ^ (values + 1) * golden)``.
+
+    The ``+ 1`` keeps value 0 from being a no-op.  Order matters:
+    ``combine(combine(s, a), b) != combine(combine(s, b), a)``.
+
+    Parameters
+    ----------
+    h : ndarray of uint64, shape (n,) or scalar
+    values : ndarray of integers, shape (n,)
+    """
+    v = np.asarray(values).astype(np.uint64)
+    v += np.uint64(1)
+    v *= _GOLDEN
+    v ^= h
+    return mix64(v)
+
+
+def bucket_of(keys, num_buckets):
+    """Key-range bucket of each uint64 key: ``floor(key * num_buckets / 2**64)``.
+
+    Range partitioning keeps the buckets' concatenation sorted by key, so files
+    written one per bucket form a globally sorted table.
+
+    Parameters
+    ----------
+    keys : ndarray of uint64, shape (n,)
+    num_buckets : int, 1 <= num_buckets <= 2**16
+
+    Returns
+    -------
+    ndarray of int64, shape (n,), values in [0, num_buckets)
+    """
+    if not 1 <= num_buckets <= 1 << 16:
+        raise ValueError(f"num_buckets must be in [1, 65536], got {num_buckets}")
+    keys = np.asarray(keys, dtype=np.uint64)
+    # (key >> 16) * num_buckets < 2**64, so the product cannot overflow.
+    return ((keys >> np.uint64(16)) * np.uint64(num_buckets) >> np.uint64(48)).astype(np.int64)
