@@ -1,7 +1,8 @@
 """Text to word ids, a batch of lines at a time (pyarrow string kernels, no Python loop).
 
 A line is one sentence; tokens are separated by whitespace.  Empty (or
-whitespace-only) lines are not sentences: they are skipped and counted.  The
+whitespace-only) lines are not sentences: they are skipped and counted, as are
+lines that could not be decoded (passed as ``None``).  The
 marker words ``<S>`` and ``</S>`` may not appear inside a sentence; where they
 do they are read as ``<UNK>`` and counted.  ``<UNK>`` in the text is ``<UNK>``.
 """
@@ -56,6 +57,21 @@ class SentenceBatch:
     def sentence(self, i):
         return self.tokens[self.offsets[i]:self.offsets[i + 1]]
 
+    def chunks(self, max_events):
+        """Split into consecutive sub-batches of at most ``max_events`` events each.
+
+        A sentence is never split; one longer than ``max_events`` is a chunk alone.
+        """
+        ends = self.offsets[1:] + np.arange(1, self.num_sentences + 1)  # cumulative events
+        start = 0
+        while start < self.num_sentences:
+            done = ends[start - 1] if start else 0
+            stop = int(np.searchsorted(ends, done + max_events, side="right"))
+            stop = max(stop, start + 1)
+            offsets = self.offsets[start:stop + 1]
+            yield SentenceBatch(self.tokens[offsets[0]:offsets[-1]], offsets - offsets[0])
+            start = stop
+
 
 @dataclasses.dataclass
 class TokenizeStats:
@@ -63,6 +79,7 @@ class TokenizeStats:
     tokens: int = 0
     oov_tokens: int = 0
     empty_lines: int = 0
+    invalid_lines: int = 0
     marker_tokens: int = 0
 
     def add(self, other):
@@ -71,12 +88,40 @@ class TokenizeStats:
         return self
 
 
+def split_lines(lines):
+    """Split lines into words, dropping empty and undecodable lines.
+
+    Parameters
+    ----------
+    lines : sequence of str (``None`` for an undecodable line) or pyarrow string array
+
+    Returns
+    -------
+    words : pyarrow ListArray of str, one entry per kept line
+    kept : ndarray of int64, index into ``lines`` of each kept line
+    stats : TokenizeStats (sentences, tokens, empty_lines, invalid_lines)
+    """
+    arr = lines if isinstance(lines, pa.Array) else pa.array(lines, pa.string())
+    trimmed = pc.utf8_trim_whitespace(arr)
+    nonempty = pc.greater(pc.utf8_length(trimmed), 0).fill_null(False)
+    kept = np.flatnonzero(nonempty.to_numpy(zero_copy_only=False))
+    words = pc.utf8_split_whitespace(trimmed.filter(nonempty))
+    offsets = words.offsets
+    stats = TokenizeStats(sentences=len(kept),
+                          tokens=offsets[len(offsets) - 1].as_py() - offsets[0].as_py(),
+                          empty_lines=len(arr) - len(kept) - arr.null_count,
+                          invalid_lines=arr.null_count)
+    return words, kept, stats
+
+
 def tokenize(lines, vocab):
     """Map lines of text to a :class:`SentenceBatch` of word ids.
 
     Parameters
     ----------
     lines : sequence of str or pyarrow string array, shape (n_lines,)
+        ``None`` (null) marks a line that could not be decoded: skipped and
+        counted as invalid.
     vocab : snm_core.vocab.Vocabulary
 
     Returns
@@ -87,24 +132,34 @@ def tokenize(lines, vocab):
         Index into ``lines`` of each sentence (so a caller can report line numbers).
     stats : TokenizeStats
     """
-    arr = lines if isinstance(lines, pa.Array) else pa.array(lines, pa.string())
-    trimmed = pc.utf8_trim_whitespace(arr)
-    nonempty = pc.greater(pc.utf8_length(trimmed), 0).fill_null(False)
-    kept = np.flatnonzero(nonempty.to_numpy(zero_copy_only=False))
-    words = pc.utf8_split_whitespace(trimmed.filter(nonempty))
-    flat = words.flatten()
-    ids = vocab.ids(flat)
+    words, kept, stats = split_lines(lines)
+    ids = vocab.ids(words.flatten())
     markers = (ids == BOS_ID) | (ids == EOS_ID)
-    n_markers = int(markers.sum())
-    if n_markers:
+    stats.marker_tokens = int(markers.sum())
+    if stats.marker_tokens:
         ids[markers] = UNK_ID
+    stats.oov_tokens = int(np.count_nonzero(ids == UNK_ID)) - stats.marker_tokens
     offsets = words.offsets.to_numpy().astype(np.int64)
     offsets -= offsets[0]
-    stats = TokenizeStats(
-        sentences=len(kept),
-        tokens=len(ids),
-        oov_tokens=int(np.count_nonzero(ids == UNK_ID)) - n_markers,
-        empty_lines=len(arr) - len(kept),
-        marker_tokens=n_markers,
-    )
     return SentenceBatch(ids, offsets), kept, stats
+
+
+def count_words(lines):
+    """Occurrences of each distinct word in ``lines``.
+
+    Returns
+    -------
+    counts : pyarrow.Table with columns ``word`` (string), ``count`` (int64), unordered
+    stats : TokenizeStats
+    """
+    words, _, stats = split_lines(lines)
+    table = pa.table({"word": words.flatten()}).group_by("word", use_threads=False).aggregate(
+        [([], "count_all")])
+    return pa.table({"word": table["word"], "count": table["count_all"].cast(pa.int64())}), stats
+
+
+def sum_word_counts(tables):
+    """Sum word-count tables (``word``, ``count``) into one."""
+    table = pa.concat_tables(tables).group_by("word", use_threads=False).aggregate(
+        [("count", "sum")])
+    return pa.table({"word": table["word"], "count": table["count_sum"]})

@@ -93,24 +93,32 @@ class Vocabulary:
     def load(cls, path):
         """Read a one-word-a-line file (see the module docstring for the rules)."""
         try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().split("\n")
+            with open(path, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             raise VocabularyError(f"{path}: vocabulary file not found") from None
+        try:
+            text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise VocabularyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        return cls.parse(text, path)
+
+    @classmethod
+    def parse(cls, text, source="<string>"):
+        """Vocabulary from the text of a vocabulary file; errors name ``source`` and the line."""
+        lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         words, first_line = [], {}
         for lineno, word in enumerate(lines, start=1):
             word = word.rstrip("\r")
             if not word.strip():
-                raise VocabularyError(f"{path}, line {lineno}: empty line; remove it")
+                raise VocabularyError(f"{source}, line {lineno}: empty line; remove it")
             if len(word.split()) != 1 or word != word.strip():
-                raise VocabularyError(f"{path}, line {lineno}: {word!r} contains whitespace; "
+                raise VocabularyError(f"{source}, line {lineno}: {word!r} contains whitespace; "
                                       "a vocabulary has one word a line")
             if word in first_line:
-                raise VocabularyError(f"{path}, line {lineno}: {word!r} repeats line "
+                raise VocabularyError(f"{source}, line {lineno}: {word!r} repeats line "
                                       f"{first_line[word]}")
             first_line[word] = lineno
             if word not in SPECIALS:

@@ -1,0 +1,311 @@
+"""What every pipeline shares: training sources, reading text in batches, options, metrics, files.
+
+Bad input policy (documented in the README):
+
+* a glob that matches no file: an error before the pipeline starts (exit 2);
+* an empty file: read as zero sentences, counted (``empty_files``);
+* an empty or whitespace-only line: skipped, counted (``empty_lines``);
+* a line that is not valid UTF-8: skipped, counted (``invalid_utf8_lines``),
+  and the first few are logged with file and line number.
+"""
+
+import argparse
+import dataclasses
+import io
+import json
+import logging
+import os
+import posixpath
+import re
+import uuid
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from snm_core.errors import SnmInputError
+
+#: Namespace of every Beam counter the toolkit reports.
+METRICS_NAMESPACE = "snm"
+#: Text per batch handed to numpy: large enough to amortise per-batch overhead,
+#: small enough that a 5-gram batch's feature arrays stay near 30 MB.
+DEFAULT_BATCH_BYTES = 1 << 20
+#: Invalid lines logged with their position before going quiet.
+MAX_LOGGED_BAD_LINES = 5
+PARQUET_COMPRESSION = "zstd"
+
+_TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A training source: a tag (``""`` when untagged) and a file glob."""
+
+    tag: str
+    glob: str
+
+
+def parse_sources(specs):
+    """Parse ``[TAG=]GLOB`` arguments.
+
+    Either every source has a tag or there is exactly one untagged source.
+    """
+    sources = []
+    for spec in specs:
+        tag, sep, glob = spec.partition("=")
+        if not sep or "/" in tag or not _TAG.match(tag):
+            tag, glob = "", spec
+        if not glob:
+            raise SnmInputError(f"--train {spec!r}: empty file pattern")
+        sources.append(Source(tag, glob))
+    tags = [s.tag for s in sources]
+    if len(sources) > 1 and "" in tags:
+        raise SnmInputError("with several --train sources give each a tag: --train TAG=GLOB "
+                            "(or pass one glob that matches all files)")
+    if len(set(tags)) != len(tags):
+        raise SnmInputError(f"--train tags must be distinct, got {', '.join(tags)}")
+    return sources
+
+
+def expand_sources(sources):
+    """``[(tag_index, path), ...]`` for every file of every source, sorted per source.
+
+    Raises
+    ------
+    SnmInputError
+        If a glob matches no file.
+    """
+    files = []
+    for index, source in enumerate(sources):
+        paths = match_files(source.glob)
+        if not paths:
+            raise SnmInputError(f"--train {source.glob!r} matches no file")
+        files += [(index, path) for path in paths]
+    return files
+
+
+def match_files(pattern):
+    try:
+        result = FileSystems.match([pattern])[0]
+    except Exception:  # Beam raises BeamIOError for a missing directory
+        return []
+    return sorted(m.path for m in result.metadata_list)
+
+
+def pipeline_options(beam_args):
+    """PipelineOptions from the leftover arguments; FnApiRunner unless a runner is named.
+
+    The DirectRunner would first try to download the Prism runner, which
+    stalls or fails on machines without network access.
+    """
+    if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
+        beam_args = ["--runner=FnApiRunner"] + list(beam_args)
+    return PipelineOptions(beam_args)
+
+
+def add_source_args(parser):
+    parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
+                        help="training text (one sentence a line, plain or .gz); repeat "
+                             "for several sources, each with its own TAG")
+    parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
+                        help="text per numpy batch (default %(default)s)")
+
+
+def counter(name):
+    return beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
+
+
+class ReadText(beam.PTransform):
+    """``[(source_index, path), ...]`` -> LineBatch es, spread over the workers.
+
+    A file is read by one worker; the reshuffle after it lets every worker
+    process the batches of a single large file.
+    """
+
+    def __init__(self, files, batch_bytes=DEFAULT_BATCH_BYTES):
+        super().__init__()
+        self.files = list(files)
+        self.batch_bytes = batch_bytes
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "ListFiles" >> beam.Create(self.files)
+                | "SpreadFiles" >> beam.Reshuffle()
+                | "ReadLineBatches" >> beam.ParDo(ReadLineBatches(self.batch_bytes))
+                | "SpreadBatches" >> beam.Reshuffle())
+
+
+def run_pipeline(beam_args, build):
+    """Build a pipeline with ``build(pipeline)``, run it to the end, return its snm metrics."""
+    pipeline = beam.Pipeline(options=pipeline_options(beam_args))
+    build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    return metric_totals(result)
+
+
+def metric_totals(result):
+    """``{name: value}`` of the snm counters of a finished pipeline."""
+    totals = {}
+    query = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(METRICS_NAMESPACE))
+    for c in query["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + (value or 0)
+    return totals
+
+
+def print_summary(title, totals):
+    print(f"== {title} ==")
+    for name in sorted(totals):
+        print(f"  {name:<24}{totals[name]:>16,}")
+
+
+@dataclasses.dataclass
+class LineBatch:
+    """Consecutive lines of one file: ``lines[i]`` is line ``first_line + i`` (1-based)."""
+
+    source: int
+    path: str
+    first_line: int
+    lines: list
+
+
+class ReadLineBatches(beam.DoFn):
+    """``(source_index, path)`` -> :class:`LineBatch` es of about ``batch_bytes`` of text.
+
+    Decoding is strict UTF-8 per batch; a batch that fails is decoded line by
+    line and a bad line becomes ``None`` (the first few are logged with their
+    position), which :func:`snm_core.text.tokenize` skips and counts.
+    """
+
+    def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES):
+        self.batch_bytes = batch_bytes
+        self.empty_files = counter("empty_files")
+        self.files = counter("files")
+        self.logged = 0
+
+    def process(self, element):
+        source, path = element
+        self.files.inc()
+        line_no = 1
+        pending = b""
+        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as f:
+            while True:
+                chunk = f.read(self.batch_bytes)
+                if chunk:
+                    pending += chunk
+                    cut = pending.rfind(b"\n")
+                    if cut < 0:
+                        continue  # a line longer than a batch: keep reading
+                    data, pending = pending[:cut + 1], pending[cut + 1:]
+                else:
+                    data, pending = pending, b""
+                    if not data:
+                        break
+                lines = self._decode(data, path, line_no)
+                yield LineBatch(source, path, line_no, lines)
+                line_no += len(lines)
+                if not chunk:
+                    break
+        if line_no == 1:
+            self.empty_files.inc()
+
+    def _decode(self, data, path, first_line):
+        """Lines of ``data`` (a final newline ends the last line, it does not start one)."""
+        if data.endswith(b"\n"):
+            data = data[:-1]
+        try:
+            return data.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            pass
+        lines = []
+        for i, line in enumerate(data.split(b"\n")):
+            try:
+                lines.append(line.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                if self.logged < MAX_LOGGED_BAD_LINES:
+                    self.logged += 1
+                    _log.warning("%s, line %d: not valid UTF-8 (%s at byte %d); line skipped",
+                                 path, first_line + i, e.reason, e.start)
+                lines.append(None)  # counted and skipped by tokenize(); keeps the numbering
+        return lines
+
+
+# --- files (local paths or any Beam filesystem, e.g. gs://) ---------------------------
+
+def join(directory, name):
+    return FileSystems.join(directory, name)
+
+
+def makedirs(directory):
+    if not FileSystems.exists(directory):
+        FileSystems.mkdirs(directory)
+
+
+def write_parquet(table, path):
+    """Write a table as Parquet (zstd), atomically."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression=PARQUET_COMPRESSION)
+    write_bytes(buffer.getvalue(), path)
+
+
+def write_bytes(data, path):
+    """Write bytes atomically (temporary name, then rename)."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with FileSystems.create(tmp) as f:
+        f.write(data)
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+
+
+def write_text(text, path):
+    write_bytes(text.encode("utf-8"), path)
+
+
+def write_json(obj, path):
+    write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", path)
+
+
+def read_json(path):
+    return json.loads(read_bytes(path).decode("utf-8"))
+
+
+def remove_file(path):
+    """Delete ``path`` if it exists (a stage removes its manifest before it starts)."""
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+
+
+def remove_tree(directory):
+    """Delete a directory and everything under it, if it exists."""
+    if FileSystems.exists(directory):
+        FileSystems.delete([directory])
+
+
+def read_bytes(path):
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def read_parquet(path, columns=None):
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return pq.read_table(pa.BufferReader(f.read()), columns=columns)
+
+
+def remove_stale(directory, keep, patterns):
+    """Delete files in ``directory`` matching ``patterns`` that are not in ``keep``."""
+    for pattern in patterns:
+        for path in match_files(join(directory, pattern)):
+            if posixpath.basename(path) not in keep and os.path.basename(path) not in keep:
+                FileSystems.delete([path])
+
+
+def stage_parser(description):
+    return argparse.ArgumentParser(description=description,
+                                   epilog="Other arguments are Beam pipeline options "
+                                          "(--runner, --direct_num_workers, ...).")

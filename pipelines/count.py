@@ -1,0 +1,380 @@
+"""snm count: counts C(f,w) of every link and C(f,*) of every feature over sharded text.
+
+    snm count --config 5gram --train 'corpus/*.txt.gz' --vocab vocab.txt --out counts/
+    snm count --config skip10gram --train web='web/*.gz' --train news='news/*.gz' \\
+        --min_count 2 --out counts/ --runner=FnApiRunner --direct_num_workers=2 \\
+        --direct_running_mode=multi_processing
+
+Reads: the training sources (``[TAG=]GLOB``), the extraction config, the
+vocabulary (``--vocab FILE``, or built first with ``--min_count N`` into
+``OUT/vocab/``).  Writes the count directory described in
+:mod:`snm_core.tables`: ``links-*.parquet``, ``features-*.parquet``,
+``vocab.txt`` and ``manifest.json`` (last).
+
+How it is fast (DESIGN.md, "Speed"): lines are read in ~1 MB batches; each batch
+is tokenised, its features extracted and its links summed with numpy (no
+Python work per token or per link); a worker holds the sums until
+``--flush_links`` links are pending, then cuts them into ``--num_buckets`` key
+ranges and sends one part per bucket (as a scratch file, or through Beam's
+shuffle: ``--shuffle``, see :mod:`pipelines.shuffle`).  Each bucket is merged,
+sorted and written as one file.  ``--reference`` runs the same count with one
+Beam element per (feature, word) occurrence and ``CombinePerKey(sum)``: slow,
+and the baseline the tests compare the fast path with.
+"""
+
+import logging
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+import numpy as np
+
+from pipelines import common
+from pipelines.shuffle import MODES, ArrayShuffle
+from snm_core import counting, hashing, tables
+from snm_core.config import load_config, parse_config
+from snm_core.errors import SnmInputError
+from snm_core.features import FeatureExtractor
+from snm_core.text import tokenize
+from snm_core.vocab import Vocabulary
+
+DEFAULT_NUM_BUCKETS = 16
+#: Links a worker holds before it sums and emits them: bounds worker memory
+#: (about 40 bytes a pending link) while summing enough to shrink the shuffle.
+DEFAULT_FLUSH_LINKS = 1_000_000
+#: Feature occurrences extracted at once (an upper bound: events x windows).
+MAX_OCCURRENCES_PER_CHUNK = 2_000_000
+STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
+              "marker_tokens", "events", "feature_occurrences")
+
+
+def _add(total, stats):
+    for k, v in stats.items():
+        total[k] = total.get(k, 0) + v
+    return total
+
+
+class _Extractor:
+    """Vocabulary and feature extractor, built once per worker from picklable settings."""
+
+    def __init__(self, config_text, tags, words):
+        self.config_text, self.tags, self.words = config_text, tuple(tags), list(words)
+
+    def build(self):
+        return (Vocabulary(self.words),
+                FeatureExtractor(parse_config(self.config_text), self.tags))
+
+
+class ExtractLinkPartials(beam.DoFn):
+    """LineBatch -> ``(bucket, ("part", payload))`` and ``(0, ("stats", totals))``.
+
+    Each batch's links are summed at once (:func:`snm_core.counting.batch_partials`);
+    a bundle holds the results until ``flush_links`` links are pending (and at
+    the end of the bundle), then cuts them into buckets and sends one part per
+    bucket through ``shuffle``.  Summing across batches is left to the merge:
+    it would cost more than the smaller shuffle saves.
+    """
+
+    def __init__(self, settings, num_buckets, flush_links, shuffle):
+        self.settings = settings
+        self.num_buckets = num_buckets
+        self.flush_links = flush_links
+        self.shuffle = shuffle
+        self.counters = {name: common.counter(name) for name in STAT_NAMES}
+
+    def setup(self):
+        self.vocab, self.extractor = self.settings.build()
+        # Bound the arrays of one extraction (~70 bytes an occurrence) whatever the config.
+        self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK // len(self.extractor.generators))
+
+    def start_bundle(self):
+        self.links, self.features, self.stats, self.pending = [], [], {}, 0
+
+    def process(self, batch):
+        sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
+        stats = vars(sentence_stats)
+        for chunk in sentences.chunks(self.max_events):
+            events = self.extractor.extract(chunk, tags=[batch.source])
+            links, features = counting.batch_partials(events)
+            _add(stats, {"events": events.num_events, "feature_occurrences": events.num_pairs})
+            self.links.append(links)
+            self.features.append(features)
+            self.pending += len(links["feature"])
+            if self.pending >= self.flush_links:
+                yield from self._flush()
+        for name, value in stats.items():
+            self.counters[name].inc(value)
+        _add(self.stats, stats)
+
+    def finish_bundle(self):
+        for element in self._flush():
+            yield WindowedValue(element, MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _flush(self):
+        if self.links:
+            links = counting.split_by_bucket(counting.concat_partials(self.links),
+                                             self.num_buckets)
+            features = dict(counting.split_by_bucket(counting.concat_partials(self.features),
+                                                     self.num_buckets))
+            for bucket, bucket_links in links:
+                part = {"links": bucket_links, "features": features[bucket]}
+                yield bucket, ("part", self.shuffle.send(part))
+        if self.stats:
+            yield 0, ("stats", self.stats)
+        self.links, self.features, self.stats, self.pending = [], [], {}, 0
+
+
+class WriteBucket(beam.DoFn):
+    """``(bucket, parts)`` -> merged, sorted link and feature files; yields the bucket's totals."""
+
+    def __init__(self, out, num_buckets, num_feature_types, shuffle):
+        self.out = out
+        self.num_buckets = num_buckets
+        self.num_feature_types = num_feature_types
+        self.shuffle = shuffle
+        self.links_counter = common.counter("links")
+        self.features_counter = common.counter("features")
+
+    def process(self, element):
+        bucket, parts = element
+        link_parts, feature_parts, totals = [], [], {}
+        for kind, payload in parts:
+            if kind == "stats":
+                _add(totals, payload)
+                continue
+            part = self.shuffle.receive(payload)
+            link_parts.append(part["links"])
+            feature_parts.append(part["features"])
+        links, features = counting.merge_bucket(link_parts, feature_parts,
+                                                self.num_feature_types)
+        common.write_parquet(links, common.join(
+            self.out, tables.bucket_file("links", bucket, self.num_buckets)))
+        common.write_parquet(features, common.join(
+            self.out, tables.bucket_file("features", bucket, self.num_buckets)))
+        self.links_counter.inc(links.num_rows)
+        self.features_counter.inc(features.num_rows)
+        _add(totals, {"links": links.num_rows, "features": features.num_rows})
+        yield {"totals": totals, "buckets": [bucket]}
+
+
+class SumTotals(beam.CombineFn):
+    def create_accumulator(self):
+        return {"totals": {}, "buckets": []}
+
+    def add_input(self, acc, element):
+        _add(acc["totals"], element["totals"])
+        acc["buckets"] = acc["buckets"] + element["buckets"]
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        out = self.create_accumulator()
+        for acc in accumulators:
+            self.add_input(out, acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+# --- the reference path: one Beam element per feature occurrence ----------------------
+
+def _reference_pairs(batch, settings):
+    """Yield one ("link", ((key, word), 1)) and one ("feature", ...) element per occurrence."""
+    vocab, extractor = settings.build()
+    sentences, _, sentence_stats = tokenize(batch.lines, vocab)
+    events = extractor.extract(sentences, tags=[batch.source])
+    words = events.context_words()
+    targets = events.target[events.event]
+    for p in range(events.num_pairs):
+        key = int(events.key[p])
+        yield "link", ((key, int(targets[p])), 1)
+        yield "feature", (key, (int(events.type[p]), tuple(int(w) for w in words[p])))
+    yield "stats", {**vars(sentence_stats), "events": events.num_events,
+                    "feature_occurrences": events.num_pairs}
+
+
+def _reference_part(element, num_buckets):
+    """All links of one feature and its identity -> ``(bucket, ("part", part))``."""
+    key, values = element
+    words, counts, identity = [], [], None
+    for kind, value in values:
+        if kind == "link":
+            words.append(value[0])
+            counts.append(value[1])
+        else:
+            identity = value
+    keys = np.full(len(words), key, dtype=np.uint64)
+    part = {"links": {"feature": keys, "word": np.array(words, np.int32),
+                      "count": np.array(counts, np.int64)},
+            "features": {"feature": keys[:1], "type": np.array([identity[0]], np.int32),
+                         "words": np.array([identity[1]], np.int32)}}
+    return int(hashing.bucket_of(keys[:1], num_buckets)[0]), ("part", part)
+
+
+class ReferenceLinkPartials(beam.PTransform):
+    """The slow, obviously correct count: ``CombinePerKey(sum)`` over single occurrences."""
+
+    def __init__(self, settings, num_buckets):
+        super().__init__()
+        self.settings = settings
+        self.num_buckets = num_buckets
+
+    def expand(self, batches):
+        tagged = batches | "Occurrences" >> beam.FlatMap(_reference_pairs, self.settings)
+        links = (tagged
+                 | "Links" >> beam.Filter(lambda kv: kv[0] == "link") | "LinkKV" >> beam.Values()
+                 | "SumLinks" >> beam.CombinePerKey(sum)
+                 | "ByFeature" >> beam.Map(lambda kv: (kv[0][0], ("link", (kv[0][1], kv[1])))))
+        features = (tagged
+                    | "Features" >> beam.Filter(lambda kv: kv[0] == "feature")
+                    | "FeatureKV" >> beam.Values()
+                    | "OneIdentity" >> beam.CombinePerKey(min)
+                    | "Identity" >> beam.Map(lambda kv: (kv[0], ("feature", kv[1]))))
+        parts = ((links, features)
+                 | "LinksAndFeatures" >> beam.Flatten()
+                 | "GroupByFeature" >> beam.GroupByKey()
+                 | "Parts" >> beam.Map(_reference_part, self.num_buckets))
+        stats = (tagged
+                 | "Stats" >> beam.Filter(lambda kv: kv[0] == "stats")
+                 | "StatsKV" >> beam.Map(lambda kv: (0, ("stats", kv[1]))))
+        return (parts, stats) | "AllPartials" >> beam.Flatten()
+
+
+class CountLinks(beam.PTransform):
+    """Line batches -> count files in ``out``; output: one totals dict.
+
+    Parameters
+    ----------
+    settings : _Extractor
+    out : str, output directory
+    num_buckets, flush_links : int
+    shuffle_mode : str, see :mod:`pipelines.shuffle`
+    reference : bool, use the per-occurrence ``CombinePerKey`` path
+    """
+
+    def __init__(self, settings, out, num_buckets, flush_links, shuffle_mode, reference=False):
+        super().__init__()
+        self.settings, self.out = settings, out
+        self.num_buckets, self.flush_links = num_buckets, flush_links
+        self.shuffle = ArrayShuffle("beam" if reference else shuffle_mode, out)
+        self.reference = reference
+
+    def expand(self, batches):
+        if self.reference:
+            partials = batches | "ReferencePartials" >> ReferenceLinkPartials(
+                self.settings, self.num_buckets)
+        else:
+            partials = batches | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
+                self.settings, self.num_buckets, self.flush_links, self.shuffle))
+        num_types = len(parse_config(self.settings.config_text).feature_types())
+        return (partials
+                | "GroupByBucket" >> beam.GroupByKey()
+                | "WriteBuckets" >> beam.ParDo(WriteBucket(self.out, self.num_buckets, num_types,
+                                                           self.shuffle))
+                | "SumTotals" >> beam.CombineGlobally(SumTotals()))
+
+
+def write_manifest(result, out, num_buckets, config, tags, vocab, sources):
+    """Write empty files for buckets that got no data, then the manifest (last)."""
+    ArrayShuffle("files", out).cleanup()
+    num_types = len(config.feature_types())
+    for bucket in sorted(set(range(num_buckets)) - set(result["buckets"])):
+        links, features = counting.merge_bucket([], [], num_types)
+        common.write_parquet(links, common.join(out, tables.bucket_file("links", bucket,
+                                                                        num_buckets)))
+        common.write_parquet(features, common.join(out, tables.bucket_file("features", bucket,
+                                                                           num_buckets)))
+    files = [tables.bucket_file(prefix, b, num_buckets)
+             for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
+    totals = {name: result["totals"].get(name, 0)
+              for name in STAT_NAMES + ("links", "features")}
+    manifest = {
+        "kind": "count", "format_version": tables.FORMAT_VERSION,
+        "config": config.to_text(),
+        "tags": list(tags),
+        "feature_types": [t.name for t in config.feature_types()],
+        "vocabulary_size": len(vocab),
+        "vocabulary_fingerprint": vocab.fingerprint(),
+        "num_buckets": num_buckets,
+        "sources": [{"tag": s.tag, "glob": s.glob} for s in sources],
+        "files": sorted(files),
+        "totals": totals,
+    }
+    common.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
+    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    return manifest
+
+
+def load_vocabulary(args, beam_args, sources):
+    """The vocabulary from ``--vocab`` or, with ``--min_count``, from a vocab run into OUT/vocab."""
+    if args.vocab:
+        try:
+            text = common.read_bytes(args.vocab).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SnmInputError(f"--vocab {args.vocab}: cannot read ({e})") from None
+        return Vocabulary.parse(text, args.vocab)
+    from pipelines import vocab as vocab_stage
+    vocab_dir = common.join(args.out, "vocab")
+    train = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
+    vocab_stage.run(sum((["--train", t] for t in train), []) + [
+        "--out", vocab_dir, "--min_count", str(args.min_count),
+        "--batch_bytes", str(args.batch_bytes)] + beam_args)
+    return Vocabulary.parse(common.read_bytes(common.join(vocab_dir, "vocab.txt")).decode(),
+                            common.join(vocab_dir, "vocab.txt"))
+
+
+def run(argv=None):
+    parser = common.stage_parser(__doc__)
+    parser.add_argument("--config", required=True,
+                        help="preset (5gram, skip10gram, skip5gram) or configuration file")
+    common.add_source_args(parser)
+    vocab_group = parser.add_mutually_exclusive_group(required=True)
+    vocab_group.add_argument("--vocab", help="vocabulary file, one word a line")
+    vocab_group.add_argument("--min_count", type=int,
+                             help="build the vocabulary first: words seen this often")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--num_buckets", type=int, default=DEFAULT_NUM_BUCKETS,
+                        help="key-range buckets = output files = shuffle parallelism "
+                             "(default %(default)s)")
+    parser.add_argument("--flush_links", type=int, default=DEFAULT_FLUSH_LINKS,
+                        help="links a worker sums before emitting them (default %(default)s)")
+    parser.add_argument("--shuffle", choices=MODES, default="files",
+                        help="how partial counts reach their bucket: 'files' (scratch .npz "
+                             "files, low memory) or 'beam' (the runner's shuffle)")
+    parser.add_argument("--reference", action="store_true",
+                        help="count with one Beam element per occurrence (slow; for tests)")
+    args, beam_args = parser.parse_known_args(argv)
+    if not 1 <= args.num_buckets <= 65536:
+        parser.error("--num_buckets must be between 1 and 65536")
+    if args.min_count is not None and args.min_count < 1:
+        parser.error("--min_count must be at least 1")
+    config = load_config(args.config)
+    sources = common.parse_sources(args.train)
+    tags = [s.tag for s in sources]
+    files = common.expand_sources(sources)
+    vocab = load_vocabulary(args, beam_args, sources)
+
+    common.makedirs(args.out)
+    common.remove_file(common.join(args.out, tables.MANIFEST))
+    common.write_text("".join(w + "\n" for w in vocab.words), common.join(args.out, "vocab.txt"))
+    settings = _Extractor(config.to_text(), tags, vocab.words[3:])
+
+    def build(p):
+        _ = (p
+             | "ReadText" >> common.ReadText(files, args.batch_bytes)
+             | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
+                                     args.shuffle, args.reference)
+             | "WriteManifest" >> beam.Map(write_manifest, args.out, args.num_buckets, config,
+                                           tags, vocab, sources))
+
+    metrics = common.run_pipeline(beam_args, build)
+    manifest = common.read_json(common.join(args.out, tables.MANIFEST))
+    common.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out} "
+                         f"(Beam metrics, namespace '{common.METRICS_NAMESPACE}')", metrics)
+    return manifest
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.WARNING)
+    run()

@@ -1,0 +1,131 @@
+"""snm vocab: word counts and a vocabulary from training text.
+
+    snm vocab --train 'corpus/*.txt.gz' --out vocab_dir [--min_count 2] [--max_size N]
+
+Reads: the training sources (``[TAG=]GLOB``, plain or .gz text, one sentence a line).
+Writes to ``--out``:
+
+* ``word_counts.parquet``: ``word`` string, ``count`` int64, every distinct
+  word of all sources, most frequent first (ties alphabetical);
+* ``vocab.txt``: ``<S>``, ``</S>``, ``<UNK>``, then the words seen at least
+  ``--min_count`` times (at most ``--max_size``), most frequent first;
+* ``manifest.json``: settings and totals; written last.
+
+The default ``--min_count 2`` leaves the words seen once out, so ``<UNK>``
+occurs in training and gets a probability; with ``--min_count 1`` an unseen
+test word would have probability zero.
+"""
+
+import logging
+
+import apache_beam as beam
+import pyarrow as pa
+
+from pipelines import common
+from snm_core import tables
+from snm_core.text import TokenizeStats, count_words, sum_word_counts
+from snm_core.vocab import Vocabulary
+
+DEFAULT_MIN_COUNT = 2
+#: Distinct words held in a combiner accumulator before it is compacted.
+COMPACT_ROWS = 1 << 20
+
+
+class CountWordsFn(beam.CombineFn):
+    """Word counts of line batches; accumulator ``(list of count tables, stats dict)``."""
+
+    def create_accumulator(self):
+        return [], {}
+
+    def add_input(self, accumulator, batch):
+        parts, stats = accumulator
+        counts, batch_stats = count_words(batch.lines)
+        parts.append(counts)
+        _add_stats(stats, batch_stats)
+        if sum(t.num_rows for t in parts) > COMPACT_ROWS:
+            parts[:] = [sum_word_counts(parts)]
+        return parts, stats
+
+    def merge_accumulators(self, accumulators):
+        parts, stats = [], {}
+        for p, s in accumulators:
+            parts += p
+            for k, v in s.items():
+                stats[k] = stats.get(k, 0) + v
+        return [sum_word_counts(parts)] if parts else [], stats
+
+    def extract_output(self, accumulator):
+        parts, stats = accumulator
+        if not parts:
+            return tables.WORD_COUNTS.empty_table(), stats
+        return sum_word_counts(parts), stats
+
+
+def _add_stats(stats, batch_stats):
+    for name, value in vars(batch_stats).items():
+        stats[name] = stats.get(name, 0) + value
+
+
+class WordCounts(beam.PTransform):
+    """Line batches -> one ``(word-count table, totals dict)`` element."""
+
+    def expand(self, batches):
+        return batches | "SumWordCounts" >> beam.CombineGlobally(CountWordsFn())
+
+
+def write_vocabulary(result, out, min_count, max_size, sources):
+    """Write word_counts.parquet, vocab.txt and the manifest (runs once, on a worker)."""
+    counts, stats = result
+    counts = counts.sort_by([("count", "descending"), ("word", "ascending")])
+    vocab = Vocabulary.from_counts(counts["word"].to_pylist(), counts["count"].to_numpy(),
+                                   min_count=min_count, max_size=max_size)
+    common.makedirs(out)
+    common.write_parquet(pa.table({"word": counts["word"], "count": counts["count"]},
+                                  schema=tables.WORD_COUNTS),
+                         common.join(out, "word_counts.parquet"))
+    common.write_text("".join(w + "\n" for w in vocab.words), common.join(out, "vocab.txt"))
+    manifest = {
+        "kind": "vocab", "format_version": tables.FORMAT_VERSION,
+        "files": ["vocab.txt", "word_counts.parquet"],
+        "min_count": min_count, "max_size": max_size,
+        "vocabulary_size": len(vocab), "vocabulary_fingerprint": vocab.fingerprint(),
+        "distinct_words": counts.num_rows,
+        "sources": [{"tag": s.tag, "glob": s.glob} for s in sources],
+        "totals": {k: stats.get(k, 0) for k in vars(TokenizeStats())},
+    }
+    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    return manifest
+
+
+def run(argv=None):
+    parser = common.stage_parser(__doc__)
+    common.add_source_args(parser)
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--min_count", type=int, default=DEFAULT_MIN_COUNT,
+                        help="keep words seen at least this often (default %(default)s)")
+    parser.add_argument("--max_size", type=int, default=None,
+                        help="keep at most this many words")
+    args, beam_args = parser.parse_known_args(argv)
+    if args.min_count < 1:
+        parser.error("--min_count must be at least 1")
+    sources = common.parse_sources(args.train)
+    files = common.expand_sources(sources)
+    common.remove_file(common.join(args.out, tables.MANIFEST))
+
+    def build(p):
+        _ = (p
+             | "ReadText" >> common.ReadText(files, args.batch_bytes)
+             | "CountWords" >> WordCounts()
+             | "WriteVocabulary" >> beam.Map(write_vocabulary, args.out, args.min_count,
+                                             args.max_size, sources))
+
+    common.run_pipeline(beam_args, build)
+    manifest = common.read_json(common.join(args.out, tables.MANIFEST))
+    common.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
+                         manifest["totals"])
+    return manifest
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.WARNING)
+    run()

@@ -1,0 +1,98 @@
+"""Schemas of the Parquet files between stages, and their validation.
+
+Every stage directory holds a ``manifest.json`` written last (so its presence
+means the stage finished) that lists its files; readers check the manifest
+and the columns before using anything, and say which file is wrong.
+
+Count directory (``snm count``)::
+
+    manifest.json              config, tags, feature types, vocabulary fingerprint,
+                               bucket count, file list, totals
+    vocab.txt                  the vocabulary the word ids refer to
+    links-BBBBB-of-NNNNN.parquet     feature uint64, word int32, count int64
+                                     (C(f,w)), sorted by (feature, word)
+    features-BBBBB-of-NNNNN.parquet  feature uint64, tag int16, type int16,
+                                     count int64 (C(f,*)), diversity int64
+                                     (distinct words after f), words list<int32>
+                                     (identity words, oldest first), sorted by feature
+
+Bucket b holds the features whose key lies in the b-th of N equal key ranges
+(:func:`snm_core.hashing.bucket_of`), with all their links, so the files in
+bucket order form one table sorted by feature.
+"""
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from snm_core.errors import SnmInputError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64())])
+FEATURES = pa.schema([("feature", pa.uint64()), ("tag", pa.int16()), ("type", pa.int16()),
+                      ("count", pa.int64()), ("diversity", pa.int64()),
+                      ("words", pa.list_(pa.int32()))])
+WORD_COUNTS = pa.schema([("word", pa.string()), ("count", pa.int64())])
+
+
+def bucket_file(prefix, bucket, num_buckets):
+    return f"{prefix}-{bucket:05d}-of-{num_buckets:05d}.parquet"
+
+
+def read_manifest(directory, kind):
+    """Load and check ``directory/manifest.json`` of a stage of the given kind.
+
+    Raises
+    ------
+    SnmInputError
+        If the directory is not a finished stage output of that kind.
+    """
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isfile(path):
+        raise SnmInputError(f"{directory}: no {MANIFEST}; not the output of a finished "
+                            f"'snm {kind}' run (re-run that stage)")
+    with open(path, encoding="utf-8") as f:
+        try:
+            manifest = json.load(f)
+        except json.JSONDecodeError as e:
+            raise SnmInputError(f"{path}: not valid JSON ({e})") from None
+    if manifest.get("kind") != kind:
+        raise SnmInputError(f"{path}: this is the output of 'snm {manifest.get('kind')}', "
+                            f"expected 'snm {kind}'")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise SnmInputError(f"{path}: format version {manifest.get('format_version')}, this "
+                            f"release reads version {FORMAT_VERSION}; re-run 'snm {kind}'")
+    for name in manifest.get("files", []):
+        if not os.path.isfile(os.path.join(directory, name)):
+            raise SnmInputError(f"{directory}: {name} is listed in {MANIFEST} but missing")
+    return manifest
+
+
+def read_table(path, schema, columns=None):
+    """Read a Parquet file and check it has ``schema``'s columns with their types."""
+    try:
+        table = pq.read_table(path, columns=columns)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise SnmInputError(f"{path}: cannot read as Parquet ({e})") from None
+    for name in columns or schema.names:
+        want = schema.field(name).type
+        if name not in table.column_names:
+            raise SnmInputError(f"{path}: column {name!r} is missing")
+        if table.schema.field(name).type != want:
+            raise SnmInputError(f"{path}: column {name!r} has type "
+                                f"{table.schema.field(name).type}, expected {want}")
+    return table
+
+
+def read_tables(directory, manifest, prefix, schema, columns=None):
+    """Concatenate the manifest's ``prefix-*.parquet`` files in bucket order."""
+    names = sorted(n for n in manifest["files"] if n.startswith(prefix + "-"))
+    tables = [read_table(os.path.join(directory, n), schema, columns) for n in names]
+    if not tables:
+        return schema.empty_table() if columns is None else pa.schema(
+            [schema.field(c) for c in columns]).empty_table()
+    return pa.concat_tables(tables)

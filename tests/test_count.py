@@ -1,0 +1,144 @@
+import filecmp
+import gzip
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import count as count_stage
+from pipelines import vocab as vocab_stage
+from snm_core import synthetic, tables
+from snm_core.config import load_config
+from snm_core.errors import SnmInputError
+from snm_core.vocab import Vocabulary
+
+from countutil import brute_force_counts, counts_by_identity, read_counts, write_lines
+
+SKIP_CONFIG = """
+ngram_extractor { min_n: 0 max_n: 2 }
+skip_ngram_extractor { max_context_words: 3 max_remote_words: 1 min_skip_length: 1
+                       max_skip_length: 4 tie_skip_length: true }
+skip_ngram_extractor { max_context_words: 2 max_skip_length: 2 }
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Two small sources; the second gzipped and with edge cases (empty lines, markers)."""
+    root = tmp_path_factory.mktemp("corpus")
+    sentences = synthetic.generate(300, seed=7)
+    a = write_lines(str(root / "a" / "part-0.txt"), sentences[:150])
+    b_lines = sentences[150:] + ["", "   ", "begin0 <S> odd </S> words unseen", "x"]
+    b = str(root / "b" / "part-0.txt.gz")
+    os.makedirs(os.path.dirname(b))
+    with gzip.open(b, "wt", encoding="utf-8") as f:
+        f.write("\n".join(b_lines))  # no final newline
+    vocab_path = str(root / "vocab.txt")
+    Vocabulary(sorted({w for s in sentences for w in s.split()})[:60]).save(vocab_path)
+    config_path = str(root / "skip.cfg")
+    with open(config_path, "w") as f:
+        f.write(SKIP_CONFIG)
+    return {"root": root, "a": a, "b": b, "vocab": vocab_path, "skip": config_path}
+
+
+def run_count(corpus, out, config, sources, *extra):
+    argv = ["--config", config, "--vocab", corpus["vocab"], "--out", str(out),
+            "--num_buckets", "4"]
+    for spec in sources:
+        argv += ["--train", spec]
+    return count_stage.run(argv + list(extra))
+
+
+@pytest.mark.parametrize("config_name", ["5gram", "skip"])
+@pytest.mark.parametrize("tagged", [False, True])
+def test_counts_equal_brute_force(corpus, tmp_path, config_name, tagged):
+    config = corpus["skip"] if config_name == "skip" else "5gram"
+    root = str(corpus["root"])
+    if tagged:
+        specs = [f"man={root}/a/*.txt", f"web={root}/b/*"]
+        sources = [("man", [corpus["a"]]), ("web", [corpus["b"]])]
+    else:
+        specs = [f"{root}/*/part-0*"]
+        sources = [("", [corpus["a"], corpus["b"]])]
+    manifest = run_count(corpus, tmp_path / "counts", config, specs, "--flush_links", "500")
+    vocab = Vocabulary.load(corpus["vocab"])
+    expected = brute_force_counts(load_config(config), sources, vocab)
+    assert counts_by_identity(tmp_path / "counts") == expected
+    assert manifest["totals"]["links"] == len(expected)
+    assert manifest["totals"]["sentences"] == 302
+    assert manifest["totals"]["empty_lines"] == 2
+    assert manifest["totals"]["marker_tokens"] == 2
+
+
+def test_feature_table_sums_and_diversity(corpus, tmp_path):
+    run_count(corpus, tmp_path / "c", "5gram", [corpus["a"]])
+    links, features, manifest = read_counts(tmp_path / "c")
+    by_feature = {}
+    for row in links.to_pylist():
+        total, n = by_feature.get(row["feature"], (0, 0))
+        by_feature[row["feature"]] = (total + row["count"], n + 1)
+    assert {r["feature"]: (r["count"], r["diversity"]) for r in features.to_pylist()} == by_feature
+    # Files in bucket order form one table sorted by (feature, word).
+    keys = links["feature"].to_numpy()
+    assert np.all(keys[1:] >= keys[:-1])
+    empty = features.filter(features["type"].to_numpy() == 0)
+    assert empty.num_rows == 1 and empty["count"][0].as_py() == manifest["totals"]["events"]
+
+
+def test_fast_path_equals_combine_per_key_reference(corpus, tmp_path):
+    specs = [f"man={corpus['a']}", f"web={corpus['b']}"]
+    run_count(corpus, tmp_path / "fast", corpus["skip"], specs, "--flush_links", "300")
+    run_count(corpus, tmp_path / "ref", corpus["skip"], specs, "--reference")
+    run_count(corpus, tmp_path / "beam", corpus["skip"], specs, "--shuffle", "beam")
+    for other in ("ref", "beam"):
+        assert_same_files(tmp_path / "fast", tmp_path / other)
+
+
+def assert_same_files(a, b):
+    names = sorted(n for n in os.listdir(a) if n.endswith((".parquet", ".json", ".txt")))
+    assert names == sorted(n for n in os.listdir(b) if n.endswith((".parquet", ".json", ".txt")))
+    match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
+    assert not mismatch and not errors, f"differ: {mismatch} {errors}"
+
+
+def test_in_memory_and_two_process_runs_are_byte_identical(corpus, tmp_path):
+    specs = [f"man={corpus['a']}", f"web={corpus['b']}"]
+    run_count(corpus, tmp_path / "one", "5gram", specs)
+    run_count(corpus, tmp_path / "two", "5gram", specs, "--direct_running_mode=multi_processing",
+              "--direct_num_workers=2")
+    assert_same_files(tmp_path / "one", tmp_path / "two")
+    assert not os.path.exists(tmp_path / "two" / "_scratch")
+
+
+def test_bad_input(corpus, tmp_path):
+    bad = str(tmp_path / "bad.txt")
+    with open(bad, "wb") as f:
+        f.write(b"begin0 the noun0\n\xff\xfe broken line\n\nthe noun1 verb0\n")
+    empty = str(tmp_path / "empty.txt")
+    open(empty, "w").close()
+    manifest = run_count(corpus, tmp_path / "c", "5gram", [str(tmp_path / "*.txt")])
+    totals = manifest["totals"]
+    assert (totals["sentences"], totals["invalid_lines"], totals["empty_lines"]) == (2, 1, 1)
+    with pytest.raises(SnmInputError, match="matches no file"):
+        run_count(corpus, tmp_path / "d", "5gram", [str(tmp_path / "nothing-*.txt")])
+    with pytest.raises(SnmInputError, match="give each a tag"):
+        run_count(corpus, tmp_path / "d", "5gram", [corpus["a"], corpus["b"]])
+
+
+def test_vocab_stage_counts_words(corpus, tmp_path):
+    manifest = vocab_stage.run(["--train", f"{corpus['root']}/*/part-0*",
+                                "--out", str(tmp_path / "v"), "--min_count", "3"])
+    counts = pq.read_table(tmp_path / "v" / "word_counts.parquet").to_pylist()
+    expected = {}
+    for path, opener in ((corpus["a"], open), (corpus["b"], gzip.open)):
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                for w in line.split():
+                    expected[w] = expected.get(w, 0) + 1
+    assert {r["word"]: r["count"] for r in counts} == expected
+    assert [r["count"] for r in counts] == sorted((r["count"] for r in counts), reverse=True)
+    vocab = Vocabulary.load(tmp_path / "v" / "vocab.txt")
+    assert set(vocab.words[3:]) == {w for w, c in expected.items() if c >= 3} - {"<S>", "</S>"}
+    assert manifest["vocabulary_size"] == len(vocab)
+    assert tables.read_manifest(str(tmp_path / "v"), "vocab")["min_count"] == 3
