@@ -63,6 +63,65 @@ class Timer:
         self.seconds = time.perf_counter() - self.start
 
 
+def _tree_rss_kib(root_pid):
+    """Summed RSS (KiB) of a process and all its descendants (processes, not threads)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        stack += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def run_measured(cmd, env=None, log=None):
+    """Run ``cmd``; return wall seconds and the peak of the whole process tree's summed RSS.
+
+    The tree is sampled every 50 ms, so the peak counts the runner and every
+    worker process together (what the machine must provide).
+    """
+    import threading
+
+    start = time.perf_counter()
+    if log:
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+    out = open(log, "w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    peak = [0]
+
+    def sample():
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    proc.wait()
+    seconds = time.perf_counter() - start
+    sampler.join()
+    if log:
+        out.close()
+    if proc.returncode != 0:
+        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}"
+                         + (f"; see {log}" if log else ""))
+    return seconds, peak[0] / 1024
+
+
 def peak_rss_mib(children=False):
     """Peak resident set size of this process (or of its waited-for children), MiB."""
     who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF

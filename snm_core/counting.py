@@ -22,24 +22,11 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core import hashing, tables
+from snm_core.arrays import dense_ids
 
 
 #: Bits of a packed (feature index, word) pair given to the word id.
 _WORD_BITS = 32
-
-
-def _dense_ids(keys):
-    """Dense ids of uint64 keys: ``(ids int64, distinct keys, first occurrence of each)``.
-
-    A pyarrow dictionary encoding (one hash-table pass), then a scatter that
-    keeps the first row of each id (written last, in reverse order).
-    """
-    encoded = pa.array(keys, pa.uint64()).dictionary_encode()
-    ids = encoded.indices.to_numpy().astype(np.int64)
-    distinct = encoded.dictionary.to_numpy()
-    first = np.empty(len(distinct), dtype=np.int64)
-    first[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)
-    return ids, distinct, first
 
 
 def sum_links(feature, word, count):
@@ -78,7 +65,7 @@ def batch_partials(events):
     links : links partial
     features : features partial (one row per distinct key, first occurrence)
     """
-    ids, distinct, first = _dense_ids(events.key)
+    ids, distinct, first = dense_ids(events.key)
     packed = (ids.astype(np.uint64) << np.uint64(_WORD_BITS)) | \
         events.target[events.event].astype(np.uint64)
     packed.sort()
@@ -107,7 +94,7 @@ def reduce_partials(link_parts, feature_parts):
     links = concat_partials(link_parts)
     links = sum_links(links["feature"], links["word"], links["count"])
     feats = concat_partials(feature_parts)
-    _, _, first = _dense_ids(feats["feature"])
+    _, _, first = dense_ids(feats["feature"])
     return links, {k: v[first] for k, v in feats.items()}
 
 

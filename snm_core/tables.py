@@ -37,6 +37,11 @@ FEATURES = pa.schema([("feature", pa.uint64()), ("tag", pa.int16()), ("type", pa
                       ("count", pa.int64()), ("diversity", pa.int64()),
                       ("words", pa.list_(pa.int32()))])
 WORD_COUNTS = pa.schema([("word", pa.string()), ("count", pa.int64())])
+EVENTS = pa.schema([("file", pa.int16()), ("line", pa.int64()), ("target", pa.int32()),
+                    ("features", pa.list_(pa.uint64()))])
+SMALL_M = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
+                     ("feature_count", pa.int64()), ("diversity", pa.int64()),
+                     ("tag", pa.int16()), ("type", pa.int16())])
 
 
 def bucket_file(prefix, bucket, num_buckets):

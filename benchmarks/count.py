@@ -1,0 +1,159 @@
+"""Speed and memory of `snm count` on the shared corpora, beside KenLM's lmplz.
+
+    python benchmarks/count.py                       # kernel and mix, 5gram and skip10gram
+    python benchmarks/count.py --setups kernel --configs 5gram
+    python benchmarks/count.py --scaling             # mix at 1/4, 1/2 and all
+    LMPLZ=/path/to/lmplz python benchmarks/count.py  # also time lmplz in the same run
+
+Each run is `snm count` in a fresh process on the DirectRunner with two
+workers (``--mode``, default multi_threading: numpy and pyarrow release the
+GIL, so two threads use both cores without copying data between processes).
+Wall time includes start-up; peak RSS is the summed RSS of the whole process
+tree, sampled every 50 ms.  lmplz figures come from
+../shared/benchmarks/reference.md unless LMPLZ names a binary, in which case
+lmplz runs here too (-o 5 -S 1G on the text with OOV words as one placeholder) and the
+ratio is taken against that same-run time (benchmarks/README.md says how to
+build lmplz from the PyPI kenlm source).  Appends to benchmarks/results.jsonl.
+"""
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+
+#: lmplz -o 5 -S 1G from ../shared/benchmarks/reference.md: wall s, peak RSS MiB.
+LMPLZ_REFERENCE = {"kernel": (4.55, 277), "mix": (17.51, 518)}
+MODES = {
+    "multi_threading": ["--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    "in_memory": [],
+}
+BUCKETS = {"5gram": 16, "skip10gram": 64}
+
+
+def setup_files(name):
+    if name == "kernel":
+        return [corpus("kernel", "train.txt.gz")], corpus("kernel", "vocab.txt")
+    return sorted(glob.glob(os.path.join(corpus("mix", "train"), "*.txt.gz"))), \
+        corpus("mix", "vocab.txt")
+
+
+def fraction_files(fraction):
+    """Plain-text copies of the first 1/fraction of each mix source (made once)."""
+    out_dir = os.path.join(WORK, f"mix-1-of-{fraction}")
+    files, _ = setup_files("mix")
+    paths = []
+    for path in files:
+        target = os.path.join(out_dir, os.path.basename(path)[:-3])
+        if not os.path.exists(target):
+            os.makedirs(out_dir, exist_ok=True)
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                lines = f.read().splitlines()
+            with open(target + ".tmp", "w", encoding="utf-8") as f:
+                f.write("\n".join(lines[:len(lines) // fraction]) + "\n")
+            os.replace(target + ".tmp", target)
+        paths.append(target)
+    return paths
+
+
+#: What out-of-vocabulary words become in lmplz's input: lmplz refuses a literal
+#: <unk> in text, and an ordinary placeholder word gives the reference's n-gram counts.
+OOV_PLACEHOLDER = "OOVTOKEN"
+
+
+def unk_text(setup):
+    """The training text with words outside vocab.txt as one placeholder word, for lmplz."""
+    target = os.path.join(WORK, f"{setup}-train-unk.txt")
+    if not os.path.exists(target):
+        files, vocab_path = setup_files(setup)
+        with open(vocab_path, encoding="utf-8") as f:
+            vocab = set(f.read().split("\n"))
+        os.makedirs(WORK, exist_ok=True)
+        with open(target + ".tmp", "w", encoding="utf-8") as out:
+            for path in files:
+                with gzip.open(path, "rt", encoding="utf-8") as f:
+                    for line in f:
+                        words = line.split()
+                        if words:
+                            out.write(" ".join(w if w in vocab else OOV_PLACEHOLDER
+                                               for w in words))
+                            out.write("\n")
+        os.replace(target + ".tmp", target)
+    return target
+
+
+def run_count(label, files, vocab, config, mode):
+    """One `snm count` of ``files`` pooled as one untagged source (a glob over their folder)."""
+    out = os.path.join(WORK, "counts", label)
+    pattern = files[0] if len(files) == 1 else os.path.join(os.path.dirname(files[0]), "*")
+    cmd = [sys.executable, "-m", "snm", "count", "--config", config, "--vocab", vocab,
+           "--out", out, "--num_buckets", str(BUCKETS.get(config, 16)), "--train", pattern]
+    seconds, rss = run_measured(cmd + MODES[mode], log=out + ".log")
+    with open(os.path.join(out, "manifest.json")) as f:
+        totals = json.load(f)["totals"]
+    return seconds, rss, totals
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--setups", default="kernel,mix")
+    parser.add_argument("--configs", default="5gram,skip10gram")
+    parser.add_argument("--mode", default="multi_threading", choices=sorted(MODES))
+    parser.add_argument("--scaling", action="store_true",
+                        help="run mix at 1/4, 1/2 and all instead")
+    args = parser.parse_args(argv)
+    lmplz = os.environ.get("LMPLZ")
+    rows = []
+    if args.scaling:
+        _, vocab = setup_files("mix")
+        for config in args.configs.split(","):
+            base = None
+            for fraction in (4, 2, 1):
+                files = fraction_files(fraction)
+                seconds, rss, totals = run_count(f"mix-1-of-{fraction}-{config}", files, vocab,
+                                                 config, args.mode)
+                base = base or (seconds, totals["tokens"])
+                rows.append({"setup": f"mix 1/{fraction}", "config": config, "mode": args.mode,
+                             "tokens": totals["tokens"], "links": totals["links"],
+                             "wall_s": seconds, "peak_rss_mib": rss,
+                             "tokens_per_s": totals["tokens"] / seconds,
+                             "size_ratio": totals["tokens"] / base[1],
+                             "time_ratio": seconds / base[0]})
+        print_table(rows, ["setup", "config", "tokens", "links", "wall_s", "peak_rss_mib",
+                           "tokens_per_s", "size_ratio", "time_ratio"])
+        record("count_scaling", rows)
+        return
+    for setup in args.setups.split(","):
+        files, vocab = setup_files(setup)
+        lm_seconds, lm_rss = LMPLZ_REFERENCE[setup]
+        lm_source = "reference.md"
+        if lmplz:
+            text = unk_text(setup)
+            arpa = os.path.join(WORK, f"{setup}-lmplz5.arpa")
+            lm_seconds, lm_rss = run_measured([lmplz, "-o", "5", "-S", "1G", "--text", text,
+                                               "--arpa", arpa], log=arpa + ".log")
+            lm_source = "same run"
+        for config in args.configs.split(","):
+            seconds, rss, totals = run_count(f"{setup}-{config}", files, vocab, config, args.mode)
+            rows.append({"setup": setup, "config": config, "mode": args.mode,
+                         "tokens": totals["tokens"], "links": totals["links"],
+                         "wall_s": seconds, "peak_rss_mib": rss,
+                         "tokens_per_s": totals["tokens"] / seconds,
+                         "lmplz_wall_s": lm_seconds, "lmplz_rss_mib": lm_rss,
+                         "lmplz_source": lm_source,
+                         "time_vs_lmplz": seconds / lm_seconds, "rss_vs_lmplz": rss / lm_rss})
+    print_table(rows, ["setup", "config", "tokens", "links", "wall_s", "peak_rss_mib",
+                       "tokens_per_s", "lmplz_wall_s", "lmplz_rss_mib", "lmplz_source",
+                       "time_vs_lmplz", "rss_vs_lmplz"])
+    record("count", rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""snm join: the held-out events and "small M", the rows of the count matrix they touch.
+
+    snm join --counts counts/ --heldout dev.txt --out heldout/
+
+Reads: a count directory (``snm count``) and held-out text (a file or glob,
+plain or .gz).  The held-out text is read with the count's vocabulary and
+configuration; with corpus tags every feature appears once per training tag.
+Writes to ``--out``:
+
+* ``events-FFFF-LLLLLLLLL.parquet`` (one per input batch; F = file index,
+  L = first line): one row per predicted word: ``file`` int16, ``line`` int64
+  (1-based), ``target`` int32, ``features`` list<uint64> (every feature key
+  of the event, whether or not training saw it);
+* ``small_m-BBBBB-of-NNNNN.parquet``: every link (f, w) of every training
+  feature f that occurs in the events: ``feature`` uint64, ``word`` int32,
+  ``count`` int64 C(f,w), ``feature_count`` int64 C(f,*), ``diversity``
+  int64, ``tag`` int16, ``type`` int16; sorted by (feature, word), in the
+  count's key-range buckets;
+* ``manifest.json`` (last).
+
+The join is a CoGroupByKey on the key-range bucket: the held-out side brings
+the distinct feature keys of each bucket, the count side the bucket's files;
+the worker that gets a bucket reads only that bucket's count files and keeps
+the rows of the held-out keys (a partitioned merge join: no worker holds
+all counts, and the counts are not shuffled).
+"""
+
+import logging
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines import common
+from snm_core import hashing, heldout, tables
+from snm_core.arrays import sorted_distinct
+from snm_core.config import parse_config
+from snm_core.errors import SnmInputError
+from snm_core.features import FeatureExtractor
+from snm_core.text import tokenize
+from snm_core.vocab import Vocabulary
+
+HELDOUT_STATS = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
+                 "marker_tokens", "events", "feature_occurrences")
+
+
+class CountSettings:
+    """What a worker needs from a count directory's manifest (picklable)."""
+
+    def __init__(self, counts_dir, manifest, vocab_words):
+        self.counts_dir = counts_dir
+        self.manifest = manifest
+        self.vocab_words = list(vocab_words)
+
+    @classmethod
+    def load(cls, counts_dir):
+        manifest = read_count_manifest(counts_dir)
+        text = common.read_bytes(common.join(counts_dir, "vocab.txt")).decode("utf-8")
+        vocab = Vocabulary.parse(text, common.join(counts_dir, "vocab.txt"))
+        if vocab.fingerprint() != manifest["vocabulary_fingerprint"]:
+            raise SnmInputError(f"{counts_dir}/vocab.txt does not match its manifest; "
+                                "re-run snm count")
+        return cls(counts_dir, manifest, vocab.words[3:])
+
+    @property
+    def num_buckets(self):
+        return self.manifest["num_buckets"]
+
+    def build(self):
+        vocab = Vocabulary(self.vocab_words)
+        extractor = FeatureExtractor(parse_config(self.manifest["config"]),
+                                     self.manifest["tags"])
+        return vocab, extractor
+
+    def bucket_paths(self, bucket):
+        return {prefix: common.join(self.counts_dir, tables.bucket_file(prefix, bucket,
+                                                                        self.num_buckets))
+                for prefix in ("features", "links")}
+
+
+def read_count_manifest(counts_dir):
+    path = common.join(counts_dir, tables.MANIFEST)
+    try:
+        manifest = common.read_json(path)
+    except Exception:
+        raise SnmInputError(f"{counts_dir}: no readable {tables.MANIFEST}; not the output of "
+                            "a finished 'snm count' run") from None
+    if manifest.get("kind") != "count" or manifest.get("format_version") != tables.FORMAT_VERSION:
+        raise SnmInputError(f"{path}: not a count manifest of format version "
+                            f"{tables.FORMAT_VERSION}; re-run 'snm count'")
+    return manifest
+
+
+class ExtractHeldoutEvents(beam.DoFn):
+    """LineBatch -> writes its events file; yields ``("keys", (bucket, keys))`` and stats."""
+
+    def __init__(self, settings, out):
+        self.settings = settings
+        self.out = out
+        self.counters = {name: common.counter(name) for name in HELDOUT_STATS}
+
+    def setup(self):
+        self.vocab, self.extractor = self.settings.build()
+
+    def process(self, batch):
+        sentences, kept, stats = tokenize(batch.lines, self.vocab)
+        events = self.extractor.extract(sentences)  # every feature once per training tag
+        stats = {**vars(stats), "events": events.num_events,
+                 "feature_occurrences": events.num_pairs}
+        for name, value in stats.items():
+            self.counters[name].inc(value)
+        table = heldout.events_table(events, batch.source, batch.first_line + kept)
+        name = f"events-{batch.source:04d}-{batch.first_line:09d}.parquet"
+        common.write_parquet(table, common.join(self.out, name))
+        keys = sorted_distinct(events.key)
+        buckets = hashing.bucket_of(keys, self.settings.num_buckets)
+        bounds = np.searchsorted(buckets, np.arange(self.settings.num_buckets + 1))
+        for b in np.flatnonzero(np.diff(bounds)):
+            yield "keys", (int(b), keys[bounds[b]:bounds[b + 1]])
+        yield "stats", {**stats, "event_files": [name]}
+
+
+class JoinBucket(beam.DoFn):
+    """``(bucket, {"heldout": [keys...], "counts": [paths]})`` -> small_m file; yields stats."""
+
+    def __init__(self, out, num_buckets):
+        self.out = out
+        self.num_buckets = num_buckets
+        self.links_counter = common.counter("small_m_links")
+
+    def process(self, element):
+        bucket, grouped = element
+        parts = list(grouped["heldout"])
+        keys = sorted_distinct(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+        (paths,) = grouped["counts"]
+        features = common.read_parquet(paths["features"])
+        links = common.read_parquet(paths["links"])
+        small_m = heldout.select_rows(features, links, keys)
+        name = tables.bucket_file("small_m", bucket, self.num_buckets)
+        common.write_parquet(small_m, common.join(self.out, name))
+        self.links_counter.inc(small_m.num_rows)
+        yield {"small_m_links": small_m.num_rows,
+               "small_m_features": len(sorted_distinct(small_m["feature"].to_numpy())),
+               "heldout_features": len(keys)}
+
+
+def _sum_stats(items):
+    total = {}
+    for item in items:
+        for k, v in item.items():
+            total[k] = total.get(k, []) + v if isinstance(v, list) else total.get(k, 0) + v
+    return total
+
+
+def write_manifest(stats, out, settings, heldout):
+    stats = _sum_stats(stats)
+    event_files = sorted(stats.pop("event_files", []))
+    small_m_files = [tables.bucket_file("small_m", b, settings.num_buckets)
+                     for b in range(settings.num_buckets)]
+    manifest = {
+        "kind": "join", "format_version": tables.FORMAT_VERSION,
+        "counts": settings.counts_dir, "heldout": heldout,
+        "config": settings.manifest["config"], "tags": settings.manifest["tags"],
+        "feature_types": settings.manifest["feature_types"],
+        "vocabulary_fingerprint": settings.manifest["vocabulary_fingerprint"],
+        "num_buckets": settings.num_buckets,
+        "files": sorted(event_files + small_m_files),
+        "totals": stats,
+    }
+    common.remove_stale(out, set(manifest["files"]), ["events-*.parquet", "small_m-*.parquet"])
+    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    return manifest
+
+
+class JoinHeldout(beam.PTransform):
+    """Held-out line batches -> events files and small-M files in ``out``; output: stats dicts."""
+
+    def __init__(self, settings, out):
+        super().__init__()
+        self.settings = settings
+        self.out = out
+
+    def expand(self, batches):
+        extracted = batches | "ExtractEvents" >> beam.ParDo(
+            ExtractHeldoutEvents(self.settings, self.out))
+        heldout_keys = (extracted
+                        | "Keys" >> beam.Filter(lambda kv: kv[0] == "keys")
+                        | "BucketKeys" >> beam.Values())
+        count_files = (batches.pipeline
+                       | "CountBuckets" >> beam.Create(
+                           [(b, self.settings.bucket_paths(b))
+                            for b in range(self.settings.num_buckets)]))
+        joined = ({"heldout": heldout_keys, "counts": count_files}
+                  | "CoGroupByBucket" >> beam.CoGroupByKey()
+                  | "JoinBuckets" >> beam.ParDo(JoinBucket(self.out, self.settings.num_buckets)))
+        event_stats = (extracted
+                       | "Stats" >> beam.Filter(lambda kv: kv[0] == "stats")
+                       | "StatsValues" >> beam.Values())
+        return (joined, event_stats) | "AllStats" >> beam.Flatten()
+
+
+def run(argv=None):
+    parser = common.stage_parser(__doc__)
+    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
+    parser.add_argument("--heldout", required=True, help="held-out text file or glob")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--batch_bytes", type=int, default=common.DEFAULT_BATCH_BYTES)
+    args, beam_args = parser.parse_known_args(argv)
+    settings = CountSettings.load(args.counts)
+    paths = common.match_files(args.heldout)
+    if not paths:
+        raise SnmInputError(f"--heldout {args.heldout!r} matches no file")
+    common.makedirs(args.out)
+    common.remove_file(common.join(args.out, tables.MANIFEST))
+
+    def build(p):
+        _ = (p
+             | "ReadText" >> common.ReadText(list(enumerate(paths)), args.batch_bytes)
+             | "Join" >> JoinHeldout(settings, args.out)
+             | "CollectStats" >> beam.combiners.ToList()
+             | "WriteManifest" >> beam.Map(write_manifest, args.out, settings, args.heldout))
+
+    metrics = common.run_pipeline(beam_args, build)
+    common.print_summary(f"snm join: {metrics.get('small_m_links', 0):,} small-M links -> "
+                         f"{args.out}", metrics)
+    return common.read_json(common.join(args.out, tables.MANIFEST))
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.WARNING)
+    run()

@@ -1,0 +1,61 @@
+"""Build counts, small M and adjustment problems in-process (no Beam) for unit tests."""
+
+import numpy as np
+import pyarrow as pa
+
+from snm_core import counting, heldout, trainer
+from snm_core.arrays import sorted_distinct
+from snm_core.config import parse_config, preset
+from snm_core.features import FeatureExtractor
+from snm_core.text import tokenize
+from snm_core.vocab import Vocabulary
+
+
+def vocabulary(lines):
+    return Vocabulary(sorted({w for line in lines for w in line.split()}))
+
+
+def count_tables(config, sources, vocab, tags=None):
+    """Link and feature tables (one bucket) of ``sources``: ``[[lines of source 0], ...]``."""
+    tags = tags or [""] * len(sources)
+    extractor = FeatureExtractor(config, tags)
+    link_parts, feature_parts = [], []
+    for index, lines in enumerate(sources):
+        batch, _, _ = tokenize(lines, vocab)
+        links, features = counting.batch_partials(extractor.extract(batch, tags=[index]))
+        link_parts.append(links)
+        feature_parts.append(features)
+    return counting.merge_bucket(link_parts, feature_parts, len(config.feature_types()))
+
+
+def join_tables(config, sources, heldout_lines, vocab, tags=None):
+    """``(small M table, events table, manifest-like dict)`` for held-out lines."""
+    tags = tags or [""] * len(sources)
+    links, features = count_tables(config, sources, vocab, tags)
+    extractor = FeatureExtractor(config, tags)
+    batch, kept, _ = tokenize(heldout_lines, vocab)
+    events = extractor.extract(batch)
+    events_table = heldout.events_table(events, 0, kept + 1)
+    small_m = heldout.select_rows(features, links, sorted_distinct(events.key))
+    manifest = {"config": config.to_text(), "tags": list(tags),
+                "feature_types": [t.name for t in config.feature_types()]}
+    return small_m, events_table, manifest
+
+
+def problem(config, sources, heldout_lines, spec, vocab=None, tags=None):
+    """An AdjustmentProblem built directly from text."""
+    if isinstance(config, str):
+        config = preset(config) if "{" not in config else parse_config(config)
+    vocab = vocab or vocabulary([l for s in sources for l in s] + list(heldout_lines))
+    small_m, events, manifest = join_tables(config, sources, heldout_lines, vocab, tags)
+    return trainer.AdjustmentProblem(
+        trainer.SmallM.from_table(small_m, len(manifest["feature_types"])),
+        trainer.Events.from_table(events), spec, trainer.type_fingerprints(manifest))
+
+
+def random_theta(prob, scale, seed=0):
+    return np.random.default_rng(seed).normal(0, scale, prob.num_params)
+
+
+def table_rows(table):
+    return pa.Table.to_pylist(table)

@@ -1,0 +1,75 @@
+import pyarrow as pa
+import pytest
+
+from pipelines import count as count_stage
+from pipelines import join as join_stage
+from snm_core import synthetic, tables
+from snm_core.errors import SnmInputError
+from snm_core.features import FeatureExtractor
+from snm_core.config import parse_config
+from snm_core.text import tokenize
+from snm_core.vocab import Vocabulary
+
+from countutil import read_counts, write_lines
+
+
+@pytest.fixture(scope="module")
+def joined(tmp_path_factory):
+    root = tmp_path_factory.mktemp("join")
+    train = synthetic.generate(300, seed=11)
+    write_lines(str(root / "a.txt"), train[:150])
+    write_lines(str(root / "b.txt"), train[150:])
+    heldout = synthetic.generate(40, seed=12) + ["", "begin1 zebra unknown words"]
+    write_lines(str(root / "dev.txt"), heldout)
+    count_stage.run(["--config", "skip5gram", "--train", f"a={root}/a.txt",
+                     "--train", f"b={root}/b.txt", "--min_count", "2", "--out",
+                     str(root / "counts"), "--num_buckets", "3"])
+    join_stage.run(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
+                    "--out", str(root / "heldout")])
+    return root, heldout
+
+
+def test_small_m_equals_a_brute_force_join(joined):
+    root, heldout = joined
+    links, features, manifest = read_counts(root / "counts")
+    vocab = Vocabulary.load(root / "counts" / "vocab.txt")
+    extractor = FeatureExtractor(parse_config(manifest["config"]), manifest["tags"])
+    events = extractor.extract(tokenize(heldout, vocab)[0])
+    wanted = set(events.key.tolist())
+    feature_rows = {r["feature"]: r for r in features.to_pylist()}
+    expected = sorted(
+        (r["feature"], r["word"], r["count"], feature_rows[r["feature"]]["count"],
+         feature_rows[r["feature"]]["diversity"], feature_rows[r["feature"]]["tag"],
+         feature_rows[r["feature"]]["type"])
+        for r in links.to_pylist() if r["feature"] in wanted)
+    join_manifest = tables.read_manifest(str(root / "heldout"), "join")
+    small = tables.read_tables(str(root / "heldout"), join_manifest, "small_m", tables.SMALL_M)
+    got = [tuple(r.values()) for r in small.to_pylist()]
+    assert got == expected  # also checks the (feature, word) order across bucket files
+    assert join_manifest["totals"]["small_m_links"] == len(expected)
+
+
+def test_events_carry_every_tagged_feature(joined):
+    root, heldout = joined
+    join_manifest = tables.read_manifest(str(root / "heldout"), "join")
+    events = tables.read_tables(str(root / "heldout"), join_manifest, "events", tables.EVENTS)
+    vocab = Vocabulary.load(root / "counts" / "vocab.txt")
+    extractor = FeatureExtractor(parse_config(join_manifest["config"]), join_manifest["tags"])
+    direct = extractor.extract(tokenize(heldout, vocab)[0])
+    assert events.num_rows == direct.num_events == sum(len(h.split()) + 1 for h in heldout if h)
+    assert events["target"].to_pylist() == direct.target.tolist()
+    for e, keys in enumerate(events["features"].to_pylist()[:50]):
+        assert sorted(keys) == sorted(direct.key[direct.event == e].tolist())
+    # Every feature once per training tag: the empty feature appears twice.
+    assert len(events["features"][0].as_py()) == 2 * 2  # [] and [<S>], for tags a and b
+    assert events["line"].to_pylist()[-1] == len(heldout)  # the last line, 1-based
+
+
+def test_missing_inputs_are_clear_errors(joined, tmp_path):
+    root, _ = joined
+    with pytest.raises(SnmInputError, match="matches no file"):
+        join_stage.run(["--counts", str(root / "counts"), "--heldout", str(tmp_path / "x*"),
+                        "--out", str(tmp_path / "o")])
+    with pytest.raises(SnmInputError, match="not the output of a finished 'snm count'"):
+        join_stage.run(["--counts", str(tmp_path), "--heldout", str(root / "dev.txt"),
+                        "--out", str(tmp_path / "o")])

@@ -1,0 +1,116 @@
+import math
+
+import numpy as np
+import pytest
+
+from snm_core import synthetic, trainer
+from snm_core.metafeatures import MetaFeatureSpec, VARIANTS
+
+from modelutil import problem, random_theta
+
+TRAIN = synthetic.generate(400, seed=1)
+HELDOUT = synthetic.generate(60, seed=2)
+SKIP = ("ngram_extractor { min_n: 0 max_n: 2 }\n"
+        "skip_ngram_extractor { max_context_words: 2 max_remote_words: 1 max_skip_length: 5 "
+        "tie_skip_length: true }")
+
+
+@pytest.fixture(scope="module", params=[(v, d) for v in VARIANTS for d in (False, True)],
+                ids=lambda p: f"{p[0]}{'+diversity' if p[1] else ''}")
+def tiny(request):
+    variant, diversity = request.param
+    return problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT,
+                   MetaFeatureSpec(variant, hash_size=1 << 16, diversity=diversity),
+                   tags=["a", "b"])
+
+
+def test_gradient_equals_finite_differences(tiny):
+    """With exact normalisation the batch gradient is the gradient of the log-likelihood."""
+    theta = random_theta(tiny, 0.3)
+    events = np.arange(tiny.num_events)
+    loglik, grad = tiny.batch(theta, events)
+    assert loglik == pytest.approx(tiny.log_likelihood(theta), rel=1e-12)
+    rng = np.random.default_rng(5)
+    for k in rng.choice(tiny.num_params, size=min(25, tiny.num_params), replace=False):
+        step = np.zeros_like(theta)
+        step[k] = 1e-6
+        numeric = (tiny.log_likelihood(theta + step) - tiny.log_likelihood(theta - step)) / 2e-6
+        assert grad[k] == pytest.approx(numeric, rel=1e-4, abs=1e-6)
+
+
+def test_gradient_of_a_mini_batch(tiny):
+    theta = random_theta(tiny, 0.2, seed=3)
+    batch = np.arange(0, tiny.num_events, 3)
+    _, grad = tiny.batch(theta, batch)
+    direction = np.random.default_rng(1).normal(size=tiny.num_params)
+    eps = 1e-6
+    numeric = (tiny.batch(theta + eps * direction, batch, gradient=False)[0]
+               - tiny.batch(theta - eps * direction, batch, gradient=False)[0]) / (2 * eps)
+    assert grad @ direction == pytest.approx(numeric, rel=1e-5)
+
+
+def unadjusted_perplexity(sources, heldout_lines, config_text):
+    """P(w|e) = mean over the event's training features of c(w|f), by plain counting."""
+    from collections import Counter
+
+    from snm_core.config import parse_config
+    from modelutil import vocabulary
+    config = parse_config(config_text)
+    vocab = vocabulary([l for s in sources for l in s] + list(heldout_lines))
+    windows = [w for block in config.extractors for w in block.windows()]
+
+    def events(lines):
+        for line in lines:
+            padded = [0] + [vocab.id(w) for w in line.split()] + [1]
+            for j in range(1, len(padded)):
+                feats = {(t.name, tuple(padded[j - a - s - r:j - a - s]), tuple(padded[j - a:j]))
+                         for t, r, s, a in windows if j - a - s - r >= 0}
+                yield feats, padded[j]
+
+    link, total = Counter(), Counter()
+    for lines in sources:
+        for feats, w in events(lines):
+            for f in feats:
+                link[f, w] += 1
+                total[f] += 1
+    logp, n = 0.0, 0
+    for feats, w in events(heldout_lines):
+        present = [f for f in feats if total[f]]
+        logp += math.log(sum(link[f, w] / total[f] for f in present) / len(present))
+        n += 1
+    return math.exp(-logp / n)
+
+
+def test_theta_zero_is_the_equal_weight_mixture_of_relative_frequencies():
+    prob = problem(SKIP, [TRAIN], HELDOUT, MetaFeatureSpec("lexicalized", 1 << 16))
+    expected = unadjusted_perplexity([TRAIN], HELDOUT, SKIP)
+    got = trainer.perplexity(prob.log_likelihood(np.zeros(prob.num_params)), prob.num_events)
+    assert got == pytest.approx(expected, rel=1e-10)
+
+
+def test_loss_decreases_over_the_first_epoch_and_training_is_deterministic():
+    prob = problem("5gram", [TRAIN], HELDOUT, MetaFeatureSpec("unlexicalized", 1 << 16))
+    settings = trainer.TrainSettings(epochs=1, batch_size=64, seed=3)
+    theta, history = trainer.train(prob, settings)
+    assert history[1]["train_loss"] < history[0]["train_loss"]
+    again, _ = trainer.train(prob, settings)
+    assert np.array_equal(theta, again)
+    other, _ = trainer.train(prob, trainer.TrainSettings(epochs=1, batch_size=64, seed=4))
+    assert not np.array_equal(theta, other)
+
+
+def test_epoch_renormalisation_uses_stale_normalisers():
+    prob = problem("5gram", [TRAIN], HELDOUT, MetaFeatureSpec("unlexicalized", 1 << 16))
+    theta = random_theta(prob, 0.3)
+    stale = prob.m_star(np.zeros(prob.num_params))  # all ones: c(w|f) sums to 1
+    assert np.allclose(stale, 1.0)
+    exact, _ = prob.batch(theta, np.arange(prob.num_events))
+    with_stale, _ = prob.batch(theta, np.arange(prob.num_events), stale_m_star=stale)
+    assert exact != pytest.approx(with_stale)
+
+
+def test_split_keeps_sentences_whole():
+    prob = problem("5gram", [TRAIN], HELDOUT, MetaFeatureSpec("unlexicalized", 1 << 16))
+    train_events, valid_events = prob.split_events(0.3)
+    assert len(set(prob.event_sentence[train_events]) & set(prob.event_sentence[valid_events])) == 0
+    assert 0 < len(valid_events) < prob.num_events
