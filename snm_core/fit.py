@@ -23,6 +23,7 @@ import os
 import time
 
 import numpy as np
+import pyarrow as pa
 
 from snm_core import io, tables, trainer
 from snm_core import metafeatures as mf
@@ -83,16 +84,18 @@ def _select(problem, options, epochs_cap, say, log_entries, spec):
 
 def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     """Fit theta on a join directory and write the fit directory; returns its manifest."""
-    small_m, events, join_manifest = trainer.load_join(join_dir)
-    fingerprints = trainer.type_fingerprints(join_manifest)
+    # pyarrow's default pool keeps freed memory for reuse; the system allocator
+    # returns it to the OS, and reading Parquet is a small part of this stage.
+    pa.set_memory_pool(pa.system_memory_pool())
     started = time.perf_counter()
     log_entries = []
     problems = {}
+    join_manifest = tables.read_manifest(join_dir, "join")
 
     def problem_for(spec):
         if spec not in problems:
             problems.clear()  # hold one compiled problem at a time
-            problems[spec] = trainer.AdjustmentProblem(small_m, events, spec, fingerprints)
+            problems[spec] = trainer.load_join(join_dir, spec)[0]
         return problems[spec]
 
     choice = None
@@ -117,8 +120,8 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
         spec, epochs = candidates[0], int(options.epochs)
 
     problem = problem_for(spec)
-    say(f"training {spec.variant} meta-features ({problem.num_params:,} weights in use of "
-        f"{spec.hash_size:,}) for {epochs} epoch(s) on {problem.num_events:,} held-out events")
+    say(f"training {spec.variant} meta-features (hash size {spec.hash_size:,}) for {epochs} "
+        f"epoch(s) on {problem.num_events:,} held-out events")
 
     def log(entry):
         entry = {"run": "final", "metafeatures": spec.variant, **entry}
@@ -139,11 +142,11 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
         "metafeatures": spec.to_dict(),
         "training": dataclasses.asdict(options.settings(epochs)),
         "choice": choice,
-        "small_m": {"rows": problem.num_rows, "classes": int(len(problem.cls_row)),
-                    "links": int(len(small_m.link_row))},
+        "small_m": {"rows": problem.num_rows, "classes": int(len(problem.cls_count)),
+                    "links": int(problem.cls_mult.sum(dtype=np.float64))},
         "heldout_events": problem.num_events,
         "heldout_events_unseen_target": problem.num_unseen_targets,
-        "weights_in_use": problem.num_params,
+        "weights_in_use": problem.weights_in_use(),
         "nonzero_weights": final["nonzero_params"],
         "heldout_perplexity_unadjusted": history[0]["train_perplexity"],
         "heldout_perplexity": final["train_perplexity"],

@@ -30,9 +30,11 @@ Decisions where the pseudo-code leaves room (tested in tests/test_metafeatures.p
 * Every elementary kind has its own hash namespace: feature-count bucket 3,
   link-count bucket 3 and diversity bucket 3 are different meta-features.
 * A conjunction's weight is the product of its parts' weights; its hash folds
-  the parts' hashes in list order.
-* Every meta-feature ``h`` maps to ``theta[hash(h) % hash_size]``; collisions
-  are not prevented (the paper's choice).
+  the parts' hashes in list order (a multiply-add, cheap; every entry's hash
+  gets one full 64-bit mix before it is reduced modulo the table size).
+* Every meta-feature ``h`` maps to one of ``hash_size`` weights by its hash
+  (multiply-shift, see :func:`stack`); collisions are not prevented (the
+  paper's choice).
 
 A group is one (possibly conjoined) meta-feature kind, held as two arrays of
 shape (n, E): entry hashes (uint64) and weights (float64), E = 1, 2 or 4
@@ -73,8 +75,8 @@ class MetaFeatureSpec:
         if self.variant not in VARIANTS:
             raise SnmInputError(f"unknown meta-feature variant {self.variant!r}; choose one of "
                                 f"{', '.join(VARIANTS)}")
-        if not 1 <= self.hash_size <= 1 << 32:
-            raise SnmInputError(f"hash_size must be between 1 and 2**32, got {self.hash_size}")
+        if not 1 <= self.hash_size <= 1 << 31:
+            raise SnmInputError(f"hash_size must be between 1 and 2**31, got {self.hash_size}")
 
     @property
     def uses_target(self):
@@ -118,6 +120,10 @@ def count_buckets(counts):
     return np.stack([low, high], axis=1).astype(np.int64), weights
 
 
+#: Odd multiplier of the conjunction fold (a 64-bit prime).
+_CONJOIN = np.uint64(0x9FB21C651E98DF25)
+
+
 def _namespace(name):
     return hashing.fingerprint("metafeature:" + name)
 
@@ -136,10 +142,9 @@ class Group:
         if values.ndim == 1:
             values = values[:, None]
         if weights is None:
-            weights = np.ones(values.shape, dtype=np.float64)
-        seed = np.full(values.shape, _namespace(name), dtype=np.uint64)
-        return cls(name, hashing.combine(seed.ravel(), values.astype(np.uint64).ravel())
-                   .reshape(values.shape), np.asarray(weights, dtype=np.float64))
+            weights = np.ones(values.shape, dtype=np.float32)
+        hashes = hashing.combine(_namespace(name), values.astype(np.uint64).ravel())
+        return cls(name, hashes.reshape(values.shape), np.asarray(weights, dtype=np.float32))
 
     def take(self, index):
         return Group(self.name, self.hashes[index], self.weights[index])
@@ -148,10 +153,12 @@ class Group:
         """``self & other``: every pair of entries, weights multiplied."""
         n = len(self.hashes)
         ea, eb = self.hashes.shape[1], other.hashes.shape[1]
-        hashes = hashing.combine(np.repeat(self.hashes, eb, axis=1).ravel(),
-                                 np.tile(other.hashes, (1, ea)).ravel()).reshape(n, ea * eb)
-        weights = (self.weights[:, :, None] * other.weights[:, None, :]).reshape(n, ea * eb)
-        return Group(f"{self.name}&{other.name}", hashes, weights)
+        # Elementary hashes are already well mixed: a multiply-add keeps the order
+        # of the parts; stack() mixes every final hash once more.
+        hashes = (self.hashes[:, :, None] * _CONJOIN) + other.hashes[:, None, :]
+        weights = self.weights[:, :, None] * other.weights[:, None, :]
+        return Group(f"{self.name}&{other.name}", hashes.reshape(n, ea * eb),
+                     weights.reshape(n, ea * eb))
 
 
 def feature_groups(spec, key, type_fingerprint, feature_count, diversity):
@@ -195,9 +202,17 @@ def link_groups(spec, row_groups, row_of_unit, word, link_count):
 
 
 def stack(groups, hash_size, n):
-    """Concatenate groups into ``(index int64 (n, K), weight float64 (n, K))``."""
+    """Concatenate groups into ``(index int64 (n, K), weight float32 (n, K))``.
+
+    Each entry's hash gets one full 64-bit mix (spreading the cheap conjunction
+    folds), then maps into ``[0, hash_size)`` by multiply-shift on its top 32
+    bits: as uniform as a modulo and much faster than a 64-bit division.
+    """
     if not groups:
-        return np.zeros((n, 0), np.int64), np.zeros((n, 0), np.float64)
-    hashes = np.concatenate([g.hashes for g in groups], axis=1)
+        return np.zeros((n, 0), np.int64), np.zeros((n, 0), np.float32)
+    hashes = hashing.mix64(np.concatenate([g.hashes for g in groups], axis=1))
     weights = np.concatenate([g.weights for g in groups], axis=1)
-    return (hashes % np.uint64(hash_size)).astype(np.int64), weights
+    hashes >>= np.uint64(32)
+    hashes *= np.uint64(hash_size)
+    hashes >>= np.uint64(32)
+    return hashes.astype(np.int64), weights

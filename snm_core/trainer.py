@@ -48,6 +48,10 @@ from snm_core.arrays import sorted_distinct
 from snm_core.errors import SnmInputError
 from snm_core.features import type_salt
 
+#: Memory for the precomputed meta-feature entries of the rows with the most
+#: classes (the empty feature, frequent contexts): a mini-batch touches them
+#: all, so hashing them once saves most of the per-batch work.
+ENTRY_CACHE_BYTES = 512 << 20
 GAMMA = 0.1
 DELTA0 = 1.0
 BATCH_SIZE = 2048
@@ -66,39 +70,6 @@ def concat_ranges(starts, ends):
 
 
 # --- inputs ---------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class SmallM:
-    """Rows (features) and links of small M, links sorted by (row, word).
-
-    row_key uint64, row_type int32 (type id, tag-major), row_count int64 C(f,*),
-    row_diversity int64; link_row int64, link_word int32, link_count int64 C(f,w).
-    """
-
-    row_key: np.ndarray
-    row_type: np.ndarray
-    row_count: np.ndarray
-    row_diversity: np.ndarray
-    link_row: np.ndarray
-    link_word: np.ndarray
-    link_count: np.ndarray
-
-    @classmethod
-    def from_table(cls, table, num_feature_types):
-        feature = table["feature"].to_numpy()
-        starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]]) if len(feature) \
-            else np.zeros(0, np.int64)
-        return cls(
-            row_key=feature[starts],
-            row_type=(table["tag"].to_numpy()[starts].astype(np.int32) * num_feature_types
-                      + table["type"].to_numpy()[starts]),
-            row_count=table["feature_count"].to_numpy()[starts],
-            row_diversity=table["diversity"].to_numpy()[starts],
-            link_row=np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(feature)])),
-            link_word=table["word"].to_numpy().astype(np.int32),
-            link_count=table["count"].to_numpy(),
-        )
-
 
 @dataclasses.dataclass
 class Events:
@@ -124,20 +95,6 @@ class Events:
         return len(self.target)
 
 
-def load_join(directory):
-    """``(SmallM, Events, manifest)`` from a ``snm join`` output directory."""
-    from snm_core import tables
-
-    manifest = tables.read_manifest(directory, "join")
-    names = sorted(manifest["files"])
-    small = [pq.read_table(os.path.join(directory, n)) for n in names if n.startswith("small_m-")]
-    events = [pq.read_table(os.path.join(directory, n)) for n in names if n.startswith("events-")]
-    if not events:
-        raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
-    small_m = SmallM.from_table(pa.concat_tables(small), len(manifest["feature_types"]))
-    return small_m, Events.from_table(pa.concat_tables(events)), manifest
-
-
 def type_fingerprints(manifest):
     """Stable hash of each type id's (tag, type name), for the ``type`` meta-feature."""
     from snm_core.config import parse_config
@@ -147,6 +104,30 @@ def type_fingerprints(manifest):
                     dtype=np.uint64)
 
 
+def load_join(directory, spec):
+    """``(AdjustmentProblem, manifest)`` for a ``snm join`` output directory.
+
+    Small M is read one bucket file at a time, so only the compiled arrays
+    (about 36 bytes a row, 12 a class, 12 a held-out feature occurrence) stay
+    in memory.
+    """
+    from snm_core import tables
+
+    manifest = tables.read_manifest(directory, "join")
+    names = sorted(manifest["files"])
+    event_tables = [pq.read_table(os.path.join(directory, n)) for n in names
+                    if n.startswith("events-")]
+    if not event_tables:
+        raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
+    events = Events.from_table(pa.concat_tables(event_tables))
+    del event_tables
+    small_m = (pq.read_table(os.path.join(directory, n)) for n in names
+               if n.startswith("small_m-"))
+    problem = AdjustmentProblem(small_m, events, spec, type_fingerprints(manifest),
+                                len(manifest["feature_types"]))
+    return problem, manifest
+
+
 # --- the compiled problem ---------------------------------------------------------------
 
 class AdjustmentProblem:
@@ -154,94 +135,158 @@ class AdjustmentProblem:
 
     Parameters
     ----------
-    small_m : SmallM
+    small_m_tables : iterable of pyarrow.Table (schema ``tables.SMALL_M``)
+        Small M in key-range buckets: each table sorted by (feature, word), the
+        tables in key order (as ``snm join`` writes them).
     events : Events
     spec : snm_core.metafeatures.MetaFeatureSpec
     type_fingerprint : uint64 array indexed by type id
+    num_feature_types : int
+        Feature types per tag (a type id is ``tag * num_feature_types + type``).
+
+    Meta-feature entries are hashed on the fly for the rows a batch touches.
+    Weights live in a compact vector over the hashed indices that occur,
+    except for lexicalized meta-features, whose millions of indices make the
+    full ``hash_size`` table the cheaper representation.
     """
 
-    def __init__(self, small_m, events, spec, type_fingerprint):
+    def __init__(self, small_m_tables, events, spec, type_fingerprint, num_feature_types,
+                 cache_bytes=ENTRY_CACHE_BYTES):
         self.spec = spec
-        n_rows = len(small_m.row_key)
+        self.type_fingerprint = type_fingerprint
+        self._compile(small_m_tables, events, num_feature_types)
+        self._cache_pos = None
+        if spec.uses_target:
+            self.param_index = None
+            self.num_params = spec.hash_size
+        else:
+            self.param_index = self._used_indices()
+            self.num_params = len(self.param_index)
+        self._fill_cache(cache_bytes)
+
+    # --- compiling ------------------------------------------------------------------
+
+    def _compile(self, small_m_tables, events, num_feature_types):
+        pair_event = np.repeat(np.arange(len(events)), np.diff(events.ptr))
+        by_key = np.argsort(events.keys, kind="stable")
+        sorted_keys = events.keys[by_key]
+        rows, classes, pair_rows, pair_classes, pair_index = [], [], [], [], []
+        n_rows = n_classes = 0
+        for table in small_m_tables:
+            if table.num_rows == 0:
+                continue
+            b_rows, b_classes, link_class = self._compile_bucket(table, num_feature_types)
+            # Event features that fall in this bucket's key range.
+            keys = b_rows["key"]
+            lo = np.searchsorted(sorted_keys, keys[0], side="left")
+            hi = np.searchsorted(sorted_keys, keys[-1], side="right")
+            pos = np.searchsorted(keys, sorted_keys[lo:hi])
+            pos_ok = np.minimum(pos, len(keys) - 1)
+            hit = keys[pos_ok] == sorted_keys[lo:hi]
+            pairs = by_key[lo:hi][hit]
+            local_row = pos_ok[hit]
+            target = events.target[pair_event[pairs]].astype(np.int64)
+            # Links are sorted by (row, word): one searchsorted finds (row, target).
+            packed_links = (b_rows["link_row"] << 32) | b_rows["link_word"]
+            packed = (local_row.astype(np.int64) << 32) | target
+            lpos = np.minimum(np.searchsorted(packed_links, packed), len(packed_links) - 1)
+            found = packed_links[lpos] == packed
+            pair_index.append(pairs)
+            pair_rows.append(local_row + n_rows)
+            pair_classes.append(np.where(found, link_class[lpos] + n_classes, -1))
+            del b_rows["link_row"], b_rows["link_word"]
+            b_rows["cls_ptr"] = b_rows["cls_ptr"][:-1] + n_classes
+            rows.append(b_rows)
+            classes.append(b_classes)
+            n_rows += len(keys)
+            n_classes += len(b_classes["count"])
+
+        def cat(parts, name, dtype):
+            return (np.concatenate([p[name] for p in parts]).astype(dtype, copy=False)
+                    if parts else np.zeros(0, dtype))
+
         self.num_rows = n_rows
-        self._build_classes(small_m)
-        self._build_events(small_m, events)
-        row_groups = metafeatures.feature_groups(
-            spec, small_m.row_key, type_fingerprint[small_m.row_type], small_m.row_count,
-            small_m.row_diversity)
-        row_idx, self.row_wt = metafeatures.stack(row_groups, spec.hash_size, n_rows)
-        cls_groups = metafeatures.link_groups(spec, row_groups, self.cls_row, self._cls_word,
-                                              self._cls_link_count)
-        cls_idx, self.cls_wt = metafeatures.stack(cls_groups, spec.hash_size, len(self.cls_row))
-        # Compact parameter space: the hashed indices that occur (weight > 0).
-        used = np.concatenate([row_idx[self.row_wt > 0], cls_idx[self.cls_wt > 0]])
-        self.param_index = sorted_distinct(used)
-        self.row_idx = np.searchsorted(self.param_index, row_idx).clip(
-            0, max(len(self.param_index) - 1, 0)).astype(np.int32)
-        self.cls_idx = np.searchsorted(self.param_index, cls_idx).clip(
-            0, max(len(self.param_index) - 1, 0)).astype(np.int32)
-        self.group_names = ([g.name for g in row_groups], [g.name for g in cls_groups])
-        del self._cls_word, self._cls_link_count
+        self.row_key = cat(rows, "key", np.uint64)
+        self.row_type = cat(rows, "type", np.int32)
+        self.row_count = cat(rows, "count", np.int64)
+        self.row_diversity = cat(rows, "diversity", np.int64)
+        self.row_cls_ptr = np.r_[cat(rows, "cls_ptr", np.int64), n_classes]
+        self.cls_count = cat(classes, "count", np.int64)
+        self.cls_mult = cat(classes, "mult", np.float32)
+        self.cls_word = cat(classes, "word", np.int32) if self.spec.uses_target else None
+        self._map_events(events, pair_event, cat([{"i": p} for p in pair_index], "i", np.int64),
+                         cat([{"i": p} for p in pair_rows], "i", np.int32),
+                         cat([{"i": p} for p in pair_classes], "i", np.int64))
 
-    @property
-    def num_params(self):
-        return len(self.param_index)
-
-    def _build_classes(self, m):
-        """Group each row's links into classes of identical meta-features."""
+    def _compile_bucket(self, table, num_feature_types):
+        """Rows, link classes and the class of each link, for one small-M bucket."""
+        feature = table["feature"].to_numpy()
+        word = table["word"].to_numpy().astype(np.int64)
+        count = table["count"].to_numpy()
+        starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]])
+        link_row = np.repeat(np.arange(len(starts), dtype=np.int64),
+                             np.diff(np.r_[starts, len(feature)]))
         if self.spec.uses_target:
-            order = np.arange(len(m.link_row))  # every link is a class
+            order = np.arange(len(feature))  # every link is its own class
+            new = np.ones(len(feature), dtype=bool)
         else:
-            order = np.lexsort((m.link_word, m.link_count, m.link_row))
-        row, count, word = m.link_row[order], m.link_count[order], m.link_word[order]
-        if self.spec.uses_target:
-            new = np.ones(len(row), dtype=bool)
-        else:
-            new = np.r_[True, (row[1:] != row[:-1]) | (count[1:] != count[:-1])] if len(row) \
-                else np.zeros(0, bool)
-        starts = np.flatnonzero(new)
-        self.cls_row = row[starts]
-        self._cls_word = word[starts]
-        self._cls_link_count = count[starts]
-        self.cls_mult = np.diff(np.r_[starts, len(row)]).astype(np.float64)
-        self.cls_c = count[starts] / m.row_count[self.cls_row].astype(np.float64)
-        self.row_cls_ptr = np.searchsorted(self.cls_row, np.arange(self.num_rows + 1))
+            order = np.lexsort((count, link_row))
+            r, c = link_row[order], count[order]
+            new = np.r_[True, (r[1:] != r[:-1]) | (c[1:] != c[:-1])]
+        cls_start = np.flatnonzero(new)
+        cls_row = link_row[order][cls_start]
         link_class = np.empty(len(order), np.int64)
         link_class[order] = np.cumsum(new) - 1
-        self._link_class = link_class
+        rows = {
+            "key": feature[starts],
+            "type": (table["tag"].to_numpy()[starts].astype(np.int32) * num_feature_types
+                     + table["type"].to_numpy()[starts]),
+            "count": table["feature_count"].to_numpy()[starts],
+            "diversity": table["diversity"].to_numpy()[starts],
+            "cls_ptr": np.searchsorted(cls_row, np.arange(len(starts) + 1)),
+            "link_row": link_row,
+            "link_word": word,
+        }
+        classes = {"count": count[order][cls_start],
+                   "mult": np.diff(np.r_[cls_start, len(order)]),
+                   "word": word[order][cls_start].astype(np.int32)}
+        return rows, classes, link_class
 
-    def _build_events(self, m, events):
-        """Map event features to rows and each (row, target) to its class (-1 if none)."""
-        pair_event = np.repeat(np.arange(len(events)), np.diff(events.ptr))
-        pos = np.searchsorted(m.row_key, events.keys)
-        pos_ok = np.minimum(pos, max(self.num_rows - 1, 0))
-        present = (pos < self.num_rows) & (m.row_key[pos_ok] == events.keys) if self.num_rows \
-            else np.zeros(len(events.keys), bool)
-        pair_event, pair_row = pair_event[present], pos[present]
-        target = events.target[pair_event]
-        # Links are sorted by (row, word): find (row, target) with one searchsorted.
-        packed_links = (m.link_row.astype(np.int64) << 32) | m.link_word.astype(np.int64)
-        packed = (pair_row.astype(np.int64) << 32) | target.astype(np.int64)
-        lpos = np.searchsorted(packed_links, packed)
-        lpos_ok = np.minimum(lpos, max(len(packed_links) - 1, 0))
-        found = (lpos < len(packed_links)) & (packed_links[lpos_ok] == packed) \
-            if len(packed_links) else np.zeros(len(packed), bool)
-        pair_cls = np.where(found, self._link_class[lpos_ok] if len(packed_links) else -1, -1)
-        del self._link_class
+    def _map_events(self, events, pair_event, pair_index, pair_row, pair_cls):
+        """Keep the events some feature of which has seen the target; CSR of their pairs."""
+        order = np.argsort(pair_index, kind="stable")  # back to event order
+        pair_event = pair_event[pair_index[order]]
+        pair_row, pair_cls = pair_row[order], pair_cls[order]
         # An event whose target no feature has seen has P = 0 whatever theta: left out.
         seen = np.zeros(len(events), bool)
         seen[pair_event[pair_cls >= 0]] = True
-        keep_pair = seen[pair_event]
+        keep = seen[pair_event]
         self.num_unseen_targets = int(len(events) - seen.sum())
-        new_index = np.cumsum(seen) - 1
         self.event_sentence = events.sentence[seen]
         self.event_target = events.target[seen]
-        self.pair_row = pair_row[keep_pair].astype(np.int64)
-        self.pair_cls = pair_cls[keep_pair].astype(np.int64)
-        pair_event = new_index[pair_event[keep_pair]]
-        self.event_ptr = np.searchsorted(pair_event, np.arange(len(self.event_target) + 1))
-        self.event_len = np.diff(self.event_ptr)
+        self.pair_row = pair_row[keep]
+        self.pair_cls = pair_cls[keep]
+        pair_event = (np.cumsum(seen) - 1)[pair_event[keep]]
         self.num_events = len(self.event_target)
+        self.event_ptr = np.searchsorted(pair_event, np.arange(self.num_events + 1))
+        self.event_len = np.diff(self.event_ptr)
+
+    def _row_chunks(self, max_classes=1 << 16):
+        """Consecutive row ranges holding about ``max_classes`` classes each (bounds memory)."""
+        bounds = np.searchsorted(self.row_cls_ptr, np.arange(0, self.row_cls_ptr[-1],
+                                                             max_classes), side="right") - 1
+        bounds = sorted_distinct(np.r_[bounds, self.num_rows].clip(0, self.num_rows))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            yield np.arange(lo, hi)
+
+    def _used_indices(self):
+        """Sorted distinct hashed indices with a non-zero weight somewhere in small M."""
+        used = []
+        for rows in self._row_chunks():
+            classes, local_row, _ = self._row_classes(rows)
+            (r_idx, r_wt), (c_idx, c_wt) = self._hashed_entries(rows, classes, local_row)
+            used.append(sorted_distinct(np.concatenate([r_idx[r_wt > 0], c_idx[c_wt > 0]])))
+        return sorted_distinct(np.concatenate(used)) if used else np.zeros(0, np.int64)
 
     # --- forward and gradient -------------------------------------------------------
 
@@ -252,20 +297,87 @@ class AdjustmentProblem:
         local_row = np.repeat(np.arange(len(rows)), ends - starts)
         return classes, local_row, starts
 
+    def _hashed_entries(self, rows, classes, local_row):
+        """Hashed meta-feature entries: ``(index, weight)`` for rows (n, Kr) and classes (n, Kc)."""
+        spec = self.spec
+        row_groups = metafeatures.feature_groups(
+            spec, self.row_key[rows], self.type_fingerprint[self.row_type[rows]],
+            self.row_count[rows], self.row_diversity[rows])
+        cls_groups = metafeatures.link_groups(
+            spec, row_groups, local_row, None if self.cls_word is None else self.cls_word[classes],
+            self.cls_count[classes])
+        return (metafeatures.stack(row_groups, spec.hash_size, len(rows)),
+                metafeatures.stack(cls_groups, spec.hash_size, len(classes)))
+
+    def _params(self, hashed):
+        """Positions in theta of hashed indices."""
+        if self.param_index is None:
+            return hashed
+        return np.searchsorted(self.param_index, hashed)
+
+    def _fill_cache(self, budget):
+        """Precompute the class entries (theta positions) of the rows with most classes."""
+        if self.num_rows == 0:
+            return
+        sizes = np.diff(self.row_cls_ptr)
+        rows = np.argsort(-sizes, kind="stable")
+        probe = rows[:1]
+        width = self._hashed_entries(probe, *self._row_classes(probe)[:2])[1][0].shape[1]
+        per_class = 8 * width  # int32 position + float32 weight per entry
+        if per_class == 0:
+            return
+        cached = np.sort(rows[np.cumsum(sizes[rows]) * per_class <= budget])
+        if not len(cached):
+            return
+        self._cache_idx = np.empty((sizes[cached].sum(), width), np.int32)
+        self._cache_wt = np.empty(self._cache_idx.shape, np.float32)
+        offsets = np.r_[0, np.cumsum(sizes[cached])]
+        # Hash in chunks of about 64K classes: the temporaries stay small.
+        bounds = sorted_distinct(np.r_[np.searchsorted(offsets, np.arange(0, offsets[-1], 1 << 16),
+                                                       side="right") - 1, len(cached)])
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            chunk = cached[lo:hi]
+            classes, local_row, _ = self._row_classes(chunk)
+            _, (c_idx, c_wt) = self._hashed_entries(chunk, classes, local_row)
+            self._cache_idx[offsets[lo]:offsets[hi]] = self._params(c_idx)
+            self._cache_wt[offsets[lo]:offsets[hi]] = c_wt
+        self._cache_pos = np.full(self.num_rows, -1, np.int64)
+        self._cache_pos[cached] = offsets[:-1]
+
+    def _entries(self, rows, classes, local_row):
+        """Entries as theta positions: ``(row index, row weight, class index, class weight)``."""
+        if self._cache_pos is None:
+            (r_idx, r_wt), (c_idx, c_wt) = self._hashed_entries(rows, classes, local_row)
+            return self._params(r_idx), r_wt, self._params(c_idx), c_wt
+        start = self._cache_pos[rows][local_row]
+        hit = start >= 0
+        (r_idx, r_wt), (c_miss, w_miss) = self._hashed_entries(rows, classes[~hit],
+                                                               local_row[~hit])
+        c_idx = np.empty((len(classes), self._cache_idx.shape[1]), np.int64)
+        c_wt = np.empty(c_idx.shape, np.float32)
+        pos = start[hit] + (classes[hit] - self.row_cls_ptr[rows][local_row[hit]])
+        c_idx[hit] = self._cache_idx[pos]
+        c_wt[hit] = self._cache_wt[pos]
+        c_idx[~hit] = self._params(c_miss)
+        c_wt[~hit] = w_miss
+        return self._params(r_idx), r_wt, c_idx, c_wt
+
     def _adjusted(self, theta, rows, classes, local_row):
-        """M of each class and M_f* of each row, at ``theta`` (compact)."""
-        a_row = (theta[self.row_idx[rows]] * self.row_wt[rows]).sum(axis=1)
-        a_cls = a_row[local_row] + (theta[self.cls_idx[classes]] * self.cls_wt[classes]).sum(axis=1)
-        m = self.cls_c[classes] * np.exp(a_cls)
+        """M of each class, M_f* of each row, and the entries, at ``theta``."""
+        r_idx, r_wt, c_idx, c_wt = self._entries(rows, classes, local_row)
+        a_row = (theta[r_idx] * r_wt).sum(axis=1)
+        a_cls = a_row[local_row] + (theta[c_idx] * c_wt).sum(axis=1)
+        c = self.cls_count[classes] / self.row_count[rows][local_row]
+        m = c * np.exp(a_cls)
         m_star = np.bincount(local_row, weights=self.cls_mult[classes] * m, minlength=len(rows))
-        return m, m_star
+        return m, m_star, (r_idx, r_wt, c_idx, c_wt)
 
     def batch(self, theta, events, stale_m_star=None, gradient=True):
-        """Log-likelihood of ``events`` and its gradient with respect to compact theta.
+        """Log-likelihood of ``events`` and its gradient with respect to theta.
 
         Parameters
         ----------
-        theta : float64 (num_params,)
+        theta : float (num_params,)
         events : int array of event indices
         stale_m_star : float64 (num_rows,), optional
             M_f* to use in y(e) (the paper's per-epoch normalisation); default:
@@ -284,7 +396,8 @@ class AdjustmentProblem:
         rows = sorted_distinct(pair_row)
         local = np.searchsorted(rows, pair_row)
         classes, cls_local_row, starts = self._row_classes(rows)
-        m, m_star = self._adjusted(theta, rows, classes, cls_local_row)
+        m, m_star, (r_idx, r_wt, c_idx, c_wt) = self._adjusted(theta, rows, classes,
+                                                               cls_local_row)
         norm = m_star if stale_m_star is None else stale_m_star[rows]
         y = np.bincount(pair_event, weights=norm[local], minlength=len(events))
         pair_cls = self.pair_cls[pairs]
@@ -303,33 +416,39 @@ class AdjustmentProblem:
         alpha = np.bincount(local, weights=1.0 / y[pair_event], minlength=len(rows))
         g_cls = first - alpha[cls_local_row] * self.cls_mult[classes] * m
         g_row = np.bincount(cls_local_row, weights=g_cls, minlength=len(rows))
-        grad = np.bincount(self.row_idx[rows].ravel(),
-                           weights=(g_row[:, None] * self.row_wt[rows]).ravel(),
+        grad = np.bincount(r_idx.ravel(), weights=(g_row[:, None] * r_wt).ravel(),
                            minlength=self.num_params)
-        grad += np.bincount(self.cls_idx[classes].ravel(),
-                            weights=(g_cls[:, None] * self.cls_wt[classes]).ravel(),
+        grad += np.bincount(c_idx.ravel(), weights=(g_cls[:, None] * c_wt).ravel(),
                             minlength=self.num_params)
         return loglik, grad
 
     def m_star(self, theta):
         """Exact M_f* of every row at ``theta``."""
-        rows = np.arange(self.num_rows)
-        classes, local_row, _ = self._row_classes(rows)
-        return self._adjusted(theta, rows, classes, local_row)[1]
+        out = np.empty(self.num_rows)
+        for rows in self._row_chunks():
+            classes, local_row, _ = self._row_classes(rows)
+            out[rows] = self._adjusted(theta, rows, classes, local_row)[1]
+        return out
 
-    def log_likelihood(self, theta, events=None):
+    def log_likelihood(self, theta, events=None, chunk=16384):
         """Sum of log P over ``events`` (default: all) with exact normalisation."""
         events = np.arange(self.num_events) if events is None else events
-        total = 0.0
-        for start in range(0, len(events), 65536):
-            total += self.batch(theta, events[start:start + 65536], gradient=False)[0]
-        return total
+        return sum(self.batch(theta, events[start:start + chunk], gradient=False)[0]
+                   for start in range(0, len(events), chunk))
 
     def dense_theta(self, theta):
         """The ``hash_size`` weight table (float32) the apply stage reads."""
+        if self.param_index is None:
+            return theta.astype(np.float32)
         dense = np.zeros(self.spec.hash_size, dtype=np.float32)
         dense[self.param_index] = theta
         return dense
+
+    def weights_in_use(self):
+        """Number of hashed weights some small-M link has a non-zero entry for."""
+        if self.param_index is None:
+            return len(self._used_indices())
+        return len(self.param_index)
 
     def split_events(self, share=VALIDATION_SHARE):
         """Deterministic (train, validation) event indices; whole sentences go one way."""
@@ -377,12 +496,14 @@ def train(problem, settings, train_events=None, valid_events=None, log=None, pro
 
     Returns
     -------
-    theta : float64 (num_params,)
+    theta : float32 (num_params,)
     history : list of dicts, one per epoch (0 = untrained): loss, perplexities, seconds
     """
     train_events = np.arange(problem.num_events) if train_events is None else train_events
-    theta = np.zeros(problem.num_params)
-    acc = np.full(problem.num_params, settings.delta0)
+    # float32 halves the memory of the lexicalized hash_size-long vectors; the
+    # update itself is computed in float64.
+    theta = np.zeros(problem.num_params, dtype=np.float32)
+    acc = np.full(problem.num_params, settings.delta0, dtype=np.float32)
     rng = np.random.default_rng(settings.seed)
     history = []
 
@@ -410,8 +531,10 @@ def train(problem, settings, train_events=None, valid_events=None, log=None, pro
         stale = problem.m_star(theta) if settings.renormalize == "epoch" else None
         for b in range(0, len(order), settings.batch_size):
             _, grad = problem.batch(theta, order[b:b + settings.batch_size], stale)
-            acc += grad * grad
-            theta += settings.gamma * grad / np.sqrt(acc)
+            touched = np.flatnonzero(grad)
+            g = grad[touched]
+            acc[touched] += g * g
+            theta[touched] += settings.gamma * g / np.sqrt(acc[touched].astype(np.float64))
             if progress:
                 progress(epoch, min(b + settings.batch_size, len(order)), len(order))
         record(epoch, time.perf_counter() - start)

@@ -42,15 +42,16 @@ def join_tables(config, sources, heldout_lines, vocab, tags=None):
     return small_m, events_table, manifest
 
 
-def problem(config, sources, heldout_lines, spec, vocab=None, tags=None):
+def problem(config, sources, heldout_lines, spec, vocab=None, tags=None,
+            cache_bytes=trainer.ENTRY_CACHE_BYTES):
     """An AdjustmentProblem built directly from text."""
     if isinstance(config, str):
         config = preset(config) if "{" not in config else parse_config(config)
     vocab = vocab or vocabulary([l for s in sources for l in s] + list(heldout_lines))
     small_m, events, manifest = join_tables(config, sources, heldout_lines, vocab, tags)
-    return trainer.AdjustmentProblem(
-        trainer.SmallM.from_table(small_m, len(manifest["feature_types"])),
-        trainer.Events.from_table(events), spec, trainer.type_fingerprints(manifest))
+    return trainer.AdjustmentProblem([small_m], trainer.Events.from_table(events), spec,
+                                     trainer.type_fingerprints(manifest),
+                                     len(manifest["feature_types"]), cache_bytes)
 
 
 def random_theta(prob, scale, seed=0):

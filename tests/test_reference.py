@@ -22,15 +22,12 @@ def kernel_join(corpora, tmp_path_factory):
                      "--direct_num_workers=2"])
     join_stage.run(["--counts", str(root / "counts"), "--heldout",
                     os.path.join(corpora, "kernel", "dev.txt"), "--out", str(root / "heldout")])
-    return trainer.load_join(str(root / "heldout"))
+    return str(root / "heldout")
 
 
 @pytest.mark.parametrize("diversity, weights", [(False, 366), (True, 638)])
 def test_kernel_dev_unadjusted_perplexity_and_weight_count(kernel_join, diversity, weights):
-    small_m, events, manifest = kernel_join
-    prob = trainer.AdjustmentProblem(small_m, events, MetaFeatureSpec("unlexicalized", 1 << 22,
-                                                                      diversity),
-                                     trainer.type_fingerprints(manifest))
+    prob, _ = trainer.load_join(kernel_join, MetaFeatureSpec("unlexicalized", 1 << 22, diversity))
     assert prob.num_events == 52377 and prob.num_unseen_targets == 0
     ppl = trainer.perplexity(prob.log_likelihood(np.zeros(prob.num_params)), prob.num_events)
     assert ppl == pytest.approx(88.09196, rel=1e-6)

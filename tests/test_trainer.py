@@ -38,6 +38,27 @@ def test_gradient_equals_finite_differences(tiny):
         assert grad[k] == pytest.approx(numeric, rel=1e-4, abs=1e-6)
 
 
+def test_cached_and_hashed_entries_agree(tiny):
+    """Entries precomputed for the biggest rows equal entries hashed on the fly."""
+    if tiny._cache_pos is None:
+        pytest.skip("feature-only meta-features have no per-class entries to cache")
+    theta = random_theta(tiny, 0.3, seed=9)
+    events = np.arange(0, tiny.num_events, 2)
+    expected = tiny.batch(theta, events)
+    full = tiny._cache_idx.nbytes + tiny._cache_wt.nbytes
+    assert np.all(tiny._cache_pos >= 0)  # everything fits the default budget
+    for budget in (0, full // 3):  # nothing cached; the biggest rows cached
+        other = problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT, tiny.spec, tags=["a", "b"],
+                        cache_bytes=budget)
+        if budget:
+            assert 0 < np.count_nonzero(other._cache_pos >= 0) < other.num_rows
+        else:
+            assert other._cache_pos is None
+        loglik, grad = other.batch(theta, events)
+        assert loglik == pytest.approx(expected[0], rel=1e-12)
+        assert np.allclose(grad, expected[1], rtol=1e-9, atol=1e-12)
+
+
 def test_gradient_of_a_mini_batch(tiny):
     theta = random_theta(tiny, 0.2, seed=3)
     batch = np.arange(0, tiny.num_events, 3)
