@@ -17,7 +17,8 @@ setup(
         "xxhash>=3.0",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6"],
+        # kenlm: the tests load our ARPA export with KenLM and compare perplexities.
+        "test": ["pytest>=7", "hypothesis>=6", "kenlm"],
     },
     entry_points={"console_scripts": ["snm=snm.cli:main"]},
 )

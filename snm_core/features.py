@@ -147,6 +147,14 @@ class FeatureExtractor:
                                 for tag in self.tags], dtype=np.uint64)
 
     @property
+    def type_salts(self):
+        """uint64 (num_types,): the salt of each type id, a stable hash of (tag, type name).
+
+        The meta-features use it as the identity of a feature's type.
+        """
+        return self._salts.ravel()
+
+    @property
     def num_types(self):
         """Number of type ids: tags x feature types."""
         return len(self.tags) * len(self.feature_types)
@@ -211,6 +219,37 @@ class FeatureExtractor:
             _sequence=seq,
             _event_position=event_pos,
         )
+
+    def keys_for(self, type_id, words):
+        """Feature keys of one type id for given identity words (no text needed).
+
+        Parameters
+        ----------
+        type_id : int
+        words : int array (n, r + a), identity words oldest first (remote, then adjacent)
+
+        Returns
+        -------
+        uint64 (n,), equal to the keys :meth:`extract` gives those features
+        """
+        tag, type_index = divmod(int(type_id), len(self.feature_types))
+        feature_type = self.feature_types[type_index]
+        words = np.asarray(words)
+        if words.ndim != 2 or words.shape[1] < feature_type.num_words:
+            raise ValueError(f"{feature_type.name} needs words of shape (n, "
+                             f"{feature_type.num_words}), got {words.shape}")
+        r = feature_type.remote
+
+        def fold(columns):  # newest word first, as _sequence_hashes does
+            h = np.full(words.shape[0], hashing.SEQUENCE_SEED, dtype=np.uint64)
+            for col in reversed(columns):
+                h = hashing.combine(h, words[:, col])
+            return h
+
+        base = fold(range(r, feature_type.num_words))
+        if r:
+            base = hashing.combine(base, fold(range(r)))
+        return hashing.mix64(base ^ self._salts[tag][type_index])
 
     def render(self, type_id, words, vocab):
         """A feature in the paper's notation, e.g. ``[brown skip-2 over the lazy]``.

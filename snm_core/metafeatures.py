@@ -216,3 +216,34 @@ def stack(groups, hash_size, n):
     hashes *= np.uint64(hash_size)
     hashes >>= np.uint64(32)
     return hashes.astype(np.int64), weights
+
+
+def entries(spec, key, type_fingerprint, feature_count, diversity, unit_row, word, link_count):
+    """Hashed entries of rows (features) and of link units (links or link classes).
+
+    Parameters
+    ----------
+    spec : MetaFeatureSpec
+    key, type_fingerprint, feature_count, diversity : arrays (n_rows,)
+    unit_row : int array (n_units,), the row of each unit (index into the row arrays)
+    word, link_count : arrays (n_units,) (``word`` may be None unless lexicalized)
+
+    Returns
+    -------
+    (row_index (n_rows, Kr), row_weight), (unit_index (n_units, Ku), unit_weight)
+    """
+    row_groups = feature_groups(spec, key, type_fingerprint, feature_count, diversity)
+    unit_groups = link_groups(spec, row_groups, unit_row, word, link_count)
+    return (stack(row_groups, spec.hash_size, len(key)),
+            stack(unit_groups, spec.hash_size, len(unit_row)))
+
+
+def adjustment(theta, row_entries, unit_entries, unit_row):
+    """A(f, w) of every unit: its row's weighted weights plus its own.
+
+    ``row_entries`` and ``unit_entries`` are ``(index, weight)`` pairs whose
+    indices point into ``theta``.
+    """
+    (r_idx, r_wt), (u_idx, u_wt) = row_entries, unit_entries
+    a_row = (theta[r_idx] * r_wt).sum(axis=1)
+    return a_row[unit_row] + (theta[u_idx] * u_wt).sum(axis=1)

@@ -16,6 +16,12 @@ Count directory (``snm count``)::
                                      (distinct words after f), words list<int32>
                                      (identity words, oldest first), sorted by feature
 
+Model directory (``snm apply``): the count files' rows with the adjusted
+values, ``matrix-*.parquet`` (feature, word, count, ``m`` float32: M_fw) and
+``features-*.parquet`` (the count feature columns plus ``m_star`` float64:
+M_f*), with ``vocab.txt``, ``theta.npy``, ``config.cfg``, ``model_card.md``
+and ``compact/`` (numpy arrays for fast, memory-mapped loading).
+
 Bucket b holds the features whose key lies in the b-th of N equal key ranges
 (:func:`snm_core.hashing.bucket_of`), with all their links, so the files in
 bucket order form one table sorted by feature.
@@ -39,6 +45,9 @@ FEATURES = pa.schema([("feature", pa.uint64()), ("tag", pa.int16()), ("type", pa
 WORD_COUNTS = pa.schema([("word", pa.string()), ("count", pa.int64())])
 EVENTS = pa.schema([("file", pa.int16()), ("line", pa.int64()), ("target", pa.int32()),
                     ("features", pa.list_(pa.uint64()))])
+MATRIX = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
+                    ("m", pa.float32())])
+MODEL_FEATURES = pa.schema(list(FEATURES) + [pa.field("m_star", pa.float64())])
 SMALL_M = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
                      ("feature_count", pa.int64()), ("diversity", pa.int64()),
                      ("tag", pa.int16()), ("type", pa.int16())])

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from snm_core import hashing, metafeatures
 from snm_core.arrays import sorted_distinct
 from snm_core.errors import SnmInputError
-from snm_core.features import type_salt
+from snm_core.features import FeatureExtractor
 
 #: Memory for the precomputed meta-feature entries of the rows with the most
 #: classes (the empty feature, frequent contexts): a mini-batch touches them
@@ -99,9 +99,7 @@ def type_fingerprints(manifest):
     """Stable hash of each type id's (tag, type name), for the ``type`` meta-feature."""
     from snm_core.config import parse_config
 
-    types = parse_config(manifest["config"]).feature_types()
-    return np.array([type_salt(tag, t) for tag in manifest["tags"] for t in types],
-                    dtype=np.uint64)
+    return FeatureExtractor(parse_config(manifest["config"]), manifest["tags"]).type_salts
 
 
 def load_join(directory, spec):
@@ -299,15 +297,10 @@ class AdjustmentProblem:
 
     def _hashed_entries(self, rows, classes, local_row):
         """Hashed meta-feature entries: ``(index, weight)`` for rows (n, Kr) and classes (n, Kc)."""
-        spec = self.spec
-        row_groups = metafeatures.feature_groups(
-            spec, self.row_key[rows], self.type_fingerprint[self.row_type[rows]],
-            self.row_count[rows], self.row_diversity[rows])
-        cls_groups = metafeatures.link_groups(
-            spec, row_groups, local_row, None if self.cls_word is None else self.cls_word[classes],
-            self.cls_count[classes])
-        return (metafeatures.stack(row_groups, spec.hash_size, len(rows)),
-                metafeatures.stack(cls_groups, spec.hash_size, len(classes)))
+        return metafeatures.entries(
+            self.spec, self.row_key[rows], self.type_fingerprint[self.row_type[rows]],
+            self.row_count[rows], self.row_diversity[rows], local_row,
+            None if self.cls_word is None else self.cls_word[classes], self.cls_count[classes])
 
     def _params(self, hashed):
         """Positions in theta of hashed indices."""
@@ -365,8 +358,7 @@ class AdjustmentProblem:
     def _adjusted(self, theta, rows, classes, local_row):
         """M of each class, M_f* of each row, and the entries, at ``theta``."""
         r_idx, r_wt, c_idx, c_wt = self._entries(rows, classes, local_row)
-        a_row = (theta[r_idx] * r_wt).sum(axis=1)
-        a_cls = a_row[local_row] + (theta[c_idx] * c_wt).sum(axis=1)
+        a_cls = metafeatures.adjustment(theta, (r_idx, r_wt), (c_idx, c_wt), local_row)
         c = self.cls_count[classes] / self.row_count[rows][local_row]
         m = c * np.exp(a_cls)
         m_star = np.bincount(local_row, weights=self.cls_mult[classes] * m, minlength=len(rows))

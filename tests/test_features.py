@@ -197,3 +197,14 @@ def test_render_feature_checks_word_count():
     vocab = Vocabulary(["a"])
     with pytest.raises(ValueError, match="has 2 words"):
         render_feature(FeatureType("ngram", 0, 0, 2), [3], vocab)
+
+
+def test_keys_for_words_equal_extracted_keys():
+    ex = FeatureExtractor(preset("skip5gram"), tags=("a", "b"))
+    ev = ex.extract(SentenceBatch.from_lists([[3, 4, 5, 6, 7, 3, 4], [8, 9]]))
+    words = ev.context_words()
+    for type_id in np.unique(ev.type):
+        pairs = np.flatnonzero(ev.type == type_id)
+        _, ftype = ex.type_of(type_id)
+        got = ex.keys_for(type_id, words[pairs, :ftype.num_words])
+        assert np.array_equal(got, ev.key[pairs])

@@ -1,0 +1,147 @@
+"""snm apply: the adjusted matrix M for every link of the count table, as a model directory.
+
+    snm apply --counts counts/ --theta adjust/ --out model/
+
+Reads: a count directory (``snm count``) and a fit directory (``snm fit``:
+``theta.npy`` and its meta-feature settings).  Writes a self-contained model
+directory (see :mod:`snm_core.tables`):
+
+* ``matrix-BBBBB-of-NNNNN.parquet``: feature, word, count, m = M_fw (float32);
+* ``features-BBBBB-of-NNNNN.parquet``: the count's feature columns and
+  m_star = M_f* (float64);
+* ``vocab.txt``, ``config.cfg``, ``theta.npy``, ``model_card.md``,
+  ``manifest.json`` (corpus statistics, meta-feature settings, fit summary;
+  written last) and ``compact/`` (arrays for scoring, built after the pipeline
+  when the model directory is local).
+
+The pipeline is a Beam map over the count buckets: each worker reads one
+bucket's features and links, computes A(f, w) and M_fw for every link (numpy,
+in chunks) and M_f* for every feature.  A bucket holds all links of its
+features, so the per-feature sum is done in the same step, without a
+CombinePerKey shuffle.
+"""
+
+import logging
+import os
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines import common
+from pipelines.join import CountSettings
+from snm_core import model as model_lib
+from snm_core import tables
+from snm_core.errors import SnmInputError
+from snm_core.metafeatures import MetaFeatureSpec
+
+
+class AdjustBucket(beam.DoFn):
+    """Bucket number -> writes its matrix and features files; yields the bucket's totals."""
+
+    def __init__(self, settings, theta_path, spec, out):
+        self.settings = settings
+        self.theta_path = theta_path
+        self.spec = spec
+        self.out = out
+        self.links_counter = common.counter("model_links")
+
+    def setup(self):
+        import io
+        self.theta = np.load(io.BytesIO(common.read_bytes(self.theta_path)))
+        _, extractor = self.settings.build()
+        self.type_salts = extractor.type_salts
+        self.num_feature_types = len(extractor.feature_types)
+
+    def process(self, bucket):
+        paths = self.settings.bucket_paths(bucket)
+        features = common.read_parquet(paths["features"])
+        links = common.read_parquet(paths["links"])
+        matrix, model_features = model_lib.adjust_bucket(
+            features, links, self.theta, self.spec, self.type_salts, self.num_feature_types)
+        num_buckets = self.settings.num_buckets
+        common.write_parquet(matrix, common.join(self.out, tables.bucket_file("matrix", bucket,
+                                                                             num_buckets)))
+        common.write_parquet(model_features, common.join(
+            self.out, tables.bucket_file("features", bucket, num_buckets)))
+        self.links_counter.inc(matrix.num_rows)
+        yield {"links": matrix.num_rows, "features": model_features.num_rows}
+
+
+def write_manifest(totals, out, settings, fit_manifest):
+    counts = settings.manifest
+    files = [tables.bucket_file(prefix, b, settings.num_buckets)
+             for prefix in ("features", "matrix") for b in range(settings.num_buckets)]
+    manifest = {
+        "kind": "model", "format_version": tables.FORMAT_VERSION,
+        "config": counts["config"], "tags": counts["tags"],
+        "feature_types": counts["feature_types"],
+        "vocabulary_size": counts["vocabulary_size"],
+        "vocabulary_fingerprint": counts["vocabulary_fingerprint"],
+        "num_buckets": settings.num_buckets,
+        "files": sorted(files + ["vocab.txt", "theta.npy", "config.cfg"]),
+        "totals": {k: sum(t[k] for t in totals) for k in ("links", "features")},
+        "count_totals": counts["totals"],
+        "sources": counts["sources"],
+        "fit": {k: fit_manifest.get(k) for k in (
+            "metafeatures", "training", "choice", "small_m", "heldout_events",
+            "weights_in_use", "heldout_perplexity_unadjusted", "heldout_perplexity")},
+    }
+    common.remove_stale(out, set(files), ["matrix-*.parquet", "features-*.parquet"])
+    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    return manifest
+
+
+def run(argv=None):
+    parser = common.stage_parser(__doc__)
+    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
+    parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
+    parser.add_argument("--out", required=True, help="model directory")
+    args, beam_args = parser.parse_known_args(argv)
+    settings = CountSettings.load(args.counts)
+    fit_manifest = _read_fit(args.theta)
+    if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
+        raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
+                            f"{args.counts}; run snm join and snm fit on these counts")
+    spec = MetaFeatureSpec(**fit_manifest["metafeatures"])
+    theta_path = common.join(args.theta, "theta.npy")
+    common.makedirs(args.out)
+    common.remove_file(common.join(args.out, tables.MANIFEST))
+    common.remove_tree(common.join(args.out, model_lib.COMPACT))
+    for name in ("vocab.txt",):
+        common.write_bytes(common.read_bytes(common.join(args.counts, name)),
+                           common.join(args.out, name))
+    common.write_bytes(common.read_bytes(theta_path), common.join(args.out, "theta.npy"))
+    common.write_text(settings.manifest["config"], common.join(args.out, "config.cfg"))
+
+    def build(p):
+        _ = (p
+             | "Buckets" >> beam.Create(list(range(settings.num_buckets)))
+             | "Spread" >> beam.Reshuffle()
+             | "Adjust" >> beam.ParDo(AdjustBucket(settings, theta_path, spec, args.out))
+             | "Totals" >> beam.combiners.ToList()
+             | "WriteManifest" >> beam.Map(write_manifest, args.out, settings, fit_manifest))
+
+    metrics = common.run_pipeline(beam_args, build)
+    manifest = common.read_json(common.join(args.out, tables.MANIFEST))
+    if os.path.isdir(args.out):  # a local model: build the scoring arrays now
+        model_lib.compile_model(args.out)
+        model_lib.write_model_card(args.out, manifest)
+    common.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
+                         metrics)
+    return manifest
+
+
+def _read_fit(fit_dir):
+    try:
+        manifest = common.read_json(common.join(fit_dir, tables.MANIFEST))
+    except Exception:
+        raise SnmInputError(f"{fit_dir}: no readable {tables.MANIFEST}; not the output of a "
+                            "finished 'snm fit' run") from None
+    if manifest.get("kind") != "fit":
+        raise SnmInputError(f"{fit_dir}: not the output of 'snm fit'")
+    return manifest
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.WARNING)
+    run()

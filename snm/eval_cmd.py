@@ -1,0 +1,110 @@
+"""``snm eval`` (perplexity report) and ``snm score`` (per-sentence log10 probabilities)."""
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+
+from snm_core.errors import SnmInputError
+from snm_core.model import Model
+
+
+def read_lines(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SnmInputError(f"{path}: cannot read ({e.strerror})") from None
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise SnmInputError(f"{path}, line {number}: not valid UTF-8 ({e.reason})") from None
+    return out
+
+
+def format_report(name, report):
+    """A report in the spirit of KenLM's ``query`` summary."""
+    return "\n".join([
+        f"{name} model:",
+        f"  Perplexity including OOVs:\t{report['perplexity']:.4f}",
+        f"  Perplexity excluding OOVs:\t{report['perplexity_excluding_oov']:.4f}",
+        f"  OOVs:\t{report['oov']}",
+        f"  Tokens:\t{report['words']}",
+        f"  Sentences:\t{report['sentences']}",
+    ] + ([f"  Zero-probability tokens:\t{report['zero_probability']} (perplexity is infinite: "
+          "the model never saw <UNK>; build the vocabulary with --min_count 2 or more)"]
+         if report["zero_probability"] else []))
+
+
+def evaluate(model_dir, path):
+    """``{"adjusted": report, "unadjusted": report}`` of a text file."""
+    return Model.load(model_dir).evaluate_lines(read_lines(path))
+
+
+def eval_main(argv):
+    parser = argparse.ArgumentParser(prog="snm eval",
+                                     description="Perplexity of a text (one sentence a line).")
+    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("file", help="text to evaluate")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--unadjusted", action="store_true",
+                        help="report the unadjusted model (theta = 0) first / at the top level")
+    args = parser.parse_args(argv)
+    reports = evaluate(args.model, args.file)
+    first, second = ("unadjusted", "adjusted") if args.unadjusted else ("adjusted", "unadjusted")
+    if args.json:
+        print(json.dumps({**reports[first], "model": first, second: reports[second]},
+                         sort_keys=True))
+    else:
+        print(format_report(first.capitalize(), reports[first]))
+        print(format_report(second.capitalize(), reports[second]))
+    return 0
+
+
+def score_main(argv):
+    parser = argparse.ArgumentParser(
+        prog="snm score",
+        description="Per-sentence log10 probability (</S> included), one line per input line: "
+                    "log10_prob, predicted words, OOVs, the sentence; tab-separated.")
+    parser.add_argument("--model", required=True, help="model directory")
+    parser.add_argument("file", help="text to score")
+    parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
+    parser.add_argument("--out", help="output file (default: standard output)")
+    args = parser.parse_args(argv)
+    model = Model.load(args.model)
+    lines = read_lines(args.file)
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    try:
+        for start, kept, scores in model.score_lines(lines):
+            prob = scores.prob_unadjusted if args.unadjusted else scores.prob
+            with np.errstate(divide="ignore"):
+                log10 = np.bincount(scores.sentence, weights=np.log10(prob),
+                                    minlength=len(kept))
+            words = np.bincount(scores.sentence, minlength=len(kept))
+            oov = np.bincount(scores.sentence, weights=scores.target == 2, minlength=len(kept))
+            by_line = {int(k): i for i, k in enumerate(kept)}
+            end = min(start + 4096, len(lines))
+            for offset in range(end - start):
+                i = by_line.get(offset)
+                text = lines[start + offset]
+                if i is None:
+                    out.write(f"0\t0\t0\t{text}\n")
+                else:
+                    value = log10[i] if math.isfinite(log10[i]) else float("-inf")
+                    out.write(f"{value:.6f}\t{words[i]}\t{int(oov[i])}\t{text}\n")
+    finally:
+        if args.out:
+            out.close()
+    return 0
+
+
+def main(argv):
+    command, rest = argv[0], argv[1:]
+    return eval_main(rest) if command == "eval" else score_main(rest)

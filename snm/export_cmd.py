@@ -1,0 +1,14 @@
+"""``snm export-arpa``: write an n-gram model as an ARPA file for existing decoders."""
+
+import argparse
+
+from snm_core.arpa import export_arpa
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="snm export-arpa", description=__doc__)
+    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--out", required=True, help="ARPA file to write")
+    args = parser.parse_args(argv)
+    export_arpa(args.model, args.out)
+    return 0

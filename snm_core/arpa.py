@@ -1,0 +1,179 @@
+"""Exact ARPA export of an n-gram SNM model (``snm export-arpa``).
+
+For a configuration whose features are exactly the n-grams of lengths 0..N-1
+the SNM is a back-off model.  With, for a context h (summed over corpus tags),
+
+    S(h) = M_h*,  Z(h) = S(h) + Z(h'),  N(h, w) = M_hw + N(h', w),
+
+where h' drops the oldest word of h (Z and N of the empty context are its own
+S and M), the model gives P(w | h) = N(h, w) / Z(h) when (h, w) was seen and
+otherwise [Z(h') / Z(h)] P(w | h'); a context the model never saw backs off
+with weight 1.  So the ARPA entry of n-gram (h, w) is log10 N(h, w) / Z(h) and
+its back-off weight, as a context, is log10 Z(h') / Z(h).  Every context the
+model has is also an n-gram entry (the words before its last word were seen
+followed by it), every suffix of an entry is an entry, and ``<s>`` gets
+log10 probability -99 (it is never predicted).
+
+Everything is vectorised: contexts and links are keyed by 64-bit keys of
+their words (:meth:`FeatureExtractor.keys_for`, untagged), sums over tags use
+pyarrow dictionary encodings, suffix lookups a :class:`snm_core.model.KeyIndex`,
+and the text is formatted by pyarrow string kernels.
+"""
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from snm_core import io
+from snm_core.arrays import dense_ids
+from snm_core.config import parse_config
+from snm_core.errors import SnmInputError
+from snm_core.features import FeatureExtractor
+from snm_core.model import KeyIndex, link_key, read_model_tables
+from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
+
+ARPA_MARKERS = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
+#: log10 "probability" of <s>, which is never predicted (the SRILM convention).
+NEVER = -99.0
+
+
+def _context_keys(plain, lengths, words):
+    """Untagged n-gram keys of word rows (``words`` padded, ``lengths`` words each)."""
+    keys = np.empty(len(lengths), dtype=np.uint64)
+    for n in np.unique(lengths) if len(lengths) else []:
+        rows = np.flatnonzero(lengths == n)
+        keys[rows] = plain.keys_for(int(n), words[rows][:, :n])
+    return keys
+
+
+def export_arpa(model_dir, out_path, say=print):
+    """Write the ARPA file of an n-gram model; returns the n-gram count of each order."""
+    features, matrix, manifest = read_model_tables(model_dir)
+    config = parse_config(manifest["config"])
+    order = config.ngram_order
+    if order is None:
+        raise SnmInputError(
+            f"{model_dir}: ARPA holds only n-gram models; this configuration "
+            f"({', '.join(manifest['feature_types'])}) is not the n-grams of lengths 0..N "
+            "without skip-grams, so it has no exact back-off form")
+    vocab = Vocabulary.load(os.path.join(model_dir, "vocab.txt"))
+    for word in vocab.words[3:]:
+        if word in ("<s>", "</s>", "<unk>"):
+            raise SnmInputError(f"the vocabulary has the word {word!r}, which ARPA reserves")
+    plain = FeatureExtractor(config)  # untagged: tags are summed away
+
+    # Contexts: one per distinct word sequence, S summed over tags.
+    lengths = np.array([len(w) for w in features["words"].to_pylist()], dtype=np.int64) \
+        if features.num_rows else np.zeros(0, np.int64)
+    width = max(order - 1, 1)
+    words = np.full((features.num_rows, width), -1, dtype=np.int64)
+    flat = features["words"].combine_chunks().flatten().to_numpy() if features.num_rows else []
+    rows = np.repeat(np.arange(features.num_rows), lengths)
+    cols = np.arange(len(flat)) - np.repeat(np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+    words[rows, cols] = flat
+    tagged_keys = _context_keys(plain, lengths, words)
+    ids, ctx_keys_unsorted, first = dense_ids(tagged_keys)
+    s_ctx = np.bincount(ids, weights=features["m_star"].to_numpy(), minlength=len(first))
+    by_key = np.argsort(ctx_keys_unsorted)
+    ctx_keys = ctx_keys_unsorted[by_key]
+    ctx_len = lengths[first][by_key]
+    ctx_words = words[first][by_key]
+    s_ctx = s_ctx[by_key]
+    ctx_index = KeyIndex(ctx_keys)
+    ctx_of_feature = np.argsort(by_key)[ids]
+
+    # Links: one per (context, word), M summed over tags.
+    diversity = features["diversity"].to_numpy()
+    link_ctx = np.repeat(ctx_of_feature, diversity)
+    link_word = matrix["word"].to_numpy().astype(np.int64)
+    packed = (link_ctx.astype(np.uint64) << np.uint64(32)) | link_word.astype(np.uint64)
+    link_ids, unique_packed, _ = dense_ids(packed)
+    n_self = np.bincount(link_ids, weights=matrix["m"].to_numpy().astype(np.float64),
+                         minlength=len(unique_packed))
+    l_ctx = (unique_packed >> np.uint64(32)).astype(np.int64)
+    l_word = (unique_packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    l_keys = link_key(ctx_keys[l_ctx], l_word)
+    l_order = np.argsort(l_keys)
+    l_ctx, l_word, n_self, l_keys = l_ctx[l_order], l_word[l_order], n_self[l_order], l_keys[l_order]
+    link_index = KeyIndex(l_keys)
+
+    # Z and N, shortest contexts first: the suffix's values are final by then.
+    z = s_ctx.copy()
+    n_total = n_self.copy()
+    suffix_key = np.zeros(len(ctx_keys), np.uint64)
+    for n in range(1, order):
+        ctx = np.flatnonzero(ctx_len == n)
+        if not len(ctx):
+            continue
+        suffix_key[ctx] = _context_keys(plain, np.full(len(ctx), n - 1), ctx_words[ctx][:, 1:])
+        suffix = ctx_index.find(suffix_key[ctx])
+        if np.any(suffix < 0):
+            raise SnmInputError(f"{model_dir}: a context's suffix is missing; the model is not "
+                                "a complete n-gram model")
+        z[ctx] += z[suffix]
+        links = np.flatnonzero(ctx_len[l_ctx] == n)
+        lower = link_index.find(link_key(suffix_key[l_ctx[links]], l_word[links]))
+        if np.any(lower < 0):
+            raise SnmInputError(f"{model_dir}: an n-gram's suffix is missing")
+        n_total[links] += n_total[lower]
+
+    log_prob = np.log10(n_total / z[l_ctx])
+    # Back-off of entry (h, w) used as a context g = h + w: log10 Z(g') / Z(g).
+    entry_len = ctx_len[l_ctx] + 1
+    backoff = np.zeros(len(l_keys))
+    has_bo = np.zeros(len(l_keys), bool)
+    for n in range(1, order):
+        rows = np.flatnonzero(entry_len == n)
+        g_words = np.concatenate([ctx_words[l_ctx[rows], :n - 1], l_word[rows, None]], axis=1)
+        g = ctx_index.find(_context_keys(plain, np.full(len(rows), n), g_words))
+        found = g >= 0
+        g_suffix = ctx_index.find(_context_keys(plain, np.full(found.sum(), n - 1),
+                                                g_words[found, 1:]))
+        backoff[rows[found]] = np.log10(z[g_suffix] / z[g[found]])
+        has_bo[rows[found]] = True
+
+    counts = _write(out_path, order, vocab, ctx_len, ctx_words, ctx_index, plain, z,
+                    l_ctx, l_word, entry_len, log_prob, backoff, has_bo)
+    say(f"wrote {out_path}: " + ", ".join(f"{n}-grams {c:,}" for n, c in counts.items()))
+    return counts
+
+
+def _write(out_path, order, vocab, ctx_len, ctx_words, ctx_index, plain, z, l_ctx, l_word,
+           entry_len, log_prob, backoff, has_bo):
+    names = [ARPA_MARKERS.get(i, w) for i, w in enumerate(vocab.words)]
+    word_strings = pa.array(names, pa.string())
+    counts = {}
+    sections = []
+    bos = ctx_index.find(_context_keys(plain, np.array([1]), np.array([[BOS_ID]])))[0]
+    empty = ctx_index.find(_context_keys(plain, np.array([0]), np.zeros((1, 1), np.int64)))[0]
+    for n in range(1, order + 1):
+        rows = np.flatnonzero(entry_len == n)
+        parts = [word_strings.take(pa.array(ctx_words[l_ctx[rows], j])) for j in range(n - 1)]
+        parts.append(word_strings.take(pa.array(l_word[rows])))
+        text = pc.binary_join_element_wise(*parts, " ") if n > 1 else parts[0]
+        prob = pc.cast(pa.array(log_prob[rows].astype(np.float32)), pa.string())
+        columns = [prob, text]
+        if n < order:
+            bo = pc.cast(pa.array(np.where(has_bo[rows], backoff[rows], 0.0).astype(np.float32)),
+                         pa.string())
+            columns.append(bo)
+        lines = pc.binary_join_element_wise(*columns, "\t").to_pylist()
+        if n == 1:
+            extra = []
+            if bos >= 0:
+                extra.append(f"{NEVER:g}\t<s>\t{np.float32(np.log10(z[empty] / z[bos]))}")
+            if not np.any(l_word[rows] == UNK_ID):
+                extra.append(f"{NEVER:g}\t<unk>\t0")
+            lines = extra + lines
+        counts[n] = len(lines)
+        sections.append((n, lines))
+    body = ["\\data\\"] + [f"ngram {n}={c}" for n, c in counts.items()] + [""]
+    for n, lines in sections:
+        body.append(f"\\{n}-grams:")
+        body.extend(lines)
+        body.append("")
+    body.append("\\end\\")
+    io.atomic_write_text(out_path, "\n".join(body) + "\n")
+    return counts
