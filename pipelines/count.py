@@ -29,6 +29,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
+import pyarrow as pa
 
 from pipelines import common
 from pipelines.shuffle import MODES, ArrayShuffle
@@ -125,36 +126,75 @@ class ExtractLinkPartials(beam.DoFn):
         self.links, self.features, self.stats, self.pending = [], [], {}, 0
 
 
-class WriteBucket(beam.DoFn):
-    """``(bucket, parts)`` -> merged, sorted link and feature files; yields the bucket's totals."""
+class MergeBucket(beam.DoFn):
+    """``(bucket, parts)`` -> the bucket's feature file; links and continuation names onward.
 
-    def __init__(self, out, num_buckets, num_feature_types, shuffle):
+    Yields ``(bucket, ("links", payload))`` for this bucket's summed links,
+    ``(parent bucket, ("extensions", payload))`` for the links they extend
+    (see :func:`snm_core.counting.extension_keys`), and the stats.
+    """
+
+    def __init__(self, settings, out, num_buckets, shuffle):
+        self.settings = settings
         self.out = out
         self.num_buckets = num_buckets
-        self.num_feature_types = num_feature_types
         self.shuffle = shuffle
-        self.links_counter = common.counter("links")
         self.features_counter = common.counter("features")
+
+    def setup(self):
+        _, self.extractor = self.settings.build()
+        self.parents = counting.parent_types(self.extractor.config)
 
     def process(self, element):
         bucket, parts = element
-        link_parts, feature_parts, totals = [], [], {}
+        link_parts, feature_parts = [], []
         for kind, payload in parts:
             if kind == "stats":
-                _add(totals, payload)
+                yield bucket, ("stats", payload)
                 continue
             part = self.shuffle.receive(payload)
             link_parts.append(part["links"])
             feature_parts.append(part["features"])
         links, features = counting.merge_bucket(link_parts, feature_parts,
-                                                self.num_feature_types)
-        common.write_parquet(links, common.join(
-            self.out, tables.bucket_file("links", bucket, self.num_buckets)))
+                                                len(self.extractor.feature_types))
         common.write_parquet(features, common.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
-        self.links_counter.inc(links.num_rows)
         self.features_counter.inc(features.num_rows)
-        _add(totals, {"links": links.num_rows, "features": features.num_rows})
+        yield bucket, ("stats", {"features": features.num_rows})
+        yield bucket, ("links", self.shuffle.send(
+            {"links": {name: links[name].to_numpy() for name in links.column_names}}))
+        parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
+                                                              self.parents)
+        for target, part in counting.split_by_bucket({"feature": parent_feature,
+                                                      "link": parent_link}, self.num_buckets):
+            yield target, ("extensions", self.shuffle.send({"extensions": part}))
+
+
+class WriteLinks(beam.DoFn):
+    """``(bucket, parts)`` -> the bucket's links file with continuation counts; yields totals."""
+
+    def __init__(self, out, num_buckets, shuffle):
+        self.out = out
+        self.num_buckets = num_buckets
+        self.shuffle = shuffle
+        self.links_counter = common.counter("links")
+
+    def process(self, element):
+        bucket, parts = element
+        links, extensions, totals = None, [], {}
+        for kind, payload in parts:
+            if kind == "stats":
+                _add(totals, payload)
+            elif kind == "links":
+                links = pa.table(self.shuffle.receive(payload)["links"])
+            else:
+                extensions.append(self.shuffle.receive(payload)["extensions"]["link"])
+        links = counting.add_continuation(
+            links, np.concatenate(extensions) if extensions else np.zeros(0, np.uint64))
+        common.write_parquet(links.cast(tables.LINKS), common.join(
+            self.out, tables.bucket_file("links", bucket, self.num_buckets)))
+        self.links_counter.inc(links.num_rows)
+        _add(totals, {"links": links.num_rows})
         yield {"totals": totals, "buckets": [bucket]}
 
 
@@ -267,11 +307,12 @@ class CountLinks(beam.PTransform):
         else:
             partials = batches | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
                 self.settings, self.num_buckets, self.flush_links, self.shuffle))
-        num_types = len(parse_config(self.settings.config_text).feature_types())
         return (partials
                 | "GroupByBucket" >> beam.GroupByKey()
-                | "WriteBuckets" >> beam.ParDo(WriteBucket(self.out, self.num_buckets, num_types,
-                                                           self.shuffle))
+                | "MergeBuckets" >> beam.ParDo(MergeBucket(self.settings, self.out,
+                                                           self.num_buckets, self.shuffle))
+                | "GroupByLinkBucket" >> beam.GroupByKey()
+                | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle))
                 | "SumTotals" >> beam.CombineGlobally(SumTotals()))
 
 
@@ -280,8 +321,8 @@ def write_manifest(result, out, num_buckets, config, tags, vocab, sources):
     ArrayShuffle("files", out).cleanup()
     num_types = len(config.feature_types())
     for bucket in sorted(set(range(num_buckets)) - set(result["buckets"])):
-        links, features = counting.merge_bucket([], [], num_types)
-        common.write_parquet(links, common.join(out, tables.bucket_file("links", bucket,
+        _, features = counting.merge_bucket([], [], num_types)
+        common.write_parquet(tables.LINKS.empty_table(), common.join(out, tables.bucket_file("links", bucket,
                                                                         num_buckets)))
         common.write_parquet(features, common.join(out, tables.bucket_file("features", bucket,
                                                                            num_buckets)))

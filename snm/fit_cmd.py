@@ -31,6 +31,8 @@ def add_fit_args(parser):
                         help="size of the hashed weight table (default %(default)s)")
     parser.add_argument("--no_diversity", action="store_true",
                         help="leave out the diversity-count meta-features")
+    parser.add_argument("--no_continuation", action="store_true",
+                        help="leave out the continuation-count meta-features (N1+(. f w))")
     parser.add_argument("--batch_size", type=int, default=trainer.BATCH_SIZE)
     parser.add_argument("--gamma", type=float, default=trainer.GAMMA)
     parser.add_argument("--delta0", type=float, default=trainer.DELTA0)
@@ -42,7 +44,8 @@ def add_fit_args(parser):
 def options_from(args):
     return FitOptions(metafeatures=args.metafeatures, epochs=args.epochs,
                       max_epochs=args.max_epochs, hash_size=args.hash_size,
-                      diversity=not args.no_diversity, batch_size=args.batch_size,
+                      diversity=not args.no_diversity,
+                      continuation=not args.no_continuation, batch_size=args.batch_size,
                       gamma=args.gamma, delta0=args.delta0, renormalize=args.renormalize,
                       seed=args.seed)
 

@@ -10,6 +10,10 @@ outputs around (DESIGN.md, "Speed"):
    shuffle element per bucket.
 3. :func:`merge_bucket`: sums all partials of one bucket and produces its final
    tables, sorted, with C(f,*) and the diversity of each feature.
+4. :func:`extension_keys` then :func:`add_continuation`: every link of a type
+   that extends a shorter one (an n-gram of the (n-1)-gram) names the link it
+   extends; the names are shuffled to that link's bucket and counted there
+   (Kneser-Ney's continuation count N1+(. f w)).
 
 Partials are dicts of numpy arrays (they pickle cheaply):
 
@@ -20,6 +24,7 @@ Partials are dicts of numpy arrays (they pickle cheaply):
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from snm_core import hashing, tables
 from snm_core.arrays import dense_ids
@@ -98,6 +103,10 @@ def reduce_partials(link_parts, feature_parts):
     return links, {k: v[first] for k, v in feats.items()}
 
 
+_COUNTED_LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()),
+                           ("count", pa.int64())])
+
+
 def split_by_bucket(partial, num_buckets):
     """Yield ``(bucket, sub_partial)`` for every non-empty key-range bucket."""
     bucket = hashing.bucket_of(partial["feature"], num_buckets).astype(np.uint16)
@@ -137,11 +146,11 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
 
     Returns
     -------
-    links : pyarrow.Table, schema :data:`snm_core.tables.LINKS`, sorted by (feature, word)
+    links : pyarrow.Table, feature, word, count (no continuation yet), sorted by (feature, word)
     features : pyarrow.Table, schema :data:`snm_core.tables.FEATURES`, sorted by feature
     """
     if not link_parts:
-        return tables.LINKS.empty_table(), tables.FEATURES.empty_table()
+        return _COUNTED_LINKS.empty_table(), tables.FEATURES.empty_table()
     parts = concat_partials(link_parts)
     order = sort_by_feature_and_word(parts["feature"], parts["word"])
     feature, word = parts["feature"][order], parts["word"][order]
@@ -168,7 +177,7 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     np.cumsum(present.sum(axis=1), out=offsets[1:])
     words_list = pa.ListArray.from_arrays(pa.array(offsets), pa.array(words[present], pa.int32()))
     link_table = pa.table({"feature": feature, "word": word.astype(np.int32),
-                           "count": count.astype(np.int64)}, schema=tables.LINKS)
+                           "count": count.astype(np.int64)})
     feature_table = pa.table({
         "feature": row_keys,
         "tag": (type_id // num_feature_types).astype(np.int16),
@@ -178,3 +187,77 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
         "words": words_list,
     }, schema=tables.FEATURES)
     return link_table, feature_table
+
+
+# --- continuation counts ------------------------------------------------------------------
+
+def parent_types(config):
+    """For each feature type, the type it extends by one older word (-1 if none).
+
+    An n-gram of length n extends the (n-1)-gram; a skip-gram (r, s, a) extends
+    (r-1, s, a) when r >= 2 and the configuration has that type.
+    """
+    from snm_core.config import FeatureType
+
+    types = config.feature_types()
+    index = {t: i for i, t in enumerate(types)}
+    parents = np.full(len(types), -1, dtype=np.int64)
+    for i, t in enumerate(types):
+        if t.kind == "ngram" and t.adjacent >= 1:
+            parent = FeatureType("ngram", 0, 0, t.adjacent - 1)
+        elif t.kind == "skip" and t.remote >= 2:
+            parent = FeatureType("skip", t.remote - 1, t.skip, t.adjacent)
+        else:
+            continue
+        parents[i] = index.get(parent, -1)
+    return parents
+
+
+def extension_keys(features, links, extractor, parents):
+    """Where each link (f', w) of a type that extends another sends its continuation.
+
+    The link extends (f, w), f being f' without its oldest word (same tag);
+    every distinct f' of a (f, w) adds one to the continuation count of (f, w),
+    the number of distinct words seen right before f followed by w (Kneser-Ney's
+    N1+(. f w)).
+
+    Returns
+    -------
+    parent_feature : uint64 (k,), key of f for the k links that extend one
+    parent_link : uint64 (k,), :func:`snm_core.model.link_key` of (f, w)
+    """
+    from snm_core.model import link_key
+
+    n_types = len(extractor.feature_types)
+    tag = features["tag"].to_numpy().astype(np.int64)
+    type_index = features["type"].to_numpy().astype(np.int64)
+    parent_key = np.zeros(features.num_rows, dtype=np.uint64)
+    has_parent = parents[type_index] >= 0 if features.num_rows else np.zeros(0, bool)
+    for t in np.flatnonzero(parents >= 0):
+        width = extractor.feature_types[t].num_words
+        for g in range(len(extractor.tags)):
+            rows = np.flatnonzero((type_index == t) & (tag == g))
+            if not len(rows):
+                continue
+            words = pc.list_flatten(features["words"].take(pa.array(rows))).to_numpy()
+            parent_key[rows] = extractor.keys_for(g * n_types + parents[t],
+                                                  words.reshape(len(rows), width)[:, 1:])
+    diversity = features["diversity"].to_numpy()
+    link_has = np.repeat(has_parent, diversity)
+    link_parent = np.repeat(parent_key, diversity)[link_has]
+    word = links["word"].to_numpy()[link_has]
+    return link_parent, link_key(link_parent, word)
+
+
+def add_continuation(links, extension_link_keys):
+    """``links`` with a ``continuation`` column: how many extension keys name each link."""
+    from snm_core.model import link_key
+
+    feature = links["feature"].to_numpy()
+    own = link_key(feature, links["word"].to_numpy())
+    ext = np.sort(extension_link_keys)
+    order = np.argsort(own)  # sorted queries walk the sorted keys in order
+    counts = np.empty(len(own), dtype=np.int64)
+    counts[order] = (np.searchsorted(ext, own[order], side="right")
+                     - np.searchsorted(ext, own[order], side="left"))
+    return links.append_column("continuation", pa.array(counts))

@@ -44,6 +44,7 @@ class FitOptions:
     max_epochs: int = DEFAULT_MAX_EPOCHS
     hash_size: int = mf.DEFAULT_HASH_SIZE
     diversity: bool = True
+    continuation: bool = True
     batch_size: int = trainer.BATCH_SIZE
     gamma: float = trainer.GAMMA
     delta0: float = trainer.DELTA0
@@ -52,7 +53,9 @@ class FitOptions:
 
     def candidates(self):
         variants = mf.VARIANTS if self.metafeatures == AUTO else (self.metafeatures,)
-        return [mf.MetaFeatureSpec(v, self.hash_size, self.diversity) for v in variants]
+        return [mf.MetaFeatureSpec(v, self.hash_size, self.diversity,
+                                   self.continuation and v != "feature-only")
+                for v in variants]
 
     def settings(self, epochs):
         return trainer.TrainSettings(epochs=epochs, batch_size=self.batch_size, gamma=self.gamma,

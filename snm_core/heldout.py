@@ -54,6 +54,7 @@ def select_rows(features, links, keys):
         "feature": chosen["feature"],
         "word": chosen["word"],
         "count": chosen["count"],
+        "continuation": chosen["continuation"],
         "feature_count": np.repeat(selected["count"].to_numpy(), repeat),
         "diversity": np.repeat(repeat, repeat),
         "tag": np.repeat(selected["tag"].to_numpy(), repeat),

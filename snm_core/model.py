@@ -83,6 +83,7 @@ def adjust_bucket(features, links, theta, spec, type_fingerprint, num_feature_ty
                             "of links; re-run snm count")
     word = links["word"].to_numpy()
     count = links["count"].to_numpy()
+    continuation = links["continuation"].to_numpy()
     m = np.empty(len(word), dtype=np.float32)
     m_star = np.zeros(len(key), dtype=np.float64)
     bounds = sorted_distinct(np.r_[np.searchsorted(ptr, np.arange(0, ptr[-1], ADJUST_CHUNK_LINKS),
@@ -92,7 +93,7 @@ def adjust_bucket(features, links, theta, spec, type_fingerprint, num_feature_ty
         unit_row = np.repeat(np.arange(hi - lo), diversity[lo:hi])
         row_entries, unit_entries = metafeatures.entries(
             spec, key[lo:hi], type_fingerprint[type_id[lo:hi]], feature_count[lo:hi],
-            diversity[lo:hi], unit_row, word[a:b], count[a:b])
+            diversity[lo:hi], unit_row, word[a:b], count[a:b], continuation[a:b])
         adjusted = metafeatures.adjustment(theta, row_entries, unit_entries, unit_row)
         values = count[a:b] / feature_count[lo:hi][unit_row] * np.exp(adjusted)
         m[a:b] = values

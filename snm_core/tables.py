@@ -10,7 +10,10 @@ Count directory (``snm count``)::
                                bucket count, file list, totals
     vocab.txt                  the vocabulary the word ids refer to
     links-BBBBB-of-NNNNN.parquet     feature uint64, word int32, count int64
-                                     (C(f,w)), sorted by (feature, word)
+                                     (C(f,w)), continuation int64 (distinct
+                                     words seen before f followed by w, for
+                                     types that have a one-word-longer type;
+                                     else 0), sorted by (feature, word)
     features-BBBBB-of-NNNNN.parquet  feature uint64, tag int16, type int16,
                                      count int64 (C(f,*)), diversity int64
                                      (distinct words after f), words list<int32>
@@ -38,7 +41,8 @@ from snm_core.errors import SnmInputError
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
-LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64())])
+LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
+                   ("continuation", pa.int64())])
 FEATURES = pa.schema([("feature", pa.uint64()), ("tag", pa.int16()), ("type", pa.int16()),
                       ("count", pa.int64()), ("diversity", pa.int64()),
                       ("words", pa.list_(pa.int32()))])
@@ -49,8 +53,8 @@ MATRIX = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa
                     ("m", pa.float32())])
 MODEL_FEATURES = pa.schema(list(FEATURES) + [pa.field("m_star", pa.float64())])
 SMALL_M = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
-                     ("feature_count", pa.int64()), ("diversity", pa.int64()),
-                     ("tag", pa.int16()), ("type", pa.int16())])
+                     ("continuation", pa.int64()), ("feature_count", pa.int64()),
+                     ("diversity", pa.int64()), ("tag", pa.int16()), ("type", pa.int16())])
 
 
 def bucket_file(prefix, bucket, num_buckets):

@@ -210,6 +210,8 @@ class AdjustmentProblem:
         self.row_diversity = cat(rows, "diversity", np.int64)
         self.row_cls_ptr = np.r_[cat(rows, "cls_ptr", np.int64), n_classes]
         self.cls_count = cat(classes, "count", np.int64)
+        self.cls_continuation = cat(classes, "continuation", np.int64) \
+            if self.spec.continuation else None
         self.cls_mult = cat(classes, "mult", np.float32)
         self.cls_word = cat(classes, "word", np.int32) if self.spec.uses_target else None
         self._map_events(events, pair_event, cat([{"i": p} for p in pair_index], "i", np.int64),
@@ -224,13 +226,15 @@ class AdjustmentProblem:
         starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]])
         link_row = np.repeat(np.arange(len(starts), dtype=np.int64),
                              np.diff(np.r_[starts, len(feature)]))
+        cont = table["continuation"].to_numpy() if self.spec.continuation else \
+            np.zeros(len(feature), np.int64)
         if self.spec.uses_target:
             order = np.arange(len(feature))  # every link is its own class
             new = np.ones(len(feature), dtype=bool)
         else:
-            order = np.lexsort((count, link_row))
-            r, c = link_row[order], count[order]
-            new = np.r_[True, (r[1:] != r[:-1]) | (c[1:] != c[:-1])]
+            order = np.lexsort((cont, count, link_row))
+            r, c, d = link_row[order], count[order], cont[order]
+            new = np.r_[True, (r[1:] != r[:-1]) | (c[1:] != c[:-1]) | (d[1:] != d[:-1])]
         cls_start = np.flatnonzero(new)
         cls_row = link_row[order][cls_start]
         link_class = np.empty(len(order), np.int64)
@@ -246,6 +250,7 @@ class AdjustmentProblem:
             "link_word": word,
         }
         classes = {"count": count[order][cls_start],
+                   "continuation": cont[order][cls_start],
                    "mult": np.diff(np.r_[cls_start, len(order)]),
                    "word": word[order][cls_start].astype(np.int32)}
         return rows, classes, link_class
@@ -300,7 +305,8 @@ class AdjustmentProblem:
         return metafeatures.entries(
             self.spec, self.row_key[rows], self.type_fingerprint[self.row_type[rows]],
             self.row_count[rows], self.row_diversity[rows], local_row,
-            None if self.cls_word is None else self.cls_word[classes], self.cls_count[classes])
+            None if self.cls_word is None else self.cls_word[classes], self.cls_count[classes],
+            None if self.cls_continuation is None else self.cls_continuation[classes])
 
     def _params(self, hashed):
         """Positions in theta of hashed indices."""

@@ -18,14 +18,34 @@ def read_counts(directory):
     return links, features, manifest
 
 
-def counts_by_identity(directory):
+def counts_by_identity(directory, column="count"):
     """``{((tag, type name, words), word id): count}`` read back from a count directory."""
     links, features, manifest = read_counts(directory)
     identity = {}
     for row in features.to_pylist():
         identity[row["feature"]] = (manifest["tags"][row["tag"]],
                                     manifest["feature_types"][row["type"]], tuple(row["words"]))
-    return {(identity[r["feature"]], r["word"]): r["count"] for r in links.to_pylist()}
+    return {(identity[r["feature"]], r["word"]): r[column] for r in links.to_pylist()}
+
+
+def parent_name(name):
+    """The type a type extends by one older word (see counting.parent_types), by name."""
+    import re
+    n = re.fullmatch(r"(\d+)-gram", name)
+    if n:
+        return f"{int(n.group(1)) - 1}-gram" if int(n.group(1)) >= 1 else None
+    r, s, a = re.fullmatch(r"skip\(r=(\d+),s=(\S+),a=(\d+)\)", name).groups()
+    return f"skip(r={int(r) - 1},s={s},a={a})" if int(r) >= 2 else None
+
+
+def brute_force_continuations(counts, type_names):
+    """``{link: N1+(. f w)}`` from brute-force link counts: distinct one-word-longer extensions."""
+    result = {link: 0 for link in counts}
+    for ((tag, name, words), w) in counts:
+        parent = parent_name(name)
+        if parent in type_names:
+            result[((tag, parent, words[1:]), w)] += 1
+    return result
 
 
 def brute_force_counts(config, sources, vocab):

@@ -13,7 +13,8 @@ from snm_core.config import load_config
 from snm_core.errors import SnmInputError
 from snm_core.vocab import Vocabulary
 
-from countutil import brute_force_counts, counts_by_identity, read_counts, write_lines
+from countutil import (brute_force_continuations, brute_force_counts, counts_by_identity,
+                       read_counts, write_lines)
 
 SKIP_CONFIG = """
 ngram_extractor { min_n: 0 max_n: 2 }
@@ -65,6 +66,8 @@ def test_counts_equal_brute_force(corpus, tmp_path, config_name, tagged):
     vocab = Vocabulary.load(corpus["vocab"])
     expected = brute_force_counts(load_config(config), sources, vocab)
     assert counts_by_identity(tmp_path / "counts") == expected
+    assert counts_by_identity(tmp_path / "counts", "continuation") == \
+        brute_force_continuations(expected, set(manifest["feature_types"]))
     assert manifest["totals"]["links"] == len(expected)
     assert manifest["totals"]["sentences"] == 302
     assert manifest["totals"]["empty_lines"] == 2

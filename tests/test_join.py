@@ -38,7 +38,8 @@ def test_small_m_equals_a_brute_force_join(joined):
     wanted = set(events.key.tolist())
     feature_rows = {r["feature"]: r for r in features.to_pylist()}
     expected = sorted(
-        (r["feature"], r["word"], r["count"], feature_rows[r["feature"]]["count"],
+        (r["feature"], r["word"], r["count"], r["continuation"],
+         feature_rows[r["feature"]]["count"],
          feature_rows[r["feature"]]["diversity"], feature_rows[r["feature"]]["tag"],
          feature_rows[r["feature"]]["type"])
         for r in links.to_pylist() if r["feature"] in wanted)

@@ -15,12 +15,17 @@ SKIP = ("ngram_extractor { min_n: 0 max_n: 2 }\n"
         "tie_skip_length: true }")
 
 
-@pytest.fixture(scope="module", params=[(v, d) for v in VARIANTS for d in (False, True)],
-                ids=lambda p: f"{p[0]}{'+diversity' if p[1] else ''}")
+SPECS = [(v, d, c) for v in VARIANTS for d in (False, True) for c in (False, True)
+         if not (c and v == "feature-only")]
+
+
+@pytest.fixture(scope="module", params=SPECS,
+                ids=lambda p: p[0] + ("+diversity" if p[1] else "") + ("+continuation" if p[2] else ""))
 def tiny(request):
-    variant, diversity = request.param
+    variant, diversity, continuation = request.param
     return problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT,
-                   MetaFeatureSpec(variant, hash_size=1 << 16, diversity=diversity),
+                   MetaFeatureSpec(variant, hash_size=1 << 16, diversity=diversity,
+                                   continuation=continuation),
                    tags=["a", "b"])
 
 
