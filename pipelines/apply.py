@@ -28,7 +28,6 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import common
-from pipelines.join import CountSettings
 from snm_core import model as model_lib
 from snm_core import tables
 from snm_core.errors import SnmInputError
@@ -97,7 +96,7 @@ def run(argv=None):
     parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
     parser.add_argument("--out", required=True, help="model directory")
     args, beam_args = parser.parse_known_args(argv)
-    settings = CountSettings.load(args.counts)
+    settings = common.CountSettings.load(args.counts)
     fit_manifest = _read_fit(args.theta)
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
         raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "

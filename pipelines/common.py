@@ -26,7 +26,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from snm_core import tables
+from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
+from snm_core.features import FeatureExtractor
+from snm_core.vocab import Vocabulary
 
 #: Namespace of every Beam counter the toolkit reports.
 METRICS_NAMESPACE = "snm"
@@ -49,10 +53,11 @@ class Source:
     glob: str
 
 
-def parse_sources(specs):
-    """Parse ``[TAG=]GLOB`` arguments.
+def parse_sources(specs, pooled=False):
+    """Parse ``[TAG=]GLOB`` arguments into sources.
 
-    Either every source has a tag or there is exactly one untagged source.
+    Every source has a tag, or none has (one pooled source of all the globs).
+    Several globs may share a tag.  ``pooled=True`` drops the tags.
     """
     sources = []
     for spec in specs:
@@ -61,30 +66,39 @@ def parse_sources(specs):
             tag, glob = "", spec
         if not glob:
             raise SnmInputError(f"--train {spec!r}: empty file pattern")
-        sources.append(Source(tag, glob))
-    tags = [s.tag for s in sources]
-    if len(sources) > 1 and "" in tags:
-        raise SnmInputError("with several --train sources give each a tag: --train TAG=GLOB "
-                            "(or pass one glob that matches all files)")
-    if len(set(tags)) != len(tags):
-        raise SnmInputError(f"--train tags must be distinct, got {', '.join(tags)}")
+        sources.append(Source("" if pooled else tag, glob))
+    tagged = {s.tag != "" for s in sources}
+    if len(tagged) > 1:
+        raise SnmInputError("give every --train source a tag (TAG=GLOB) or none: "
+                            + ", ".join(specs))
     return sources
 
 
-def expand_sources(sources):
-    """``[(tag_index, path), ...]`` for every file of every source, sorted per source.
+def source_tags(sources):
+    """The distinct tags of the sources, in order of first appearance (``[""]`` if pooled)."""
+    return list(dict.fromkeys(s.tag for s in sources))
+
+
+def expand_sources(sources, tags=None):
+    """``[(tag_index, path), ...]`` for every file of every source, each glob's files sorted.
+
+    ``tags`` is the tag list the indices refer to (default: :func:`source_tags`).
 
     Raises
     ------
     SnmInputError
         If a glob matches no file.
     """
+    tags = source_tags(sources) if tags is None else tags
     files = []
-    for index, source in enumerate(sources):
+    for source in sources:
         paths = match_files(source.glob)
         if not paths:
             raise SnmInputError(f"--train {source.glob!r} matches no file")
-        files += [(index, path) for path in paths]
+        files += [(tags.index(source.tag), path) for path in paths]
+    if len(set(p for _, p in files)) != len(files):
+        raise SnmInputError("a training file is matched by two --train patterns; each file "
+                            "must be counted once")
     return files
 
 
@@ -303,6 +317,52 @@ def remove_stale(directory, keep, patterns):
         for path in match_files(join(directory, pattern)):
             if posixpath.basename(path) not in keep and os.path.basename(path) not in keep:
                 FileSystems.delete([path])
+
+
+class CountSettings:
+    """What a worker needs from a count directory's manifest (picklable)."""
+
+    def __init__(self, counts_dir, manifest, vocab_words):
+        self.counts_dir = counts_dir
+        self.manifest = manifest
+        self.vocab_words = list(vocab_words)
+
+    @classmethod
+    def load(cls, counts_dir):
+        manifest = read_count_manifest(counts_dir)
+        text = read_bytes(join(counts_dir, "vocab.txt")).decode("utf-8")
+        vocab = Vocabulary.parse(text, join(counts_dir, "vocab.txt"))
+        if vocab.fingerprint() != manifest["vocabulary_fingerprint"]:
+            raise SnmInputError(f"{counts_dir}/vocab.txt does not match its manifest; "
+                                "re-run snm count")
+        return cls(counts_dir, manifest, vocab.words[3:])
+
+    @property
+    def num_buckets(self):
+        return self.manifest["num_buckets"]
+
+    def build(self):
+        vocab = Vocabulary(self.vocab_words)
+        extractor = FeatureExtractor(parse_config(self.manifest["config"]),
+                                     self.manifest["tags"])
+        return vocab, extractor
+
+    def bucket_paths(self, bucket):
+        return {prefix: join(self.counts_dir, tables.bucket_file(prefix, bucket, self.num_buckets))
+                for prefix in ("features", "links")}
+
+
+def read_count_manifest(counts_dir):
+    path = join(counts_dir, tables.MANIFEST)
+    try:
+        manifest = read_json(path)
+    except Exception:
+        raise SnmInputError(f"{counts_dir}: no readable {tables.MANIFEST}; not the output of "
+                            "a finished 'snm count' run") from None
+    if manifest.get("kind") != "count" or manifest.get("format_version") != tables.FORMAT_VERSION:
+        raise SnmInputError(f"{path}: not a count manifest of format version "
+                            f"{tables.FORMAT_VERSION}; re-run 'snm count'")
+    return manifest
 
 
 def stage_parser(description):

@@ -23,6 +23,7 @@ and the baseline the tests compare the fast path with.
 """
 
 import logging
+import os
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -281,6 +282,26 @@ class ReferenceLinkPartials(beam.PTransform):
         return (parts, stats) | "AllPartials" >> beam.Flatten()
 
 
+class ReadCountBucket(beam.DoFn):
+    """Bucket number -> the bucket of an existing count directory, as one part (``--add_to``)."""
+
+    def __init__(self, settings, directory, num_buckets, shuffle):
+        self.settings, self.directory = settings, directory
+        self.num_buckets, self.shuffle = num_buckets, shuffle
+
+    def setup(self):
+        _, self.extractor = self.settings.build()
+
+    def process(self, bucket):
+        def read(prefix):
+            return common.read_parquet(common.join(
+                self.directory, tables.bucket_file(prefix, bucket, self.num_buckets)))
+        links, features = read("links"), read("features")
+        if links.num_rows:
+            part = counting.partials_from_tables(links, features, self.extractor)
+            yield bucket, ("part", self.shuffle.send(part))
+
+
 class CountLinks(beam.PTransform):
     """Line batches -> count files in ``out``; output: one totals dict.
 
@@ -293,12 +314,14 @@ class CountLinks(beam.PTransform):
     reference : bool, use the per-occurrence ``CombinePerKey`` path
     """
 
-    def __init__(self, settings, out, num_buckets, flush_links, shuffle_mode, reference=False):
+    def __init__(self, settings, out, num_buckets, flush_links, shuffle_mode, reference=False,
+                 add_to=None):
         super().__init__()
         self.settings, self.out = settings, out
         self.num_buckets, self.flush_links = num_buckets, flush_links
         self.shuffle = ArrayShuffle("beam" if reference else shuffle_mode, out)
         self.reference = reference
+        self.add_to = add_to
 
     def expand(self, batches):
         if self.reference:
@@ -307,6 +330,13 @@ class CountLinks(beam.PTransform):
         else:
             partials = batches | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
                 self.settings, self.num_buckets, self.flush_links, self.shuffle))
+        if self.add_to:
+            existing = (batches.pipeline
+                        | "ExistingBuckets" >> beam.Create(list(range(self.num_buckets)))
+                        | "SpreadExisting" >> beam.Reshuffle()
+                        | "ReadExisting" >> beam.ParDo(ReadCountBucket(
+                            self.settings, self.add_to, self.num_buckets, self.shuffle)))
+            partials = (partials, existing) | "WithExisting" >> beam.Flatten()
         return (partials
                 | "GroupByBucket" >> beam.GroupByKey()
                 | "MergeBuckets" >> beam.ParDo(MergeBucket(self.settings, self.out,
@@ -316,20 +346,44 @@ class CountLinks(beam.PTransform):
                 | "SumTotals" >> beam.CombineGlobally(SumTotals()))
 
 
-def write_manifest(result, out, num_buckets, config, tags, vocab, sources):
+def _previous_counts(args, config, tags):
+    """Check that ``--add_to`` can be extended by this run; its manifest, vocabulary and tags."""
+    if args.vocab or args.min_count:
+        raise SnmInputError("--add_to uses the existing count's vocabulary; drop --vocab and "
+                            "--min_count")
+    if args.reference:
+        raise SnmInputError("--add_to works with the fast path only; drop --reference")
+    if os.path.abspath(args.out) == os.path.abspath(args.add_to):
+        raise SnmInputError("--out must differ from --add_to: the old counts stay intact until "
+                            "the new ones are complete")
+    settings = common.CountSettings.load(args.add_to)
+    previous = settings.manifest
+    if parse_config(previous["config"]).to_text() != config.to_text():
+        raise SnmInputError(f"--config differs from the configuration of {args.add_to}")
+    if (tags == [""]) != (previous["tags"] == [""]):
+        raise SnmInputError(f"{args.add_to} is {'pooled' if previous['tags'] == [''] else 'tagged'}"
+                            "; give the new sources the same kind of tags")
+    merged_tags = previous["tags"] + [t for t in tags if t not in previous["tags"]]
+    return previous, Vocabulary(settings.vocab_words), merged_tags
+
+
+def write_manifest(result, out, num_buckets, config, tags, vocab, sources, previous=None):
     """Write empty files for buckets that got no data, then the manifest (last)."""
     ArrayShuffle("files", out).cleanup()
     num_types = len(config.feature_types())
     for bucket in sorted(set(range(num_buckets)) - set(result["buckets"])):
         _, features = counting.merge_bucket([], [], num_types)
-        common.write_parquet(tables.LINKS.empty_table(), common.join(out, tables.bucket_file("links", bucket,
-                                                                        num_buckets)))
+        common.write_parquet(tables.LINKS.empty_table(),
+                             common.join(out, tables.bucket_file("links", bucket, num_buckets)))
         common.write_parquet(features, common.join(out, tables.bucket_file("features", bucket,
                                                                            num_buckets)))
     files = [tables.bucket_file(prefix, b, num_buckets)
              for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
     totals = {name: result["totals"].get(name, 0)
               for name in STAT_NAMES + ("links", "features")}
+    if previous:  # the new data's statistics plus the old ones (links, features are merged)
+        for name in STAT_NAMES:
+            totals[name] += previous["totals"].get(name, 0)
     manifest = {
         "kind": "count", "format_version": tables.FORMAT_VERSION,
         "config": config.to_text(),
@@ -338,7 +392,8 @@ def write_manifest(result, out, num_buckets, config, tags, vocab, sources):
         "vocabulary_size": len(vocab),
         "vocabulary_fingerprint": vocab.fingerprint(),
         "num_buckets": num_buckets,
-        "sources": [{"tag": s.tag, "glob": s.glob} for s in sources],
+        "sources": (previous["sources"] if previous else [])
+        + [{"tag": s.tag, "glob": s.glob} for s in sources],
         "files": sorted(files),
         "totals": totals,
     }
@@ -370,7 +425,11 @@ def run(argv=None):
     parser.add_argument("--config", required=True,
                         help="preset (5gram, skip10gram, skip5gram) or configuration file")
     common.add_source_args(parser)
-    vocab_group = parser.add_mutually_exclusive_group(required=True)
+    parser.add_argument("--add_to", metavar="COUNTS",
+                        help="an existing count directory: count only the new --train files "
+                             "and write the sum of both to --out (same config, vocabulary "
+                             "and buckets; counts are additive)")
+    vocab_group = parser.add_mutually_exclusive_group()
     vocab_group.add_argument("--vocab", help="vocabulary file, one word a line")
     vocab_group.add_argument("--min_count", type=int,
                              help="build the vocabulary first: words seen this often")
@@ -392,9 +451,16 @@ def run(argv=None):
         parser.error("--min_count must be at least 1")
     config = load_config(args.config)
     sources = common.parse_sources(args.train)
-    tags = [s.tag for s in sources]
-    files = common.expand_sources(sources)
-    vocab = load_vocabulary(args, beam_args, sources)
+    tags = common.source_tags(sources)
+    previous = None
+    if args.add_to:
+        previous, vocab, tags = _previous_counts(args, config, tags)
+        args.num_buckets = previous["num_buckets"]
+    elif args.vocab is None and args.min_count is None:
+        parser.error("give --vocab FILE or --min_count N (or --add_to COUNTS)")
+    else:
+        vocab = load_vocabulary(args, beam_args, sources)
+    files = common.expand_sources(sources, tags)
 
     common.makedirs(args.out)
     common.remove_file(common.join(args.out, tables.MANIFEST))
@@ -405,9 +471,9 @@ def run(argv=None):
         _ = (p
              | "ReadText" >> common.ReadText(files, args.batch_bytes)
              | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
-                                     args.shuffle, args.reference)
+                                     args.shuffle, args.reference, args.add_to)
              | "WriteManifest" >> beam.Map(write_manifest, args.out, args.num_buckets, config,
-                                           tags, vocab, sources))
+                                           tags, vocab, sources, previous))
 
     metrics = common.run_pipeline(beam_args, build)
     manifest = common.read_json(common.join(args.out, tables.MANIFEST))

@@ -33,61 +33,11 @@ import numpy as np
 from pipelines import common
 from snm_core import hashing, heldout, tables
 from snm_core.arrays import sorted_distinct
-from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
-from snm_core.features import FeatureExtractor
 from snm_core.text import tokenize
-from snm_core.vocab import Vocabulary
 
 HELDOUT_STATS = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
                  "marker_tokens", "events", "feature_occurrences")
-
-
-class CountSettings:
-    """What a worker needs from a count directory's manifest (picklable)."""
-
-    def __init__(self, counts_dir, manifest, vocab_words):
-        self.counts_dir = counts_dir
-        self.manifest = manifest
-        self.vocab_words = list(vocab_words)
-
-    @classmethod
-    def load(cls, counts_dir):
-        manifest = read_count_manifest(counts_dir)
-        text = common.read_bytes(common.join(counts_dir, "vocab.txt")).decode("utf-8")
-        vocab = Vocabulary.parse(text, common.join(counts_dir, "vocab.txt"))
-        if vocab.fingerprint() != manifest["vocabulary_fingerprint"]:
-            raise SnmInputError(f"{counts_dir}/vocab.txt does not match its manifest; "
-                                "re-run snm count")
-        return cls(counts_dir, manifest, vocab.words[3:])
-
-    @property
-    def num_buckets(self):
-        return self.manifest["num_buckets"]
-
-    def build(self):
-        vocab = Vocabulary(self.vocab_words)
-        extractor = FeatureExtractor(parse_config(self.manifest["config"]),
-                                     self.manifest["tags"])
-        return vocab, extractor
-
-    def bucket_paths(self, bucket):
-        return {prefix: common.join(self.counts_dir, tables.bucket_file(prefix, bucket,
-                                                                        self.num_buckets))
-                for prefix in ("features", "links")}
-
-
-def read_count_manifest(counts_dir):
-    path = common.join(counts_dir, tables.MANIFEST)
-    try:
-        manifest = common.read_json(path)
-    except Exception:
-        raise SnmInputError(f"{counts_dir}: no readable {tables.MANIFEST}; not the output of "
-                            "a finished 'snm count' run") from None
-    if manifest.get("kind") != "count" or manifest.get("format_version") != tables.FORMAT_VERSION:
-        raise SnmInputError(f"{path}: not a count manifest of format version "
-                            f"{tables.FORMAT_VERSION}; re-run 'snm count'")
-    return manifest
 
 
 class ExtractHeldoutEvents(beam.DoFn):
@@ -205,7 +155,7 @@ def run(argv=None):
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--batch_bytes", type=int, default=common.DEFAULT_BATCH_BYTES)
     args, beam_args = parser.parse_known_args(argv)
-    settings = CountSettings.load(args.counts)
+    settings = common.CountSettings.load(args.counts)
     paths = common.match_files(args.heldout)
     if not paths:
         raise SnmInputError(f"--heldout {args.heldout!r} matches no file")

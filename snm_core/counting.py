@@ -107,6 +107,26 @@ _COUNTED_LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()),
                            ("count", pa.int64())])
 
 
+def partials_from_tables(links, features, extractor):
+    """A count bucket's tables as one part, as if counted anew (for adding more data).
+
+    Returns ``{"links": links partial, "features": features partial}``.
+    """
+    n_types = len(extractor.feature_types)
+    type_id = (features["tag"].to_numpy().astype(np.int32) * n_types
+               + features["type"].to_numpy().astype(np.int32))
+    lengths = pc.list_value_length(features["words"]).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(features["words"]).to_numpy()
+    words = np.full((features.num_rows, extractor.max_words), -1, dtype=np.int32)
+    rows = np.repeat(np.arange(features.num_rows), lengths)
+    cols = np.arange(len(flat)) - np.repeat(np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+    words[rows, cols] = flat
+    return {"links": {"feature": links["feature"].to_numpy(), "word": links["word"].to_numpy(),
+                      "count": links["count"].to_numpy()},
+            "features": {"feature": features["feature"].to_numpy(), "type": type_id,
+                         "words": words}}
+
+
 def split_by_bucket(partial, num_buckets):
     """Yield ``(bucket, sub_partial)`` for every non-empty key-range bucket."""
     bucket = hashing.bucket_of(partial["feature"], num_buckets).astype(np.uint16)

@@ -33,7 +33,6 @@ import dataclasses
 import numpy as np
 
 from snm_core import hashing
-from snm_core.text import SentenceBatch
 from snm_core.vocab import BOS_ID, EOS_ID
 
 

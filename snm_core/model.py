@@ -32,7 +32,6 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from snm_core import hashing, io, metafeatures, tables
 from snm_core.config import parse_config

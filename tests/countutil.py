@@ -4,10 +4,9 @@ import collections
 import gzip
 import os
 
-import pyarrow as pa
 
 from snm_core import tables
-from snm_core.vocab import BOS_ID, EOS_ID, Vocabulary
+from snm_core.vocab import BOS_ID, EOS_ID
 
 
 def read_counts(directory):

@@ -125,8 +125,10 @@ def test_bad_input(corpus, tmp_path):
     assert (totals["sentences"], totals["invalid_lines"], totals["empty_lines"]) == (2, 1, 1)
     with pytest.raises(SnmInputError, match="matches no file"):
         run_count(corpus, tmp_path / "d", "5gram", [str(tmp_path / "nothing-*.txt")])
-    with pytest.raises(SnmInputError, match="give each a tag"):
-        run_count(corpus, tmp_path / "d", "5gram", [corpus["a"], corpus["b"]])
+    with pytest.raises(SnmInputError, match="give every --train source a tag"):
+        run_count(corpus, tmp_path / "d", "5gram", [corpus["a"], f"web={corpus['b']}"])
+    with pytest.raises(SnmInputError, match="matched by two --train patterns"):
+        run_count(corpus, tmp_path / "d", "5gram", [corpus["a"], str(corpus["root"] / "a/*")])
 
 
 def test_vocab_stage_counts_words(corpus, tmp_path):
@@ -145,3 +147,27 @@ def test_vocab_stage_counts_words(corpus, tmp_path):
     assert set(vocab.words[3:]) == {w for w, c in expected.items() if c >= 3} - {"<S>", "</S>"}
     assert manifest["vocabulary_size"] == len(vocab)
     assert tables.read_manifest(str(tmp_path / "v"), "vocab")["min_count"] == 3
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagged):
+    root = corpus["root"]
+    extra = write_lines(str(root / "c" / f"more-{tagged}.txt"),
+                        synthetic.generate(80, seed=8) + ["begin3 new words"])
+    old = [f"man={corpus['a']}"] if tagged else [corpus["a"]]
+    new = [f"web={corpus['b']}", f"man={extra}"] if tagged else [corpus["b"], extra]
+    run_count(corpus, tmp_path / "all", corpus["skip"], old + new)
+    run_count(corpus, tmp_path / "old", corpus["skip"], old)
+    added = count_stage.run(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
+                             "--out", str(tmp_path / "added")]
+                            + sum((["--train", spec] for spec in new), []))
+    names = [n for n in os.listdir(tmp_path / "all") if n.endswith((".parquet", ".txt"))]
+    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "all", tmp_path / "added", names,
+                                               shallow=False)
+    assert not mismatch and not errors
+    everything = tables.read_manifest(str(tmp_path / "all"), "count")
+    assert added["totals"] == everything["totals"]
+    assert added["tags"] == everything["tags"]
+    with pytest.raises(SnmInputError, match="--config differs"):
+        count_stage.run(["--config", "5gram", "--add_to", str(tmp_path / "old"),
+                         "--out", str(tmp_path / "x"), "--train", corpus["b"]])

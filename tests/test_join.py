@@ -1,4 +1,3 @@
-import pyarrow as pa
 import pytest
 
 from pipelines import count as count_stage
