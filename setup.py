@@ -15,6 +15,8 @@ setup(
         "numpy>=1.26",
         "pyarrow>=14",
         "xxhash>=3.0",
+        # snm train plots held-out perplexity per epoch as a PNG.
+        "matplotlib>=3.5",
     ],
     extras_require={
         # kenlm: the tests load our ARPA export with KenLM and compare perplexities.

@@ -19,7 +19,6 @@ PIPELINES = {
     "count": "pipelines.count",
     "join": "pipelines.join",
     "apply": "pipelines.apply",
-    "train": "pipelines.train",
 }
 #: Single-worker subcommands: name -> module with ``main(argv)``.
 TOOLS = {
@@ -27,6 +26,7 @@ TOOLS = {
     "eval": "snm.eval_cmd",
     "score": "snm.eval_cmd",
     "export-arpa": "snm.export_cmd",
+    "train": "snm.train_cmd",
 }
 
 

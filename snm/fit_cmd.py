@@ -32,7 +32,8 @@ def add_fit_args(parser):
     parser.add_argument("--no_diversity", action="store_true",
                         help="leave out the diversity-count meta-features")
     parser.add_argument("--no_continuation", action="store_true",
-                        help="leave out the continuation-count meta-features (N1+(. f w))")
+                        help="leave out the continuation-count meta-features (N1+(. f w)) "
+                             "of the unlexicalized variant")
     parser.add_argument("--batch_size", type=int, default=trainer.BATCH_SIZE)
     parser.add_argument("--gamma", type=float, default=trainer.GAMMA)
     parser.add_argument("--delta0", type=float, default=trainer.DELTA0)

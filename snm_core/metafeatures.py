@@ -15,7 +15,9 @@ Conjunctions (Appendix C): start from the feature-related list
 ``L = [feature, type, feature_count(, diversity)]``; add ``target`` and
 ``target & g`` for every g in L; then add ``link_count`` and ``link_count & g``
 for every g in the list so far; then, optionally, ``continuation`` and
-``continuation & g`` for every g in the list so far.  The continuation count
+``continuation & g`` for every g so far that does not involve the target
+(conjoining it with the target groups too would double the lexicalized
+entries for little gain).  The continuation count
 goes beyond the paper: held-out training makes it usable (section 1), and on
 kernel it brings the adjusted 5-gram below Kneser-Ney.  Variants (paper,
 Tables 1-5):
@@ -201,6 +203,7 @@ def link_groups(spec, row_groups, row_of_unit, word, link_count, continuation=No
     ``row_groups`` (a unit's full list is row groups + these).
     """
     current = [g.take(row_of_unit) for g in row_groups]
+    untargeted = list(current)  # groups without the target: what continuation conjoins with
     added = []
     if spec.uses_target:
         target = Group.elementary("target", word)
@@ -209,13 +212,15 @@ def link_groups(spec, row_groups, row_of_unit, word, link_count, continuation=No
         added += new
     if spec.uses_link_count:
         count = Group.elementary("link_count", *count_buckets(link_count))
-        new = [count] + [count.conjoin(g) for g in current]
+        conjoined = [count.conjoin(g) for g in current]
+        plain = {id(g) for g in untargeted}
+        untargeted += [count] + [c for g, c in zip(current, conjoined) if id(g) in plain]
+        new = [count] + conjoined
         current += new
         added += new
     if spec.continuation:
         cont = Group.elementary("continuation", *count_buckets(np.asarray(continuation) + 1))
-        new = [cont] + [cont.conjoin(g) for g in current]
-        added += new
+        added += [cont] + [cont.conjoin(g) for g in untargeted]
     return added
 
 

@@ -52,6 +52,8 @@ from snm_core.features import FeatureExtractor
 #: classes (the empty feature, frequent contexts): a mini-batch touches them
 #: all, so hashing them once saves most of the per-batch work.
 ENTRY_CACHE_BYTES = 512 << 20
+#: Classes whose meta-feature entries are hashed or summed at once.
+ENTRY_CHUNK = 1 << 14
 GAMMA = 0.1
 DELTA0 = 1.0
 BATCH_SIZE = 2048
@@ -274,7 +276,7 @@ class AdjustmentProblem:
         self.event_ptr = np.searchsorted(pair_event, np.arange(self.num_events + 1))
         self.event_len = np.diff(self.event_ptr)
 
-    def _row_chunks(self, max_classes=1 << 16):
+    def _row_chunks(self, max_classes=ENTRY_CHUNK):
         """Consecutive row ranges holding about ``max_classes`` classes each (bounds memory)."""
         bounds = np.searchsorted(self.row_cls_ptr, np.arange(0, self.row_cls_ptr[-1],
                                                              max_classes), side="right") - 1
@@ -331,8 +333,9 @@ class AdjustmentProblem:
         self._cache_idx = np.empty((sizes[cached].sum(), width), np.int32)
         self._cache_wt = np.empty(self._cache_idx.shape, np.float32)
         offsets = np.r_[0, np.cumsum(sizes[cached])]
-        # Hash in chunks of about 64K classes: the temporaries stay small.
-        bounds = sorted_distinct(np.r_[np.searchsorted(offsets, np.arange(0, offsets[-1], 1 << 16),
+        # Hash in chunks of ENTRY_CHUNK classes: the temporaries stay small.
+        bounds = sorted_distinct(np.r_[np.searchsorted(offsets, np.arange(0, offsets[-1],
+                                                                          ENTRY_CHUNK),
                                                        side="right") - 1, len(cached)])
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             chunk = cached[lo:hi]
@@ -343,32 +346,47 @@ class AdjustmentProblem:
         self._cache_pos = np.full(self.num_rows, -1, np.int64)
         self._cache_pos[cached] = offsets[:-1]
 
-    def _entries(self, rows, classes, local_row):
-        """Entries as theta positions: ``(row index, row weight, class index, class weight)``."""
-        if self._cache_pos is None:
-            (r_idx, r_wt), (c_idx, c_wt) = self._hashed_entries(rows, classes, local_row)
-            return self._params(r_idx), r_wt, self._params(c_idx), c_wt
-        start = self._cache_pos[rows][local_row]
-        hit = start >= 0
-        (r_idx, r_wt), (c_miss, w_miss) = self._hashed_entries(rows, classes[~hit],
-                                                               local_row[~hit])
-        c_idx = np.empty((len(classes), self._cache_idx.shape[1]), np.int64)
-        c_wt = np.empty(c_idx.shape, np.float32)
-        pos = start[hit] + (classes[hit] - self.row_cls_ptr[rows][local_row[hit]])
-        c_idx[hit] = self._cache_idx[pos]
-        c_wt[hit] = self._cache_wt[pos]
-        c_idx[~hit] = self._params(c_miss)
-        c_wt[~hit] = w_miss
-        return self._params(r_idx), r_wt, c_idx, c_wt
+    def _row_entries(self, rows):
+        """Row entries as theta positions: ``(index (n, Kr), weight (n, Kr))``."""
+        (r_idx, r_wt), _ = self._hashed_entries(rows, np.zeros(0, np.int64),
+                                                np.zeros(0, np.int64))
+        return self._params(r_idx), r_wt
+
+    def _class_entries(self, rows, classes, local_row):
+        """Yield ``(lo, hi, index, weight)``: theta positions of the class entries, by chunk.
+
+        Entries come from the cache where they can and are hashed otherwise;
+        a chunk holds ``ENTRY_CHUNK`` classes, so the temporaries stay bounded
+        whatever the batch touches.
+        """
+        for lo in range(0, max(len(classes), 1), ENTRY_CHUNK):
+            hi = min(lo + ENTRY_CHUNK, len(classes))
+            cls, row = classes[lo:hi], local_row[lo:hi]
+            start = (self._cache_pos[rows][row] if self._cache_pos is not None
+                     else np.full(len(cls), -1))
+            hit = start >= 0
+            if hit.all() and len(cls):
+                pos = start + (cls - self.row_cls_ptr[rows][row])
+                yield lo, hi, self._cache_idx[pos], self._cache_wt[pos]
+                continue
+            _, (idx, wt) = self._hashed_entries(rows, cls, row)
+            idx = self._params(idx)
+            if hit.any():
+                pos = start[hit] + (cls[hit] - self.row_cls_ptr[rows][row[hit]])
+                idx[hit] = self._cache_idx[pos]
+                wt[hit] = self._cache_wt[pos]
+            yield lo, hi, idx, wt
 
     def _adjusted(self, theta, rows, classes, local_row):
-        """M of each class, M_f* of each row, and the entries, at ``theta``."""
-        r_idx, r_wt, c_idx, c_wt = self._entries(rows, classes, local_row)
-        a_cls = metafeatures.adjustment(theta, (r_idx, r_wt), (c_idx, c_wt), local_row)
+        """M of each class, M_f* of each row and the row entries, at ``theta``."""
+        r_idx, r_wt = self._row_entries(rows)
+        a_cls = (theta[r_idx] * r_wt).sum(axis=1)[local_row]
+        for lo, hi, idx, wt in self._class_entries(rows, classes, local_row):
+            a_cls[lo:hi] += (theta[idx] * wt).sum(axis=1)
         c = self.cls_count[classes] / self.row_count[rows][local_row]
         m = c * np.exp(a_cls)
         m_star = np.bincount(local_row, weights=self.cls_mult[classes] * m, minlength=len(rows))
-        return m, m_star, (r_idx, r_wt, c_idx, c_wt)
+        return m, m_star, (r_idx, r_wt)
 
     def batch(self, theta, events, stale_m_star=None, gradient=True):
         """Log-likelihood of ``events`` and its gradient with respect to theta.
@@ -394,8 +412,7 @@ class AdjustmentProblem:
         rows = sorted_distinct(pair_row)
         local = np.searchsorted(rows, pair_row)
         classes, cls_local_row, starts = self._row_classes(rows)
-        m, m_star, (r_idx, r_wt, c_idx, c_wt) = self._adjusted(theta, rows, classes,
-                                                               cls_local_row)
+        m, m_star, (r_idx, r_wt) = self._adjusted(theta, rows, classes, cls_local_row)
         norm = m_star if stale_m_star is None else stale_m_star[rows]
         y = np.bincount(pair_event, weights=norm[local], minlength=len(events))
         pair_cls = self.pair_cls[pairs]
@@ -416,8 +433,9 @@ class AdjustmentProblem:
         g_row = np.bincount(cls_local_row, weights=g_cls, minlength=len(rows))
         grad = np.bincount(r_idx.ravel(), weights=(g_row[:, None] * r_wt).ravel(),
                            minlength=self.num_params)
-        grad += np.bincount(c_idx.ravel(), weights=(g_cls[:, None] * c_wt).ravel(),
-                            minlength=self.num_params)
+        for lo, hi, idx, wt in self._class_entries(rows, classes, cls_local_row):
+            grad += np.bincount(idx.ravel(), weights=(g_cls[lo:hi, None] * wt).ravel(),
+                                minlength=self.num_params)
         return loglik, grad
 
     def m_star(self, theta):

@@ -1,0 +1,245 @@
+"""``snm train``: from training text to an evaluated model, one command, resumable.
+
+    snm train --config 5gram --train 'corpus/*.gz' --heldout dev.txt --test test.txt \\
+        --out run/ [--vocab FILE | --min_count N] [--tagged] [fit options] [Beam options]
+
+Stages, each in its own directory under ``--out``::
+
+    1 vocab   vocab/      word counts and vocabulary (skipped with --vocab)
+    2 count   counts/     C(f,w), C(f,*), continuation counts        (Beam)
+    3 join    heldout/    held-out events and small M                 (Beam)
+    4 fit     adjust/     theta, train_log.jsonl                      (one worker)
+    5 apply   model/      the adjusted model, compact arrays          (Beam)
+    6 eval    eval.json, heldout_perplexity.png, model/model_card.md
+
+A stage is skipped when its complete output (its manifest) exists and was
+made from the same inputs and settings: ``stages.json`` keeps, per stage, a
+digest of its settings, its input files (path, size, time) and the manifests
+of the stages it reads.  So a killed run resumes where it stopped, and changing
+e.g. the fit options re-runs fit, apply and eval only.  ``--force`` redoes
+every stage.  Beam options (``--runner``, ``--direct_num_workers``, ...) go to
+the Beam stages.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import sys
+import time
+
+from pipelines import apply as apply_stage
+from pipelines import common
+from pipelines import count as count_stage
+from pipelines import join as join_stage
+from pipelines import vocab as vocab_stage
+from snm.eval_cmd import format_report, read_lines
+from snm.fit_cmd import Progress, add_fit_args, options_from
+from snm_core import io, tables
+from snm_core.config import load_config
+from snm_core.errors import SnmInputError
+from snm_core.fit import fit_directory
+from snm_core.model import Model, write_model_card
+
+STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
+STATE = "stages.json"
+
+
+def _file_stamp(path):
+    st = os.stat(path)
+    return [os.path.abspath(path), st.st_size, int(st.st_mtime)]
+
+
+def _manifest_digest(directory):
+    with open(os.path.join(directory, tables.MANIFEST), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _digest(obj):
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+class Runner:
+    """Runs the stages in order, skipping those whose output is complete and current."""
+
+    def __init__(self, out, force):
+        self.out = out
+        self.force = force
+        self.state_path = os.path.join(out, STATE)
+        self.state = {}
+        if os.path.isfile(self.state_path) and not force:
+            with open(self.state_path, encoding="utf-8") as f:
+                self.state = json.load(f)
+        self.rows = []
+
+    def stage(self, number, name, inputs, done_marker, run, describe):
+        """Run stage ``name`` unless ``done_marker`` exists and ``inputs`` are unchanged."""
+        signature = _digest(inputs)
+        previous = self.state.get(name, {})
+        if (not self.force and os.path.exists(done_marker)
+                and previous.get("signature") == signature):
+            self.rows.append((name, "skipped", previous.get("seconds"), describe()))
+            print(f"=== {number}/{len(STAGES)} {name}: up to date, skipped "
+                  f"({describe()}) ===", flush=True)
+            return
+        print(f"=== {number}/{len(STAGES)} {name} ===", flush=True)
+        start = time.perf_counter()
+        run()
+        seconds = round(time.perf_counter() - start, 3)
+        summary = describe()
+        self.state[name] = {"signature": signature, "seconds": seconds, "summary": summary}
+        io.atomic_write_json(self.state_path, self.state)
+        self.rows.append((name, "ran", seconds, summary))
+        print(f"=== {number}/{len(STAGES)} {name}: {summary} ({seconds:.1f} s) ===", flush=True)
+
+    def summary(self):
+        print("\n== snm train summary ==")
+        print(f"{'stage':<7} {'status':<8} {'seconds':>9}  result")
+        for name, status, seconds, text in self.rows:
+            shown = "-" if seconds is None else f"{seconds:.1f}"
+            print(f"{name:<7} {status:<8} {shown:>9}  {text}")
+        peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+        print(f"peak RSS of one process: {peak:,.0f} MiB")
+
+
+def plot_perplexity(fit_dir, path):
+    """PNG of held-out perplexity per epoch: the final run and each selection run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(os.path.join(fit_dir, "train_log.jsonl"), encoding="utf-8") as f:
+        log = [json.loads(line) for line in f]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for variant in sorted({e["metafeatures"] for e in log if e["run"] == "select"}):
+        runs = [e for e in log if e["run"] == "select" and e["metafeatures"] == variant]
+        ax.plot([e["epoch"] for e in runs], [e["valid_perplexity"] for e in runs], "--",
+                marker=".", label=f"{variant}: held-back tenth (selection)")
+    final = [e for e in log if e["run"] == "final"]
+    ax.plot([e["epoch"] for e in final], [e["train_perplexity"] for e in final], "-",
+            marker="o", color="black", label=f"{final[0]['metafeatures']}: all held-out (final)")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("held-out perplexity")
+    ax.set_title("SNM adjustment training")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="snm train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Other arguments are Beam pipeline options.")
+    parser.add_argument("--config", required=True, help="preset or configuration file")
+    parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB")
+    parser.add_argument("--heldout", required=True, help="held-out text (trains theta)")
+    parser.add_argument("--test", required=True, help="test text (evaluation only)")
+    parser.add_argument("--out", required=True, help="run directory")
+    vocab_group = parser.add_mutually_exclusive_group()
+    vocab_group.add_argument("--vocab", help="vocabulary file, one word a line")
+    vocab_group.add_argument("--min_count", type=int, default=vocab_stage.DEFAULT_MIN_COUNT,
+                             help="build the vocabulary: words seen this often (default "
+                                  "%(default)s)")
+    parser.add_argument("--tagged", action="store_true",
+                        help="keep the sources' tags in the features (corpus-tagged SNM); "
+                             "without it the sources are pooled")
+    parser.add_argument("--num_buckets", type=int, default=count_stage.DEFAULT_NUM_BUCKETS)
+    parser.add_argument("--force", action="store_true", help="redo every stage")
+    add_fit_args(parser)
+    args, beam_args = parser.parse_known_args(argv)
+
+    config = load_config(args.config)
+    sources = common.parse_sources(args.train, pooled=not args.tagged)
+    if args.tagged and common.source_tags(sources) == [""]:
+        raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
+    files = common.expand_sources(sources)
+    for path in (args.heldout, args.test) + ((args.vocab,) if args.vocab else ()):
+        if not os.path.isfile(path):
+            raise SnmInputError(f"{path}: no such file")
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    dirs = {name: os.path.join(out, name) for name in ("vocab", "counts", "heldout", "adjust",
+                                                       "model")}
+    train_specs = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
+    train_args = sum((["--train", spec] for spec in train_specs), [])
+    stamps = [_file_stamp(p) for _, p in files]
+    runner = Runner(out, args.force)
+
+    def manifest(name):
+        return common.read_json(os.path.join(dirs[name], tables.MANIFEST))
+
+    vocab_path = args.vocab or os.path.join(dirs["vocab"], "vocab.txt")
+    if args.vocab:
+        runner.rows.append(("vocab", "given", None, args.vocab))
+    else:
+        runner.stage(1, "vocab", {"train": stamps, "min_count": args.min_count},
+                     os.path.join(dirs["vocab"], tables.MANIFEST),
+                     lambda: vocab_stage.run(train_args + ["--out", dirs["vocab"], "--min_count",
+                                                           str(args.min_count)] + beam_args),
+                     lambda: f"{manifest('vocab')['vocabulary_size']:,} words")
+    runner.stage(2, "count", {"train": stamps, "tags": [s.tag for s in sources],
+                              "config": config.to_text(), "vocab": _file_stamp(vocab_path),
+                              "buckets": args.num_buckets},
+                 os.path.join(dirs["counts"], tables.MANIFEST),
+                 lambda: count_stage.run(["--config", args.config, "--vocab", vocab_path,
+                                          "--out", dirs["counts"], "--num_buckets",
+                                          str(args.num_buckets)] + train_args + beam_args),
+                 lambda: f"{manifest('counts')['totals']['tokens']:,} words -> "
+                         f"{manifest('counts')['totals']['links']:,} links")
+    runner.stage(3, "join", {"counts": _manifest_digest(dirs["counts"]),
+                             "heldout": _file_stamp(args.heldout)},
+                 os.path.join(dirs["heldout"], tables.MANIFEST),
+                 lambda: join_stage.run(["--counts", dirs["counts"], "--heldout", args.heldout,
+                                         "--out", dirs["heldout"]] + beam_args),
+                 lambda: f"{manifest('heldout')['totals']['events']:,} held-out events, "
+                         f"{manifest('heldout')['totals']['small_m_links']:,} small-M links")
+    options = options_from(args)
+    runner.stage(4, "fit", {"join": _manifest_digest(dirs["heldout"]),
+                            "options": vars(options)},
+                 os.path.join(dirs["adjust"], tables.MANIFEST),
+                 lambda: fit_directory(dirs["heldout"], dirs["adjust"], options,
+                                       progress=Progress()),
+                 lambda: f"{manifest('adjust')['metafeatures']['variant']}, "
+                         f"{manifest('adjust')['training']['epochs']} epoch(s): held-out "
+                         f"perplexity {manifest('adjust')['heldout_perplexity_unadjusted']:.2f}"
+                         f" -> {manifest('adjust')['heldout_perplexity']:.2f}")
+    runner.stage(5, "apply", {"counts": _manifest_digest(dirs["counts"]),
+                              "fit": _manifest_digest(dirs["adjust"])},
+                 os.path.join(dirs["model"], tables.MANIFEST),
+                 lambda: apply_stage.run(["--counts", dirs["counts"], "--theta", dirs["adjust"],
+                                          "--out", dirs["model"]] + beam_args),
+                 lambda: f"{manifest('model')['totals']['links']:,} links")
+    eval_path = os.path.join(out, "eval.json")
+
+    def evaluate():
+        reports = Model.load(dirs["model"]).evaluate_lines(read_lines(args.test))
+        io.atomic_write_json(eval_path, reports)
+        write_model_card(dirs["model"], manifest("model"),
+                         {os.path.basename(args.test): reports})
+        plot_perplexity(dirs["adjust"], os.path.join(out, "heldout_perplexity.png"))
+        for name in ("adjusted", "unadjusted"):
+            print(format_report(name.capitalize(), reports[name]))
+
+    def describe_eval():
+        with open(eval_path, encoding="utf-8") as f:
+            reports = json.load(f)
+        return (f"test perplexity {reports['adjusted']['perplexity']:.2f} adjusted, "
+                f"{reports['unadjusted']['perplexity']:.2f} unadjusted")
+
+    runner.stage(6, "eval", {"model": _manifest_digest(dirs["model"]),
+                             "test": _file_stamp(args.test)},
+                 eval_path, evaluate, describe_eval)
+    runner.summary()
+    print(f"model: {dirs['model']}  (card: {os.path.join(dirs['model'], 'model_card.md')}); "
+          f"eval: {eval_path}; plot: {os.path.join(out, 'heldout_perplexity.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
