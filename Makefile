@@ -15,9 +15,10 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/snm features --config skip10gram "The quick brown fox jumps over the lazy dog"
+	$(BIN)/snm features --config skip5gram "The quick brown fox jumps over the lazy dog"
 	$(BIN)/snm synth --out $(DEMO)/corpus --train_sentences 20000 --heldout_sentences 1000
-	$(BIN)/snm features --config skip5gram --input $(DEMO)/corpus/train.txt
+	$(BIN)/snm train --config skip5gram --train $(DEMO)/corpus/train.txt \
+		--heldout $(DEMO)/corpus/dev.txt --test $(DEMO)/corpus/test.txt --out $(DEMO)/run
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -156,12 +156,12 @@ class MergeBucket(beam.DoFn):
             part = self.shuffle.receive(payload)
             link_parts.append(part["links"])
             feature_parts.append(part["features"])
-        links, features = counting.merge_bucket(link_parts, feature_parts,
+        links, features, collisions = counting.merge_bucket(link_parts, feature_parts,
                                                 len(self.extractor.feature_types))
         common.write_parquet(features, common.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         self.features_counter.inc(features.num_rows)
-        yield bucket, ("stats", {"features": features.num_rows})
+        yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions})
         yield bucket, ("links", self.shuffle.send(
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
         parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
@@ -372,7 +372,7 @@ def write_manifest(result, out, num_buckets, config, tags, vocab, sources, previ
     ArrayShuffle("files", out).cleanup()
     num_types = len(config.feature_types())
     for bucket in sorted(set(range(num_buckets)) - set(result["buckets"])):
-        _, features = counting.merge_bucket([], [], num_types)
+        _, features, _ = counting.merge_bucket([], [], num_types)
         common.write_parquet(tables.LINKS.empty_table(),
                              common.join(out, tables.bucket_file("links", bucket, num_buckets)))
         common.write_parquet(features, common.join(out, tables.bucket_file("features", bucket,
@@ -380,7 +380,7 @@ def write_manifest(result, out, num_buckets, config, tags, vocab, sources, previ
     files = [tables.bucket_file(prefix, b, num_buckets)
              for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
     totals = {name: result["totals"].get(name, 0)
-              for name in STAT_NAMES + ("links", "features")}
+              for name in STAT_NAMES + ("links", "features", "key_collisions")}
     if previous:  # the new data's statistics plus the old ones (links, features are merged)
         for name in STAT_NAMES:
             totals[name] += previous["totals"].get(name, 0)
@@ -477,6 +477,10 @@ def run(argv=None):
 
     metrics = common.run_pipeline(beam_args, build)
     manifest = common.read_json(common.join(args.out, tables.MANIFEST))
+    if manifest["totals"]["key_collisions"]:
+        logging.warning("%d feature keys are shared by two different features (64-bit hash "
+                        "collisions, about n**2 / 2**65 expected among n features); their "
+                        "counts are merged", manifest["totals"]["key_collisions"])
     common.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out} "
                          f"(Beam metrics, namespace '{common.METRICS_NAMESPACE}')", metrics)
     return manifest

@@ -168,9 +168,10 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     -------
     links : pyarrow.Table, feature, word, count (no continuation yet), sorted by (feature, word)
     features : pyarrow.Table, schema :data:`snm_core.tables.FEATURES`, sorted by feature
+    collisions : int, keys that two different features share (their counts are merged)
     """
     if not link_parts:
-        return _COUNTED_LINKS.empty_table(), tables.FEATURES.empty_table()
+        return _COUNTED_LINKS.empty_table(), tables.FEATURES.empty_table(), 0
     parts = concat_partials(link_parts)
     order = sort_by_feature_and_word(parts["feature"], parts["word"])
     feature, word = parts["feature"][order], parts["word"][order]
@@ -188,6 +189,12 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     by_key = np.argsort(feats["feature"])
     keys = feats["feature"][by_key]
     first = by_key[np.r_[True, keys[1:] != keys[:-1]]]
+    # Rows with one key must name one feature; two identities on one key is a
+    # 64-bit collision (about n**2 / 2**65 pairs expected among n features).
+    again = np.flatnonzero(keys[1:] == keys[:-1]) + 1
+    differs = (feats["type"][by_key[again]] != feats["type"][by_key[again - 1]]) | np.any(
+        feats["words"][by_key[again]] != feats["words"][by_key[again - 1]], axis=1)
+    collisions = int(np.count_nonzero(differs))
     if not np.array_equal(feats["feature"][first], row_keys):
         raise ValueError("feature rows and link rows disagree: every feature must have links")
     type_id = feats["type"][first].astype(np.int64)
@@ -206,7 +213,7 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
         "diversity": diversity.astype(np.int64),
         "words": words_list,
     }, schema=tables.FEATURES)
-    return link_table, feature_table
+    return link_table, feature_table, collisions
 
 
 # --- continuation counts ------------------------------------------------------------------

@@ -25,7 +25,8 @@ def count_tables(config, sources, vocab, tags=None):
         links, features = counting.batch_partials(extractor.extract(batch, tags=[index]))
         link_parts.append(links)
         feature_parts.append(features)
-    links, features = counting.merge_bucket(link_parts, feature_parts, len(config.feature_types()))
+    links, features, _ = counting.merge_bucket(link_parts, feature_parts,
+                                               len(config.feature_types()))
     _, extensions = counting.extension_keys(features, links, extractor,
                                             counting.parent_types(config))
     return counting.add_continuation(links, extensions), features

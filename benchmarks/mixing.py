@@ -1,0 +1,78 @@
+"""Corpus-tagged mixing on mix (paper, sections 4.2-4.3): pooled vs tagged `snm train` runs.
+
+    python benchmarks/mixing.py                        # 5gram and skip5gram, pooled and tagged
+    python benchmarks/mixing.py --configs 5gram
+
+The four mix/train sources (man pages: in-domain, 400K words; kernel docs,
+dictionary definitions and fortunes: out of domain) are either pooled into
+one source or kept apart with one tag each (``--tagged``, every feature
+becomes (source, feature)); dev and test are man pages.  Each cell is one
+`snm train` from scratch with the default fit rule (variant and epochs chosen
+on a held-back tenth of dev), timed with the peak summed RSS of its process
+tree.  Next to them: KN5 pooled and the tuned linear mixture of per-source KN5
+models from ../shared/benchmarks/reference.md.  Appends to benchmarks/results.jsonl.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+
+KN5_POOLED = 93.63
+KN5_LINEAR_MIXTURE = 68.40
+SOURCES = ("man", "kernel", "gcide", "fortunes")
+BUCKETS = {"5gram": 16, "skip5gram": 32, "skip10gram": 64}
+MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", default="5gram,skip5gram")
+    args = parser.parse_args(argv)
+    train_dir = corpus("mix", "train")
+    rows = []
+    for config in args.configs.split(","):
+        results = {}
+        for tagged in (False, True):
+            out = os.path.join(WORK, "mixing", f"{config}-{'tagged' if tagged else 'pooled'}")
+            cmd = [sys.executable, "-m", "snm", "train", "--config", config,
+                   "--heldout", corpus("mix", "dev.txt"), "--test", corpus("mix", "test.txt"),
+                   "--vocab", corpus("mix", "vocab.txt"), "--out", out,
+                   "--num_buckets", str(BUCKETS[config]), *MODE]
+            for source in SOURCES:
+                cmd += ["--train", f"{source}={os.path.join(train_dir, source + '.txt.gz')}"]
+            if tagged:
+                cmd.append("--tagged")
+            seconds, rss = run_measured(cmd, log=out + ".log")
+            with open(os.path.join(out, "eval.json")) as f:
+                report = json.load(f)
+            with open(os.path.join(out, "adjust", "manifest.json")) as f:
+                fit = json.load(f)
+            results[tagged] = report
+            rows.append({
+                "config": config, "training": "tagged" if tagged else "pooled",
+                "unadjusted_ppl": report["unadjusted"]["perplexity"],
+                "adjusted_ppl": report["adjusted"]["perplexity"],
+                "metafeatures": fit["metafeatures"]["variant"],
+                "epochs": fit["training"]["epochs"],
+                "dev_ppl": fit["heldout_perplexity"],
+                "vs_kn5_pooled": report["adjusted"]["perplexity"] / KN5_POOLED,
+                "vs_linear_mixture": report["adjusted"]["perplexity"] / KN5_LINEAR_MIXTURE,
+                "wall_s": seconds, "peak_rss_mib": rss,
+            })
+            print(json.dumps(rows[-1]), flush=True)
+        rows[-1]["tagged_vs_pooled"] = (results[True]["adjusted"]["perplexity"]
+                                        / results[False]["adjusted"]["perplexity"])
+    print_table(rows, ["config", "training", "unadjusted_ppl", "adjusted_ppl", "metafeatures",
+                       "epochs", "vs_kn5_pooled", "vs_linear_mixture", "tagged_vs_pooled",
+                       "wall_s", "peak_rss_mib"])
+    record("mixing", rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Scoring speed of `snm_core.model.Model` beside the kenlm Python module, and model sizes.
+
+    python benchmarks/score.py                          # kernel 5-gram, kernel/test.txt
+    python benchmarks/score.py --model DIR --text FILE
+    BUILD_BINARY=/path/to/build_binary python benchmarks/score.py   # also KenLM binaries
+
+Both scorers see the same ARPA model (`snm export-arpa` of the SNM model, so
+the two compute the same probabilities: the run checks that the perplexities
+agree to 1e-4) and the same lines, in one process.  Each timing is the best of
+5 repetitions after one warm-up, of scoring every line with <s> and </s>:
+kenlm `sum(model.score(line, bos=True, eos=True))` (its Python module has no
+batch API, so it is single-threaded), and snm `Model.score_lines` (adjusted
+probabilities) on 1 and 2 threads (numpy releases the GIL).  Words are the
+predicted tokens, </s> included.  Without --model, a kernel 5-gram model is
+built once (count, join, fit with unlexicalized meta-features for 3 epochs,
+apply) into benchmarks/work/score-kernel-5gram/.  Sizes: bytes per link of the
+compact arrays (link arrays and feature arrays apart), the ARPA file, and, when
+BUILD_BINARY names KenLM's build_binary, its probing and trie files (scored
+too, probing being the form decoders load).  Appends to benchmarks/results.jsonl.
+"""
+
+import argparse
+import glob
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+
+REPEATS = 5
+PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
+SNM_THREADS = (1, 2)
+FIT_EPOCHS = 3
+MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
+DEFAULT_MODEL = os.path.join(WORK, "score-kernel-5gram")
+LINK_ARRAYS = ("link_keys", "link_m", "link_c", "link_index")
+FEATURE_ARRAYS = ("feature_keys", "feature_m_star", "feature_index")
+
+
+def snm(*args):
+    return [sys.executable, "-m", "snm", *args]
+
+
+def build_model(model):
+    """count -> join -> fit -> apply on kernel, each stage skipped if already done."""
+    stage = os.path.join(WORK, os.path.basename(model) + "-stages")
+    counts, heldout, fit = (os.path.join(stage, n) for n in ("counts", "heldout", "fit"))
+    steps = [
+        (counts, snm("count", "--config", "5gram", "--train", corpus("kernel", "train.txt.gz"),
+                     "--vocab", corpus("kernel", "vocab.txt"), "--out", counts, *MODE)),
+        (heldout, snm("join", "--counts", counts, "--heldout", corpus("kernel", "dev.txt"),
+                      "--out", heldout)),
+        (fit, snm("fit", "--small_m", heldout, "--out", fit, "--metafeatures", "unlexicalized",
+                  "--epochs", str(FIT_EPOCHS))),
+        (model, snm("apply", "--counts", counts, "--theta", fit, "--out", model)),
+    ]
+    for out, cmd in steps:
+        if not os.path.exists(os.path.join(out, "manifest.json")):
+            seconds, _ = run_measured(cmd, log=out + ".log")
+            print(f"{cmd[3]}: {seconds:.1f} s", flush=True)
+
+
+def newer(target, *sources):
+    return os.path.exists(target) and all(os.path.getmtime(target) >= os.path.getmtime(s)
+                                          for s in sources)
+
+
+def arpa_ngrams(path):
+    """Total n-gram count from an ARPA file's \\data\\ header."""
+    total = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("ngram "):
+                total += int(line.split("=")[1])
+            elif line.startswith("\\1-grams"):
+                return total
+
+
+def best_of(fn):
+    """(best seconds of REPEATS calls after one warm-up, the last result)."""
+    result, times = fn(), []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+def snm_log10(model, lines, threads):
+    """(total log10 probability, predicted words) of ``lines`` under the adjusted model."""
+    total, words = 0.0, 0
+    for _, _, s in model.score_lines(lines, threads=threads, unadjusted=False):
+        total += float(np.log10(s.prob).sum())
+        words += len(s.prob)
+    return total, words
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="snm model directory (n-gram)")
+    parser.add_argument("--text", default=None, help="default ../shared/corpora/kernel/test.txt")
+    args = parser.parse_args(argv)
+    import kenlm
+    from snm_core.model import Model
+
+    text = args.text or corpus("kernel", "test.txt")
+    if args.model == DEFAULT_MODEL:
+        build_model(args.model)
+    manifest = os.path.join(args.model, "manifest.json")
+    arpa = os.path.join(WORK, os.path.basename(os.path.abspath(args.model)) + ".arpa")
+    if not newer(arpa, manifest):
+        run_measured(snm("export-arpa", "--model", args.model, "--out", arpa), log=arpa + ".log")
+    kenlm_models = [("kenlm", "ARPA", arpa)]
+    build_binary = os.environ.get("BUILD_BINARY")
+    binaries = {}
+    if build_binary:
+        for kind in ("probing", "trie"):
+            binaries[kind] = arpa[:-len(".arpa")] + f".{kind}"
+            if not newer(binaries[kind], arpa):
+                run_measured([build_binary, kind, arpa, binaries[kind]],
+                             log=binaries[kind] + ".log")
+        kenlm_models.append(("kenlm", "probing binary", binaries["probing"]))
+
+    with open(text, encoding="utf-8") as f:
+        lines = [line for line in f.read().splitlines() if line.split()]
+    words = sum(len(line.split()) + 1 for line in lines)
+    rows = []
+    for scorer, form, path in kenlm_models:
+        lm = kenlm.Model(path)
+        seconds, log10 = best_of(lambda: sum(lm.score(line, bos=True, eos=True)
+                                             for line in lines))
+        rows.append({"scorer": scorer, "model_form": form, "threads": 1, "words": words,
+                     "seconds": seconds, "log10_prob": log10,
+                     "note": "Python module has no batch API: single-threaded"})
+    model = Model.load(args.model)
+    for threads in SNM_THREADS:
+        seconds, (log10, snm_words) = best_of(lambda: snm_log10(model, lines, threads))
+        if snm_words != words:
+            raise SystemExit(f"snm predicted {snm_words} words, kenlm {words}")
+        rows.append({"scorer": "snm", "model_form": "compact (mmap)", "threads": threads,
+                     "words": words, "seconds": seconds, "log10_prob": log10,
+                     "note": "Model.score_lines, adjusted"})
+    base = rows[0]
+    for r in rows:
+        r["words_per_s"] = r["words"] / r["seconds"]
+        r["ratio_vs_kenlm"] = r["words_per_s"] / base["words_per_s"]
+        r["perplexity"] = 10 ** (-r["log10_prob"] / r["words"])
+        r["ppl_rel_diff"] = abs(r["perplexity"] / base["perplexity"] - 1)
+    print(f"{len(lines):,} lines of {text}, {args.model}\n")
+    shown = [{**r, "ppl_rel_diff": f"{r['ppl_rel_diff']:.1e}"} for r in rows]
+    print_table(shown, ["scorer", "model_form", "threads", "words", "seconds", "words_per_s",
+                        "ratio_vs_kenlm", "perplexity", "ppl_rel_diff", "note"])
+
+    compact = os.path.join(args.model, "compact")
+    nbytes = {os.path.basename(p)[:-4]: os.path.getsize(p)
+              for p in glob.glob(os.path.join(compact, "*.npy"))}
+    links, features = len(model.link_m), len(model.m_star)
+    ngrams = arpa_ngrams(arpa)
+    sizes = [("snm compact, all arrays", sum(nbytes.values()), links, "link"),
+             ("snm link arrays", sum(nbytes[n] for n in LINK_ARRAYS), links, "link"),
+             ("snm feature arrays", sum(nbytes[n] for n in FEATURE_ARRAYS), features, "feature"),
+             ("snm feature arrays", sum(nbytes[n] for n in FEATURE_ARRAYS), links, "link"),
+             ("ARPA file", os.path.getsize(arpa), ngrams, "n-gram")]
+    sizes += [(f"KenLM {kind} binary", os.path.getsize(path), ngrams, "n-gram")
+              for kind, path in binaries.items()]
+    size_rows = [{"model": name, "bytes": size, "count": count, "per": per,
+                  "bytes_per": size / count} for name, size, count, per in sizes]
+    print()
+    print_table(size_rows, ["model", "bytes", "count", "per", "bytes_per"])
+    bad = [r for r in rows if not r["ppl_rel_diff"] < PPL_TOLERANCE]
+    if bad:
+        raise SystemExit(f"perplexities differ by more than {PPL_TOLERANCE}: not the same "
+                         "computation; nothing recorded")
+    record("score", [{"table": "speed", "text": text, "model": args.model, **r} for r in rows]
+           + [{"table": "size", "model_dir": args.model, **r} for r in size_rows])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+import filecmp
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from snm.train_cmd import main
+from snm_core import synthetic
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    return root, synthetic.write_corpus(str(root / "corpus"), num_train=1500, num_dev=150,
+                                        num_test=150, seed=5)
+
+
+def args(corpus, out):
+    root, (train, dev, test) = corpus
+    return ["--config", "skip5gram", "--train", train, "--heldout", dev, "--test", test,
+            "--out", str(out), "--metafeatures", "unlexicalized", "--epochs", "2",
+            "--hash_size", "65536", "--num_buckets", "4"]
+
+
+def all_files(directory):
+    return sorted(os.path.relpath(os.path.join(d, f), directory)
+                  for d, _, files in os.walk(directory) for f in files)
+
+
+def test_killed_run_resumes_to_the_same_model(corpus, capsys):
+    root, _ = corpus
+    assert main(args(corpus, root / "whole")) == 0
+    out = capsys.readouterr().out
+    assert "== snm train summary ==" in out
+    assert (root / "whole" / "heldout_perplexity.png").stat().st_size > 1000
+
+    # Kill a second run as soon as its count stage is complete (during join).
+    proc = subprocess.Popen([sys.executable, "-m", "snm", "train", *args(corpus, root / "killed")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = root / "killed" / "counts" / "manifest.json"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert marker.exists()
+    assert not (root / "killed" / "model" / "manifest.json").exists()
+
+    assert main(args(corpus, root / "killed")) == 0
+    out = capsys.readouterr().out
+    assert "2/6 count: up to date, skipped" in out
+    assert "=== 5/6 apply ===" in out
+    whole, killed = root / "whole" / "model", root / "killed" / "model"
+    assert all_files(whole) == all_files(killed)
+    match, mismatch, errors = filecmp.cmpfiles(whole, killed, all_files(whole), shallow=False)
+    assert not mismatch and not errors
+
+    # Nothing changed: everything is skipped; new fit options redo fit, apply, eval only.
+    assert main(args(corpus, root / "killed")) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 6
+    assert main(args(corpus, root / "killed")[:-6] + ["--epochs", "1", "--hash_size", "65536",
+                                                      "--num_buckets", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("up to date, skipped") == 3 and "=== 4/6 fit ===" in out
+
+
+def test_tagged_needs_tags(corpus):
+    from snm_core.errors import SnmInputError
+    with pytest.raises(SnmInputError, match="--tagged needs tagged sources"):
+        main(args(corpus, corpus[0] / "x") + ["--tagged"])
