@@ -138,11 +138,16 @@ class KeyIndex:
         """Position of each query key, -1 where absent."""
         queries = np.asarray(queries, dtype=np.uint64)
         slot = (queries >> self.shift).astype(np.intp)
-        lo, hi = self.start[slot], self.start[slot + 1]
-        result = np.full(len(queries), -1, dtype=np.int64)
-        idx = np.flatnonzero(lo < hi)
-        pos, end, wanted = lo[idx].astype(np.intp), hi[idx], queries[idx]
-        while len(idx):  # scan the slot: keys ascend, so stop at the first larger one
+        pos = self.start[slot].astype(np.intp)
+        end = self.start[slot + 1]
+        key = self.keys[np.minimum(pos, max(len(self.keys) - 1, 0))] if len(self.keys) else \
+            np.zeros(len(queries), np.uint64)
+        valid = pos < end
+        result = np.where(valid & (key == queries), pos, -1)
+        # Keys ascend within a slot: scan on only while the key is smaller (few queries).
+        idx = np.flatnonzero(valid & (key < queries) & (pos + 1 < end))
+        pos, end, wanted = pos[idx] + 1, end[idx], queries[idx]
+        while len(idx):
             key = self.keys[pos]
             hit = key == wanted
             result[idx[hit]] = pos[hit]

@@ -162,6 +162,10 @@ class AdjustmentProblem:
         else:
             self.param_index = self._used_indices()
             self.num_params = len(self.param_index)
+            # hashed index -> position in the compact theta: one gather instead of a
+            # binary search per entry (4 bytes a table slot).
+            self._position = np.zeros(spec.hash_size, np.int32)
+            self._position[self.param_index] = np.arange(self.num_params, dtype=np.int32)
         self._fill_cache(cache_bytes)
 
     # --- compiling ------------------------------------------------------------------
@@ -314,7 +318,7 @@ class AdjustmentProblem:
         """Positions in theta of hashed indices."""
         if self.param_index is None:
             return hashed
-        return np.searchsorted(self.param_index, hashed)
+        return self._position[hashed]
 
     def _fill_cache(self, budget):
         """Precompute the class entries (theta positions) of the rows with most classes."""
@@ -324,13 +328,15 @@ class AdjustmentProblem:
         rows = np.argsort(-sizes, kind="stable")
         probe = rows[:1]
         width = self._hashed_entries(probe, *self._row_classes(probe)[:2])[1][0].shape[1]
-        per_class = 8 * width  # int32 position + float32 weight per entry
+        # A position takes 2 bytes when theta is short enough (unlexicalized), else 4.
+        position_type = np.uint16 if self.num_params <= np.iinfo(np.uint16).max else np.int32
+        per_class = (np.dtype(position_type).itemsize + 4) * width  # + float32 weight
         if per_class == 0:
             return
         cached = np.sort(rows[np.cumsum(sizes[rows]) * per_class <= budget])
         if not len(cached):
             return
-        self._cache_idx = np.empty((sizes[cached].sum(), width), np.int32)
+        self._cache_idx = np.empty((sizes[cached].sum(), width), position_type)
         self._cache_wt = np.empty(self._cache_idx.shape, np.float32)
         offsets = np.r_[0, np.cumsum(sizes[cached])]
         # Hash in chunks of ENTRY_CHUNK classes: the temporaries stay small.
