@@ -92,9 +92,11 @@ def write_manifest(totals, out, settings, fit_manifest):
 
 def run(argv=None):
     parser = common.stage_parser(__doc__)
-    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
-    parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
-    parser.add_argument("--out", required=True, help="model directory")
+    parser.add_argument("--counts", type=common.absolute,
+                        required=True, help="count directory (snm count --out)")
+    parser.add_argument("--theta", type=common.absolute,
+                        required=True, help="fit directory (snm fit --out)")
+    parser.add_argument("--out", type=common.absolute, required=True, help="model directory")
     args, beam_args = parser.parse_known_args(argv)
     settings = common.CountSettings.load(args.counts)
     fit_manifest = _read_fit(args.theta)

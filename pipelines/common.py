@@ -17,6 +17,7 @@ import logging
 import os
 import posixpath
 import re
+import shutil
 import uuid
 
 import apache_beam as beam
@@ -102,9 +103,19 @@ def expand_sources(sources, tags=None):
     return files
 
 
+def absolute(path):
+    """A local path made absolute; a URL (``gs://...``) unchanged.
+
+    Workers on a portable runner, Flink or Dataflow do not share the launching
+    process's working directory, so no relative path may reach a DoFn.
+    """
+    return path if "://" in path else os.path.abspath(path)
+
+
 def match_files(pattern):
+    """Sorted paths matching ``pattern`` (absolute for local files); [] if none."""
     try:
-        result = FileSystems.match([pattern])[0]
+        result = FileSystems.match([absolute(pattern)])[0]
     except Exception:  # Beam raises BeamIOError for a missing directory
         return []
     return sorted(m.path for m in result.metadata_list)
@@ -296,9 +307,14 @@ def remove_file(path):
 
 
 def remove_tree(directory):
-    """Delete a directory and everything under it, if it exists."""
-    if FileSystems.exists(directory):
-        FileSystems.delete([directory])
+    """Delete a directory and everything under it, if it exists (local or e.g. gs://)."""
+    if "://" not in directory:
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    # Object stores have no directories: delete every object under the prefix.
+    paths = match_files(directory.rstrip("/") + "/**")
+    if paths:
+        FileSystems.delete(paths)
 
 
 def read_bytes(path):

@@ -425,15 +425,16 @@ def run(argv=None):
     parser.add_argument("--config", required=True,
                         help="preset (5gram, skip10gram, skip5gram) or configuration file")
     common.add_source_args(parser)
-    parser.add_argument("--add_to", metavar="COUNTS",
+    parser.add_argument("--add_to", type=common.absolute, metavar="COUNTS",
                         help="an existing count directory: count only the new --train files "
                              "and write the sum of both to --out (same config, vocabulary "
                              "and buckets; counts are additive)")
     vocab_group = parser.add_mutually_exclusive_group()
-    vocab_group.add_argument("--vocab", help="vocabulary file, one word a line")
+    vocab_group.add_argument("--vocab", type=common.absolute,
+                             help="vocabulary file, one word a line")
     vocab_group.add_argument("--min_count", type=int,
                              help="build the vocabulary first: words seen this often")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", type=common.absolute, required=True, help="output directory")
     parser.add_argument("--num_buckets", type=int, default=DEFAULT_NUM_BUCKETS,
                         help="key-range buckets = output files = shuffle parallelism "
                              "(default %(default)s)")

@@ -150,9 +150,11 @@ class JoinHeldout(beam.PTransform):
 
 def run(argv=None):
     parser = common.stage_parser(__doc__)
-    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
-    parser.add_argument("--heldout", required=True, help="held-out text file or glob")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--counts", type=common.absolute,
+                        required=True, help="count directory (snm count --out)")
+    parser.add_argument("--heldout", type=common.absolute,
+                        required=True, help="held-out text file or glob")
+    parser.add_argument("--out", type=common.absolute, required=True, help="output directory")
     parser.add_argument("--batch_bytes", type=int, default=common.DEFAULT_BATCH_BYTES)
     args, beam_args = parser.parse_known_args(argv)
     settings = common.CountSettings.load(args.counts)

@@ -100,7 +100,7 @@ def write_vocabulary(result, out, min_count, max_size, sources):
 def run(argv=None):
     parser = common.stage_parser(__doc__)
     common.add_source_args(parser)
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", type=common.absolute, required=True, help="output directory")
     parser.add_argument("--min_count", type=int, default=DEFAULT_MIN_COUNT,
                         help="keep words seen at least this often (default %(default)s)")
     parser.add_argument("--max_size", type=int, default=None,

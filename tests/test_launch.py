@@ -1,0 +1,596 @@
+"""launch/: the Beam option builders, the shell scripts and the Airflow DAG.
+
+Fast tests check that Beam knows every option each launcher builds and that
+the scripts pass ``bash -n`` and wire the stages as intended (run with a
+recording stand-in for Python, gsutil and the runners).  One end-to-end test
+runs ``snm train`` on the PortableRunner with a local SDK worker pool (the
+offline stand-in for Flink on Kubernetes) and compares every output file with
+the default in-process runner.  The scripts' real end-to-end runs
+(``local.sh``, two ``cron_retrain.sh`` runs) take ~10 s each and run with
+``SNM_TEST_SCRIPTS=1``.
+"""
+
+import filecmp
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from apache_beam.options.pipeline_options import (DirectOptions, FlinkRunnerOptions,
+                                                  GoogleCloudOptions, PipelineOptions,
+                                                  PortableOptions, SetupOptions,
+                                                  StandardOptions, WorkerOptions)
+import pytest
+
+from pipelines import count as count_stage
+from pipelines import vocab as vocab_stage
+from snm import launchers, train_cmd
+from snm_core import synthetic
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCH = os.path.join(REPO, "launch")
+SCRIPTS = ("local.sh", "dataflow.sh", "flink.sh", "cron_retrain.sh")
+SLOW_SCRIPTS = pytest.mark.skipif(not os.environ.get("SNM_TEST_SCRIPTS"),
+                                  reason="real script runs take ~10 s each: SNM_TEST_SCRIPTS=1")
+
+
+def beam_view(options):
+    """PipelineOptions of ``options``, after checking that Beam knows every flag."""
+    parsed = PipelineOptions(options)
+    unknown = (set(parsed.get_all_options(retain_unknown_options=True))
+               - set(parsed.get_all_options()))
+    assert not unknown, f"options Beam does not know: {sorted(unknown)}"
+    return parsed
+
+
+# --- the option builders ----------------------------------------------------------------
+
+def test_local_options():
+    options = beam_view(launchers.local_options())
+    assert options.view_as(StandardOptions).runner == "FnApiRunner"
+    assert options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    assert options.view_as(DirectOptions).direct_num_workers == 2
+    options = beam_view(launchers.local_options(workers=5, mode="multi_threading"))
+    assert options.view_as(DirectOptions).direct_num_workers == 5
+    assert options.view_as(DirectOptions).direct_running_mode == "multi_threading"
+
+
+def test_dataflow_options():
+    built = launchers.dataflow_options(
+        project="my-project", region="europe-west1", temp_location="gs://my-bucket/tmp",
+        setup_file=os.path.join(REPO, "setup.py"), job_name="snm-count", max_workers=20,
+        machine_type="n2-highmem-4")
+    options = beam_view(built)
+    cloud = options.view_as(GoogleCloudOptions)
+    assert options.view_as(StandardOptions).runner == "DataflowRunner"
+    assert (cloud.project, cloud.region, cloud.temp_location, cloud.job_name) == (
+        "my-project", "europe-west1", "gs://my-bucket/tmp", "snm-count")
+    setup = options.view_as(SetupOptions)
+    assert setup.setup_file == os.path.join(REPO, "setup.py")
+    assert not setup.save_main_session
+    assert not any("save_main_session" in o for o in built)
+    workers = options.view_as(WorkerOptions)
+    assert (workers.max_num_workers, workers.machine_type) == (20, "n2-highmem-4")
+    minimal = launchers.dataflow_options(project="example.com:my-project", region="us-central1",
+                                         temp_location="gs://b-1/t", setup_file="setup.py")
+    assert beam_view(minimal).view_as(WorkerOptions).max_num_workers is None
+    assert len(minimal) == 5
+
+
+def test_flink_options():
+    options = beam_view(launchers.flink_options(flink_master="flink-jobmanager:8081",
+                                                parallelism=8, flink_version="1.19"))
+    flink = options.view_as(FlinkRunnerOptions)
+    assert options.view_as(StandardOptions).runner == "FlinkRunner"
+    assert (flink.flink_master, flink.parallelism, flink.flink_version) == (
+        "flink-jobmanager:8081", 8, "1.19")
+    portable = options.view_as(PortableOptions)
+    assert (portable.environment_type, portable.environment_config) == (
+        "EXTERNAL", launchers.DEFAULT_WORKER_POOL)
+    docker = beam_view(launchers.flink_options(flink_master="[local]", environment_type="DOCKER",
+                                               environment_config="registry/snm-sdk:1"))
+    assert docker.view_as(PortableOptions).environment_config == "registry/snm-sdk:1"
+    loopback = launchers.flink_options(flink_master="http://jm:8081", environment_type="LOOPBACK")
+    assert beam_view(loopback).view_as(PortableOptions).environment_config is None
+    assert not any(o.startswith("--environment_config") for o in loopback)
+
+
+def test_portable_options():
+    built = launchers.portable_options(job_endpoint="localhost:8099", worker_pool="pool:50000")
+    assert built == ["--runner=PortableRunner", "--job_endpoint=localhost:8099",
+                     "--environment_type=EXTERNAL", "--environment_config=pool:50000"]
+    portable = beam_view(built).view_as(PortableOptions)
+    assert (portable.job_endpoint, portable.environment_type, portable.environment_config) == (
+        "localhost:8099", "EXTERNAL", "pool:50000")
+    embedded = beam_view(launchers.portable_options(job_endpoint="embed",
+                                                    worker_pool="localhost:1234"))
+    assert embedded.view_as(PortableOptions).job_endpoint == "embed"
+
+
+DATAFLOW = dict(project="my-project", region="europe-west1", temp_location="gs://bucket/tmp",
+                setup_file="/src/setup.py")
+
+
+@pytest.mark.parametrize("function, kwargs, message", [
+    (launchers.local_options, {"workers": 0}, "workers must be a positive integer"),
+    (launchers.local_options, {"workers": True}, "workers must be a positive integer"),
+    (launchers.local_options, {"mode": "threads"}, "mode must be one of"),
+    (launchers.dataflow_options, {**DATAFLOW, "temp_location": "/tmp/beam"},
+     "temp_location must be a Cloud Storage path gs://"),
+    (launchers.dataflow_options, {**DATAFLOW, "temp_location": "gs://"}, "temp_location"),
+    (launchers.dataflow_options, {**DATAFLOW, "project": "My Project"}, "project must be"),
+    (launchers.dataflow_options, {**DATAFLOW, "region": "Europe"}, "region must be"),
+    (launchers.dataflow_options, {**DATAFLOW, "setup_file": "/src/pyproject.toml"},
+     "setup_file must be the package's setup.py"),
+    (launchers.dataflow_options, {**DATAFLOW, "job_name": "SNM_count"}, "job_name must be"),
+    (launchers.dataflow_options, {**DATAFLOW, "max_workers": 0}, "max_workers must be"),
+    (launchers.dataflow_options, {**DATAFLOW, "machine_type": "big machine"},
+     "machine_type must"),
+    (launchers.flink_options, {"flink_master": "localhost"}, "flink_master must be HOST:PORT"),
+    (launchers.flink_options, {"flink_master": "jm:8081", "parallelism": -1},
+     "parallelism must be a positive integer"),
+    (launchers.flink_options, {"flink_master": "jm:8081", "flink_version": "latest"},
+     "flink_version must be"),
+    (launchers.flink_options, {"flink_master": "jm:8081", "environment_type": "K8S"},
+     "environment_type must be one of"),
+    (launchers.flink_options, {"flink_master": "jm:8081", "environment_config": "pool"},
+     r"environment_config \(the SDK worker pool address\) must be HOST:PORT"),
+    (launchers.flink_options, {"flink_master": "jm:8081", "environment_type": "LOOPBACK",
+                               "environment_config": "localhost:50000"}, "must be omitted"),
+    (launchers.flink_options, {"flink_master": "jm:8081", "environment_type": "PROCESS"},
+     "environment_config is required with PROCESS"),
+    (launchers.portable_options, {"job_endpoint": "nowhere", "worker_pool": "localhost:50000"},
+     r"job_endpoint \(or 'embed'\) must be HOST:PORT"),
+    (launchers.portable_options, {"job_endpoint": "embed", "worker_pool": "localhost:99999"},
+     "must be HOST:PORT"),
+])
+def test_bad_input_is_a_clear_value_error(function, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        function(**kwargs)
+
+
+def test_arguments_are_keyword_only():
+    with pytest.raises(TypeError):
+        launchers.local_options(2)  # pylint: disable=too-many-function-args
+    with pytest.raises(TypeError):
+        launchers.portable_options("embed", "localhost:50000")
+
+
+def run_launcher(*args):
+    return subprocess.run([sys.executable, "-m", "snm.launchers", *args], capture_output=True,
+                          text=True, cwd=REPO, check=False)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["local"], launchers.local_options()),
+    (["local", "--workers", "3", "--mode", "in_memory"],
+     launchers.local_options(workers=3, mode="in_memory")),
+    (["dataflow", "--project", "my-project", "--region", "europe-west1", "--temp_location",
+      "gs://bkt/tmp", "--setup_file", "setup.py", "--job_name", "snm-x-count",
+      "--max_workers", "4", "--machine_type", "n2-standard-8"],
+     launchers.dataflow_options(project="my-project", region="europe-west1",
+                                temp_location="gs://bkt/tmp",
+                                setup_file=os.path.join(REPO, "setup.py"), job_name="snm-x-count",
+                                max_workers=4, machine_type="n2-standard-8")),
+    (["flink", "--flink_master", "jm:8081", "--parallelism", "4"],
+     launchers.flink_options(flink_master="jm:8081", parallelism=4)),
+    (["flink", "--flink_master", "jm:8081", "--environment_type", "DOCKER",
+      "--environment_config", "img:1"],
+     launchers.flink_options(flink_master="jm:8081", environment_type="DOCKER",
+                             environment_config="img:1")),
+    (["portable", "--job_endpoint", "embed", "--worker_pool", "localhost:50000"],
+     launchers.portable_options(job_endpoint="embed", worker_pool="localhost:50000")),
+])
+def test_main_prints_one_option_per_line(args, expected):
+    proc = run_launcher(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["dataflow", "--project", "my-project", "--region", "europe-west1", "--temp_location",
+      "/tmp", "--setup_file", "setup.py"], "temp_location must be a Cloud Storage path"),
+    (["dataflow", "--project", "my-project", "--region", "europe-west1", "--temp_location",
+      "gs://bkt/tmp", "--setup_file", "no/such/setup.py"], "no such file"),
+    (["flink", "--flink_master", "nowhere"], "flink_master must be"),
+    (["portable", "--job_endpoint", "embed"], "required: --worker_pool"),
+    (["yarn"], "invalid choice"),
+])
+def test_main_bad_input_exits_2_with_the_reason(args, message):
+    proc = run_launcher(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and proc.stdout == ""
+
+
+# --- the shell scripts ------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_syntax(script):
+    path = os.path.join(LAUNCH, script)
+    proc = subprocess.run(["bash", "-n", path], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in text
+    assert "-m snm.launchers" in text
+
+
+FAKE_PYTHON = """#!{python}
+# Stands in for PYTHON in the scripts: runs snm.launchers for real, records every
+# other command (one JSON list a line) and pretends it succeeded.
+import json, runpy, sys
+args = sys.argv[1:]
+if args[:2] == ["-m", "snm.launchers"]:
+    sys.argv = ["snm.launchers"] + args[2:]
+    runpy.run_module("snm.launchers", run_name="__main__")
+elif args[:1] != ["-c"]:  # -c: the scripts' import checks
+    with open({log!r}, "a") as f:
+        f.write(json.dumps(args) + "\\n")
+    if args[:3] == ["-m", "snm", "eval"]:
+        print('{{"perplexity": 1.0}}')
+"""
+FAKE_GSUTIL = """#!/usr/bin/env bash
+printf '%s\\n' "$*" | sed 's/^/gsutil /' >> {log}
+"""
+
+
+@pytest.fixture
+def fake_tools(tmp_path):
+    """``(env, read_log)``: PYTHON and gsutil replaced by recorders."""
+    log = str(tmp_path / "commands.log")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text(FAKE_PYTHON.format(python=sys.executable, log=log))
+    gsutil = bin_dir / "gsutil"
+    gsutil.write_text(FAKE_GSUTIL.format(log=log))
+    for path in (python, gsutil):
+        path.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "PYTHONPATH": REPO}
+
+    def read_log():
+        with open(log, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        return [line if line.startswith("gsutil ") else json.loads(line) for line in lines]
+    return env, read_log
+
+
+def option(argv, name):
+    """Value of ``--name=value`` or ``--name value`` in ``argv`` (None if absent)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{name}":
+            return argv[i + 1]
+    return None
+
+
+def test_dataflow_script_runs_beam_stages_on_dataflow_and_fit_eval_locally(fake_tools, tmp_path):
+    env, read_log = fake_tools
+    work = str(tmp_path / "work")
+    env.update(PROJECT="my-project", REGION="europe-west1", TEMP_LOCATION="gs://bkt/tmp",
+               TRAIN="web=gs://bkt/corpus/web-*.gz news=gs://bkt/corpus/news-*.gz",
+               HELDOUT="gs://bkt/dev.txt", TEST="gs://bkt/test.txt", LOCAL_WORK=work,
+               JOB_PREFIX="snm-test", MAX_WORKERS="10", FIT_ARGS="--epochs 2")
+    proc = subprocess.run(["bash", os.path.join(LAUNCH, "dataflow.sh")], env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    log = read_log()
+    snm = [c for c in log if isinstance(c, list)]
+    assert [c[2] for c in snm] == ["count", "join", "fit", "apply", "eval"]
+    count, join, fit, apply, evaluate = snm
+    for stage, argv in (("count", count), ("join", join), ("apply", apply)):
+        assert option(argv, "runner") == "DataflowRunner"
+        assert option(argv, "job_name") == f"snm-test-{stage}"
+        assert option(argv, "project") == "my-project"
+        assert option(argv, "temp_location") == "gs://bkt/tmp"
+        assert option(argv, "max_num_workers") == "10"
+        assert option(argv, "setup_file") == os.path.join(REPO, "setup.py")
+    assert [a for a in count if a.startswith("web=") or a.startswith("news=")] == [
+        "web=gs://bkt/corpus/web-*.gz", "news=gs://bkt/corpus/news-*.gz"]
+    assert option(count, "out") == "gs://bkt/snm/run/counts"
+    assert option(join, "counts") == "gs://bkt/snm/run/counts"
+    assert option(join, "heldout") == "gs://bkt/dev.txt"
+    assert fit[3:] == ["--small_m", f"{work}/heldout", "--out", f"{work}/adjust", "--epochs", "2"]
+    assert option(apply, "theta") == "gs://bkt/snm/run/adjust"
+    assert option(apply, "out") == "gs://bkt/snm/run/model"
+    assert option(evaluate, "model") == f"{work}/model" and f"{work}/test.txt" in evaluate
+    assert all(option(c, "runner") is None for c in (fit, evaluate))
+    order = [c if isinstance(c, str) else c[2] for c in log]
+    assert order.index(f"gsutil -m -q cp -r gs://bkt/snm/run/heldout/* {work}/heldout/") \
+        < order.index("fit")
+    assert order.index("fit") < order.index(
+        f"gsutil -m -q cp -r {work}/adjust/* gs://bkt/snm/run/adjust/") < order.index("apply")
+    assert order.index("apply") < order.index(
+        f"gsutil -m -q cp -r gs://bkt/snm/run/model/* {work}/model/") < order.index("eval")
+    with open(os.path.join(work, "eval.json"), encoding="utf-8") as f:
+        assert json.load(f) == {"perplexity": 1.0}
+
+
+def test_dataflow_script_refuses_a_local_out(fake_tools):
+    env, _ = fake_tools
+    env.update(PROJECT="my-project", TEMP_LOCATION="gs://bkt/tmp", OUT="/tmp/run")
+    proc = subprocess.run(["bash", os.path.join(LAUNCH, "dataflow.sh")], env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "OUT must be a gs:// directory" in proc.stderr
+
+
+def test_flink_script_runs_snm_train_on_flink(fake_tools, tmp_path):
+    env, read_log = fake_tools
+    env.update(FLINK_MASTER="flink-jobmanager:8081", PARALLELISM="4", FLINK_VERSION="1.19",
+               TRAIN="corpus/*.txt", HELDOUT="dev.txt", TEST="/data/test.txt", OUT="run",
+               EXTRA_ARGS="--epochs 1", EXTRA_BEAM_OPTS="--max_parallelism=64")
+    proc = subprocess.run(["bash", os.path.join(LAUNCH, "flink.sh")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    (train,) = read_log()
+    assert train[:3] == ["-m", "snm", "train"]
+    assert option(train, "train") == f"{tmp_path}/corpus/*.txt"  # absolute: workers' cwd differs
+    assert option(train, "heldout") == f"{tmp_path}/dev.txt"
+    assert option(train, "test") == "/data/test.txt"
+    assert option(train, "out") == f"{tmp_path}/run"
+    assert option(train, "epochs") == "1"
+    beam_args = [a for a in train if a.startswith("--") and "=" in a]
+    flink = beam_view(beam_args)
+    assert flink.view_as(StandardOptions).runner == "FlinkRunner"
+    assert flink.view_as(FlinkRunnerOptions).flink_master == "flink-jobmanager:8081"
+    assert flink.view_as(FlinkRunnerOptions).parallelism == 4
+    assert flink.view_as(FlinkRunnerOptions).max_parallelism == 64
+    assert flink.view_as(PortableOptions).environment_config == "localhost:50000"
+
+
+def test_scripts_stop_on_bad_launcher_input(fake_tools, tmp_path):
+    env, read_log = fake_tools
+    env.update(FLINK_MASTER="no-port", TRAIN="a.txt", HELDOUT="b.txt", TEST="c.txt")
+    proc = subprocess.run(["bash", os.path.join(LAUNCH, "flink.sh")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "flink_master must be" in proc.stderr
+    assert not os.path.exists(tmp_path / "commands.log")  # snm train never started
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("launch-corpus")
+    train, dev, test = synthetic.write_corpus(str(root), 600, 80, 80, seed=4)
+    return {"root": root, "train": train, "dev": dev, "test": test}
+
+
+def train_argv(corpus, out):
+    return ["--config", "5gram", "--train", corpus["train"], "--heldout", corpus["dev"],
+            "--test", corpus["test"], "--out", str(out), "--min_count", "2",
+            "--num_buckets", "4", "--metafeatures", "unlexicalized", "--epochs", "2"]
+
+
+def assert_same_run(a, b):
+    """Every output of two ``snm train`` runs is byte-identical, paths and timings aside."""
+    for stage in ("vocab", "counts", "heldout", "adjust", "model"):
+        names = sorted(os.path.relpath(os.path.join(d, n), a / stage)
+                       for d, _, files in os.walk(a / stage) for n in files)
+        other = sorted(os.path.relpath(os.path.join(d, n), b / stage)
+                       for d, _, files in os.walk(b / stage) for n in files)
+        assert names == other, stage
+        data = [n for n in names if not n.endswith(("manifest.json", ".jsonl", "model_card.md"))]
+        _, mismatch, errors = filecmp.cmpfiles(a / stage, b / stage, data, shallow=False)
+        assert not mismatch and not errors, f"{stage}: {mismatch} {errors}"
+        for name in names:
+            if name.endswith(("manifest.json", ".jsonl")):  # JSON with paths and timings
+                assert normalized(a / stage / name, a) == normalized(b / stage / name, b), name
+    assert filecmp.cmp(a / "eval.json", b / "eval.json", shallow=False)
+
+
+def normalized(path, run_dir):
+    """The JSON objects of a manifest or a .jsonl log, without run paths and timings."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read().replace(str(run_dir), "RUN")
+    objects = [json.loads(line) for line in text.splitlines()] if path.suffix == ".jsonl" \
+        else [json.loads(text)]
+    for obj in objects:
+        obj.pop("seconds", None)
+    return objects
+
+
+@pytest.fixture(scope="module")
+def reference_run(corpus, tmp_path_factory):
+    """``snm train`` on the default runner (FnApiRunner, in process)."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert train_cmd.main(train_argv(corpus, out)) == 0
+    return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def worker_pool(tmp_path_factory):
+    """A Beam SDK worker pool on a free port, started in another working directory.
+
+    The pool starts each SDK worker as ``python -c ...`` with the ``python``
+    found on PATH, so this Python's directory goes first on PATH.
+    """
+    tmp_path = tmp_path_factory.mktemp("worker-pool")
+    port = free_port()
+    cwd = tmp_path / "pool-cwd"
+    cwd.mkdir()
+    log = open(tmp_path / "worker_pool.log", "wb")
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                             f"--service_port={port}"], cwd=cwd, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "worker_pool.log").read_text()
+            try:
+                socket.create_connection(("localhost", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the worker pool did not start listening"
+                time.sleep(0.1)
+        yield {"address": f"localhost:{port}", "cwd": cwd, "log": tmp_path / "worker_pool.log"}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the pool and the SDK workers it started
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_portable_runner_with_a_worker_pool_matches_the_default_runner(
+        corpus, reference_run, worker_pool, tmp_path):
+    out = tmp_path / "portable"
+    options = launchers.portable_options(job_endpoint="embed",
+                                         worker_pool=worker_pool["address"])
+    assert train_cmd.main(train_argv(corpus, out) + options) == 0
+    assert_same_run(reference_run, out)
+    # The stages really ran in the pool's workers, not in this process.
+    assert b"Starting worker with command" in worker_pool["log"].read_bytes()
+
+
+def test_portable_runner_with_relative_paths(corpus, worker_pool, tmp_path, monkeypatch):
+    monkeypatch.chdir(corpus["root"])
+    out = os.path.relpath(tmp_path / "vocab", corpus["root"])
+    vocab_stage.run(["--train", os.path.basename(corpus["train"]), "--out", out]
+                    + launchers.portable_options(job_endpoint="embed",
+                                                 worker_pool=worker_pool["address"]))
+
+
+# --- the scripts end to end (SNM_TEST_SCRIPTS=1) --------------------------------------------
+
+@SLOW_SCRIPTS
+def test_local_script_end_to_end(corpus, reference_run, tmp_path):
+    out = tmp_path / "local"
+    env = {**os.environ, "PYTHON": sys.executable, "TRAIN": corpus["train"],
+           "HELDOUT": corpus["dev"], "TEST": corpus["test"], "OUT": str(out),
+           "EXTRA_ARGS": "--num_buckets 4 --metafeatures unlexicalized --epochs 2"}
+    proc = subprocess.run(["bash", os.path.join(LAUNCH, "local.sh")], env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--direct_running_mode=multi_processing --direct_num_workers=2" in proc.stderr
+    assert_same_run(reference_run, out)
+
+
+@SLOW_SCRIPTS
+def test_cron_retrain_adds_new_shards_and_switches_current(corpus, tmp_path):
+    root = tmp_path / "retrain"
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    sentences = synthetic.generate(600, seed=9)
+    shards = []
+    for i in range(3):
+        shards.append(str(incoming / f"shard-{i}.txt"))
+        with open(shards[-1] + ("" if i < 2 else ".later"), "w", encoding="utf-8") as f:
+            f.write("".join(s + "\n" for s in sentences[i * 200:(i + 1) * 200]))
+    env = {**os.environ, "PYTHON": sys.executable, "ROOT": str(root),
+           "INCOMING": f"{incoming}/*.txt", "HELDOUT": corpus["dev"], "TEST": corpus["test"],
+           "NUM_BUCKETS": "4", "LAUNCHER": "local --mode in_memory --workers 1",
+           "FIT_ARGS": "--metafeatures unlexicalized --epochs 1"}
+
+    def retrain():
+        proc = subprocess.run(["bash", os.path.join(LAUNCH, "cron_retrain.sh")], env=env,
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+
+    retrain()
+    first = os.path.realpath(root / "current")
+    assert not os.path.lexists(root / "previous")
+    os.rename(shards[2] + ".later", shards[2])
+    assert "1 new shard(s), adding to" in retrain()
+    second = os.path.realpath(root / "current")
+    assert second != first and os.path.realpath(root / "previous") == first
+    assert os.readlink(root / "current").startswith("runs/")
+    with open(root / "counted.txt", encoding="utf-8") as f:
+        assert sorted(f.read().splitlines()) == shards
+    # The added counts equal counting all three shards at once with the same vocabulary.
+    count_stage.run(["--config", "5gram", "--vocab", os.path.join(first, "counts", "vocab.txt"),
+                     "--num_buckets", "4", "--out", str(tmp_path / "all")]
+                    + sum((["--train", s] for s in shards), []))
+    names = [n for n in os.listdir(tmp_path / "all") if n.endswith((".parquet", ".txt"))]
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "all", os.path.join(second, "counts"),
+                                           names, shallow=False)
+    assert not mismatch and not errors
+    with open(os.path.join(second, "eval.json"), encoding="utf-8") as f:
+        assert json.load(f)["perplexity"] > 1
+    assert "no new shards" in retrain()
+    assert os.path.realpath(root / "current") == second
+    assert sorted(os.listdir(root / "runs")) == sorted(
+        os.path.basename(p) for p in (first, second))
+
+
+# --- the Airflow DAG ----------------------------------------------------------------------
+
+def load_dag(tmp_path, monkeypatch):
+    """The module of launch/airflow_dag.py; skips where Airflow or its Beam provider is absent."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    pytest.importorskip("airflow")
+    pytest.importorskip("airflow.providers.apache.beam.operators.beam")
+    monkeypatch.setenv("SNM_ROOT", str(tmp_path / "root"))
+    spec = importlib.util.spec_from_file_location("snm_airflow_dag",
+                                                  os.path.join(LAUNCH, "airflow_dag.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BEAM_TASKS = (("count_all", "count"), ("count_added", "count"), ("join", "join"),
+              ("apply", "apply"))
+
+
+def test_airflow_dag(tmp_path, monkeypatch):
+    module = load_dag(tmp_path, monkeypatch)
+    dag = module.dag
+    assert dag.dag_id == "snm_retrain"
+    assert set(dag.task_ids) == {"plan", "no_new_shards", "count_all", "count_added", "join",
+                                 "fit", "apply", "evaluate", "switch"}
+    upstream = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
+    assert upstream["join"] == {"count_all", "count_added"}
+    assert upstream["count_added"] == upstream["count_all"] == upstream["no_new_shards"] == {
+        "plan"}
+    assert (upstream["fit"], upstream["apply"], upstream["evaluate"], upstream["switch"]) == (
+        {"join"}, {"fit"}, {"apply"}, {"evaluate"})
+    assert dag.get_task("join").trigger_rule == "none_failed_min_one_success"
+    if module.BEAM_OPERATOR_PROBLEM is not None:
+        pytest.skip(f"the Beam operator cannot be built here: {module.BEAM_OPERATOR_PROBLEM}")
+    for task_id, module_name in BEAM_TASKS:
+        task = dag.get_task(task_id)
+        assert type(task).__name__ == "BeamRunPythonPipelineOperator"
+        assert task.py_file == os.path.join(REPO, "pipelines", f"{module_name}.py")
+        assert os.path.isfile(task.py_file)
+        assert task.runner == "FnApiRunner"
+        assert task.default_pipeline_options == {"direct_running_mode": "multi_processing",
+                                                 "direct_num_workers": "2"}
+    assert "add_to" in dag.get_task("count_added").pipeline_options
+    assert "min_count" in dag.get_task("count_all").pipeline_options
+
+
+def test_airflow_dag_runs_the_pipelines_with_bash_without_the_beam_operator(tmp_path,
+                                                                           monkeypatch):
+    """apache-airflow-providers-apache-beam 6.x builds no Beam operator without the Google
+    provider; the DAG then runs the same commands with BashOperator."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    pytest.importorskip("airflow.providers.apache.beam.operators.beam")
+    from airflow.providers.apache.beam.operators import beam as beam_operators
+
+    class Refusing:  # pylint: disable=too-few-public-methods
+        def __init__(self, **_):
+            raise RuntimeError("needs apache-airflow-providers-google")
+    monkeypatch.setattr(beam_operators, "BeamRunPythonPipelineOperator", Refusing)
+    module = load_dag(tmp_path, monkeypatch)
+    assert "needs apache-airflow-providers-google" in module.BEAM_OPERATOR_PROBLEM
+    for task_id, module_name in BEAM_TASKS:
+        task = module.dag.get_task(task_id)
+        assert type(task).__name__ == "BashOperator"
+        assert f'"{os.path.join(REPO, "pipelines", module_name)}.py" "--runner=FnApiRunner"' \
+            in task.bash_command
+    assert '"--add_to=' in module.dag.get_task("count_added").bash_command
