@@ -50,8 +50,10 @@ from snm_core.features import FeatureExtractor
 
 #: Memory for the precomputed meta-feature entries of the rows with the most
 #: classes (the empty feature, frequent contexts): a mini-batch touches them
-#: all, so hashing them once saves most of the per-batch work.
-ENTRY_CACHE_BYTES = 512 << 20
+#: all, so hashing them once saves most of the per-batch work.  2 GiB holds the
+#: whole kernel skip-10-gram small M with unlexicalized meta-features (~0.6 GB)
+#: and the rows that matter of the lexicalized one (3.4 GB in all).
+ENTRY_CACHE_BYTES = 2 << 30
 #: Classes whose meta-feature entries are hashed or summed at once.
 ENTRY_CHUNK = 1 << 14
 GAMMA = 0.1
