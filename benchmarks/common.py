@@ -9,7 +9,9 @@ import subprocess
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORPORA = os.path.abspath(os.path.join(HERE, "..", "..", "shared", "corpora"))
+# The shared corpora sit beside the checkout (../shared); SNM_SHARED overrides.
+CORPORA = os.path.abspath(os.path.join(
+    os.environ.get("SNM_SHARED") or os.path.join(HERE, "..", "..", "shared"), "corpora"))
 RESULTS = os.path.join(HERE, "results.jsonl")
 WORK = os.path.join(HERE, "work")
 

@@ -1,4 +1,5 @@
 import filecmp
+import json
 import os
 import signal
 import subprocess
@@ -37,16 +38,24 @@ def test_killed_run_resumes_to_the_same_model(corpus, capsys):
     assert "== snm train summary ==" in out
     assert (root / "whole" / "heldout_perplexity.png").stat().st_size > 1000
 
-    # Kill a second run as soon as its count stage is complete (during join).
+    # Kill a second run as soon as its count stage is complete (recorded in
+    # stages.json once the count's manifest is written), i.e. during join.
     proc = subprocess.Popen([sys.executable, "-m", "snm", "train", *args(corpus, root / "killed")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = root / "killed" / "counts" / "manifest.json"
+    state = root / "killed" / "stages.json"
+
+    def count_done():
+        try:
+            return "count" in json.loads(state.read_text())
+        except (OSError, ValueError):
+            return False
+
     deadline = time.monotonic() + 120
-    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while not count_done() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert marker.exists()
+    assert count_done()
     assert not (root / "killed" / "model" / "manifest.json").exists()
 
     assert main(args(corpus, root / "killed")) == 0
