@@ -26,7 +26,7 @@ SCRATCH = "_scratch"
 
 
 class ArrayShuffle:
-    """``send(part) -> payload`` on the producing worker, ``receive(payload) -> part`` on the merger.
+    """``send(part) -> payload`` where parts are made, ``receive(payload) -> part`` in the merge.
 
     A part is a dict of dicts of numpy arrays, e.g. ``{"links": {...}, "features": {...}}``.
     """

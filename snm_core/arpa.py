@@ -96,7 +96,8 @@ def export_arpa(model_dir, out_path, say=print):
     l_word = (unique_packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
     l_keys = link_key(ctx_keys[l_ctx], l_word)
     l_order = np.argsort(l_keys)
-    l_ctx, l_word, n_self, l_keys = l_ctx[l_order], l_word[l_order], n_self[l_order], l_keys[l_order]
+    l_ctx, l_word = l_ctx[l_order], l_word[l_order]
+    n_self, l_keys = n_self[l_order], l_keys[l_order]
     link_index = KeyIndex(l_keys)
 
     # Z and N, shortest contexts first: the suffix's values are final by then.

@@ -205,7 +205,8 @@ class ExtractionConfig:
         """Canonical text of this configuration; parsing it gives the same config."""
         out = []
         for block in self.extractors:
-            kind = "ngram_extractor" if isinstance(block, NgramExtractor) else "skip_ngram_extractor"
+            kind = ("ngram_extractor" if isinstance(block, NgramExtractor)
+                    else "skip_ngram_extractor")
             out.append(kind + " {")
             for name in _FIELDS[kind]:
                 value = getattr(block, name)
@@ -280,7 +281,8 @@ def parse_config(text, source="<string>"):
         block_line = lineno
         while True:
             if i >= len(tokens):
-                fail(last_line, f"block {name!r} opened on line {block_line} is not closed; add '}}'")
+                fail(last_line,
+                     f"block {name!r} opened on line {block_line} is not closed; add '}}'")
             kind, field, flineno = tokens[i]
             if kind == "punct" and field == "}":
                 i += 1

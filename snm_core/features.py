@@ -268,7 +268,8 @@ def render_feature(feature_type, words, vocab, tag=""):
     """Paper notation: ``[the cat]``, ``[]``, ``[curiosity skip-* the cat]``, ``tag:[...]``."""
     names = [vocab.word(int(w)) for w in words if w >= 0]
     if len(names) != feature_type.num_words:
-        raise ValueError(f"{feature_type.name} has {feature_type.num_words} words, got {len(names)}")
+        raise ValueError(f"{feature_type.name} has {feature_type.num_words} words, "
+                         f"got {len(names)}")
     if feature_type.kind == "ngram":
         text = "[" + " ".join(names) + "]"
     else:

@@ -138,7 +138,8 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
 
     theta, history = trainer.train(problem, options.settings(epochs), log=log, progress=progress)
     os.makedirs(out_dir, exist_ok=True)
-    io.atomic_write_bytes(os.path.join(out_dir, "theta.npy"), _npy_bytes(problem.dense_theta(theta)))
+    io.atomic_write_bytes(os.path.join(out_dir, "theta.npy"),
+                          io.npy_bytes(problem.dense_theta(theta)))
     io.atomic_write_text(os.path.join(out_dir, "train_log.jsonl"),
                          "".join(_json_line(e) for e in log_entries))
     final = history[-1]
@@ -165,13 +166,6 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
         say(f"note: {problem.num_unseen_targets:,} held-out events predict a word no training "
             "feature saw (probability 0 whatever theta); they were left out")
     return manifest
-
-
-def _npy_bytes(array):
-    import io as _io
-    buffer = _io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
 
 
 def _json_line(entry):

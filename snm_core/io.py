@@ -5,6 +5,7 @@ then renamed, so a reader never sees half a file and a killed stage leaves no
 partial output under a real name.
 """
 
+import io
 import json
 import os
 import tempfile
@@ -47,6 +48,15 @@ def atomic_write_parquet(path, table, **kwargs):
     """Write a ``pyarrow.Table`` as one Parquet file (zstd), atomically."""
     kwargs.setdefault("compression", PARQUET_COMPRESSION)
     _atomic(path, "wb", lambda f: pq.write_table(table, f, **kwargs))
+
+
+def npy_bytes(array):
+    """The bytes of ``np.save(array)`` (to write atomically)."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
 
 
 def read_json(path):

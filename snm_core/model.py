@@ -202,20 +202,13 @@ def compile_model(model_dir):
     directory = os.path.join(model_dir, COMPACT)
     os.makedirs(directory, exist_ok=True)
     for name, array in arrays.items():
-        io.atomic_write_bytes(os.path.join(directory, name + ".npy"), _npy(array))
+        io.atomic_write_bytes(os.path.join(directory, name + ".npy"), io.npy_bytes(array))
     compact = {"kind": "compact", "format_version": tables.FORMAT_VERSION,
                "files": [n + ".npy" for n in COMPACT_FILES],
                "features": int(len(keys)), "links": int(len(lk)),
                "bytes": int(sum(a.nbytes for a in arrays.values()))}
     io.atomic_write_json(os.path.join(directory, tables.MANIFEST), compact)
     return compact
-
-
-def _npy(array):
-    import io as _io
-    buffer = _io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
 
 
 # --- scoring ------------------------------------------------------------------------------
@@ -422,28 +415,33 @@ class _Totals:
 
 
 def write_model_card(model_dir, manifest, evaluation=None):
-    """``model_card.md``: what the model is, what it was trained on, how good it is."""
-    totals = manifest.get("count_totals", {})
-    fit = manifest.get("fit", {})
+    """``model_card.md``: what the model is, what it was trained on, how good it is.
+
+    ``evaluation`` maps a text's name to its ``{"adjusted": ..., "unadjusted": ...}`` report.
+    """
+    totals, fit = manifest.get("count_totals", {}), manifest.get("fit", {})
+    spec, training = fit.get("metafeatures", {}), fit.get("training", {})
+    tags = ", ".join(manifest["tags"]) if any(manifest["tags"]) else "none (pooled)"
+    extras = "".join(f" + {name}" for name in ("diversity", "continuation") if spec.get(name))
+    skipped = totals.get("empty_lines", 0) + totals.get("invalid_lines", 0)
+    name = os.path.basename(os.path.abspath(model_dir))
     lines = [
-        f"# SNM language model: {manifest.get('name', os.path.basename(os.path.abspath(model_dir)))}",
+        f"# SNM language model: {name}",
         "",
         "## Configuration",
         "```", manifest["config"].rstrip(), "```",
-        f"- corpus tags: {', '.join(manifest['tags']) if any(manifest['tags']) else 'none (pooled)'}",
+        f"- corpus tags: {tags}",
         f"- vocabulary: {manifest['vocabulary_size']:,} words (with <S>, </S>, <UNK>)",
-        f"- meta-features: {fit.get('metafeatures', {}).get('variant')}"
-        f"{' + diversity' if fit.get('metafeatures', {}).get('diversity') else ''}, "
-        f"hash size {fit.get('metafeatures', {}).get('hash_size', 0):,}, "
-        f"{fit.get('weights_in_use', 0):,} weights in use",
-        f"- training: {fit.get('training', {}).get('epochs')} AdaGrad epoch(s), batch "
-        f"{fit.get('training', {}).get('batch_size')}, gamma {fit.get('training', {}).get('gamma')}",
+        f"- meta-features: {spec.get('variant')}{extras}, hash size "
+        f"{spec.get('hash_size', 0):,}, {fit.get('weights_in_use', 0):,} weights in use",
+        f"- training: {training.get('epochs')} AdaGrad epoch(s), batch "
+        f"{training.get('batch_size')}, gamma {training.get('gamma')}",
         "",
         "## Data",
-        f"- training: {totals.get('sentences', 0):,} sentences, {totals.get('tokens', 0):,} words "
-        f"({totals.get('oov_tokens', 0):,} out of vocabulary), "
-        f"{totals.get('empty_lines', 0) + totals.get('invalid_lines', 0):,} lines skipped",
-        f"- model: {manifest['totals']['features']:,} features, {manifest['totals']['links']:,} links",
+        f"- training: {totals.get('sentences', 0):,} sentences, {totals.get('tokens', 0):,} "
+        f"words ({totals.get('oov_tokens', 0):,} out of vocabulary), {skipped:,} lines skipped",
+        f"- model: {manifest['totals']['features']:,} features, "
+        f"{manifest['totals']['links']:,} links",
         f"- held-out: {fit.get('heldout_events', 0):,} events; perplexity "
         f"{fit.get('heldout_perplexity_unadjusted', float('nan')):.2f} unadjusted, "
         f"{fit.get('heldout_perplexity', float('nan')):.2f} adjusted",
@@ -453,9 +451,9 @@ def write_model_card(model_dir, manifest, evaluation=None):
                   "| model | text | perplexity | excluding OOV | OOV | words | sentences |",
                   "|---|---|---|---|---|---|---|"]
         for text, report in evaluation.items():
-            for name in ("adjusted", "unadjusted"):
-                r = report[name]
-                lines.append(f"| {name} | {text} | {r['perplexity']:.2f} | "
+            for kind in ("adjusted", "unadjusted"):
+                r = report[kind]
+                lines.append(f"| {kind} | {text} | {r['perplexity']:.2f} | "
                              f"{r['perplexity_excluding_oov']:.2f} | {r['oov']:,} | "
                              f"{r['words']:,} | {r['sentences']:,} |")
     io.atomic_write_text(os.path.join(model_dir, "model_card.md"), "\n".join(lines) + "\n")

@@ -74,7 +74,8 @@ class Vocabulary:
 
     def ids(self, words):
         """Ids of many words (``pyarrow`` string array or sequence of str) as int32."""
-        arr = words if isinstance(words, (pa.Array, pa.ChunkedArray)) else pa.array(words, pa.string())
+        arr = (words if isinstance(words, (pa.Array, pa.ChunkedArray))
+               else pa.array(words, pa.string()))
         found = pc.index_in(arr, value_set=self._arrow)
         return found.fill_null(UNK_ID).to_numpy(zero_copy_only=False).astype(np.int32)
 
@@ -100,7 +101,8 @@ class Vocabulary:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise VocabularyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+            raise VocabularyError(
+                f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         return cls.parse(text, path)
 
     @classmethod

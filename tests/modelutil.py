@@ -51,7 +51,7 @@ def problem(config, sources, heldout_lines, spec, vocab=None, tags=None,
     """An AdjustmentProblem built directly from text."""
     if isinstance(config, str):
         config = preset(config) if "{" not in config else parse_config(config)
-    vocab = vocab or vocabulary([l for s in sources for l in s] + list(heldout_lines))
+    vocab = vocab or vocabulary([line for s in sources for line in s] + list(heldout_lines))
     small_m, events, manifest = join_tables(config, sources, heldout_lines, vocab, tags)
     return trainer.AdjustmentProblem([small_m], trainer.Events.from_table(events), spec,
                                      trainer.type_fingerprints(manifest),

@@ -19,8 +19,12 @@ SPECS = [(v, d, c) for v in VARIANTS for d in (False, True) for c in (False, Tru
          if not (c and v == "feature-only")]
 
 
-@pytest.fixture(scope="module", params=SPECS,
-                ids=lambda p: p[0] + ("+diversity" if p[1] else "") + ("+continuation" if p[2] else ""))
+def spec_name(params):
+    variant, diversity, continuation = params
+    return variant + ("+diversity" if diversity else "") + ("+continuation" if continuation else "")
+
+
+@pytest.fixture(scope="module", params=SPECS, ids=spec_name)
 def tiny(request):
     variant, diversity, continuation = request.param
     return problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT,
@@ -82,7 +86,7 @@ def unadjusted_perplexity(sources, heldout_lines, config_text):
     from snm_core.config import parse_config
     from modelutil import vocabulary
     config = parse_config(config_text)
-    vocab = vocabulary([l for s in sources for l in s] + list(heldout_lines))
+    vocab = vocabulary([line for s in sources for line in s] + list(heldout_lines))
     windows = [w for block in config.extractors for w in block.windows()]
 
     def events(lines):
