@@ -29,6 +29,7 @@ Scoring
 import dataclasses
 import math
 import os
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +44,8 @@ from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 
 #: Lines scored per batch: big enough to amortise numpy's per-call cost.
 SCORE_BATCH_LINES = 2048
+#: Links sorted at once when the compact arrays are built (~250 MB of work memory).
+COMPILE_PARTITION_LINKS = 1 << 23
 #: Links adjusted at once (bounds the meta-feature temporaries).
 ADJUST_CHUNK_LINKS = 1 << 18
 COMPACT = "compact"
@@ -156,57 +159,95 @@ class KeyIndex:
         return result
 
 
-def compile_model(model_dir):
-    """Build ``compact/`` from the model's Parquet files; returns the compact manifest."""
+def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
+    """Build ``compact/`` from the model's Parquet files; returns the compact manifest.
+
+    Memory stays bounded whatever the model size: arrays are written into
+    memory-mapped ``.npy`` files; feature keys arrive sorted (bucket files are
+    key ranges), and links are sorted by link key in two passes, first
+    scattered into key-range partitions of about ``partition_links`` links on
+    disk, then each partition sorted alone (an external sort).
+    """
+    from numpy.lib.format import open_memmap
+
     manifest = tables.read_manifest(model_dir, "model")
-    names = sorted(manifest["files"])
-    feature_keys, m_star, link_keys, link_m, link_c = [], [], [], [], []
+    n_features, n_links = manifest["totals"]["features"], manifest["totals"]["links"]
+    directory = os.path.join(model_dir, COMPACT)
+    scratch = os.path.join(directory, "partitions.tmp")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(scratch)
+    bits = max(0, int(math.ceil(math.log2(max(n_links / partition_links, 1)))))
+    parts = [{name: open(os.path.join(scratch, f"{p}.{name}"), "wb")
+              for name in ("keys", "m", "c")} for p in range(1 << bits)]
+
+    def output(name, dtype, n):
+        return open_memmap(os.path.join(directory, name + ".npy.tmp"), mode="w+", dtype=dtype,
+                           shape=(n,))
+
+    feature_keys = output("feature_keys", np.uint64, n_features)
+    feature_m_star = output("feature_m_star", np.float64, n_features)
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
-    empty_types = {i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"}
-    for name in names:
-        if not name.startswith("features-"):
-            continue
+    empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
+    done = 0
+    for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
         feats = tables.read_table(os.path.join(model_dir, name), tables.MODEL_FEATURES,
                                   ["feature", "type", "count", "diversity", "m_star"])
         matrix = tables.read_table(os.path.join(model_dir, "matrix-" + name[len("features-"):]),
                                    tables.MATRIX)
-        keys = feats["feature"].to_numpy()
-        diversity = feats["diversity"].to_numpy()
-        feature_keys.append(keys)
-        m_star.append(feats["m_star"].to_numpy())
+        keys, diversity = feats["feature"].to_numpy(), feats["diversity"].to_numpy()
+        feature_keys[done:done + len(keys)] = keys
+        feature_m_star[done:done + len(keys)] = feats["m_star"].to_numpy()
+        done += len(keys)
         word = matrix["word"].to_numpy()
-        link_keys.append(link_key(np.repeat(keys, diversity), word))
-        link_m.append(matrix["m"].to_numpy())
-        link_c.append((matrix["count"].to_numpy()
-                       / np.repeat(feats["count"].to_numpy(), diversity)).astype(np.float32))
-        empty = np.isin(feats["type"].to_numpy(), list(empty_types))
+        lk = link_key(np.repeat(keys, diversity), word)
+        c = (matrix["count"].to_numpy() / np.repeat(feats["count"].to_numpy(), diversity))
+        arrays = {"keys": lk, "m": matrix["m"].to_numpy(), "c": c.astype(np.float32)}
+        part = (lk >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(lk), int)
+        order = np.argsort(part, kind="stable")
+        bounds = np.searchsorted(part[order], np.arange((1 << bits) + 1))
+        for p in np.flatnonzero(np.diff(bounds)):
+            rows = order[bounds[p]:bounds[p + 1]]
+            for key, array in arrays.items():
+                array[rows].tofile(parts[p][key])
+        empty = np.isin(feats["type"].to_numpy(), empty_types)
         seen[word[np.repeat(empty, diversity)]] = True
-    keys = np.concatenate(feature_keys) if feature_keys else np.zeros(0, np.uint64)
-    lk = np.concatenate(link_keys) if link_keys else np.zeros(0, np.uint64)
-    order = np.argsort(lk)
-    lk = lk[order]
-    collisions = int(np.count_nonzero(lk[1:] == lk[:-1])) if len(lk) else 0
+    link_keys = output("link_keys", np.uint64, n_links)
+    link_m = output("link_m", np.float32, n_links)
+    link_c = output("link_c", np.float32, n_links)
+    done = collisions = 0
+    for p, files in enumerate(parts):
+        for f in files.values():
+            f.close()
+        keys = np.fromfile(os.path.join(scratch, f"{p}.keys"), dtype=np.uint64)
+        order = np.argsort(keys)
+        keys = keys[order]
+        collisions += int(np.count_nonzero(keys[1:] == keys[:-1]))
+        link_keys[done:done + len(keys)] = keys
+        link_m[done:done + len(keys)] = np.fromfile(os.path.join(scratch, f"{p}.m"),
+                                                    dtype=np.float32)[order]
+        link_c[done:done + len(keys)] = np.fromfile(os.path.join(scratch, f"{p}.c"),
+                                                    dtype=np.float32)[order]
+        done += len(keys)
+    shutil.rmtree(scratch)
     if collisions:
         raise SnmInputError(f"{model_dir}: {collisions} pairs of links share a 64-bit link key "
                             "(expected about n**2 / 2**65); please report this")
-    arrays = {
-        "feature_keys": keys,
-        "feature_m_star": np.concatenate(m_star) if m_star else np.zeros(0),
-        "feature_index": KeyIndex(keys).start,
-        "link_keys": lk,
-        "link_m": np.concatenate(link_m)[order] if link_m else np.zeros(0, np.float32),
-        "link_c": np.concatenate(link_c)[order] if link_c else np.zeros(0, np.float32),
-        "link_index": KeyIndex(lk).start,
-        "seen_words": seen,
-    }
-    directory = os.path.join(model_dir, COMPACT)
-    os.makedirs(directory, exist_ok=True)
-    for name, array in arrays.items():
+    small = {"feature_index": KeyIndex(feature_keys).start,
+             "link_index": KeyIndex(link_keys).start, "seen_words": seen}
+    sizes = 0
+    for name, array in (("feature_keys", feature_keys), ("feature_m_star", feature_m_star),
+                        ("link_keys", link_keys), ("link_m", link_m), ("link_c", link_c)):
+        array.flush()
+        sizes += array.nbytes
+        del array
+        os.replace(os.path.join(directory, name + ".npy.tmp"),
+                   os.path.join(directory, name + ".npy"))
+    for name, array in small.items():
         io.atomic_write_bytes(os.path.join(directory, name + ".npy"), io.npy_bytes(array))
+        sizes += array.nbytes
     compact = {"kind": "compact", "format_version": tables.FORMAT_VERSION,
                "files": [n + ".npy" for n in COMPACT_FILES],
-               "features": int(len(keys)), "links": int(len(lk)),
-               "bytes": int(sum(a.nbytes for a in arrays.values()))}
+               "features": int(n_features), "links": int(n_links), "bytes": int(sizes)}
     io.atomic_write_json(os.path.join(directory, tables.MANIFEST), compact)
     return compact
 

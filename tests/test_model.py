@@ -183,3 +183,17 @@ def test_key_index_finds_every_key_and_nothing_else():
         others = rng.integers(0, 2 ** 64, size=1000, dtype=np.uint64)
         others = others[~np.isin(others, keys)]
         assert np.all(index.find(others) == -1)
+
+
+def test_compact_arrays_do_not_depend_on_the_sort_partitions(ngram_model, tmp_path):
+    """The external sort of link keys gives the same arrays with many partitions as with one."""
+    import shutil
+    from snm_core.model import compile_model
+    model_dir, _ = ngram_model
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    compile_model(str(copy), partition_links=64)
+    names = sorted(p.name for p in (model_dir / "compact").iterdir())
+    assert names == sorted(p.name for p in (copy / "compact").iterdir())
+    for name in names:
+        assert (model_dir / "compact" / name).read_bytes() == (copy / "compact" / name).read_bytes()
