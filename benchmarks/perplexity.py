@@ -18,6 +18,8 @@ to benchmarks/results.jsonl.
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -58,6 +60,8 @@ def main(argv=None):
     parser.add_argument("--setups", default="kernel,mix")
     parser.add_argument("--configs", default="5gram,skip10gram")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--keep_models", action="store_true",
+                        help="keep each model directory after its evaluation")
     args = parser.parse_args(argv)
     rows = []
     for setup in args.setups.split(","):
@@ -74,18 +78,20 @@ def main(argv=None):
             for variant in args.variants.split(","):
                 adjust = os.path.join(base, f"adjust-{variant}")
                 model = os.path.join(base, f"model-{variant}")
-                fit_run = step(adjust, snm("fit", "--small_m", heldout, "--out", adjust,
-                                           "--metafeatures", variant,
-                                           "--epochs", EPOCHS.get((config, variant), "auto")))
-                step(model, snm("apply", "--counts", counts, "--theta", adjust, "--out", model,
-                                *MODE))
                 report_path = os.path.join(base, f"eval-{variant}.json")
+                fit_run = None
                 if not os.path.exists(report_path):
+                    fit_run = step(adjust, snm("fit", "--small_m", heldout, "--out", adjust,
+                                               "--metafeatures", variant, "--epochs",
+                                               EPOCHS.get((config, variant), "auto")))
+                    step(model, snm("apply", "--counts", counts, "--theta", adjust, "--out",
+                                    model, *MODE))
                     with open(report_path + ".tmp", "w") as f:
-                        import subprocess
                         subprocess.run(snm("eval", "--model", model, corpus(setup, "test.txt"),
                                            "--json"), stdout=f, check=True)
                     os.replace(report_path + ".tmp", report_path)
+                    if not args.keep_models:  # a skip-10-gram model on mix is ~16 GB
+                        shutil.rmtree(model)
                 with open(report_path) as f:
                     report = json.load(f)
                 with open(os.path.join(adjust, "manifest.json")) as f:
