@@ -43,36 +43,8 @@ MODE="${MODE:-multi_processing}"
 SYNTH_SENTENCES="${SYNTH_SENTENCES:-20000}"
 EXTRA_ARGS="${EXTRA_ARGS:-}"
 
-# Absolute paths: Beam workers need not share the launcher's working directory.
-absolute() { case "$1" in /*|*://*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
-OUT="$(absolute "$OUT")"
-
-if [[ -z "$TRAIN" ]]; then
-  echo "== no TRAIN given: the synthetic example in $OUT/corpus ==" >&2
-  "$PYTHON" -m snm synth --out "$OUT/corpus" --train_sentences "$SYNTH_SENTENCES" >/dev/null
-  TRAIN="$OUT/corpus/train.txt"
-  HELDOUT="${HELDOUT:-$OUT/corpus/dev.txt}"
-  TEST="${TEST:-$OUT/corpus/test.txt}"
-fi
-if [[ -z "$HELDOUT" || -z "$TEST" ]]; then
-  echo "local.sh: set HELDOUT and TEST along with TRAIN" >&2
-  exit 2
-fi
-HELDOUT="$(absolute "$HELDOUT")"
-TEST="$(absolute "$TEST")"
-
-# TRAIN -> --train [TAG=]ABSOLUTE_GLOB ...  (no shell globbing: Beam expands the globs)
-TRAIN_ARGS=()
-read -r -a specs <<< "$TRAIN"
-for spec in "${specs[@]}"; do
-  if [[ "$spec" =~ ^([A-Za-z0-9_.-]+)=(.+)$ ]]; then
-    TRAIN_ARGS+=(--train "${BASH_REMATCH[1]}=$(absolute "${BASH_REMATCH[2]}")")
-  else
-    TRAIN_ARGS+=(--train "$(absolute "$spec")")
-  fi
-done
-
-if [[ -n "$VOCAB" ]]; then VOCAB_ARGS=(--vocab "$(absolute "$VOCAB")"); else VOCAB_ARGS=(--min_count "$MIN_COUNT"); fi
+LAUNCHER_NAME=local.sh
+source "$REPO/launch/run_inputs.sh"
 
 # The Beam options, one per line, from snm/launchers.py.
 options="$("$PYTHON" -m snm.launchers local --workers "$WORKERS" --mode "$MODE")"
