@@ -17,6 +17,13 @@ def _epochs(text):
     return value
 
 
+def _positive_mib(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("cache_mib must be >= 0")
+    return value
+
+
 def add_fit_args(parser):
     """The fit options, shared with ``snm train``."""
     parser.add_argument("--metafeatures", default=AUTO,
@@ -40,6 +47,11 @@ def add_fit_args(parser):
     parser.add_argument("--renormalize", choices=("batch", "epoch"), default="batch",
                         help="exact M_f* per mini-batch (default) or once per epoch (paper)")
     parser.add_argument("--seed", type=int, default=0, help="shuffles the events each epoch")
+    parser.add_argument("--cache_mib", type=_positive_mib,
+                        default=trainer.ENTRY_CACHE_BYTES >> 20,
+                        help="memory for precomputed meta-feature entries (default "
+                             "%(default)s); more makes lexicalized epochs of a large small M "
+                             "faster and changes no result")
 
 
 def options_from(args):
@@ -48,7 +60,7 @@ def options_from(args):
                       diversity=not args.no_diversity,
                       continuation=not args.no_continuation, batch_size=args.batch_size,
                       gamma=args.gamma, delta0=args.delta0, renormalize=args.renormalize,
-                      seed=args.seed)
+                      seed=args.seed, cache_bytes=args.cache_mib << 20)
 
 
 class Progress:

@@ -201,7 +201,9 @@ def main(argv=None):
                          f"{manifest('heldout')['totals']['small_m_links']:,} small-M links")
     options = options_from(args)
     runner.stage(4, "fit", {"join": _manifest_digest(dirs["heldout"]),
-                            "options": vars(options)},
+                            # the cache size changes speed, not theta
+                            "options": {k: v for k, v in vars(options).items()
+                                        if k != "cache_bytes"}},
                  os.path.join(dirs["adjust"], tables.MANIFEST),
                  lambda: fit_directory(dirs["heldout"], dirs["adjust"], options,
                                        progress=Progress()),

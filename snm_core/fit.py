@@ -50,6 +50,7 @@ class FitOptions:
     delta0: float = trainer.DELTA0
     renormalize: str = "batch"
     seed: int = 0
+    cache_bytes: int = trainer.ENTRY_CACHE_BYTES  # speed only: results do not depend on it
 
     def candidates(self):
         variants = mf.VARIANTS if self.metafeatures == AUTO else (self.metafeatures,)
@@ -102,7 +103,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     def problem_for(spec):
         if spec not in problems:
             problems.clear()  # hold one compiled problem at a time
-            problems[spec] = trainer.load_join(join_dir, spec)[0]
+            problems[spec] = trainer.load_join(join_dir, spec, options.cache_bytes)[0]
         return problems[spec]
 
     choice = None

@@ -106,7 +106,7 @@ def type_fingerprints(manifest):
     return FeatureExtractor(parse_config(manifest["config"]), manifest["tags"]).type_salts
 
 
-def load_join(directory, spec):
+def load_join(directory, spec, cache_bytes=ENTRY_CACHE_BYTES):
     """``(AdjustmentProblem, manifest)`` for a ``snm join`` output directory.
 
     Small M is read one bucket file at a time, so only the compiled arrays
@@ -126,7 +126,7 @@ def load_join(directory, spec):
     small_m = (pq.read_table(os.path.join(directory, n)) for n in names
                if n.startswith("small_m-"))
     problem = AdjustmentProblem(small_m, events, spec, type_fingerprints(manifest),
-                                len(manifest["feature_types"]))
+                                len(manifest["feature_types"]), cache_bytes)
     return problem, manifest
 
 
@@ -145,6 +145,9 @@ class AdjustmentProblem:
     type_fingerprint : uint64 array indexed by type id
     num_feature_types : int
         Feature types per tag (a type id is ``tag * num_feature_types + type``).
+    cache_bytes : int, optional
+        Memory for the precomputed entries of the rows with the most classes;
+        the rest are hashed per batch.  Speed only: the results are the same.
 
     Meta-feature entries are hashed on the fly for the rows a batch touches.
     Weights live in a compact vector over the hashed indices that occur,
