@@ -17,7 +17,7 @@ def _epochs(text):
     return value
 
 
-def _positive_mib(text):
+def _mebibytes(text):
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError("cache_mib must be >= 0")
@@ -47,7 +47,7 @@ def add_fit_args(parser):
     parser.add_argument("--renormalize", choices=("batch", "epoch"), default="batch",
                         help="exact M_f* per mini-batch (default) or once per epoch (paper)")
     parser.add_argument("--seed", type=int, default=0, help="shuffles the events each epoch")
-    parser.add_argument("--cache_mib", type=_positive_mib,
+    parser.add_argument("--cache_mib", type=_mebibytes,
                         default=trainer.ENTRY_CACHE_BYTES >> 20,
                         help="memory for precomputed meta-feature entries (default "
                              "%(default)s); more makes lexicalized epochs of a large small M "
