@@ -370,22 +370,26 @@ class AdjustmentProblem:
         a chunk holds ``ENTRY_CHUNK`` classes, so the temporaries stay bounded
         whatever the batch touches.
         """
+        # Per row of the batch, gathered once for all chunks.
+        row_start = (self._cache_pos[rows] if self._cache_pos is not None
+                     else np.full(len(rows), -1))
+        row_first_cls = self.row_cls_ptr[rows]
         for lo in range(0, max(len(classes), 1), ENTRY_CHUNK):
             hi = min(lo + ENTRY_CHUNK, len(classes))
             cls, row = classes[lo:hi], local_row[lo:hi]
-            start = (self._cache_pos[rows][row] if self._cache_pos is not None
-                     else np.full(len(cls), -1))
+            start = row_start[row]
             hit = start >= 0
+            # A cached class sits at its row's cache offset plus its rank in the row
+            # (meaningless where the row is not cached).
+            pos = start + (cls - row_first_cls[row])
             if hit.all() and len(cls):
-                pos = start + (cls - self.row_cls_ptr[rows][row])
                 yield lo, hi, self._cache_idx[pos], self._cache_wt[pos]
                 continue
             _, (idx, wt) = self._hashed_entries(rows, cls, row)
             idx = self._params(idx)
             if hit.any():
-                pos = start[hit] + (cls[hit] - self.row_cls_ptr[rows][row[hit]])
-                idx[hit] = self._cache_idx[pos]
-                wt[hit] = self._cache_wt[pos]
+                idx[hit] = self._cache_idx[pos[hit]]
+                wt[hit] = self._cache_wt[pos[hit]]
             yield lo, hi, idx, wt
 
     def _adjusted(self, theta, rows, classes, local_row):
