@@ -31,7 +31,8 @@ from snm_core.arrays import dense_ids
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
-from snm_core.model import KeyIndex, link_key, read_model_tables
+from snm_core.hashing import link_key
+from snm_core.model import KeyIndex, read_model_tables
 from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 
 ARPA_MARKERS = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}

@@ -251,10 +251,8 @@ def extension_keys(features, links, extractor, parents):
     Returns
     -------
     parent_feature : uint64 (k,), key of f for the k links that extend one
-    parent_link : uint64 (k,), :func:`snm_core.model.link_key` of (f, w)
+    parent_link : uint64 (k,), :func:`snm_core.hashing.link_key` of (f, w)
     """
-    from snm_core.model import link_key
-
     n_types = len(extractor.feature_types)
     tag = features["tag"].to_numpy().astype(np.int64)
     type_index = features["type"].to_numpy().astype(np.int64)
@@ -273,15 +271,13 @@ def extension_keys(features, links, extractor, parents):
     link_has = np.repeat(has_parent, diversity)
     link_parent = np.repeat(parent_key, diversity)[link_has]
     word = links["word"].to_numpy()[link_has]
-    return link_parent, link_key(link_parent, word)
+    return link_parent, hashing.link_key(link_parent, word)
 
 
 def add_continuation(links, extension_link_keys):
     """``links`` with a ``continuation`` column: how many extension keys name each link."""
-    from snm_core.model import link_key
-
     feature = links["feature"].to_numpy()
-    own = link_key(feature, links["word"].to_numpy())
+    own = hashing.link_key(feature, links["word"].to_numpy())
     ext = np.sort(extension_link_keys)
     order = np.argsort(own)  # sorted queries walk the sorted keys in order
     counts = np.empty(len(own), dtype=np.int64)

@@ -73,6 +73,15 @@ def combine(h, values):
     return mix64(v)
 
 
+def link_key(feature_keys, words):
+    """The 64-bit key of links (f, w): the feature key with the word id folded in.
+
+    Counting (continuation counts), the compact model and the ARPA export all
+    name a link by this key.
+    """
+    return combine(np.asarray(feature_keys, np.uint64), np.asarray(words))
+
+
 def bucket_of(keys, num_buckets):
     """Key-range bucket of each uint64 key: ``floor(key * num_buckets / 2**64)``.
 

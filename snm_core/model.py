@@ -12,8 +12,8 @@ Compact form (``compact/`` in a model directory, memory-mapped on load)
     dependent cache misses of a binary search.
 
     * features: key -> M_f* (float64)
-    * links: :func:`link_key` (feature key, word) -> M_fw (float32) and, for the
-      unadjusted model, c(w|f) (float32).
+    * links: :func:`snm_core.hashing.link_key` (feature key, word) -> M_fw
+      (float32) and, for the unadjusted model, c(w|f) (float32).
 
     About 18 bytes a link and 20 a feature (kernel 5-gram: 18.3 and 19.6;
     KenLM: 22.0 bytes an n-gram probing, 10.4 trie).
@@ -34,11 +34,12 @@ import shutil
 import numpy as np
 import pyarrow as pa
 
-from snm_core import hashing, io, metafeatures, tables
+from snm_core import io, metafeatures, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.arrays import sorted_distinct
 from snm_core.features import FeatureExtractor
+from snm_core.hashing import link_key
 from snm_core.text import SentenceBatch, tokenize
 from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 
@@ -51,11 +52,6 @@ ADJUST_CHUNK_LINKS = 1 << 18
 COMPACT = "compact"
 COMPACT_FILES = ("feature_keys", "feature_m_star", "feature_index", "link_keys", "link_m",
                  "link_c", "link_index", "seen_words")
-
-
-def link_key(feature_keys, words):
-    """The 64-bit key of links (f, w): a hash of the feature key and the word id."""
-    return hashing.combine(np.asarray(feature_keys, np.uint64), np.asarray(words))
 
 
 def adjust_bucket(features, links, theta, spec, type_fingerprint, num_feature_types):
