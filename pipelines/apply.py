@@ -99,7 +99,7 @@ def run(argv=None):
     parser.add_argument("--out", type=common.absolute, required=True, help="model directory")
     args, beam_args = parser.parse_known_args(argv)
     settings = common.CountSettings.load(args.counts)
-    fit_manifest = _read_fit(args.theta)
+    fit_manifest = common.read_stage_manifest(args.theta, "fit")
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
         raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
                             f"{args.counts}; run snm join and snm fit on these counts")
@@ -129,17 +129,6 @@ def run(argv=None):
         model_lib.write_model_card(args.out, manifest)
     common.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
                          metrics)
-    return manifest
-
-
-def _read_fit(fit_dir):
-    try:
-        manifest = common.read_json(common.join(fit_dir, tables.MANIFEST))
-    except Exception:
-        raise SnmInputError(f"{fit_dir}: no readable {tables.MANIFEST}; not the output of a "
-                            "finished 'snm fit' run") from None
-    if manifest.get("kind") != "fit":
-        raise SnmInputError(f"{fit_dir}: not the output of 'snm fit'")
     return manifest
 
 

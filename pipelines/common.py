@@ -345,7 +345,7 @@ class CountSettings:
 
     @classmethod
     def load(cls, counts_dir):
-        manifest = read_count_manifest(counts_dir)
+        manifest = read_stage_manifest(counts_dir, "count")
         text = read_bytes(join(counts_dir, "vocab.txt")).decode("utf-8")
         vocab = Vocabulary.parse(text, join(counts_dir, "vocab.txt"))
         if vocab.fingerprint() != manifest["vocabulary_fingerprint"]:
@@ -368,16 +368,18 @@ class CountSettings:
                 for prefix in ("features", "links")}
 
 
-def read_count_manifest(counts_dir):
-    path = join(counts_dir, tables.MANIFEST)
+def read_stage_manifest(directory, kind):
+    """``directory/manifest.json`` of a finished ``snm KIND`` run, local or e.g. ``gs://``.
+
+    The FileSystems twin of :func:`snm_core.tables.read_manifest` (local files only).
+    """
+    path = join(directory, tables.MANIFEST)
     try:
         manifest = read_json(path)
     except Exception:
-        raise SnmInputError(f"{counts_dir}: no readable {tables.MANIFEST}; not the output of "
-                            "a finished 'snm count' run") from None
-    if manifest.get("kind") != "count" or manifest.get("format_version") != tables.FORMAT_VERSION:
-        raise SnmInputError(f"{path}: not a count manifest of format version "
-                            f"{tables.FORMAT_VERSION}; re-run 'snm count'")
+        raise SnmInputError(f"{directory}: no readable {tables.MANIFEST}; not the output of "
+                            f"a finished 'snm {kind}' run") from None
+    tables.check_manifest(manifest, path, kind)
     return manifest
 
 

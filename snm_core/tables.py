@@ -61,6 +61,16 @@ def bucket_file(prefix, bucket, num_buckets):
     return f"{prefix}-{bucket:05d}-of-{num_buckets:05d}.parquet"
 
 
+def check_manifest(manifest, path, kind):
+    """Raise :class:`SnmInputError` unless ``manifest`` (from ``path``) is a current ``kind``'s."""
+    if manifest.get("kind") != kind:
+        raise SnmInputError(f"{path}: this is the output of 'snm {manifest.get('kind')}', "
+                            f"expected 'snm {kind}'")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise SnmInputError(f"{path}: format version {manifest.get('format_version')}, this "
+                            f"release reads version {FORMAT_VERSION}; re-run 'snm {kind}'")
+
+
 def read_manifest(directory, kind):
     """Load and check ``directory/manifest.json`` of a stage of the given kind.
 
@@ -78,12 +88,7 @@ def read_manifest(directory, kind):
             manifest = json.load(f)
         except json.JSONDecodeError as e:
             raise SnmInputError(f"{path}: not valid JSON ({e})") from None
-    if manifest.get("kind") != kind:
-        raise SnmInputError(f"{path}: this is the output of 'snm {manifest.get('kind')}', "
-                            f"expected 'snm {kind}'")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise SnmInputError(f"{path}: format version {manifest.get('format_version')}, this "
-                            f"release reads version {FORMAT_VERSION}; re-run 'snm {kind}'")
+    check_manifest(manifest, path, kind)
     for name in manifest.get("files", []):
         if not os.path.isfile(os.path.join(directory, name)):
             raise SnmInputError(f"{directory}: {name} is listed in {MANIFEST} but missing")
