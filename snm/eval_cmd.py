@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from snm_core.errors import SnmInputError
-from snm_core.model import Model
+from snm_core.model import SCORE_BATCH_LINES, Model
 
 
 def read_lines(path):
@@ -82,7 +82,7 @@ def score_main(argv):
     lines = read_lines(args.file)
     out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
     try:
-        for start, kept, scores in model.score_lines(lines):
+        for start, kept, scores in model.score_lines(lines, batch_lines=SCORE_BATCH_LINES):
             prob = scores.prob_unadjusted if args.unadjusted else scores.prob
             with np.errstate(divide="ignore"):
                 log10 = np.bincount(scores.sentence, weights=np.log10(prob),
@@ -90,7 +90,7 @@ def score_main(argv):
             words = np.bincount(scores.sentence, minlength=len(kept))
             oov = np.bincount(scores.sentence, weights=scores.target == 2, minlength=len(kept))
             by_line = {int(k): i for i, k in enumerate(kept)}
-            end = min(start + 4096, len(lines))
+            end = min(start + SCORE_BATCH_LINES, len(lines))
             for offset in range(end - start):
                 i = by_line.get(offset)
                 text = lines[start + offset]

@@ -12,7 +12,7 @@ from snm.cli import main
 from snm_core import synthetic, tables
 from snm_core.config import parse_config
 from snm_core.fit import FitOptions, fit_directory
-from snm_core.model import KeyIndex, Model, read_model_tables
+from snm_core.model import SCORE_BATCH_LINES, KeyIndex, Model, read_model_tables
 from snm_core.vocab import Vocabulary
 
 from countutil import write_lines
@@ -139,6 +139,22 @@ def test_eval_json_and_score(which, request, tmp_path, capsys):
     assert len(rows) == len(test) and rows[0][3] == test[0]
     total = sum(float(r[0]) for r in rows)
     assert total == pytest.approx(report["log10_prob"], abs=1e-6 * len(rows))  # 6 decimals
+
+
+def test_score_writes_one_row_per_line_across_batches(ngram_model, tmp_path):
+    """More lines than a scoring batch, an empty line among them: one row per line, in order."""
+    model_dir, test = ngram_model
+    lines = (test * (2 * SCORE_BATCH_LINES // len(test) + 1))[:2 * SCORE_BATCH_LINES + 5]
+    lines[SCORE_BATCH_LINES + 1] = ""
+    text = tmp_path / "t.txt"
+    text.write_text("\n".join(lines) + "\n")
+    assert main(["score", "--model", str(model_dir), str(text), "--out",
+                 str(tmp_path / "s.tsv")]) == 0
+    rows = [r.split("\t") for r in (tmp_path / "s.tsv").read_text().splitlines()]
+    assert [r[3] for r in rows] == lines
+    assert rows[SCORE_BATCH_LINES + 1][:3] == ["0", "0", "0"]
+    again = next(i for i in range(SCORE_BATCH_LINES, len(lines)) if lines[i] == lines[0])
+    assert rows[again] == rows[0]  # the same sentence scores the same in a later batch
 
 
 def test_kenlm_scores_the_exported_arpa_like_snm_eval(ngram_model, tmp_path):
