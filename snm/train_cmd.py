@@ -34,13 +34,13 @@ from pipelines import common
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from pipelines import vocab as vocab_stage
-from snm.eval_cmd import format_report, read_lines
+from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
 from snm_core import io, tables
 from snm_core.config import load_config
 from snm_core.errors import SnmInputError
 from snm_core.fit import fit_directory
-from snm_core.model import Model, write_model_card
+from snm_core.model import write_model_card
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
 STATE = "stages.json"
@@ -220,7 +220,7 @@ def main(argv=None):
     eval_path = os.path.join(out, "eval.json")
 
     def evaluate():
-        reports = Model.load(dirs["model"]).evaluate_lines(read_lines(args.test))
+        reports = evaluate_text(dirs["model"], args.test)
         io.atomic_write_json(eval_path, reports)
         write_model_card(dirs["model"], manifest("model"),
                          {os.path.basename(args.test): reports})
