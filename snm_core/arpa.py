@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snm_core import io
-from snm_core.arrays import dense_ids
+from snm_core.arrays import dense_ids, padded_lists
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
@@ -66,14 +66,7 @@ def export_arpa(model_dir, out_path, say=print):
     plain = FeatureExtractor(config)  # untagged: tags are summed away
 
     # Contexts: one per distinct word sequence, S summed over tags.
-    lengths = np.array([len(w) for w in features["words"].to_pylist()], dtype=np.int64) \
-        if features.num_rows else np.zeros(0, np.int64)
-    width = max(order - 1, 1)
-    words = np.full((features.num_rows, width), -1, dtype=np.int64)
-    flat = features["words"].combine_chunks().flatten().to_numpy() if features.num_rows else []
-    rows = np.repeat(np.arange(features.num_rows), lengths)
-    cols = np.arange(len(flat)) - np.repeat(np.r_[0, np.cumsum(lengths)[:-1]], lengths)
-    words[rows, cols] = flat
+    words, lengths = padded_lists(features["words"], max(order - 1, 1))
     tagged_keys = _context_keys(plain, lengths, words)
     ids, ctx_keys_unsorted, first = dense_ids(tagged_keys)
     s_ctx = np.bincount(ids, weights=features["m_star"].to_numpy(), minlength=len(first))

@@ -6,6 +6,7 @@ against 0.1 s for ``np.sort`` plus a comparison with the neighbour.
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def sorted_distinct(values):
@@ -37,3 +38,23 @@ def isin_sorted(values, sorted_keys):
         return np.zeros(len(values), dtype=bool)
     pos = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
     return sorted_keys[pos] == values
+
+
+def padded_lists(column, width, dtype=np.int64):
+    """A pyarrow list column as a padded matrix: ``(values (n, width), lengths (n,))``.
+
+    Row i holds the ``lengths[i]`` values of list i, then -1s.
+
+    Examples
+    --------
+    >>> values, lengths = padded_lists(pa.chunked_array([[[4, 5], [], [6]]]), 3)
+    >>> values.tolist(), lengths.tolist()
+    ([[4, 5, -1], [-1, -1, -1], [6, -1, -1]], [2, 0, 1])
+    """
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+    values = np.full((len(lengths), width), -1, dtype=dtype)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    values[rows, cols] = flat
+    return values, lengths

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snm_core import hashing, tables
-from snm_core.arrays import dense_ids
+from snm_core.arrays import dense_ids, padded_lists
 
 
 #: Bits of a packed (feature index, word) pair given to the word id.
@@ -115,12 +115,7 @@ def partials_from_tables(links, features, extractor):
     n_types = len(extractor.feature_types)
     type_id = (features["tag"].to_numpy().astype(np.int32) * n_types
                + features["type"].to_numpy().astype(np.int32))
-    lengths = pc.list_value_length(features["words"]).to_numpy(zero_copy_only=False)
-    flat = pc.list_flatten(features["words"]).to_numpy()
-    words = np.full((features.num_rows, extractor.max_words), -1, dtype=np.int32)
-    rows = np.repeat(np.arange(features.num_rows), lengths)
-    cols = np.arange(len(flat)) - np.repeat(np.r_[0, np.cumsum(lengths)[:-1]], lengths)
-    words[rows, cols] = flat
+    words, _ = padded_lists(features["words"], extractor.max_words, np.int32)
     return {"links": {"feature": links["feature"].to_numpy(), "word": links["word"].to_numpy(),
                       "count": links["count"].to_numpy()},
             "features": {"feature": features["feature"].to_numpy(), "type": type_id,
