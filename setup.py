@@ -15,6 +15,8 @@ setup(
         "numpy>=1.26",
         "pyarrow>=14",
         "xxhash>=3.0",
+        # numba compiles scoring's key lookups: numpy needs a dozen passes and the GIL.
+        "numba>=0.59",
         # snm train plots held-out perplexity per epoch as a PNG.
         "matplotlib>=3.5",
     ],

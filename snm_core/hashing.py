@@ -17,9 +17,9 @@ import numpy as np
 import xxhash
 
 # murmur3 fmix64 constants and the 64-bit golden ratio (Weyl increment).
-_C1 = np.uint64(0xFF51AFD7ED558CCD)
-_C2 = np.uint64(0xC4CEB9FE1A85EC53)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+MIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
+MIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S33 = np.uint64(33)
 
 #: Seed of every word-sequence hash; changing it changes every feature key.
@@ -48,9 +48,9 @@ def mix64(x):
     """
     x = np.array(x, dtype=np.uint64, copy=True)
     x ^= x >> _S33
-    x *= _C1
+    x *= MIX_C1
     x ^= x >> _S33
-    x *= _C2
+    x *= MIX_C2
     x ^= x >> _S33
     return x
 
@@ -68,7 +68,7 @@ def combine(h, values):
     """
     v = np.asarray(values).astype(np.uint64)
     v += np.uint64(1)
-    v *= _GOLDEN
+    v *= GOLDEN
     v ^= h
     return mix64(v)
 

@@ -34,7 +34,7 @@ import shutil
 import numpy as np
 import pyarrow as pa
 
-from snm_core import io, metafeatures, tables
+from snm_core import compiled as kernels, io, metafeatures, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.arrays import sorted_distinct
@@ -135,24 +135,8 @@ class KeyIndex:
 
     def find(self, queries):
         """Position of each query key, -1 where absent."""
-        queries = np.asarray(queries, dtype=np.uint64)
-        slot = (queries >> self.shift).astype(np.intp)
-        pos = self.start[slot].astype(np.intp)
-        end = self.start[slot + 1]
-        key = self.keys[np.minimum(pos, max(len(self.keys) - 1, 0))] if len(self.keys) else \
-            np.zeros(len(queries), np.uint64)
-        valid = pos < end
-        result = np.where(valid & (key == queries), pos, -1)
-        # Keys ascend within a slot: scan on only while the key is smaller (few queries).
-        idx = np.flatnonzero(valid & (key < queries) & (pos + 1 < end))
-        pos, end, wanted = pos[idx] + 1, end[idx], queries[idx]
-        while len(idx):
-            key = self.keys[pos]
-            hit = key == wanted
-            result[idx[hit]] = pos[hit]
-            go = (key < wanted) & (pos + 1 < end)
-            idx, pos, end, wanted = idx[go], pos[go] + 1, end[go], wanted[go]
-        return result
+        return kernels.find(self.keys, self.start, self.shift,
+                            np.ascontiguousarray(queries, dtype=np.uint64))
 
 
 def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
@@ -281,6 +265,15 @@ class Model:
         # Unseen words read as <UNK>; the markers keep their ids.
         self.word_map = np.where(seen, np.arange(len(seen)), UNK_ID).astype(np.int32)
         self.word_map[[BOS_ID, EOS_ID]] = [BOS_ID, EOS_ID]
+        # Type id of each n-gram type's suffix one word shorter (same tag), else -1:
+        # an n-gram (and its link) can be in the model only if that suffix is.
+        types = self.extractor.feature_types
+        ngram_type = {(tag, t.adjacent): tag * len(types) + i
+                      for tag in range(len(self.extractor.tags))
+                      for i, t in enumerate(types) if t.kind == "ngram"}
+        self._prerequisite = np.array(
+            [ngram_type.get((tag, t.adjacent - 1), -1) if t.kind == "ngram" else -1
+             for tag in range(len(self.extractor.tags)) for t in types], dtype=np.int64)
 
     @classmethod
     def load(cls, model_dir, mmap=True):
@@ -309,65 +302,26 @@ class Model:
         """Probabilities of every event of a :class:`SentenceBatch` (ids from ``self.vocab``)."""
         mapped = SentenceBatch(self.word_map[batch.tokens], batch.offsets)
         events = self.extractor.extract(mapped)
-        row, link = self._lookup(events)
-        return Scores(events.target, events.sentence,
-                      *self._probabilities(events.event, row, link, events.num_events,
-                                           unadjusted))
-
-    def _lookup(self, events):
-        """Model row and link of every pair (-1 where absent), skipping hopeless lookups.
-
-        An n-gram of length n, and its link to the target, can be in the model
-        only if its suffix of length n - 1 (and that suffix's link) is: every
-        occurrence of the longer one is one of the shorter.  So n-grams are
-        looked up shortest first, and only where the shorter one was found.
-        Pairs come grouped by type id in ascending order (see ``extract``).
-        """
-        row = np.full(events.num_pairs, -1, dtype=np.int64)
-        link = np.full(events.num_pairs, -1, dtype=np.int64)
-        bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
-        n_types = len(self.extractor.feature_types)
-        shorter_found = {}
-        for type_id in range(self.extractor.num_types):
-            pairs = np.arange(bounds[type_id], bounds[type_id + 1])
-            tag, index = divmod(type_id, n_types)
-            ngram = self.extractor.feature_types[index].kind == "ngram"
-            length = self.extractor.feature_types[index].adjacent
-            shorter = shorter_found.get((tag, length - 1)) if ngram else None
-            if shorter is not None:
-                pairs = pairs[shorter[0][events.event[pairs]]]
-            row[pairs] = self.features.find(events.key[pairs])
-            pairs = pairs[row[pairs] >= 0]
-            if shorter is not None:
-                linkable = pairs[shorter[1][events.event[pairs]]]
-            else:
-                linkable = pairs
-            link[linkable] = self.links.find(link_key(events.key[linkable],
-                                                      events.target[events.event[linkable]]))
-            if ngram:
-                has_row = np.zeros(events.num_events, dtype=bool)
-                has_row[events.event[pairs]] = True
-                has_link = np.zeros(events.num_events, dtype=bool)
-                has_link[events.event[linkable[link[linkable] >= 0]]] = True
-                shorter_found[(tag, length)] = (has_row, has_link)
-        return row, link
+        type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
+        sums = kernels.event_sums(
+            events.key, events.event, type_bounds, self._prerequisite, events.target,
+            events.num_events,
+            self.features.keys, self.features.start, self.features.shift, self.m_star,
+            self.links.keys, self.links.start, self.links.shift, self.link_m, self.link_c)
+        return Scores(events.target, events.sentence, *_ratios(*sums, unadjusted))
 
     def _probabilities(self, pair_event, row, link, n_events, unadjusted=True):
         """(adjusted, unadjusted) P(target) per event from the pairs' rows and links."""
         present = row >= 0
         linked = link >= 0
-        y = np.bincount(pair_event[present], weights=self.m_star[row[present]],
-                        minlength=n_events)
-        y_t = np.bincount(pair_event[linked], weights=self.link_m[link[linked]],
-                          minlength=n_events)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            adjusted = y_t / y
-            if not unadjusted:
-                return adjusted, None
-            n_features = np.bincount(pair_event[present], minlength=n_events)
-            y_t_plain = np.bincount(pair_event[linked], weights=self.link_c[link[linked]],
-                                    minlength=n_events)
-            return adjusted, y_t_plain / n_features
+        return _ratios(
+            np.bincount(pair_event[present], weights=self.m_star[row[present]],
+                        minlength=n_events),
+            np.bincount(pair_event[linked], weights=self.link_m[link[linked]],
+                        minlength=n_events),
+            np.bincount(pair_event[linked], weights=self.link_c[link[linked]],
+                        minlength=n_events),
+            np.bincount(pair_event[present], minlength=n_events), unadjusted)
 
     def prob(self, context, word):
         """P(word | context): ``context`` a list of words after ``<S>`` (strings)."""
@@ -416,6 +370,12 @@ class Model:
             totals["adjusted"].add(scores.prob, oov)
             totals["unadjusted"].add(scores.prob_unadjusted, oov)
         return {name: t.report(sentences) for name, t in totals.items()}
+
+
+def _ratios(m_star_sum, link_m_sum, link_c_sum, n_features, unadjusted=True):
+    """(adjusted, unadjusted or None) P(target) per event from its per-event sums."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return link_m_sum / m_star_sum, link_c_sum / n_features if unadjusted else None
 
 
 class _Totals:

@@ -201,6 +201,17 @@ def test_key_index_finds_every_key_and_nothing_else():
         assert np.all(index.find(others) == -1)
 
 
+def test_compiled_link_key_equals_the_numpy_one():
+    """Scoring's compiled loop names links exactly as counting and the compact arrays do."""
+    from snm_core import compiled
+    from snm_core.hashing import link_key
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 2 ** 64, size=200, dtype=np.uint64)
+    words = rng.integers(0, 2 ** 31, size=200).astype(np.int32)
+    expected = link_key(keys, words)
+    assert [int(compiled._link_key(k, w)) for k, w in zip(keys, words)] == expected.tolist()
+
+
 def test_compact_arrays_do_not_depend_on_the_sort_partitions(ngram_model, tmp_path):
     """The external sort of link keys gives the same arrays with many partitions as with one."""
     import shutil

@@ -1,0 +1,174 @@
+"""Compiled loops (numba) for the lookups numpy can only do in several passes.
+
+Scoring looks up every (event, feature) pair in the model: a key-index probe
+for the feature, then one for the link to the target word.  In numpy that is
+a dozen whole-array passes per batch (gathers, masks, a scan loop over the
+slots holding several keys), and the GIL stops two threads scaling.  Compiled,
+it is a few tight passes per block of pairs, whose cache misses overlap, with
+the GIL released.  ``numba`` compiles these functions on
+first use and caches the machine code beside this file (``cache=True``), so
+only the first process after an install pays the ~2 s of compilation.
+
+The tests hold these to independent computations: brute-force perplexity
+from the counts, probabilities that sum to one, KenLM on the exported ARPA,
+and positions in a small sorted array.
+"""
+
+import numba
+import numpy as np
+
+from snm_core.hashing import GOLDEN, MIX_C1, MIX_C2
+
+_ONE = np.uint64(1)
+_S33 = np.uint64(33)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _link_key(feature_key, word):
+    """:func:`snm_core.hashing.link_key` of one pair."""
+    x = feature_key ^ ((np.uint64(word) + _ONE) * GOLDEN)
+    x ^= x >> _S33
+    x *= MIX_C1
+    x ^= x >> _S33
+    x *= MIX_C2
+    x ^= x >> _S33
+    return x
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _find_one(keys, start, shift, query):
+    """Position of ``query`` in ``keys`` (a :class:`KeyIndex`), -1 where absent."""
+    slot = np.int64(query >> shift)
+    for position in range(start[slot], start[slot + 1]):
+        key = keys[position]
+        if key >= query:
+            return position if key == query else -1
+    return -1
+
+
+#: Pairs looked up per pass: enough loads in flight, temporaries in the L1/L2 cache.
+BLOCK = 1024
+
+
+@numba.njit(nogil=True, cache=True)
+def _positions(keys, start, shift, queries, n, position, found):
+    """``found[j]`` = position of ``queries[j]`` in the index, or -1, for j < n.
+
+    In passes, so that the cache misses of many queries are in flight at once
+    (a loop doing one query at a time waits for each miss in turn): the slot
+    bounds, then each slot's first key, then the matching, where the few
+    queries past their slot's first key scan on.
+    """
+    end = np.empty(n, np.int64)
+    first = np.empty(n, np.uint64)
+    for j in range(n):
+        slot = np.int64(queries[j] >> shift)
+        position[j] = start[slot]
+        end[j] = start[slot + 1]
+    last = len(keys) - 1
+    if last < 0:
+        found[:n] = -1
+        return
+    for j in range(n):
+        first[j] = keys[min(position[j], last)]
+    for j in range(n):
+        found[j] = -1
+        if position[j] < end[j] and first[j] <= queries[j]:
+            if first[j] == queries[j]:
+                found[j] = position[j]
+            else:
+                found[j] = _find_one(keys, start, shift, queries[j])
+
+
+@numba.njit(nogil=True, cache=True)
+def find(keys, start, shift, queries):
+    """:meth:`snm_core.model.KeyIndex.find` for an array of queries."""
+    result = np.empty(len(queries), np.int64)
+    position = np.empty(BLOCK, np.int64)
+    for lo in range(0, len(queries), BLOCK):
+        hi = min(lo + BLOCK, len(queries))
+        _positions(keys, start, shift, queries[lo:hi], hi - lo, position, result[lo:hi])
+    return result
+
+
+@numba.njit(nogil=True, cache=True)
+def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events,
+               feature_keys, feature_start, feature_shift, m_star,
+               link_keys, link_start, link_shift, link_m, link_c):
+    """Per-event sums over the pairs whose feature (and link) the model holds.
+
+    Pairs come grouped by type id.  A pair whose type has a prerequisite type
+    (an n-gram's suffix one word shorter) is looked up only where the event's
+    prerequisite feature was found, and its link only where that feature's link
+    was: every occurrence of an n-gram is one of its suffix, so the lookups
+    skipped would fail.  Sums run over the pairs in their order.
+
+    Parameters
+    ----------
+    pair_key : uint64 (n_pairs,), feature key of each pair
+    pair_event : int64 (n_pairs,), event of each pair
+    type_bounds : int64 (n_types + 1,), pairs of type id t are type_bounds[t]:type_bounds[t+1]
+    prerequisite : int64 (n_types,), type id that must be found first, or -1
+    target : int32 (n_events,), target word of each event
+    feature_keys, feature_start, feature_shift : the feature :class:`KeyIndex`
+    m_star : float64 (n_features,)
+    link_keys, link_start, link_shift : the link :class:`KeyIndex`
+    link_m, link_c : float32 (n_links,), M_fw and c(w|f)
+
+    Returns
+    -------
+    m_star_sum, link_m_sum, link_c_sum : float64 (n_events,)
+    n_features : int64 (n_events,), pairs whose feature the model holds
+    """
+    m_star_sum = np.zeros(n_events)
+    link_m_sum = np.zeros(n_events)
+    link_c_sum = np.zeros(n_events)
+    n_features = np.zeros(n_events, np.int64)
+    n_types = len(prerequisite)
+    row_found = np.zeros((n_types, n_events), np.bool_)
+    link_found = np.zeros((n_types, n_events), np.bool_)
+    pair = np.empty(BLOCK, np.int64)
+    query = np.empty(BLOCK, np.uint64)
+    position = np.empty(BLOCK, np.int64)
+    row = np.empty(BLOCK, np.int64)
+    linked = np.empty(BLOCK, np.int64)
+    link = np.empty(BLOCK, np.int64)
+    value = np.empty(BLOCK)
+    value_c = np.empty(BLOCK)
+    for t in range(n_types):
+        before = prerequisite[t]
+        for lo in range(type_bounds[t], type_bounds[t + 1], BLOCK):
+            n = 0
+            for i in range(lo, min(lo + BLOCK, type_bounds[t + 1])):
+                if before < 0 or row_found[before, pair_event[i]]:
+                    pair[n] = i
+                    query[n] = pair_key[i]
+                    n += 1
+            _positions(feature_keys, feature_start, feature_shift, query, n, position, row)
+            # Branch-free gathers first (their cache misses overlap), sums after.
+            for j in range(n):
+                value[j] = m_star[max(row[j], 0)]
+            k = 0
+            for j in range(n):
+                if row[j] < 0:
+                    continue
+                i = pair[j]
+                event = pair_event[i]
+                m_star_sum[event] += value[j]
+                n_features[event] += 1
+                row_found[t, event] = True
+                if before < 0 or link_found[before, event]:
+                    linked[k] = i
+                    query[k] = _link_key(pair_key[i], target[event])
+                    k += 1
+            _positions(link_keys, link_start, link_shift, query, k, position, link)
+            for j in range(k):
+                value[j] = link_m[max(link[j], 0)]
+                value_c[j] = link_c[max(link[j], 0)]
+            for j in range(k):
+                if link[j] >= 0:
+                    event = pair_event[linked[j]]
+                    link_m_sum[event] += value[j]
+                    link_c_sum[event] += value_c[j]
+                    link_found[t, event] = True
+    return m_star_sum, link_m_sum, link_c_sum, n_features
