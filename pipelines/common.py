@@ -11,6 +11,7 @@ Bad input policy (documented in the README):
 
 import argparse
 import dataclasses
+import functools
 import io
 import json
 import logging
@@ -335,33 +336,49 @@ def remove_stale(directory, keep, patterns):
                 FileSystems.delete([path])
 
 
-class CountSettings:
-    """What a worker needs from a count directory's manifest (picklable)."""
+@functools.lru_cache(maxsize=8)
+def shared_vocabulary(path, fingerprint):
+    """The vocabulary file at ``path``, read once per worker process and shared by its DoFns.
 
-    def __init__(self, counts_dir, manifest, vocab_words):
+    DoFns carry the file's name, not its words: the runner unpickles every DoFn
+    once per stage and worker, and a 37,553-word list pickled into each cost
+    ``snm count`` ~1 s and ~115 MiB on the DirectRunner, even on 100 lines.
+    """
+    vocab = Vocabulary.parse(read_bytes(path).decode("utf-8"), path)
+    if vocab.fingerprint() != fingerprint:
+        raise SnmInputError(f"{path} changed while the pipeline was running; run it again")
+    return vocab
+
+
+class CountSettings:
+    """What a worker needs from a count directory's manifest (picklable, small)."""
+
+    def __init__(self, counts_dir, manifest):
         self.counts_dir = counts_dir
         self.manifest = manifest
-        self.vocab_words = list(vocab_words)
 
     @classmethod
     def load(cls, counts_dir):
         manifest = read_stage_manifest(counts_dir, "count")
-        text = read_bytes(join(counts_dir, "vocab.txt")).decode("utf-8")
-        vocab = Vocabulary.parse(text, join(counts_dir, "vocab.txt"))
-        if vocab.fingerprint() != manifest["vocabulary_fingerprint"]:
+        path = join(counts_dir, "vocab.txt")
+        if Vocabulary.parse(read_bytes(path).decode("utf-8"), path).fingerprint() != \
+                manifest["vocabulary_fingerprint"]:
             raise SnmInputError(f"{counts_dir}/vocab.txt does not match its manifest; "
                                 "re-run snm count")
-        return cls(counts_dir, manifest, vocab.words[3:])
+        return cls(counts_dir, manifest)
+
+    def vocabulary(self):
+        return shared_vocabulary(join(self.counts_dir, "vocab.txt"),
+                                 self.manifest["vocabulary_fingerprint"])
 
     @property
     def num_buckets(self):
         return self.manifest["num_buckets"]
 
     def build(self):
-        vocab = Vocabulary(self.vocab_words)
         extractor = FeatureExtractor(parse_config(self.manifest["config"]),
                                      self.manifest["tags"])
-        return vocab, extractor
+        return self.vocabulary(), extractor
 
     def bucket_paths(self, bucket):
         return {prefix: join(self.counts_dir, tables.bucket_file(prefix, bucket, self.num_buckets))

@@ -58,13 +58,18 @@ def _add(total, stats):
 
 
 class _Extractor:
-    """Vocabulary and feature extractor, built once per worker from picklable settings."""
+    """Vocabulary and feature extractor, built once per worker from picklable settings.
 
-    def __init__(self, config_text, tags, words):
-        self.config_text, self.tags, self.words = config_text, tuple(tags), list(words)
+    The vocabulary travels as the name of the ``vocab.txt`` written to the output
+    directory before the pipeline starts (see :func:`common.shared_vocabulary`).
+    """
+
+    def __init__(self, config_text, tags, vocab_path, vocab_fingerprint):
+        self.config_text, self.tags = config_text, tuple(tags)
+        self.vocab_path, self.vocab_fingerprint = vocab_path, vocab_fingerprint
 
     def build(self):
-        return (Vocabulary(self.words),
+        return (common.shared_vocabulary(self.vocab_path, self.vocab_fingerprint),
                 FeatureExtractor(parse_config(self.config_text), self.tags))
 
 
@@ -364,10 +369,11 @@ def _previous_counts(args, config, tags):
         raise SnmInputError(f"{args.add_to} is {'pooled' if previous['tags'] == [''] else 'tagged'}"
                             "; give the new sources the same kind of tags")
     merged_tags = previous["tags"] + [t for t in tags if t not in previous["tags"]]
-    return previous, Vocabulary(settings.vocab_words), merged_tags
+    return previous, settings.vocabulary(), merged_tags
 
 
-def write_manifest(result, out, num_buckets, config, tags, vocab, sources, previous=None):
+def write_manifest(result, out, num_buckets, config, tags, vocab_size, vocab_fingerprint, sources,
+                   previous=None):
     """Write empty files for buckets that got no data, then the manifest (last)."""
     ArrayShuffle("files", out).cleanup()
     num_types = len(config.feature_types())
@@ -389,8 +395,8 @@ def write_manifest(result, out, num_buckets, config, tags, vocab, sources, previ
         "config": config.to_text(),
         "tags": list(tags),
         "feature_types": [t.name for t in config.feature_types()],
-        "vocabulary_size": len(vocab),
-        "vocabulary_fingerprint": vocab.fingerprint(),
+        "vocabulary_size": vocab_size,
+        "vocabulary_fingerprint": vocab_fingerprint,
         "num_buckets": num_buckets,
         "sources": (previous["sources"] if previous else [])
         + [{"tag": s.tag, "glob": s.glob} for s in sources],
@@ -465,8 +471,9 @@ def run(argv=None):
 
     common.makedirs(args.out)
     common.remove_file(common.join(args.out, tables.MANIFEST))
-    common.write_text("".join(w + "\n" for w in vocab.words), common.join(args.out, "vocab.txt"))
-    settings = _Extractor(config.to_text(), tags, vocab.words[3:])
+    vocab_path = common.join(args.out, "vocab.txt")
+    common.write_text("".join(w + "\n" for w in vocab.words), vocab_path)
+    settings = _Extractor(config.to_text(), tags, vocab_path, vocab.fingerprint())
 
     def build(p):
         _ = (p
@@ -474,7 +481,8 @@ def run(argv=None):
              | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
                                      args.shuffle, args.reference, args.add_to)
              | "WriteManifest" >> beam.Map(write_manifest, args.out, args.num_buckets, config,
-                                           tags, vocab, sources, previous))
+                                           tags, len(vocab), vocab.fingerprint(), sources,
+                                           previous))
 
     metrics = common.run_pipeline(beam_args, build)
     manifest = common.read_json(common.join(args.out, tables.MANIFEST))

@@ -171,3 +171,9 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
     with pytest.raises(SnmInputError, match="--config differs"):
         count_stage.run(["--config", "5gram", "--add_to", str(tmp_path / "old"),
                          "--out", str(tmp_path / "x"), "--train", corpus["b"]])
+    # Workers read the vocabulary from the count directory, so an edited one is refused.
+    with open(tmp_path / "old" / "vocab.txt", "a", encoding="utf-8") as f:
+        f.write("an-added-word\n")
+    with pytest.raises(SnmInputError, match="vocab.txt does not match its manifest"):
+        count_stage.run(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
+                         "--out", str(tmp_path / "y"), "--train", corpus["b"]])
