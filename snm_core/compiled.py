@@ -17,22 +17,13 @@ and positions in a small sorted array.
 import numba
 import numpy as np
 
-from snm_core.hashing import GOLDEN, MIX_C1, MIX_C2
-
-_ONE = np.uint64(1)
-_S33 = np.uint64(33)
+from snm_core.hashing import combine_one
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _link_key(feature_key, word):
     """:func:`snm_core.hashing.link_key` of one pair."""
-    x = feature_key ^ ((np.uint64(word) + _ONE) * GOLDEN)
-    x ^= x >> _S33
-    x *= MIX_C1
-    x ^= x >> _S33
-    x *= MIX_C2
-    x ^= x >> _S33
-    return x
+    return combine_one(feature_key, np.uint64(word))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

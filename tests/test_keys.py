@@ -1,8 +1,9 @@
-"""Key collisions: detection, and the rate the 64-bit keys give at the README's sizes."""
+"""Keys: the hash functions' definitions, collision detection, and the rate the 64-bit
+keys give at the README's sizes."""
 
 import numpy as np
 
-from snm_core import counting
+from snm_core import counting, hashing
 from snm_core.config import preset
 from snm_core.features import FeatureExtractor
 from snm_core.synthetic import generate
@@ -46,3 +47,27 @@ def test_truncated_keys_collide_like_random_numbers():
     expected = n * (n - 1) / 2 / 2 ** 24
     assert n > 20000
     assert abs(colliding_pairs - expected) < 5 * np.sqrt(expected)  # Poisson, 5 sigma
+
+
+def _fmix64_python(x):
+    """murmur3 fmix64 on Python integers: the definition the compiled ufuncs must keep."""
+    mask = 2 ** 64 - 1
+    x ^= x >> 33
+    x = x * 0xFF51AFD7ED558CCD & mask
+    x ^= x >> 33
+    x = x * 0xC4CEB9FE1A85EC53 & mask
+    return x ^ x >> 33
+
+
+def test_mix64_and_combine_equal_their_integer_definitions():
+    """Every feature key ever written depends on these two; they must not drift."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.integers(0, 2 ** 64, size=300, dtype=np.uint64),
+                        np.array([0, 1, 2 ** 64 - 1], dtype=np.uint64)])
+    assert hashing.mix64(x).tolist() == [_fmix64_python(int(v)) for v in x]
+    values = rng.integers(-1, 2 ** 31, size=303)
+    golden = 0x9E3779B97F4A7C15
+    expected = [_fmix64_python(int(h) ^ ((int(v) + 1) % 2 ** 64 * golden & (2 ** 64 - 1)))
+                for h, v in zip(x, values)]
+    assert hashing.combine(x, values).tolist() == expected
+    assert hashing.mix64(x.reshape(3, 101)).shape == (3, 101)
