@@ -206,14 +206,19 @@ class FeatureExtractor:
 
         keys = [hashing.mix64(base ^ self._salts[t][type_index]) for t in tags]
         n_types = len(self.feature_types)
+
+        def per_tag(array):  # one copy per tag; one tag (the usual case) copies nothing
+            return np.tile(array, len(tags)) if len(tags) > 1 else array
+
         return EventFeatures(
             target=seq[event_pos].astype(np.int32),
             sentence=np.repeat(np.arange(batch.num_sentences, dtype=np.int32),
                                np.diff(batch.offsets) + 1),
-            event=np.tile(event, len(tags)),
+            event=per_tag(event),
             key=_concat(keys, np.uint64),
-            type=_concat([type_index + t * n_types for t in tags], np.int32),
-            generator=np.tile(generator, len(tags)),
+            type=_concat([type_index + t * n_types if t else type_index for t in tags],
+                         np.int32),
+            generator=per_tag(generator),
             extractor=self,
             _sequence=seq,
             _event_position=event_pos,
@@ -280,6 +285,8 @@ def render_feature(feature_type, words, vocab, tag=""):
 
 
 def _concat(arrays, dtype):
+    if len(arrays) == 1:
+        return arrays[0].astype(dtype, copy=False)
     return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
 
 
