@@ -7,7 +7,8 @@
 Both scorers see the same ARPA model (`snm export-arpa` of the SNM model, so
 the two compute the same probabilities: the run checks that the perplexities
 agree to 1e-4) and the same lines, in one process.  Each timing is the best of
-5 repetitions after one warm-up, of scoring every line with <s> and </s>:
+15 interleaved rounds (every scorer once a round) after one warm-up round, of
+scoring every line with <s> and </s>:
 kenlm `sum(model.score(line, bos=True, eos=True))` (its Python module has no
 batch API) on one thread, and on two threads scoring half the lines each (the
 last model form only: the module holds the GIL, so this shows what threads
@@ -34,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
 
-REPEATS = 5
+REPEATS = 15
 PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
 SNM_THREADS = (1, 2)
 FIT_EPOCHS = 3
@@ -83,14 +84,20 @@ def arpa_ngrams(path):
                 return total
 
 
-def best_of(fn):
-    """(best seconds of REPEATS calls after one warm-up, the last result)."""
-    result, times = fn(), []
+def best_of_rounds(scorers):
+    """Best seconds and result of each scorer over REPEATS interleaved rounds.
+
+    Every round calls every scorer once (after one warm-up round), so a slow
+    spell of this shared machine slows them all alike instead of one.
+    """
+    results = [fn() for fn in scorers]
+    best = [float("inf")] * len(scorers)
     for _ in range(REPEATS):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
+        for i, fn in enumerate(scorers):
+            start = time.perf_counter()
+            results[i] = fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return list(zip(best, results))
 
 
 def kenlm_log10(lm, lines):
@@ -137,27 +144,29 @@ def main(argv=None):
     with open(text, encoding="utf-8") as f:
         lines = [line for line in f.read().splitlines() if line.split()]
     words = sum(len(line.split()) + 1 for line in lines)
-    rows = []
     halves = [lines[:len(lines) // 2], lines[len(lines) // 2:]]
-    for scorer, form, path in kenlm_models:
-        lm = kenlm.Model(path)
-        seconds, log10 = best_of(lambda: kenlm_log10(lm, lines))
-        rows.append({"scorer": scorer, "model_form": form, "threads": 1, "words": words,
-                     "seconds": seconds, "log10_prob": log10,
-                     "note": "Python module has no batch API"})
-    with ThreadPoolExecutor(2) as pool:
-        seconds, log10 = best_of(lambda: sum(pool.map(lambda h: kenlm_log10(lm, h), halves)))
-    rows.append({"scorer": scorer, "model_form": form, "threads": 2, "words": words,
-                 "seconds": seconds, "log10_prob": log10,
-                 "note": "half the lines each: the module holds the GIL"})
+    models = [kenlm.Model(path) for _, _, path in kenlm_models]
     model = Model.load(args.model)
-    for threads in SNM_THREADS:
-        seconds, (log10, snm_words) = best_of(lambda: snm_log10(model, lines, threads))
-        if snm_words != words:
-            raise SystemExit(f"snm predicted {snm_words} words, kenlm {words}")
-        rows.append({"scorer": "snm", "model_form": "compact (mmap)", "threads": threads,
-                     "words": words, "seconds": seconds, "log10_prob": log10,
-                     "note": "Model.score_lines, adjusted"})
+    pool = ThreadPoolExecutor(2)
+    specs = [({"scorer": scorer, "model_form": form, "threads": 1,
+               "note": "Python module has no batch API"},
+              lambda lm=lm: kenlm_log10(lm, lines))
+             for (scorer, form, _), lm in zip(kenlm_models, models)]
+    specs.append(({"scorer": "kenlm", "model_form": kenlm_models[-1][1], "threads": 2,
+                   "note": "half the lines each: the module holds the GIL"},
+                  lambda: sum(pool.map(lambda h: kenlm_log10(models[-1], h), halves))))
+    specs += [({"scorer": "snm", "model_form": "compact (mmap)", "threads": threads,
+                "note": "Model.score_lines, adjusted"},
+               lambda threads=threads: snm_log10(model, lines, threads))
+              for threads in SNM_THREADS]
+    rows = []
+    for (row, _), (seconds, result) in zip(specs, best_of_rounds([fn for _, fn in specs])):
+        if row["scorer"] == "snm":
+            result, snm_words = result
+            if snm_words != words:
+                raise SystemExit(f"snm predicted {snm_words} words, kenlm {words}")
+        rows.append({**row, "words": words, "seconds": seconds, "log10_prob": result})
+    pool.shutdown()
     base = rows[0]
     for r in rows:
         r["words_per_s"] = r["words"] / r["seconds"]

@@ -163,3 +163,75 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                     link_c_sum[event] += value_c[j]
                     link_found[t, event] = True
     return m_star_sum, link_m_sum, link_c_sum, n_features
+
+
+# --- vocabulary lookup ----------------------------------------------------------------------
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _word_hash(data, start, end):
+    """FNV-1a of bytes ``data[start:end]`` (only places words in a table; never stored)."""
+    h = _FNV_OFFSET
+    for i in range(start, end):
+        h = (h ^ np.uint64(data[i])) * _FNV_PRIME
+    return h
+
+
+@numba.njit(nogil=True, cache=True)
+def word_table(offsets, data):
+    """Open-addressing table of the words ``data[offsets[i]:offsets[i + 1]]`` (distinct).
+
+    Returns int32 (2**k,): slot -> word index, -1 where empty; at most half full.
+    """
+    n = len(offsets) - 1
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    table = np.full(size, -1, np.int32)
+    mask = np.uint64(size - 1)
+    for word in range(n):
+        slot = _word_hash(data, offsets[word], offsets[word + 1]) & mask
+        while table[slot] >= 0:
+            slot = (slot + np.uint64(1)) & mask
+        table[slot] = word
+    return table
+
+
+@numba.njit(nogil=True, cache=True)
+def word_ids(table, table_offsets, table_data, offsets, data, missing):
+    """Index in the table's words of each word ``data[offsets[i]:offsets[i + 1]]``.
+
+    Parameters
+    ----------
+    table : int32 (2**k,), from :func:`word_table` over ``table_offsets``, ``table_data``
+    offsets : int (n + 1,), data : uint8, the words looked up (Arrow string buffers)
+    missing : int, the result for a word not in the table
+
+    Returns
+    -------
+    int32 (n,)
+    """
+    mask = np.uint64(len(table) - 1)
+    result = np.empty(len(offsets) - 1, np.int32)
+    for i in range(len(offsets) - 1):
+        start, end = offsets[i], offsets[i + 1]
+        slot = _word_hash(data, start, end) & mask
+        found = missing
+        while table[slot] >= 0:
+            word = table[slot]
+            word_start = table_offsets[word]
+            if table_offsets[word + 1] - word_start == end - start:
+                same = True
+                for j in range(end - start):
+                    if table_data[word_start + j] != data[start + j]:
+                        same = False
+                        break
+                if same:
+                    found = word
+                    break
+            slot = (slot + np.uint64(1)) & mask
+        result[i] = found
+    return result

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary, VocabularyError
 
@@ -46,3 +47,22 @@ def test_from_counts_orders_by_count_then_word_and_applies_limits():
     assert Vocabulary.from_counts(words, counts, max_size=2).words[3:] == ["b", "a"]
     with pytest.raises(VocabularyError, match="min_count must be at least 1"):
         Vocabulary.from_counts(words, counts, min_count=0)
+
+
+@given(words=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Cc")),
+                              min_size=1, max_size=6), unique=True, max_size=60),
+       queries=st.lists(st.text(max_size=6), max_size=80), cut=st.integers(0, 5))
+@settings(max_examples=200, deadline=None)
+def test_ids_agree_with_a_plain_dictionary(words, queries, cut):
+    """The compiled hash lookup, on Arrow slices and chunks, is a dictionary lookup."""
+    import pyarrow as pa
+    vocab = Vocabulary([w for w in words if w not in ("<S>", "</S>", "<UNK>")])
+    index = {w: i for i, w in enumerate(vocab.words)}
+    mixed = queries + vocab.words[:10]
+    expected = [index.get(w, UNK_ID) for w in mixed]
+    assert vocab.ids(mixed).tolist() == expected
+    assert vocab.ids(pa.array(["x"] * cut + mixed).slice(cut)).tolist() == expected
+    half = len(mixed) // 2
+    chunked = pa.chunked_array([mixed[:half], [], mixed[half:]], pa.string())
+    assert vocab.ids(chunked).tolist() == expected
+    assert vocab.ids(pa.array(mixed + [None])).tolist() == expected + [UNK_ID]
