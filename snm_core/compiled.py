@@ -1,29 +1,82 @@
-"""Compiled loops (numba) for the lookups numpy can only do in several passes.
+"""Compiled loops (numba) for scoring: what numpy can only do in several passes.
 
-Scoring looks up every (event, feature) pair in the model: a key-index probe
-for the feature, then one for the link to the target word.  In numpy that is
-a dozen whole-array passes per batch (gathers, masks, a scan loop over the
-slots holding several keys), and the GIL stops two threads scaling.  Compiled,
-it is a few tight passes per block of pairs, whose cache misses overlap, with
-the GIL released.  ``numba`` compiles these functions on
-first use and caches the machine code beside this file (``cache=True``), so
-only the first process after an install pays the ~2 s of compilation.
+* Key lookup: scoring looks up every (event, feature) pair in the model, a
+  key-index probe for the feature, then one for the link to the target word.
+  In numpy that was a dozen whole-array passes per batch under the GIL;
+  :func:`event_sums` makes a few tight passes per block of pairs, whose cache
+  misses overlap, with the GIL released.
+* Hashing: :func:`mix64` and :func:`combine`, the twins of
+  :mod:`snm_core.hashing`'s, in one pass instead of seven.
+* Vocabulary lookup: :class:`WordTable`, a hash table of the words built once
+  (``pyarrow.compute.index_in`` rebuilds its table on every call).
 
-The tests hold these to independent computations: brute-force perplexity
-from the counts, probabilities that sum to one, KenLM on the exported ARPA,
-and positions in a small sorted array.
+Only :mod:`snm_core.model` imports this module; once it is imported,
+``hashing.mix64``/``combine`` and ``Vocabulary.ids`` use it (same results).
+Counting and fitting do not load it: numba costs ~115 MiB a process, and
+these steps are a sliver of their time.  ``numba`` compiles on first use and
+caches the machine code beside this file (``cache=True``), so only the first
+process after an install pays the few seconds of compilation.
+
+The tests hold these to independent computations: the hash functions'
+integer definitions, a dictionary lookup, brute-force perplexity from the
+counts, probabilities that sum to one, KenLM on the exported ARPA, and
+positions in a small sorted array.
 """
+
 
 import numba
 import numpy as np
+import pyarrow as pa
 
-from snm_core.hashing import combine_one
+from snm_core.hashing import GOLDEN, MIX_C1, MIX_C2
 
+_ONE = np.uint64(1)
+_S33 = np.uint64(33)
+
+
+# --- hashing: the numba twins of snm_core.hashing.mix64 and combine --------------------------
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _mix64_one(x):
+    x ^= x >> _S33
+    x *= MIX_C1
+    x ^= x >> _S33
+    x *= MIX_C2
+    x ^= x >> _S33
+    return x
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _combine_one(h, value):
+    return _mix64_one(h ^ ((value + _ONE) * GOLDEN))
+
+
+@numba.vectorize(["uint64(uint64)"], cache=True)
+def _mix64_ufunc(x):
+    return _mix64_one(x)
+
+
+@numba.vectorize(["uint64(uint64, uint64)"], cache=True)
+def _combine_ufunc(h, value):
+    return _combine_one(h, value)
+
+
+def mix64(x):
+    """:func:`snm_core.hashing.mix64` in one compiled pass (it calls this once imported)."""
+    return _mix64_ufunc(np.asarray(x, dtype=np.uint64))
+
+
+def combine(h, values):
+    """:func:`snm_core.hashing.combine` in one compiled pass (it calls this once imported)."""
+    return _combine_ufunc(np.asarray(h, dtype=np.uint64), np.asarray(values).astype(np.uint64))
+
+
+# --- key lookup ---------------------------------------------------------------------------------
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _link_key(feature_key, word):
     """:func:`snm_core.hashing.link_key` of one pair."""
-    return combine_one(feature_key, np.uint64(word))
+    return _combine_one(feature_key, np.uint64(word))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -235,3 +288,37 @@ def word_ids(table, table_offsets, table_data, offsets, data, missing):
             slot = (slot + np.uint64(1)) & mask
         result[i] = found
     return result
+
+
+def _string_buffers(array):
+    """``(offsets, data)`` of an Arrow (large) string array as numpy views, no copy."""
+    if not pa.types.is_string(array.type) and not pa.types.is_large_string(array.type):
+        array = array.cast(pa.string())
+    _, offsets, data = array.buffers()
+    offsets = np.frombuffer(offsets, np.int64 if pa.types.is_large_string(array.type)
+                            else np.int32)[array.offset:array.offset + len(array) + 1]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return offsets, data
+
+
+class WordTable:
+    """Index of each word of an Arrow string array (distinct words), found by hashing.
+
+    Parameters
+    ----------
+    words : pyarrow string array, distinct
+    """
+
+    def __init__(self, words):
+        self.offsets, self.data = _string_buffers(words)
+        self.table = word_table(self.offsets, self.data)
+
+    def ids(self, words, missing):
+        """int32 index of each of ``words`` (Arrow array or chunked array); nulls -> ``missing``."""
+        chunks = words.chunks if isinstance(words, pa.ChunkedArray) else [words]
+        out = [word_ids(self.table, self.offsets, self.data, *_string_buffers(chunk), missing)
+               for chunk in chunks if len(chunk)]
+        ids = out[0] if len(out) == 1 else np.concatenate(out + [np.zeros(0, np.int32)])
+        if words.null_count:
+            ids[words.is_null().to_numpy(zero_copy_only=False)] = missing
+        return ids

@@ -7,14 +7,19 @@ hashing is salted per process.
 
 * :func:`fingerprint` hashes a string with xxhash64 (used for the handful of
   constants: feature-type salts, tag names, meta-feature namespaces).
-* :func:`mix64` and :func:`combine` hash whole uint64 arrays (numpy ufuncs
-  compiled with numba: one pass, where the numpy expression took seven); they
-  are the murmur3 64-bit finaliser, a bijection on 64-bit integers with full
-  avalanche, so distinct inputs collide only by chance (about n**2 / 2**65
+* :func:`mix64` and :func:`combine` hash whole uint64 arrays at numpy speed;
+  they are the murmur3 64-bit finaliser, a bijection on 64-bit integers with
+  full avalanche, so distinct inputs collide only by chance (about n**2 / 2**65
   pairs among n keys).
+
+In a process that has imported :mod:`snm_core.compiled` (scoring does), the
+two run as its numba ufuncs instead: the same values, about 20x faster (one
+pass instead of seven).  Nothing else imports it: numba costs ~115 MiB a
+process, and hashing is a sliver of the time of counting and fitting.
 """
 
-import numba
+import sys
+
 import numpy as np
 import xxhash
 
@@ -23,7 +28,6 @@ MIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
 MIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S33 = np.uint64(33)
-_ONE = np.uint64(1)
 
 #: Seed of every word-sequence hash; changing it changes every feature key.
 SEQUENCE_SEED = np.uint64(0x5EED5A5E0F5A11ED)
@@ -38,33 +42,6 @@ def fingerprint(text):
     return np.uint64(xxhash.xxh64_intdigest(text.encode("utf-8")))
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def fmix64_one(x):
-    """murmur3 fmix64 of one uint64 (for compiled callers)."""
-    x ^= x >> _S33
-    x *= MIX_C1
-    x ^= x >> _S33
-    x *= MIX_C2
-    x ^= x >> _S33
-    return x
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def combine_one(h, value):
-    """:func:`combine` of one hash and one uint64 value (for compiled callers)."""
-    return fmix64_one(h ^ ((value + _ONE) * GOLDEN))
-
-
-@numba.vectorize(["uint64(uint64)"], cache=True)
-def _fmix64(x):
-    return fmix64_one(x)
-
-
-@numba.vectorize(["uint64(uint64, uint64)"], cache=True)
-def _combine(h, value):
-    return combine_one(h, value)
-
-
 def mix64(x):
     """murmur3 fmix64 of a uint64 array (or scalar); returns a new array.
 
@@ -76,7 +53,16 @@ def mix64(x):
     -------
     ndarray of uint64, same shape
     """
-    return _fmix64(np.asarray(x, dtype=np.uint64))
+    compiled = sys.modules.get("snm_core.compiled")
+    if compiled is not None:
+        return compiled.mix64(x)
+    x = np.array(x, dtype=np.uint64, copy=True)
+    x ^= x >> _S33
+    x *= MIX_C1
+    x ^= x >> _S33
+    x *= MIX_C2
+    x ^= x >> _S33
+    return x
 
 
 def combine(h, values):
@@ -91,7 +77,14 @@ def combine(h, values):
     h : ndarray of uint64, shape (n,) or scalar
     values : ndarray of integers, shape (n,)
     """
-    return _combine(np.asarray(h, dtype=np.uint64), np.asarray(values).astype(np.uint64))
+    compiled = sys.modules.get("snm_core.compiled")
+    if compiled is not None:
+        return compiled.combine(h, values)
+    v = np.asarray(values).astype(np.uint64)
+    v += np.uint64(1)
+    v *= GOLDEN
+    v ^= h
+    return mix64(v)
 
 
 def link_key(feature_keys, words):

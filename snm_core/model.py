@@ -34,7 +34,7 @@ import shutil
 import numpy as np
 import pyarrow as pa
 
-from snm_core import compiled as kernels, io, metafeatures, tables
+from snm_core import io, metafeatures, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.arrays import sorted_distinct
@@ -135,7 +135,8 @@ class KeyIndex:
 
     def find(self, queries):
         """Position of each query key, -1 where absent."""
-        return kernels.find(self.keys, self.start, self.shift,
+        from snm_core import compiled  # numba: loaded by scoring only (see its docstring)
+        return compiled.find(self.keys, self.start, self.shift,
                             np.ascontiguousarray(queries, dtype=np.uint64))
 
 
@@ -252,6 +253,8 @@ class Model:
     """
 
     def __init__(self, manifest, vocab, arrays):
+        from snm_core import compiled  # numba: loaded by scoring only (see its docstring)
+        self._kernels = compiled
         self.manifest = manifest
         self.vocab = vocab
         self.config = parse_config(manifest["config"])
@@ -303,7 +306,7 @@ class Model:
         mapped = SentenceBatch(self.word_map[batch.tokens], batch.offsets)
         events = self.extractor.extract(mapped)
         type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
-        sums = kernels.event_sums(
+        sums = self._kernels.event_sums(
             events.key, events.event, type_bounds, self._prerequisite, events.target,
             events.num_events,
             self.features.keys, self.features.start, self.features.shift, self.m_star,

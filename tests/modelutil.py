@@ -1,5 +1,9 @@
 """Build counts, small M and adjustment problems in-process (no Beam) for unit tests."""
 
+import contextlib
+import sys
+from unittest import mock
+
 import numpy as np
 import pyarrow as pa
 
@@ -9,6 +13,18 @@ from snm_core.config import parse_config, preset
 from snm_core.features import FeatureExtractor
 from snm_core.text import tokenize
 from snm_core.vocab import Vocabulary
+
+
+@contextlib.contextmanager
+def speedups(compiled):
+    """Run with the numba speed-ups of ``snm_core.compiled`` (True) or hidden (False).
+
+    ``hashing`` and ``Vocabulary.ids`` use them when the module is in
+    ``sys.modules``; a None entry there reads as absent.
+    """
+    import snm_core.compiled  # noqa: F401  (load it, so that True means loaded)
+    with mock.patch.dict(sys.modules, {} if compiled else {"snm_core.compiled": None}):
+        yield
 
 
 def vocabulary(lines):

@@ -2,6 +2,7 @@
 keys give at the README's sizes."""
 
 import numpy as np
+import pytest
 
 from snm_core import counting, hashing
 from snm_core.config import preset
@@ -9,6 +10,7 @@ from snm_core.features import FeatureExtractor
 from snm_core.synthetic import generate
 from snm_core.text import tokenize
 from snm_core.vocab import Vocabulary
+from modelutil import speedups
 
 
 def test_merge_counts_two_features_on_one_key():
@@ -59,15 +61,24 @@ def _fmix64_python(x):
     return x ^ x >> 33
 
 
-def test_mix64_and_combine_equal_their_integer_definitions():
-    """Every feature key ever written depends on these two; they must not drift."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "numba"])
+def test_mix64_and_combine_equal_their_integer_definitions(compiled):
+    """Every feature key ever written depends on these two; they must not drift.
+
+    Both implementations are checked: numpy, and the numba twins that take
+    over in a process that has imported ``snm_core.compiled``.
+    """
     rng = np.random.default_rng(11)
     x = np.concatenate([rng.integers(0, 2 ** 64, size=300, dtype=np.uint64),
                         np.array([0, 1, 2 ** 64 - 1], dtype=np.uint64)])
-    assert hashing.mix64(x).tolist() == [_fmix64_python(int(v)) for v in x]
     values = rng.integers(-1, 2 ** 31, size=303)
     golden = 0x9E3779B97F4A7C15
     expected = [_fmix64_python(int(h) ^ ((int(v) + 1) % 2 ** 64 * golden & (2 ** 64 - 1)))
                 for h, v in zip(x, values)]
-    assert hashing.combine(x, values).tolist() == expected
-    assert hashing.mix64(x.reshape(3, 101)).shape == (3, 101)
+    with speedups(compiled):
+        assert hashing.mix64(x).tolist() == [_fmix64_python(int(v)) for v in x]
+        assert hashing.combine(x, values).tolist() == expected
+        assert hashing.combine(x[0], values[:5]).tolist() == expected[:1] + [
+            _fmix64_python(int(x[0]) ^ ((int(v) + 1) * golden & (2 ** 64 - 1)))
+            for v in values[1:5]]
+        assert hashing.mix64(x.reshape(3, 101)).shape == (3, 101)
