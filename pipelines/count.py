@@ -120,12 +120,16 @@ class ExtractLinkPartials(beam.DoFn):
 
     def _flush(self):
         if self.links:
-            links = counting.split_by_bucket(counting.concat_partials(self.links),
-                                             self.num_buckets)
-            features = dict(counting.split_by_bucket(counting.concat_partials(self.features),
-                                                     self.num_buckets))
-            for bucket, bucket_links in links:
-                part = {"links": bucket_links, "features": features[bucket]}
+            # Each partial is sorted by key, so its buckets are slices (views); a
+            # bucket's part is the concatenation of its slices, one bucket at a time.
+            links = [dict(counting.split_by_bucket(p, self.num_buckets)) for p in self.links]
+            features = [dict(counting.split_by_bucket(p, self.num_buckets))
+                        for p in self.features]
+            for bucket in sorted(set().union(*links)):
+                part = {"links": counting.concat_partials([p[bucket] for p in links
+                                                           if bucket in p]),
+                        "features": counting.concat_partials([p[bucket] for p in features
+                                                              if bucket in p])}
                 yield bucket, ("part", self.shuffle.send(part))
         if self.stats:
             yield 0, ("stats", self.stats)
