@@ -174,8 +174,8 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
 
     Parameters
     ----------
-    link_parts : list of links partials
-    feature_parts : list of features partials
+    link_parts : list of links partials (emptied: the merge copies them)
+    feature_parts : list of features partials (emptied likewise)
     num_feature_types : int
         Feature types per tag, to split a type id into (tag, type).
 
@@ -188,9 +188,12 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     if not link_parts:
         return _COUNTED_LINKS.empty_table(), tables.FEATURES.empty_table(), 0
     parts = concat_partials(link_parts)
+    link_parts.clear()  # the parts are copied: let them go (a bucket's peak memory)
     order = sort_by_feature_and_word(parts["feature"], parts["word"])
-    feature, word = parts["feature"][order], parts["word"][order]
-    count = parts["count"][order]
+    feature = parts.pop("feature")[order]
+    word = parts.pop("word")[order]
+    count = parts.pop("count")[order]
+    del order
     new_link = np.r_[True, (feature[1:] != feature[:-1]) | (word[1:] != word[:-1])]
     starts = np.flatnonzero(new_link)
     feature, word, count = feature[starts], word[starts], np.add.reduceat(count, starts)
@@ -201,6 +204,7 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     diversity = np.diff(np.r_[row_starts, len(feature)])
 
     feats = concat_partials(feature_parts)
+    feature_parts.clear()
     by_key = np.argsort(feats["feature"])
     keys = feats["feature"][by_key]
     first = by_key[np.r_[True, keys[1:] != keys[:-1]]]
