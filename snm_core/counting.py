@@ -1,13 +1,13 @@
 """Counting links (f, w) and features with numpy and pyarrow, many sentences at a time.
 
-The count pipeline is three pure steps; the Beam code only moves their
+The count pipeline is four pure steps; the Beam code only moves their
 outputs around (DESIGN.md, "Speed"):
 
 1. :func:`batch_partials`: one batch's links, summed, and its distinct
    features with their type and words, sorted by feature key.
 2. :func:`split_by_bucket`: a worker cuts the partials of many batches into
    key-range buckets and sends one part per bucket (the concatenation of its
-   slices); :func:`reduce_partials` sums partials when that is worth it.
+   slices).
 3. :func:`merge_bucket`: sums all partials of one bucket and produces its final
    tables, sorted, with C(f,*) and the diversity of each feature.
 4. :func:`extension_keys` then :func:`add_continuation`: every link of a type
@@ -27,30 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snm_core import hashing, tables
-from snm_core.arrays import dense_ids, padded_lists
+from snm_core.arrays import padded_lists
 
 
 #: Bits of a packed (feature index, word) pair given to the word id.
 _WORD_BITS = 32
-
-
-def sum_links(feature, word, count):
-    """Sum the counts of equal (feature, word) pairs (pyarrow hash group-by); unordered.
-
-    Parameters
-    ----------
-    feature : ndarray of uint64, shape (n,)
-    word : ndarray of int32, shape (n,)
-    count : ndarray of int64, shape (n,)
-
-    Returns
-    -------
-    dict of ``feature``, ``word``, ``count`` over the distinct pairs
-    """
-    table = pa.table({"feature": feature, "word": word, "count": count})
-    table = table.group_by(["feature", "word"], use_threads=False).aggregate([("count", "sum")])
-    return {"feature": table["feature"].to_numpy(), "word": table["word"].to_numpy(),
-            "count": table["count_sum"].to_numpy().astype(np.int64)}
 
 
 def batch_partials(events):
@@ -102,17 +83,6 @@ def concat_partials(parts):
     if not parts:
         return None
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def reduce_partials(link_parts, feature_parts):
-    """Sum link partials; keep one row per feature key."""
-    if len(link_parts) == 1:
-        return link_parts[0], feature_parts[0]
-    links = concat_partials(link_parts)
-    links = sum_links(links["feature"], links["word"], links["count"])
-    feats = concat_partials(feature_parts)
-    _, _, first = dense_ids(feats["feature"])
-    return links, {k: v[first] for k, v in feats.items()}
 
 
 _COUNTED_LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()),
