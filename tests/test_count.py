@@ -177,3 +177,40 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
     with pytest.raises(SnmInputError, match="vocab.txt does not match its manifest"):
         count_stage.run(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
                          "--out", str(tmp_path / "y"), "--train", corpus["b"]])
+
+
+def test_sharded_readers_together_read_every_batch_once(tmp_path):
+    """Reader i of n keeps batches i, i + n, ... with the file's own line numbers."""
+    from pipelines.common import ReadLineBatches
+    lines = [f"line {i} " + "word " * (i % 7) for i in range(60)]
+    body = "\n".join(lines).encode() + b"\n\xff bad line\nlast line, no newline"
+    plain, packed = str(tmp_path / "t.txt"), str(tmp_path / "t.txt.gz")
+    with open(plain, "wb") as f:
+        f.write(body)
+    with gzip.open(packed, "wb") as f:
+        f.write(body)
+    for path in (plain, packed):
+        whole = [(b.first_line, b.lines) for b in ReadLineBatches(64).process((0, path))]
+        assert len(whole) > 5 and whole[-1][1][-1] == "last line, no newline"
+        for n in (1, 2, 3):
+            parts = [(b.first_line, b.lines) for i in range(n)
+                     for b in ReadLineBatches(64).process((0, path, i, n))]
+            assert sorted(parts) == whole
+
+
+def test_cluster_style_reading_counts_the_same(corpus, tmp_path, monkeypatch):
+    """One reader per file and a reshuffle of its batches (the default off the local
+    runners) gives the files the local default, one reader per worker, gives."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from pipelines import common
+    local = common.local_read_shards(PipelineOptions(["--runner=FnApiRunner",
+                                                      "--direct_num_workers=2"]))
+    assert local == 2
+    assert common.local_read_shards(PipelineOptions(["--runner=DataflowRunner"])) == 0
+    specs = [f"man={corpus['a']}", f"web={corpus['b']}"]
+    extra = ("--direct_running_mode=multi_threading", "--direct_num_workers=2", "--batch_bytes",
+             "2000")
+    run_count(corpus, tmp_path / "local", "5gram", specs, *extra)
+    monkeypatch.setattr(common, "local_read_shards", lambda options: 0)
+    run_count(corpus, tmp_path / "cluster", "5gram", specs, *extra)
+    assert_same_files(tmp_path / "local", tmp_path / "cluster")
