@@ -11,7 +11,7 @@ vocabulary (``--vocab FILE``, or built first with ``--min_count N`` into
 :mod:`snm_core.tables`: ``links-*.parquet``, ``features-*.parquet``,
 ``vocab.txt`` and ``manifest.json`` (last).
 
-How it is fast (DESIGN.md, "Speed"): lines are read in ~1 MB batches; each batch
+How it is fast (DESIGN.md, "Speed"): lines are read in ~0.5 MB batches; each batch
 is tokenised, its features extracted and its links summed with numpy (no
 Python work per token or per link); a worker holds the sums until
 ``--flush_links`` links are pending, then cuts them into ``--num_buckets`` key
