@@ -186,18 +186,16 @@ class ReadText(beam.PTransform):
         shards = self.shards
         if shards is None:
             shards = local_read_shards(pbegin.pipeline.options)
-        if not shards:
-            return (pbegin
-                    | "ListFiles" >> beam.Create(self.files)
-                    | "SpreadFiles" >> beam.Reshuffle()
-                    | "ReadLineBatches" >> beam.ParDo(ReadLineBatches(self.batch_bytes))
-                    | "SpreadBatches" >> beam.Reshuffle())
-        return (pbegin
-                | "ListFiles" >> beam.Create([(source, path, shard, shards)
-                                              for source, path in self.files
-                                              for shard in range(shards)])
-                | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadLineBatches" >> beam.ParDo(ReadLineBatches(self.batch_bytes)))
+        readers = max(shards, 1)
+        batches = (pbegin
+                   | "ListFiles" >> beam.Create([(source, path, reader, readers)
+                                                 for source, path in self.files
+                                                 for reader in range(readers)])
+                   | "SpreadFiles" >> beam.Reshuffle()
+                   | "ReadLineBatches" >> beam.ParDo(ReadLineBatches(self.batch_bytes)))
+        if shards:
+            return batches
+        return batches | "SpreadBatches" >> beam.Reshuffle()
 
 
 def run_pipeline(beam_args, build):
@@ -236,7 +234,8 @@ class LineBatch:
 
 
 class ReadLineBatches(beam.DoFn):
-    """``(source_index, path)`` -> :class:`LineBatch` es of about ``batch_bytes`` of text.
+    """``(source_index, path, shard, shards)`` -> :class:`LineBatch` es of about
+    ``batch_bytes`` of text.
 
     Decoding is strict UTF-8 per batch; a batch that fails is decoded line by
     line and a bad line becomes ``None`` (the first few are logged with their
@@ -250,9 +249,9 @@ class ReadLineBatches(beam.DoFn):
         self.logged = 0
 
     def process(self, element):
-        """``(source, path)``, or ``(source, path, shard, shards)``: keep batches
-        ``shard, shard + shards, ...`` of the file (line numbers stay the file's)."""
-        source, path, shard, shards = element if len(element) == 4 else (*element, 0, 1)
+        """``(source, path, shard, shards)``: keep batches ``shard, shard + shards, ...``
+        of the file (line numbers stay the file's); ``(source, path, 0, 1)`` keeps all."""
+        source, path, shard, shards = element
         if shard == 0:
             self.files.inc()
         line_no = 1

@@ -190,7 +190,7 @@ def test_sharded_readers_together_read_every_batch_once(tmp_path):
     with gzip.open(packed, "wb") as f:
         f.write(body)
     for path in (plain, packed):
-        whole = [(b.first_line, b.lines) for b in ReadLineBatches(64).process((0, path))]
+        whole = [(b.first_line, b.lines) for b in ReadLineBatches(64).process((0, path, 0, 1))]
         assert len(whole) > 5 and whole[-1][1][-1] == "last line, no newline"
         for n in (1, 2, 3):
             parts = [(b.first_line, b.lines) for i in range(n)
