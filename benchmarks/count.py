@@ -142,14 +142,14 @@ def main(argv=None):
         files, vocab = setup_files(setup)
         text = unk_text(setup) if lmplz else None
         arpa = os.path.join(WORK, f"{setup}-lmplz5.arpa")
+        lm_runs = []  # one setup's lmplz runs, made alongside its first config's counts
         for config in args.configs.split(","):
             # lmplz and snm take turns, so a slow spell of the machine slows both;
             # the best time and the largest peak RSS of each are kept.
             lm_seconds, lm_rss = LMPLZ_REFERENCE[setup]
             seconds, rss = float("inf"), 0
-            lm_runs = []
             for _ in range(args.repeats):
-                if lmplz:
+                if lmplz and len(lm_runs) < args.repeats:
                     lm_runs.append(run_measured([lmplz, "-o", "5", "-S", "1G", "--text", text,
                                                  "--arpa", arpa], log=arpa + ".log"))
                 run_s, run_rss, totals = run_count(f"{setup}-{config}", files, vocab, config,
