@@ -57,6 +57,12 @@ def _add(total, stats):
     return total
 
 
+def _slices(split_partials, bucket):
+    """``{column: [slice, ...]}`` of one bucket from partials split by bucket."""
+    pieces = [p[bucket] for p in split_partials if bucket in p]
+    return {name: [piece[name] for piece in pieces] for name in pieces[0]}
+
+
 class _Extractor:
     """Vocabulary and feature extractor, built once per worker from picklable settings.
 
@@ -121,15 +127,12 @@ class ExtractLinkPartials(beam.DoFn):
     def _flush(self):
         if self.links:
             # Each partial is sorted by key, so its buckets are slices (views); a
-            # bucket's part is the concatenation of its slices, one bucket at a time.
+            # bucket's part is its slices, which the shuffle writes one after another.
             links = [dict(counting.split_by_bucket(p, self.num_buckets)) for p in self.links]
             features = [dict(counting.split_by_bucket(p, self.num_buckets))
                         for p in self.features]
             for bucket in sorted(set().union(*links)):
-                part = {"links": counting.concat_partials([p[bucket] for p in links
-                                                           if bucket in p]),
-                        "features": counting.concat_partials([p[bucket] for p in features
-                                                              if bucket in p])}
+                part = {"links": _slices(links, bucket), "features": _slices(features, bucket)}
                 yield bucket, ("part", self.shuffle.send(part))
         if self.stats:
             yield 0, ("stats", self.stats)

@@ -5,30 +5,42 @@ local runners every shuffled byte is held in the runner's memory until the
 merge reads it; for the kernel 5-gram count that is ~400 MB of partials and
 ~2 GB of peak RSS.
 
-``files`` (default): each partial is saved as an ``.npz`` file under a scratch
-directory next to the output, and only its path is shuffled.  Peak memory is
-then a worker's flush buffer plus one bucket, whatever the corpus size, the
-way KenLM's lmplz sorts on disk; any Beam filesystem works (local, gs://), so
-it runs on Dataflow and Flink too.  Files are only read, never deleted, by the
-merge (a retried merge must find them); the whole scratch directory is removed
-once the stage's manifest is written.
+``files`` (default): each partial is written to a scratch file next to the
+output, and only its path is shuffled.  Peak memory is then a worker's flush
+buffer plus one bucket, whatever the corpus size, the way KenLM's lmplz sorts
+on disk; any Beam filesystem works (local, gs://), so it runs on Dataflow and
+Flink too.  Files are only read, never deleted, by the merge (a retried merge
+must find them); the whole scratch directory is removed once the stage's
+manifest is written.
+
+A scratch file is a JSON header (its length first, 8 bytes little-endian) that
+names each array's dtype, shape and offset, then the arrays' raw bytes.  Not
+``.npz``: a zip archive checksums every byte twice (CRC-32 on writing and on
+reading), and ``np.savez`` needs each array whole, so the slices of a bucket
+were first concatenated and the archive built in memory; here each slice is
+written straight to the file and read back as a view of one buffer.
 """
 
-import io
+import json
 import uuid
 
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
 from pipelines import common
 
 MODES = ("files", "beam")
 SCRATCH = "_scratch"
+_HEADER_LENGTH = np.dtype("<u8")
 
 
 class ArrayShuffle:
     """``send(part) -> payload`` where parts are made, ``receive(payload) -> part`` in the merge.
 
-    A part is a dict of dicts of numpy arrays, e.g. ``{"links": {...}, "features": {...}}``.
+    A part is a dict of dicts of columns, e.g. ``{"links": {...}, "features": {...}}``;
+    a column is a numpy array or a list of arrays to concatenate (slices of
+    the same dtype and row shape).  ``receive`` gives plain arrays.
     """
 
     def __init__(self, mode, out):
@@ -38,24 +50,43 @@ class ArrayShuffle:
         self.scratch = common.join(out, SCRATCH)
 
     def send(self, part):
+        columns = [(group, name, column if isinstance(column, list) else [column])
+                   for group, arrays in part.items() for name, column in arrays.items()]
         if self.mode == "beam":
-            return part
-        flat = {f"{group}.{name}": array for group, arrays in part.items()
-                for name, array in arrays.items()}
-        buffer = io.BytesIO()
-        np.savez(buffer, **flat)
-        path = common.join(self.scratch, f"{uuid.uuid4().hex}.npz")
-        common.write_bytes(buffer.getvalue(), path)
+            result = {}
+            for group, name, pieces in columns:
+                result.setdefault(group, {})[name] = np.concatenate(pieces)
+            return result
+        entries, offset = [], 0
+        for group, name, pieces in columns:
+            dtype = pieces[0].dtype
+            rows = sum(len(p) for p in pieces)
+            entries.append({"group": group, "name": name, "dtype": dtype.str,
+                            "shape": [rows, *pieces[0].shape[1:]], "offset": offset})
+            offset += rows * int(np.prod(pieces[0].shape[1:], dtype=np.int64)) * dtype.itemsize
+        header = json.dumps(entries).encode()
+        path = common.join(self.scratch, f"{uuid.uuid4().hex}.arrays")
+        # Written in place, not renamed: nothing names the file until send returns.
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            f.write(np.array([len(header)], _HEADER_LENGTH).tobytes())
+            f.write(header)
+            for _, _, pieces in columns:
+                for piece in pieces:
+                    f.write(np.ascontiguousarray(piece).data)
         return path
 
     def receive(self, payload):
         if self.mode == "beam":
             return payload
+        data = common.read_bytes(payload)
+        header_length = int(np.frombuffer(data, _HEADER_LENGTH, 1)[0])
+        start = _HEADER_LENGTH.itemsize + header_length
         part = {}
-        with np.load(io.BytesIO(common.read_bytes(payload))) as arrays:
-            for key in arrays.files:
-                group, name = key.split(".", 1)
-                part.setdefault(group, {})[name] = arrays[key]
+        for entry in json.loads(data[_HEADER_LENGTH.itemsize:start]):
+            dtype, shape = np.dtype(entry["dtype"]), entry["shape"]
+            array = np.frombuffer(data, dtype, int(np.prod(shape, dtype=np.int64)),
+                                  start + entry["offset"])
+            part.setdefault(entry["group"], {})[entry["name"]] = array.reshape(shape)
         return part
 
     def cleanup(self):

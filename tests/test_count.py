@@ -214,3 +214,23 @@ def test_cluster_style_reading_counts_the_same(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(common, "local_read_shards", lambda options: 0)
     run_count(corpus, tmp_path / "cluster", "5gram", specs, *extra)
     assert_same_files(tmp_path / "local", tmp_path / "cluster")
+
+
+@pytest.mark.parametrize("mode", ["files", "beam"])
+def test_shuffle_returns_the_concatenated_slices(tmp_path, mode):
+    """A part sent as lists of slices comes back as whole arrays, dtypes and row shapes kept."""
+    from pipelines.shuffle import ArrayShuffle
+    shuffle = ArrayShuffle(mode, str(tmp_path))
+    words = np.arange(24, dtype=np.int32).reshape(8, 3)
+    keys = np.array([3, 2**63 + 5, 7, 9], np.uint64)
+    part = {"links": {"feature": [keys[:2], keys[2:2], keys[3:]], "count": np.arange(3)},
+            "features": {"words": [words[1:3], words[6:]], "empty": np.zeros((0, 2), np.int16)}}
+    back = shuffle.receive(shuffle.send(part))
+    expected = {"links": {"feature": keys[[0, 1, 3]], "count": np.arange(3)},
+                "features": {"words": words[[1, 2, 6, 7]], "empty": np.zeros((0, 2), np.int16)}}
+    assert back.keys() == expected.keys()
+    for group, arrays in expected.items():
+        assert back[group].keys() == arrays.keys()
+        for name, array in arrays.items():
+            assert back[group][name].dtype == array.dtype
+            np.testing.assert_array_equal(back[group][name], array)
