@@ -10,9 +10,10 @@ Bad input policy (documented in the README):
 """
 
 import argparse
+import contextlib
+import ctypes
 import dataclasses
 import functools
-import io
 import json
 import logging
 import os
@@ -144,6 +145,41 @@ def add_source_args(parser):
 
 def counter(name):
     return beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
+
+
+def use_system_allocator():
+    """Make Arrow allocate with malloc, as numpy does, so :func:`release_memory` reaches both.
+
+    Arrow's default pool (mimalloc) keeps freed pages that ``release_unused``
+    does not all return; on the kernel 5-gram count it held ~50 MiB more at
+    the peak, for no speed.  Process-wide, so stage DoFns call it in ``setup``.
+    """
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def release_memory():
+    """Give the memory that freed arrays leave behind back to the system.
+
+    Called after each of a worker's large steps (a flush, a bucket's merge).
+    The allocators keep freed memory for reuse (glibc in one arena per
+    thread); with two worker threads on the DirectRunner that retained memory
+    was a third of ``snm count``'s peak RSS, and returning it costs a few
+    milliseconds a call.
+    """
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc():
+    try:  # glibc only; elsewhere the allocator keeps what it keeps
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()
 
 
 #: Runners that execute in this process and hold shuffled data in its memory.
@@ -315,17 +351,34 @@ def makedirs(directory):
 
 
 def write_parquet(table, path):
-    """Write a table as Parquet (zstd), atomically."""
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression=PARQUET_COMPRESSION)
-    write_bytes(buffer.getvalue(), path)
+    """Write a table as Parquet (zstd), atomically, straight to the file (no copy in memory).
+
+    Hashed feature keys are never dictionary-encoded: they are nearly all
+    distinct, so the writer would build a dictionary only to drop it (about 15%
+    of a links file's writing time, and the file came out larger).
+    """
+    with _atomic_create(path) as f:
+        pq.write_table(table, f, compression=PARQUET_COMPRESSION,
+                       use_dictionary=[c for c in table.column_names if c != "feature"])
 
 
 def write_bytes(data, path):
     """Write bytes atomically (temporary name, then rename)."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with FileSystems.create(tmp) as f:
+    with _atomic_create(path) as f:
         f.write(data)
+
+
+@contextlib.contextmanager
+def _atomic_create(path):
+    """A writable file whose content appears at ``path`` only when the block completes."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            yield f
+    except BaseException:
+        if FileSystems.exists(tmp):
+            FileSystems.delete([tmp])
+        raise
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([tmp], [path])

@@ -97,6 +97,7 @@ class ExtractLinkPartials(beam.DoFn):
         self.counters = {name: common.counter(name) for name in STAT_NAMES}
 
     def setup(self):
+        common.use_system_allocator()
         self.vocab, self.extractor = self.settings.build()
         # Bound the arrays of one extraction (~70 bytes an occurrence) whatever the config.
         self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK // len(self.extractor.generators))
@@ -137,6 +138,7 @@ class ExtractLinkPartials(beam.DoFn):
         if self.stats:
             yield 0, ("stats", self.stats)
         self.links, self.features, self.stats, self.pending = [], [], {}, 0
+        common.release_memory()
 
 
 class MergeBucket(beam.DoFn):
@@ -155,6 +157,7 @@ class MergeBucket(beam.DoFn):
         self.features_counter = common.counter("features")
 
     def setup(self):
+        common.use_system_allocator()
         _, self.extractor = self.settings.build()
         self.parents = counting.parent_types(self.extractor.config)
 
@@ -181,6 +184,8 @@ class MergeBucket(beam.DoFn):
         for target, part in counting.split_by_bucket({"feature": parent_feature,
                                                       "link": parent_link}, self.num_buckets):
             yield target, ("extensions", self.shuffle.send({"extensions": part}))
+        del links, features, parent_feature, parent_link
+        common.release_memory()
 
 
 class WriteLinks(beam.DoFn):
@@ -191,6 +196,9 @@ class WriteLinks(beam.DoFn):
         self.num_buckets = num_buckets
         self.shuffle = shuffle
         self.links_counter = common.counter("links")
+
+    def setup(self):
+        common.use_system_allocator()
 
     def process(self, element):
         bucket, parts = element
@@ -208,6 +216,8 @@ class WriteLinks(beam.DoFn):
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))
         self.links_counter.inc(links.num_rows)
         _add(totals, {"links": links.num_rows})
+        del links, extensions
+        common.release_memory()
         yield {"totals": totals, "buckets": [bucket]}
 
 
