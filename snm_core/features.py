@@ -95,20 +95,18 @@ class EventFeatures:
         """
         if pairs is None:
             pairs = np.arange(self.num_pairs)
-        gen = self.extractor._gen_table[self.generator[pairs]]  # columns r, s, a
-        end = self._event_position[self.event[pairs]]  # target position
-        width = self.extractor.max_words
-        out = np.full((len(pairs), width), -1, dtype=np.int32)
-        r, s, a = gen[:, 0], gen[:, 1], gen[:, 2]
-        n_words = r + a
-        for col in range(width):
-            # Word col (oldest first): remote words start at end - a - s - r;
-            # adjacent words at end - a.
-            valid = col < n_words
-            remote = col < r
-            pos = np.where(remote, end - a - s - r + col, end - a + (col - r))
-            out[valid, col] = self._sequence[pos[valid]]
-        return out
+        offsets, present = self.extractor._word_offsets()
+        # One 2-d gather (a masked assignment per column took 2.5x as long): a
+        # present word is at target + offset; an absent one reads the -1
+        # appended after the sequence (position target * 0 + len).
+        sequence = np.append(self._sequence, np.int32(-1))
+        scale = present.astype(np.int32)
+        shift = np.where(present, offsets, len(self._sequence)).astype(np.int32)
+        generator = self.generator[pairs]
+        pos = scale[generator]
+        pos *= self._event_position[self.event[pairs]].astype(np.int32)[:, None]
+        pos += shift[generator]
+        return sequence[pos]
 
 
 class FeatureExtractor:
@@ -140,10 +138,28 @@ class FeatureExtractor:
         self._gen_table = np.array([(r, s, a) for _, r, s, a in self.generators],
                                    dtype=np.int64).reshape(-1, 3)
         self.max_words = max(t.num_words for t in self.feature_types)
+        self._offsets = None  # see _word_offsets
         # Longest word sequence hashed: an n-gram, or the remote/adjacent part of a skip-gram.
         self._max_run = max(max(r, a) for _, r, _, a in self.generators)
         self._salts = np.array([[type_salt(tag, t) for t in self.feature_types]
                                 for tag in self.tags], dtype=np.uint64)
+
+    def _word_offsets(self):
+        """Where each generator's identity words sit, relative to the target's position.
+
+        Returns ``offsets`` int64 (num_generators, max_words) and ``present`` bool
+        of the same shape: word ``col`` (oldest first) of a generator (r, s, a)
+        is at ``target - a - s - r + col`` for the r remote words and at
+        ``target - a + (col - r)`` for the a adjacent ones; columns from r + a on
+        are padding (``present`` False).
+        """
+        if self._offsets is None:
+            r, s, a = (self._gen_table[:, i, None] for i in range(3))
+            col = np.arange(self.max_words)[None, :]
+            present = col < r + a
+            offsets = np.where(col < r, col - a - s - r, col - a - r)
+            self._offsets = (offsets, present)
+        return self._offsets
 
     @property
     def type_salts(self):
