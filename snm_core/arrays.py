@@ -17,6 +17,52 @@ def sorted_distinct(values):
     return values[np.r_[True, values[1:] != values[:-1]]]
 
 
+def stable_argsort(values, return_sorted=False):
+    """The stable sorting permutation of non-negative integers (uint64 or int64), fast.
+
+    numpy sorts values with SIMD code (x86-simd-sort) but argsorts them 3-4x
+    slower, and its stable argsort of 64-bit integers is a timsort (~17x).  So
+    the row index goes into the low bits of each value, which a value sort
+    then orders by (value, index).  When value and index together need more
+    than 64 bits, the value's low bits are dropped; the result is checked
+    and, if two values that differ only in their dropped bits came out of
+    order, recomputed with ``np.argsort(kind="stable")`` (rare: for hashed
+    keys, about n**2 / 2**(65 - index bits) pairs share their kept bits).
+
+    Parameters
+    ----------
+    values : ndarray of uint64 or int64 (non-negative), shape (n,)
+
+    Returns
+    -------
+    order : ndarray of int64, shape (n,); ``values[order]`` is sorted and equal
+        values keep their input order
+    sorted_values : ndarray, shape (n,), ``values[order]`` (with ``return_sorted``)
+    """
+    n = len(values)
+    index_bits = max(1, (n - 1).bit_length())
+    value_bits = int(values.max()).bit_length() if n else 0
+    dropped = max(0, value_bits + index_bits - 64)
+    if index_bits > 40:  # too few bits of the value left to group it
+        order = np.argsort(values, kind="stable")
+    else:
+        packed = values.astype(np.uint64)
+        if dropped:
+            packed >>= np.uint64(dropped)
+        packed <<= np.uint64(index_bits)
+        packed |= np.arange(n, dtype=np.uint64)
+        packed.sort()
+        packed &= np.uint64((1 << index_bits) - 1)
+        order = packed.view(np.int64)
+    if not (dropped or return_sorted):
+        return order
+    ordered = values[order]
+    if dropped and np.any(ordered[1:] < ordered[:-1]):
+        order = np.argsort(values, kind="stable")
+        ordered = values[order]
+    return (order, ordered) if return_sorted else order
+
+
 def dense_ids(keys):
     """Dense ids of uint64 keys: ``(ids int64, distinct keys, first occurrence of each)``.
 
