@@ -38,7 +38,6 @@ MODES = {
     "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
     "in_memory": [],
 }
-BUCKETS = {"5gram": 16, "skip10gram": 64}
 
 
 def setup_files(name):
@@ -97,7 +96,7 @@ def run_count(label, files, vocab, config, mode):
     out = os.path.join(WORK, "counts", label)
     pattern = files[0] if len(files) == 1 else os.path.join(os.path.dirname(files[0]), "*")
     cmd = [sys.executable, "-m", "snm", "count", "--config", config, "--vocab", vocab,
-           "--out", out, "--num_buckets", str(BUCKETS.get(config, 16)), "--train", pattern]
+           "--out", out, "--train", pattern]  # default --num_buckets and --flush_links
     seconds, rss = run_measured(cmd + MODES[mode], log=out + ".log")
     with open(os.path.join(out, "manifest.json")) as f:
         totals = json.load(f)["totals"]

@@ -41,10 +41,15 @@ from snm_core.features import FeatureExtractor
 from snm_core.text import tokenize
 from snm_core.vocab import Vocabulary
 
-DEFAULT_NUM_BUCKETS = 16
-#: Links a worker holds before it sums and emits them: bounds worker memory
-#: (about 40 bytes a pending link) while summing enough to shrink the shuffle.
-DEFAULT_FLUSH_LINKS = 1_000_000
+#: Key ranges: a bucket's merge holds ~120 bytes per partial link it sums, so
+#: more buckets mean less memory a worker (kernel 5-gram: 16 buckets peaked at
+#: 1.3x the RSS of 64; mix 1.6x) for a little more time (one shuffle element
+#: per bucket pair for the continuation counts).  Raise it with the corpus.
+DEFAULT_NUM_BUCKETS = 64
+#: Links a worker holds before it emits them (about 45 bytes a pending link):
+#: about one 512 KiB batch of 5-gram links.  Holding more saves little, since
+#: sums across batches are left to the merge.
+DEFAULT_FLUSH_LINKS = 250_000
 #: Feature occurrences extracted at once (an upper bound: events x windows).
 MAX_OCCURRENCES_PER_CHUNK = 2_000_000
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
@@ -128,13 +133,16 @@ class ExtractLinkPartials(beam.DoFn):
     def _flush(self):
         if self.links:
             # Each partial is sorted by key, so its buckets are slices (views); a
-            # bucket's part is its slices, which the shuffle writes one after another.
+            # bucket's part is its slices, which the shuffle writes one after
+            # another, every bucket's part into one file.
             links = [dict(counting.split_by_bucket(p, self.num_buckets)) for p in self.links]
             features = [dict(counting.split_by_bucket(p, self.num_buckets))
                         for p in self.features]
-            for bucket in sorted(set().union(*links)):
-                part = {"links": _slices(links, bucket), "features": _slices(features, bucket)}
-                yield bucket, ("part", self.shuffle.send(part))
+            payloads = self.shuffle.send_many({
+                bucket: {"links": _slices(links, bucket), "features": _slices(features, bucket)}
+                for bucket in sorted(set().union(*links))})
+            for bucket, payload in payloads.items():
+                yield bucket, ("part", payload)
         if self.stats:
             yield 0, ("stats", self.stats)
         self.links, self.features, self.stats, self.pending = [], [], {}, 0
@@ -181,9 +189,11 @@ class MergeBucket(beam.DoFn):
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
         parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
                                                               self.parents)
-        for target, part in counting.split_by_bucket({"feature": parent_feature,
-                                                      "link": parent_link}, self.num_buckets):
-            yield target, ("extensions", self.shuffle.send({"extensions": part}))
+        payloads = self.shuffle.send_many({
+            target: {"extensions": part} for target, part in counting.split_by_bucket(
+                {"feature": parent_feature, "link": parent_link}, self.num_buckets)})
+        for target, payload in payloads.items():
+            yield target, ("extensions", payload)
         del links, features, parent_feature, parent_link
         common.release_memory()
 

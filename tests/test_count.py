@@ -218,14 +218,19 @@ def test_cluster_style_reading_counts_the_same(corpus, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("mode", ["files", "beam"])
 def test_shuffle_returns_the_concatenated_slices(tmp_path, mode):
-    """A part sent as lists of slices comes back as whole arrays, dtypes and row shapes kept."""
+    """Parts sent as lists of slices come back as whole arrays, dtypes and row shapes kept,
+    each from its own payload when several share a file."""
     from pipelines.shuffle import ArrayShuffle
     shuffle = ArrayShuffle(mode, str(tmp_path))
     words = np.arange(24, dtype=np.int32).reshape(8, 3)
     keys = np.array([3, 2**63 + 5, 7, 9], np.uint64)
     part = {"links": {"feature": [keys[:2], keys[2:2], keys[3:]], "count": np.arange(3)},
             "features": {"words": [words[1:3], words[6:]], "empty": np.zeros((0, 2), np.int16)}}
-    back = shuffle.receive(shuffle.send(part))
+    other = {"links": {"feature": keys[:1], "count": np.arange(1)},
+             "features": {"words": words[:1], "empty": np.zeros((0, 2), np.int16)}}
+    payloads = shuffle.send_many({7: other, 3: part})
+    back = shuffle.receive(payloads[3])
+    assert shuffle.receive(payloads[7])["links"]["feature"].tolist() == keys[:1].tolist()
     expected = {"links": {"feature": keys[[0, 1, 3]], "count": np.arange(3)},
                 "features": {"words": words[[1, 2, 6, 7]], "empty": np.zeros((0, 2), np.int16)}}
     assert back.keys() == expected.keys()
