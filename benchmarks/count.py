@@ -3,6 +3,8 @@
     python benchmarks/count.py                       # kernel and mix, 5gram and skip10gram
     python benchmarks/count.py --setups kernel --configs 5gram
     LMPLZ=... python benchmarks/count.py --configs 5gram --repeats 3
+    LMPLZ=... python benchmarks/count.py --configs 5gram --repeats 3 \\
+        --count_args "--num_buckets 16 --flush_links 1000000"   # other settings
     python benchmarks/count.py --scaling             # mix at 1/4, 1/2 and all
     LMPLZ=/path/to/lmplz python benchmarks/count.py  # also time lmplz in the same run
 
@@ -24,6 +26,7 @@ import glob
 import gzip
 import json
 import os
+import shlex
 import shutil
 import sys
 
@@ -91,13 +94,13 @@ def unk_text(setup):
     return target
 
 
-def run_count(label, files, vocab, config, mode):
+def run_count(label, files, vocab, config, mode, count_args=()):
     """One `snm count` of ``files`` pooled as one untagged source (a glob over their folder)."""
     out = os.path.join(WORK, "counts", label)
     pattern = files[0] if len(files) == 1 else os.path.join(os.path.dirname(files[0]), "*")
     cmd = [sys.executable, "-m", "snm", "count", "--config", config, "--vocab", vocab,
            "--out", out, "--train", pattern]  # default --num_buckets and --flush_links
-    seconds, rss = run_measured(cmd + MODES[mode], log=out + ".log")
+    seconds, rss = run_measured(cmd + MODES[mode] + list(count_args), log=out + ".log")
     with open(os.path.join(out, "manifest.json")) as f:
         totals = json.load(f)["totals"]
     return seconds, rss, totals
@@ -111,6 +114,9 @@ def main(argv=None):
     parser.add_argument("--mode", default="multi_threading", choices=sorted(MODES))
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each count (and of lmplz, alternating); best time kept")
+    parser.add_argument("--count_args", default="",
+                        help="more arguments for every snm count, e.g. "
+                             "\"--num_buckets 16 --flush_links 1000000\"")
     parser.add_argument("--scaling", action="store_true",
                         help="run mix at 1/4, 1/2 and all instead")
     args = parser.parse_args(argv)
@@ -152,12 +158,12 @@ def main(argv=None):
                     lm_runs.append(run_measured([lmplz, "-o", "5", "-S", "1G", "--text", text,
                                                  "--arpa", arpa], log=arpa + ".log"))
                 run_s, run_rss, totals = run_count(f"{setup}-{config}", files, vocab, config,
-                                                   args.mode)
+                                                   args.mode, shlex.split(args.count_args))
                 seconds, rss = min(seconds, run_s), max(rss, run_rss)
             if lm_runs:
                 lm_seconds, lm_rss = min(r[0] for r in lm_runs), max(r[1] for r in lm_runs)
             rows.append({"setup": setup, "config": config, "mode": args.mode,
-                         "repeats": args.repeats,
+                         "repeats": args.repeats, "count_args": args.count_args,
                          "tokens": totals["tokens"], "links": totals["links"],
                          "wall_s": seconds, "peak_rss_mib": rss,
                          "tokens_per_s": totals["tokens"] / seconds,
