@@ -12,6 +12,7 @@ File format (``vocab.txt``): one word a line, UTF-8.  The markers may be listed
 error naming the line.
 """
 
+import re
 import sys
 
 import numpy as np
@@ -19,6 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snm_core.errors import SnmInputError
+
+_SPACE_BUT_NEWLINE = re.compile(r"[^\S\n]")
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -124,6 +127,13 @@ class Vocabulary:
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
+        # A well-formed file (no whitespace but the newlines, no empty line, no
+        # repeat) is checked in a few passes over the whole text; a bad one
+        # goes through the loop below, which names the offending line.
+        if (_SPACE_BUT_NEWLINE.search(text) is None and "" not in lines
+                and len(set(lines)) == len(lines)):
+            specials = set(SPECIALS)
+            return cls([w for w in lines if w not in specials])
         words, first_line = [], {}
         for lineno, word in enumerate(lines, start=1):
             word = word.rstrip("\r")
