@@ -379,15 +379,18 @@ def write_parquet(table, path):
     They are stored as deltas instead (files are sorted by key, so the deltas
     are short), uncompressed.  Against compressing every column: links files
     write 12% faster at 5% more bytes, features files 8% faster at 16% fewer.
+    A table with feature keys keeps min/max statistics for them only (a key
+    range is the one filter they serve; 6% of the writing time).
     """
     # Options name Parquet leaf columns: a list column's values are "<name>.list.element".
     leaves = [f"{field.name}.list.element" if pa.types.is_list(field.type) else field.name
               for field in table.schema if field.name != "feature"]
+    keyed = "feature" in table.column_names
     with _atomic_create(path) as f:
         pq.write_table(table, f, use_dictionary=leaves,
                        compression={c: PARQUET_COMPRESSION for c in leaves} | {"feature": "none"},
-                       column_encoding={"feature": "DELTA_BINARY_PACKED"}
-                       if "feature" in table.column_names else None)
+                       column_encoding={"feature": "DELTA_BINARY_PACKED"} if keyed else None,
+                       write_statistics=["feature"] if keyed else True)
 
 
 def write_bytes(data, path):

@@ -24,7 +24,6 @@ Partials are dicts of numpy arrays (they pickle cheaply):
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from snm_core import hashing, tables
 from snm_core.arrays import padded_lists, stable_argsort
@@ -255,15 +254,18 @@ def extension_keys(features, links, extractor, parents):
     type_index = features["type"].to_numpy().astype(np.int64)
     parent_key = np.zeros(features.num_rows, dtype=np.uint64)
     has_parent = parents[type_index] >= 0 if features.num_rows else np.zeros(0, bool)
+    lists = features["words"].combine_chunks()
+    flat = lists.values.to_numpy()
+    starts = lists.offsets.to_numpy()[:-1]
     for t in np.flatnonzero(parents >= 0):
         width = extractor.feature_types[t].num_words
         for g in range(len(extractor.tags)):
             rows = np.flatnonzero((type_index == t) & (tag == g))
             if not len(rows):
                 continue
-            words = pc.list_flatten(features["words"].take(pa.array(rows))).to_numpy()
-            parent_key[rows] = extractor.keys_for(g * n_types + parents[t],
-                                                  words.reshape(len(rows), width)[:, 1:])
+            # Every row of one type has its width: a 2-d gather from the list values.
+            words = flat[starts[rows, None] + np.arange(1, width)]
+            parent_key[rows] = extractor.keys_for(g * n_types + parents[t], words)
     diversity = features["diversity"].to_numpy()
     link_has = np.repeat(has_parent, diversity)
     link_parent = np.repeat(parent_key, diversity)[link_has]
