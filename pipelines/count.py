@@ -171,16 +171,19 @@ class MergeBucket(beam.DoFn):
 
     def process(self, element):
         bucket, parts = element
-        link_parts, feature_parts = [], []
+        payloads = []
         for kind, payload in parts:
             if kind == "stats":
                 yield bucket, ("stats", payload)
-                continue
-            part = self.shuffle.receive(payload)
-            link_parts.append(part["links"])
-            feature_parts.append(part["features"])
-        links, features, collisions = counting.merge_bucket(link_parts, feature_parts,
-                                                len(self.extractor.feature_types))
+            else:
+                payloads.append(payload)
+        # One group of columns at a time, each read straight into its
+        # concatenation: the links are summed before the features are read.
+        links = counting.merge_links(
+            [self.shuffle.receive_group(payloads, "links")] if payloads else [])
+        features, collisions = counting.merge_features(
+            [self.shuffle.receive_group(payloads, "features")] if payloads else [], links,
+            len(self.extractor.feature_types))
         common.write_parquet(features, common.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         self.features_counter.inc(features.num_rows)
@@ -219,9 +222,10 @@ class WriteLinks(beam.DoFn):
             elif kind == "links":
                 links = pa.table(self.shuffle.receive(payload)["links"])
             else:
-                extensions.append(self.shuffle.receive(payload)["extensions"]["link"])
+                extensions.append(payload)
+        extensions = self.shuffle.receive_group(extensions, "extensions")
         links = counting.add_continuation(
-            links, np.concatenate(extensions) if extensions else np.zeros(0, np.uint64))
+            links, extensions["link"] if extensions else np.zeros(0, np.uint64))
         common.write_parquet(links.cast(tables.LINKS), common.join(
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))
         self.links_counter.inc(links.num_rows)

@@ -13,19 +13,19 @@ Flink too.  Files are only read, never deleted, by the merge (a retried merge
 must find them); the whole scratch directory is removed once the stage's
 manifest is written.
 
-A part on disk is a JSON header (its length first, 8 bytes little-endian)
-that names each array's dtype, shape and offset, then the arrays' raw bytes.
-Not ``.npz``: a zip archive checksums every byte twice (CRC-32 on writing and
-on reading), and ``np.savez`` needs each array whole, so the slices of a bucket
-were first concatenated and the archive built in memory; here each slice is
-written straight to the file and read back as a view of one buffer.
+A part on disk is its arrays' raw bytes, one after another; the payload (a
+small tuple, shuffled) says where the part starts and each array's dtype,
+shape and offset.  Not ``.npz``: a zip archive checksums every byte twice
+(CRC-32 on writing and on reading), and ``np.savez`` needs each array whole,
+so the slices of a bucket were first concatenated and the archive built in
+memory; here each slice is written straight to the file.
 :meth:`ArrayShuffle.send_many` writes the parts for many buckets into one file
-and each payload names its byte range: a worker's flush or a bucket's
-continuation names make one file, not one per bucket (with 64 buckets, the
-extension names alone were 4,096 files).
+(a worker's flush, or a bucket's continuation names: with 64 buckets the
+latter had been 4,096 files), and :meth:`ArrayShuffle.receive_group` reads
+one group of columns of many parts straight into their concatenation, so a
+merge holds each column once and the other group not at all.
 """
 
-import json
 import math
 import uuid
 
@@ -37,7 +37,6 @@ from pipelines import common
 
 MODES = ("files", "beam")
 SCRATCH = "_scratch"
-_HEADER_LENGTH = np.dtype("<u8")
 
 
 class ArrayShuffle:
@@ -67,26 +66,55 @@ class ArrayShuffle:
         # Written in place, not renamed: nothing names the file until this returns.
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             for key, part in parts.items():
-                length = _write_part(f, part)
-                payloads[key] = (path, offset, length)
+                entries, length = _write_part(f, part)
+                payloads[key] = (path, offset, entries)
                 offset += length
         return payloads
 
     def receive(self, payload):
+        """A payload -> its part (arrays are views of one buffer)."""
         if self.mode == "beam":
             return payload
-        path, offset, length = payload
+        path, start, entries = payload
+        length = max((e[4] + _nbytes(e) for e in entries), default=0)
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            f.seek(offset)
+            f.seek(start)
             data = f.read(length)
-        header_length = int(np.frombuffer(data, _HEADER_LENGTH, 1)[0])
-        start = _HEADER_LENGTH.itemsize + header_length
         part = {}
-        for entry in json.loads(data[_HEADER_LENGTH.itemsize:start]):
-            dtype, shape = np.dtype(entry["dtype"]), entry["shape"]
-            array = np.frombuffer(data, dtype, math.prod(shape), start + entry["offset"])
-            part.setdefault(entry["group"], {})[entry["name"]] = array.reshape(shape)
+        for group, name, dtype, shape, offset in entries:
+            array = np.frombuffer(data, dtype, math.prod(shape), offset)
+            part.setdefault(group, {})[name] = array.reshape(shape)
         return part
+
+    def receive_group(self, payloads, group):
+        """The ``group`` columns of many parts, each concatenated in payload order.
+
+        Returns ``{name: array}`` (``{}`` without payloads).  Each column is
+        allocated once and every part's bytes read into its place.
+        """
+        if self.mode == "beam":
+            parts = [p[group] for p in payloads]
+            return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} \
+                if parts else {}
+        layouts = [(path, start, [e for e in entries if e[0] == group])
+                   for path, start, entries in payloads]
+        if not layouts:
+            return {}
+        columns = {}
+        for _, name, dtype, shape, _ in layouts[0][2]:
+            rows = sum(next(e[3][0] for e in entries if e[1] == name)
+                       for _, _, entries in layouts)
+            columns[name] = np.empty((rows, *shape[1:]), np.dtype(dtype))
+        filled = dict.fromkeys(columns, 0)
+        for path, start, entries in layouts:
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                for _, name, _, shape, offset in entries:
+                    target = columns[name][filled[name]:filled[name] + shape[0]]
+                    filled[name] += shape[0]
+                    if target.size:
+                        f.seek(start + offset)
+                        _read_into(f, memoryview(target).cast("B"))
+        return columns
 
     def cleanup(self):
         common.remove_tree(self.scratch)
@@ -105,20 +133,30 @@ def _concatenated(part):
     return result
 
 
+def _nbytes(entry):
+    _, _, dtype, shape, _ = entry
+    return math.prod(shape) * np.dtype(dtype).itemsize
+
+
 def _write_part(f, part):
-    """Write one part (header, then each piece's bytes); return the bytes written."""
-    columns = _columns(part)
+    """Write one part's pieces; return its entries (group, name, dtype, shape, offset in
+    the part) and the bytes written."""
     entries, offset = [], 0
-    for group, name, pieces in columns:
+    for group, name, pieces in _columns(part):
         dtype = pieces[0].dtype
-        rows = sum(len(p) for p in pieces)
-        entries.append({"group": group, "name": name, "dtype": dtype.str,
-                        "shape": [rows, *pieces[0].shape[1:]], "offset": offset})
-        offset += rows * math.prod(pieces[0].shape[1:]) * dtype.itemsize
-    header = json.dumps(entries).encode()
-    f.write(np.array([len(header)], _HEADER_LENGTH).tobytes())
-    f.write(header)
-    for _, _, pieces in columns:
+        shape = (sum(len(p) for p in pieces), *pieces[0].shape[1:])
+        entries.append((group, name, dtype.str, shape, offset))
         for piece in pieces:
             f.write(np.ascontiguousarray(piece).data)
-    return _HEADER_LENGTH.itemsize + len(header) + offset
+        offset += _nbytes(entries[-1])
+    return tuple(entries), offset
+
+
+def _read_into(f, view):
+    """Fill ``view`` (bytes) from ``f``; a short read is an error (a truncated scratch file)."""
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:])
+        if not got:
+            raise IOError(f"scratch file ended {len(view) - done} bytes early")
+        done += got

@@ -8,7 +8,8 @@ outputs around (DESIGN.md, "Speed"):
 2. :func:`split_by_bucket`: a worker cuts the partials of many batches into
    key-range buckets and sends one part per bucket (the concatenation of its
    slices).
-3. :func:`merge_bucket`: sums all partials of one bucket and produces its final
+3. :func:`merge_links` then :func:`merge_features` (together
+   :func:`merge_bucket`): sum all partials of one bucket and produce its final
    tables, sorted, with C(f,*) and the diversity of each feature.
 4. :func:`extension_keys` then :func:`add_continuation`: every link of a type
    that extends a shorter one (an n-gram of the (n-1)-gram) names the link it
@@ -77,9 +78,12 @@ def batch_partials(events):
 
 
 def concat_partials(parts):
-    """Concatenate partial dicts column by column (None for an empty list)."""
+    """Concatenate partial dicts column by column (None for an empty list; one part
+    is returned as a new dict of the same arrays, not copied)."""
     if not parts:
         return None
+    if len(parts) == 1:
+        return dict(parts[0])
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -140,7 +144,8 @@ def sort_by_feature_and_word(feature, word):
 
 
 def merge_bucket(link_parts, feature_parts, num_feature_types):
-    """Final tables of one bucket from all its partials.
+    """Final tables of one bucket from all its partials: :func:`merge_links` then
+    :func:`merge_features`.
 
     Parameters
     ----------
@@ -155,10 +160,20 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     features : pyarrow.Table, schema :data:`snm_core.tables.FEATURES`, sorted by feature
     collisions : int, keys that two different features share (their counts are merged)
     """
+    links = merge_links(link_parts)
+    return (links,) + merge_features(feature_parts, links, num_feature_types)
+
+
+def merge_links(link_parts):
+    """One bucket's links partials, summed: a table sorted by (feature, word).
+
+    ``link_parts`` is a list of links partials; it is emptied (the arrays are
+    copied, so the parts can go: a bucket's peak memory).
+    """
     if not link_parts:
-        return _COUNTED_LINKS.empty_table(), tables.FEATURES.empty_table(), 0
+        return _COUNTED_LINKS.empty_table()
     parts = concat_partials(link_parts)
-    link_parts.clear()  # the parts are copied: let them go (a bucket's peak memory)
+    link_parts.clear()
     order = sort_by_feature_and_word(parts["feature"], parts["word"])
     feature = parts.pop("feature")[order]
     word = parts.pop("word")[order]
@@ -167,7 +182,22 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     new_link = np.r_[True, (feature[1:] != feature[:-1]) | (word[1:] != word[:-1])]
     starts = np.flatnonzero(new_link)
     feature, word, count = feature[starts], word[starts], np.add.reduceat(count, starts)
+    return pa.table({"feature": feature, "word": word.astype(np.int32),
+                     "count": count.astype(np.int64)})
 
+
+def merge_features(feature_parts, links, num_feature_types):
+    """One bucket's feature table from its features partials and its merged links.
+
+    Returns ``(features, collisions)``: the table (schema
+    :data:`snm_core.tables.FEATURES`, one row per feature of ``links``, with
+    C(f,*) and the diversity from the links) and the number of keys that two
+    different features share.  ``feature_parts`` is emptied.
+    """
+    if not feature_parts:
+        return tables.FEATURES.empty_table(), 0
+    feature = links["feature"].to_numpy()
+    count = links["count"].to_numpy()
     row_starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]])
     row_keys = feature[row_starts]
     row_count = np.add.reduceat(count, row_starts)
@@ -199,8 +229,6 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     np.cumsum(lengths, out=offsets[1:])
     flat = words.ravel()
     words_list = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[flat >= 0]))
-    link_table = pa.table({"feature": feature, "word": word.astype(np.int32),
-                           "count": count.astype(np.int64)})
     feature_table = pa.table({
         "feature": row_keys,
         "tag": (type_id // num_feature_types).astype(np.int16),
@@ -209,7 +237,7 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
         "diversity": diversity.astype(np.int64),
         "words": words_list,
     }, schema=tables.FEATURES)
-    return link_table, feature_table, collisions
+    return feature_table, collisions
 
 
 # --- continuation counts ------------------------------------------------------------------

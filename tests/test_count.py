@@ -219,7 +219,8 @@ def test_cluster_style_reading_counts_the_same(corpus, tmp_path, monkeypatch):
 @pytest.mark.parametrize("mode", ["files", "beam"])
 def test_shuffle_returns_the_concatenated_slices(tmp_path, mode):
     """Parts sent as lists of slices come back as whole arrays, dtypes and row shapes kept,
-    each from its own payload when several share a file."""
+    each from its own payload when several share a file, and a group of several parts
+    as one concatenation."""
     from pipelines.shuffle import ArrayShuffle
     shuffle = ArrayShuffle(mode, str(tmp_path))
     words = np.arange(24, dtype=np.int32).reshape(8, 3)
@@ -231,6 +232,10 @@ def test_shuffle_returns_the_concatenated_slices(tmp_path, mode):
     payloads = shuffle.send_many({7: other, 3: part})
     back = shuffle.receive(payloads[3])
     assert shuffle.receive(payloads[7])["links"]["feature"].tolist() == keys[:1].tolist()
+    # One group of several parts, read into its concatenation.
+    both = shuffle.receive_group([payloads[7], payloads[3]], "features")
+    np.testing.assert_array_equal(both["words"], words[[0, 1, 2, 6, 7]])
+    assert both["empty"].shape == (0, 2) and both["empty"].dtype == np.int16
     expected = {"links": {"feature": keys[[0, 1, 3]], "count": np.arange(3)},
                 "features": {"words": words[[1, 2, 6, 7]], "empty": np.zeros((0, 2), np.int16)}}
     assert back.keys() == expected.keys()
