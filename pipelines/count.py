@@ -476,10 +476,10 @@ def run(argv=None):
                         help="key-range buckets = output files = shuffle parallelism "
                              "(default %(default)s)")
     parser.add_argument("--flush_links", type=int, default=DEFAULT_FLUSH_LINKS,
-                        help="links a worker sums before emitting them (default %(default)s)")
+                        help="links a worker holds before emitting them (default %(default)s)")
     parser.add_argument("--shuffle", choices=MODES, default="files",
-                        help="how partial counts reach their bucket: 'files' (scratch .npz "
-                             "files, low memory) or 'beam' (the runner's shuffle)")
+                        help="how partial counts reach their bucket: 'files' (scratch "
+                             "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
     args, beam_args = parser.parse_known_args(argv)

@@ -22,12 +22,12 @@ def stable_argsort(values, return_sorted=False):
 
     numpy sorts values with SIMD code (x86-simd-sort) but argsorts them 3-4x
     slower, and its stable argsort of 64-bit integers is a timsort (~17x).  So
-    the row index goes into the low bits of each value, which a value sort
-    then orders by (value, index).  When value and index together need more
-    than 64 bits, the value's low bits are dropped; the result is checked
-    and, if two values that differ only in their dropped bits came out of
-    order, recomputed with ``np.argsort(kind="stable")`` (rare: for hashed
-    keys, about n**2 / 2**(65 - index bits) pairs share their kept bits).
+    each row's index goes into the low bits of its value (less the minimum),
+    and a value sort orders them by (value, index).  When value and index
+    together need more than 64 bits, the value's low bits are dropped; rows
+    that then share their kept bits but differ in value (for hashed keys,
+    about n**2 / 2**(65 - index bits - value bits) pairs) are found and each
+    such run re-sorted on its own.
 
     Parameters
     ----------
@@ -40,26 +40,39 @@ def stable_argsort(values, return_sorted=False):
     sorted_values : ndarray, shape (n,), ``values[order]`` (with ``return_sorted``)
     """
     n = len(values)
+    if n == 0:
+        order = np.zeros(0, np.int64)
+        return (order, values[order]) if return_sorted else order
     index_bits = max(1, (n - 1).bit_length())
-    value_bits = int(values.max()).bit_length() if n else 0
-    dropped = max(0, value_bits + index_bits - 64)
     if index_bits > 40:  # too few bits of the value left to group it
         order = np.argsort(values, kind="stable")
-    else:
-        packed = values.astype(np.uint64)
-        if dropped:
-            packed >>= np.uint64(dropped)
-        packed <<= np.uint64(index_bits)
-        packed |= np.arange(n, dtype=np.uint64)
-        packed.sort()
-        packed &= np.uint64((1 << index_bits) - 1)
-        order = packed.view(np.int64)
+        return (order, values[order]) if return_sorted else order
+    base = values.min()
+    # Less the minimum: e.g. the top bits a bucket's keys share need no room.
+    packed = np.subtract(values, base, dtype=np.uint64, casting="unsafe")
+    dropped = max(0, int(packed.max()).bit_length() + index_bits - 64)
+    if dropped:
+        packed >>= np.uint64(dropped)
+    packed <<= np.uint64(index_bits)
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    kept = packed >> np.uint64(index_bits) if dropped else None
+    packed &= np.uint64((1 << index_bits) - 1)
+    order = packed.view(np.int64)
     if not (dropped or return_sorted):
         return order
     ordered = values[order]
-    if dropped and np.any(ordered[1:] < ordered[:-1]):
-        order = np.argsort(values, kind="stable")
-        ordered = values[order]
+    if dropped:
+        same = kept[1:] == kept[:-1]
+        clashes = np.flatnonzero(same & (ordered[1:] != ordered[:-1]))
+        if len(clashes):
+            starts = np.flatnonzero(np.r_[True, ~same])  # runs of equal kept bits
+            ends = np.r_[starts[1:], n]
+            for run in np.unique(np.searchsorted(starts, clashes, side="right") - 1):
+                lo, hi = starts[run], ends[run]
+                fix = np.argsort(ordered[lo:hi], kind="stable")
+                order[lo:hi] = order[lo:hi][fix]
+                ordered[lo:hi] = ordered[lo:hi][fix]
     return (order, ordered) if return_sorted else order
 
 

@@ -15,6 +15,11 @@ def _cases():
     # checked and recomputed.
     high = rng.integers(0, 4, 3000).astype(np.uint64) << np.uint64(62)
     yield "equal high bits", high | rng.integers(0, 8, 3000).astype(np.uint64)
+    # Keys of one bucket (a shared top) with so many rows that dropped bits
+    # leave hundreds of clashing runs to re-sort.
+    bucket = np.uint64(5) << np.uint64(58)
+    many = bucket | rng.integers(0, 2**40, 200000, dtype=np.uint64)
+    yield "many clashes", np.concatenate([many, many[:50000]])
     yield "one value", np.array([5], np.uint64)
     yield "empty", np.zeros(0, np.uint64)
 
