@@ -41,10 +41,11 @@ from snm_core.features import FeatureExtractor
 from snm_core.text import tokenize
 from snm_core.vocab import Vocabulary
 
-#: Key ranges: a bucket's merge holds ~120 bytes per partial link it sums, so
-#: more buckets mean less memory a worker (kernel 5-gram: 16 buckets peaked at
-#: 1.3x the RSS of 64; mix 1.6x) for a little more time (one shuffle element
-#: per bucket pair for the continuation counts).  Raise it with the corpus.
+#: Key ranges: a bucket's merge holds ~100 bytes per partial link it sums, so
+#: more buckets mean less memory a worker (5-gram, with 1M-link flushes: 16
+#: buckets peaked at 1.2x the RSS of 64 on kernel, 1.5x on mix) for a little
+#: more time (one shuffle element per bucket pair for the continuation
+#: counts).  Raise it with the corpus.
 DEFAULT_NUM_BUCKETS = 64
 #: Links a worker holds before it emits them (about 45 bytes a pending link):
 #: about one 512 KiB batch of 5-gram links.  Holding more saves little, since
