@@ -15,9 +15,10 @@ How it is fast (DESIGN.md, "Speed"): lines are read in ~0.5 MB batches; each bat
 is tokenised, its features extracted and its links summed with numpy (no
 Python work per token or per link); a worker holds the sums until
 ``--flush_links`` links are pending, then cuts them into ``--num_buckets`` key
-ranges and sends one part per bucket (as a scratch file, or through Beam's
-shuffle: ``--shuffle``, see :mod:`pipelines.shuffle`).  Each bucket is merged,
-sorted and written as one file.  ``--reference`` runs the same count with one
+ranges and sends one part per bucket (all of a flush's parts in one scratch
+file, or through Beam's shuffle: ``--shuffle``, see :mod:`pipelines.shuffle`).
+Each bucket is merged, sorted and written as one file.  Memory is bounded by
+those two settings: a worker's pending sums and one bucket's merge.  ``--reference`` runs the same count with one
 Beam element per (feature, word) occurrence and ``CombinePerKey(sum)``: slow,
 and the baseline the tests compare the fast path with.
 """
