@@ -18,9 +18,10 @@ Python work per token or per link); a worker holds the sums until
 ranges and sends one part per bucket (all of a flush's parts in one scratch
 file, or through Beam's shuffle: ``--shuffle``, see :mod:`pipelines.shuffle`).
 Each bucket is merged, sorted and written as one file.  Memory is bounded by
-those two settings: a worker's pending sums and one bucket's merge.  ``--reference`` runs the same count with one
-Beam element per (feature, word) occurrence and ``CombinePerKey(sum)``: slow,
-and the baseline the tests compare the fast path with.
+those two settings: a worker's pending sums and one bucket's merge.
+``--reference`` runs the same count with one Beam element per (feature, word)
+occurrence and ``CombinePerKey(sum)``: slow, and the baseline the tests
+compare the fast path with.
 """
 
 import logging
