@@ -28,22 +28,14 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from snm_core.hashing import GOLDEN, MIX_C1, MIX_C2
+from snm_core.hashing import GOLDEN, fmix64_steps
 
 _ONE = np.uint64(1)
-_S33 = np.uint64(33)
 
 
 # --- hashing: the numba twins of snm_core.hashing.mix64 and combine --------------------------
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _mix64_one(x):
-    x ^= x >> _S33
-    x *= MIX_C1
-    x ^= x >> _S33
-    x *= MIX_C2
-    x ^= x >> _S33
-    return x
+_mix64_one = numba.njit(nogil=True, cache=True, inline="always")(fmix64_steps)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

@@ -24,8 +24,8 @@ import numpy as np
 import xxhash
 
 # murmur3 fmix64 constants and the 64-bit golden ratio (Weyl increment).
-MIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
-MIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+_MIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S33 = np.uint64(33)
 
@@ -56,11 +56,16 @@ def mix64(x):
     compiled = sys.modules.get("snm_core.compiled")
     if compiled is not None:
         return compiled.mix64(x)
-    x = np.array(x, dtype=np.uint64, copy=True)
+    return fmix64_steps(np.array(x, dtype=np.uint64, copy=True))
+
+
+def fmix64_steps(x):
+    """The fmix64 steps on ``x``: a uint64 array (changed in place) or, compiled by
+    :mod:`snm_core.compiled`, one uint64; returns ``x``.  The one definition both use."""
     x ^= x >> _S33
-    x *= MIX_C1
+    x *= _MIX_C1
     x ^= x >> _S33
-    x *= MIX_C2
+    x *= _MIX_C2
     x ^= x >> _S33
     return x
 
