@@ -12,9 +12,15 @@ import pyarrow.compute as pc
 def sorted_distinct(values):
     """The distinct values of a 1-d array, sorted (``np.unique`` without its cost)."""
     values = np.sort(np.asarray(values))
-    if len(values) < 2:
-        return values
-    return values[np.r_[True, values[1:] != values[:-1]]]
+    return values[run_starts(values)]
+
+
+def run_starts(values):
+    """Index of the first element of each run of equal neighbours in a 1-d array
+    (int64; empty for an empty array)."""
+    if len(values) == 0:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
 
 
 def stable_argsort(values, return_sorted=False):

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core import hashing, tables
-from snm_core.arrays import padded_lists, stable_argsort
+from snm_core.arrays import padded_lists, run_starts, stable_argsort
 
 
 #: Bits of a packed (feature index, word) pair given to the word id.
@@ -61,8 +61,7 @@ def batch_partials(events):
     packed = (run.astype(np.uint64) << np.uint64(_WORD_BITS)) | \
         events.target[events.event][order].astype(np.uint64)
     packed.sort()
-    starts = np.flatnonzero(np.r_[True, packed[1:] != packed[:-1]]) if len(packed) else \
-        np.zeros(0, np.int64)
+    starts = run_starts(packed)
     unique = packed[starts]
     key_starts = np.flatnonzero(new_key)
     distinct = keys[key_starts]
@@ -198,7 +197,7 @@ def merge_features(feature_parts, links, num_feature_types):
         return tables.FEATURES.empty_table(), 0
     feature = links["feature"].to_numpy()
     count = links["count"].to_numpy()
-    row_starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]])
+    row_starts = run_starts(feature)
     row_keys = feature[row_starts]
     row_count = np.add.reduceat(count, row_starts)
     diversity = np.diff(np.r_[row_starts, len(feature)])
@@ -306,8 +305,7 @@ def add_continuation(links, extension_link_keys):
     feature = links["feature"].to_numpy()
     own = hashing.link_key(feature, links["word"].to_numpy())
     ext = np.sort(extension_link_keys)
-    starts = np.flatnonzero(np.r_[True, ext[1:] != ext[:-1]]) if len(ext) else \
-        np.zeros(0, np.int64)
+    starts = run_starts(ext)
     named, times = ext[starts], np.diff(np.r_[starts, len(ext)])
     counts = np.zeros(len(own), dtype=np.int64)
     if len(named):
