@@ -100,11 +100,12 @@ class ArrayShuffle:
                    for path, start, entries in payloads]
         if not layouts:
             return {}
-        columns = {}
-        for _, name, dtype, shape, _ in layouts[0][2]:
-            rows = sum(next(e[3][0] for e in entries if e[1] == name)
-                       for _, _, entries in layouts)
-            columns[name] = np.empty((rows, *shape[1:]), np.dtype(dtype))
+        rows = {}
+        for _, _, entries in layouts:
+            for _, name, _, shape, _ in entries:
+                rows[name] = rows.get(name, 0) + shape[0]
+        columns = {name: np.empty((rows[name], *shape[1:]), np.dtype(dtype))
+                   for _, name, dtype, shape, _ in layouts[0][2]}
         filled = dict.fromkeys(columns, 0)
         for path, start, entries in layouts:
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
