@@ -507,7 +507,8 @@ def run(argv=None):
     common.remove_file(common.join(args.out, tables.MANIFEST))
     vocab_path = common.join(args.out, "vocab.txt")
     common.write_text("".join(w + "\n" for w in vocab.words), vocab_path)
-    settings = _Extractor(config.to_text(), tags, vocab_path, vocab.fingerprint())
+    fingerprint = vocab.fingerprint()
+    settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
     def build(p):
         _ = (p
@@ -515,7 +516,7 @@ def run(argv=None):
              | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
                                      args.shuffle, args.reference, args.add_to)
              | "WriteManifest" >> beam.Map(write_manifest, args.out, args.num_buckets, config,
-                                           tags, len(vocab), vocab.fingerprint(), sources,
+                                           tags, len(vocab), fingerprint, sources,
                                            previous))
 
     metrics = common.run_pipeline(beam_args, build)
