@@ -135,6 +135,10 @@ class FeatureExtractor:
             raise ValueError(f"tags must be distinct and non-empty, got {self.tags}")
         self.feature_types = config.feature_types()
         self.generators = config.generators()
+        # Generator index and window (g, r, s, a) of each feature type's windows, by type index.
+        self._windows_by_type = {}
+        for g, (type_index, r, s, a) in enumerate(self.generators):
+            self._windows_by_type.setdefault(type_index, []).append((g, r, s, a))
         self._gen_table = np.array([(r, s, a) for _, r, s, a in self.generators],
                                    dtype=np.int64).reshape(-1, 3)
         self.max_words = max(t.num_words for t in self.feature_types)
@@ -200,17 +204,47 @@ class FeatureExtractor:
         EventFeatures
             Pairs ordered by tag, then feature type, then window, then event.
         """
-        tags = range(len(self.tags)) if tags is None else list(tags)
-        seq, pos, event_pos = _pad(batch)
-        hashes = _sequence_hashes(seq, pos, self._max_run)
-        event_depth = pos[event_pos]  # words available before each target, <S> included
+        return self._pairs(self._prepare(batch), list(self._windows_by_type), tags)
 
+    def extract_by_type(self, batch, tags=None):
+        """The pairs of :meth:`extract`, one feature type at a time.
+
+        Yields one :class:`EventFeatures` per feature type that has pairs in the
+        batch; each holds every event (``target``, ``sentence``) but only that
+        type's pairs.  Counting needs no more: keys of different types never
+        meet, and one type's arrays are a fraction of the whole batch's (the
+        word sequence and its hashes are computed once).
+
+        Parameters
+        ----------
+        batch : SentenceBatch
+        tags : sequence of int, optional
+            As for :meth:`extract`.
+        """
+        prepared = self._prepare(batch)
+        for type_index in self._windows_by_type:
+            events = self._pairs(prepared, [type_index], tags)
+            if events.num_pairs:
+                yield events
+
+    def _prepare(self, batch):
+        """What every type's pairs are made from: the padded sequence, its hashes, the events."""
+        seq, pos, event_pos = _pad(batch)
+        return _Prepared(
+            seq=seq, event_pos=event_pos,
+            hashes=_sequence_hashes(seq, pos, self._max_run),
+            event_depth=pos[event_pos],  # words available before each target, <S> included
+            target=seq[event_pos].astype(np.int32),
+            sentence=np.repeat(np.arange(batch.num_sentences, dtype=np.int32),
+                               np.diff(batch.offsets) + 1))
+
+    def _pairs(self, prepared, type_indices, tags):
+        """EventFeatures with the pairs of the given feature types (indices into feature_types)."""
+        tags = range(len(self.tags)) if tags is None else list(tags)
         base_keys, events, types, gens = [], [], [], []
-        by_type = {}
-        for g, (type_index, r, s, a) in enumerate(self.generators):
-            by_type.setdefault(type_index, []).append((g, r, s, a))
-        for type_index, windows in by_type.items():
-            for g, ev, base in _type_pairs(windows, hashes, event_pos, event_depth):
+        for type_index in type_indices:
+            for g, ev, base in _type_pairs(self._windows_by_type[type_index], prepared.hashes,
+                                           prepared.event_pos, prepared.event_depth):
                 base_keys.append(base)
                 events.append(ev)
                 types.append(np.full(len(ev), type_index, np.int32))
@@ -227,17 +261,16 @@ class FeatureExtractor:
             return np.tile(array, len(tags)) if len(tags) > 1 else array
 
         return EventFeatures(
-            target=seq[event_pos].astype(np.int32),
-            sentence=np.repeat(np.arange(batch.num_sentences, dtype=np.int32),
-                               np.diff(batch.offsets) + 1),
+            target=prepared.target,
+            sentence=prepared.sentence,
             event=per_tag(event),
             key=_concat(keys, np.uint64),
             type=_concat([type_index + t * n_types if t else type_index for t in tags],
                          np.int32),
             generator=per_tag(generator),
             extractor=self,
-            _sequence=seq,
-            _event_position=event_pos,
+            _sequence=prepared.seq,
+            _event_position=prepared.event_pos,
         )
 
     def keys_for(self, type_id, words):
@@ -298,6 +331,18 @@ def render_feature(feature_type, words, vocab, tag=""):
         parts = names[:feature_type.remote] + [f"skip-{skip}"] + names[feature_type.remote:]
         text = "[" + " ".join(parts) + "]"
     return f"{tag}:{text}" if tag else text
+
+
+@dataclasses.dataclass
+class _Prepared:
+    """A batch's word sequence, hashes and events, shared by the pairs of every type."""
+
+    seq: np.ndarray
+    event_pos: np.ndarray
+    hashes: np.ndarray
+    event_depth: np.ndarray
+    target: np.ndarray
+    sentence: np.ndarray
 
 
 def _concat(arrays, dtype):

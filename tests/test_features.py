@@ -208,3 +208,22 @@ def test_keys_for_words_equal_extracted_keys():
         _, ftype = ex.type_of(type_id)
         got = ex.keys_for(type_id, words[pairs, :ftype.num_words])
         assert np.array_equal(got, ev.key[pairs])
+
+
+@pytest.mark.parametrize("tags", [None, [1]])
+def test_extraction_by_type_yields_the_same_pairs_one_type_at_a_time(tags):
+    ex = FeatureExtractor(preset("skip10gram"), tags=("a", "b"))
+    batch = SentenceBatch.from_lists([[3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 8, 9, 10], [], [8, 9]])
+    whole = ex.extract(batch, tags=tags)
+
+    def pairs(ev):
+        words = ev.context_words()
+        return sorted(zip(ev.event.tolist(), ev.key.tolist(), ev.type.tolist(),
+                          map(tuple, words.tolist())))
+
+    groups = list(ex.extract_by_type(batch, tags=tags))
+    assert len(groups) == len(np.unique(whole.type % len(ex.feature_types)))
+    for ev in groups:
+        assert len(np.unique(ev.type % len(ex.feature_types))) == 1
+        assert np.array_equal(ev.target, whole.target)
+    assert sorted(p for ev in groups for p in pairs(ev)) == pairs(whole)
