@@ -157,7 +157,10 @@ def use_system_allocator():
 
     Arrow's default pool (mimalloc) keeps freed pages that ``release_unused``
     does not all return; on the kernel 5-gram count it held ~50 MiB more at
-    the peak, for no speed.  Process-wide, so stage DoFns call it in ``setup``.
+    the peak, for no speed.  Importing :mod:`snm_core` before pyarrow already
+    did this for all of Arrow (see ``snm_core/__init__.py``); a worker that
+    imported pyarrow first (Beam's own worker start-up) gets it here for what
+    pyarrow allocates.  Process-wide, so stage DoFns call it in ``setup``.
     """
     pa.set_memory_pool(pa.system_memory_pool())
 
@@ -165,11 +168,12 @@ def use_system_allocator():
 def release_memory():
     """Give the memory that freed arrays leave behind back to the system.
 
-    Called after each of a worker's large steps (a flush, a bucket's merge).
-    The allocators keep freed memory for reuse (glibc in one arena per
-    thread); with two worker threads on the DirectRunner that retained memory
-    was a third of ``snm count``'s peak RSS, and returning it costs a few
-    milliseconds a call.
+    Called at the end of each bundle of the count's stages.  The allocators
+    keep freed memory for reuse (glibc in one arena per worker thread); what
+    a stage leaves behind would otherwise stay through the next stage.  Not
+    called more often: memory given back is faulted in again, a page at a
+    time, by the next allocation (trimming after every flush of the kernel
+    5-gram count cost 2 s of CPU, 13%, to save 20 MiB of peak RSS).
     """
     pa.default_memory_pool().release_unused()
     if _LIBC is not None:
@@ -373,23 +377,38 @@ def makedirs(directory):
 def write_parquet(table, path):
     """Write a table as Parquet, atomically, straight to the file (no copy in memory).
 
-    Columns are dictionary-encoded and zstd-compressed, except the hashed
-    feature keys: nearly all distinct, so a dictionary was built only to be
-    dropped, and zstd spent 30% of a features file's writing time on them.
-    They are stored as deltas instead (files are sorted by key, so the deltas
-    are short), uncompressed.  Against compressing every column: links files
-    write 12% faster at 5% more bytes, features files 8% faster at 16% fewer.
+    Encodings by column (measured on a kernel 5-gram count bucket):
+
+    * ``feature``, the hashed keys a table is sorted by: deltas, uncompressed
+      (nearly all distinct, so a dictionary would be built only to be dropped,
+      and zstd found little in the deltas);
+    * other integers (word ids, counts, types, a feature's words): deltas,
+      zstd.  Dictionary encoding + zstd took 2-3x as long to write, for 5-15%
+      fewer bytes (a features file 28 -> 23 ms, a links file 17 -> 13 ms);
+    * lists of feature keys (held-out events: hashes repeated across rows),
+      floats and strings: dictionary, zstd.
+
     A table with feature keys keeps min/max statistics for them only (a key
     range is the one filter they serve; 6% of the writing time).
     """
-    # Options name Parquet leaf columns: a list column's values are "<name>.list.element".
-    leaves = [f"{field.name}.list.element" if pa.types.is_list(field.type) else field.name
-              for field in table.schema if field.name != "feature"]
     keyed = "feature" in table.column_names
+    delta, dictionary = [], []
+    for field in table.schema:
+        if field.name == "feature":
+            continue
+        is_list = pa.types.is_list(field.type)
+        value_type = field.type.value_type if is_list else field.type
+        # Options name Parquet leaf columns: a list column's values are "<name>.list.element".
+        leaf = f"{field.name}.list.element" if is_list else field.name
+        is_key_list = is_list and pa.types.is_uint64(value_type)
+        (delta if pa.types.is_integer(value_type) and not is_key_list else dictionary).append(leaf)
+    compression = {c: PARQUET_COMPRESSION for c in delta + dictionary}
+    if keyed:
+        delta.append("feature")
+        compression["feature"] = "none"
     with _atomic_create(path) as f:
-        pq.write_table(table, f, use_dictionary=leaves,
-                       compression={c: PARQUET_COMPRESSION for c in leaves} | {"feature": "none"},
-                       column_encoding={"feature": "DELTA_BINARY_PACKED"} if keyed else None,
+        pq.write_table(table, f, use_dictionary=dictionary, compression=compression,
+                       column_encoding={c: "DELTA_BINARY_PACKED" for c in delta},
                        write_statistics=["feature"] if keyed else True)
 
 

@@ -4,4 +4,13 @@ Modules: ``config`` (extraction configuration), ``vocab``, ``text`` (tokenising)
 ``features`` (events and feature keys), ``hashing``, ``synthetic`` (test corpus).
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# Arrow allocates through malloc, as numpy does, so that one malloc_trim gives
+# back what both freed.  Arrow reads this once, when pyarrow is first imported,
+# and only the variable reaches its C++ internals (the Parquet writer's
+# buffers): pyarrow.set_memory_pool does not.  With Arrow's default pool
+# (mimalloc) a kernel 5-gram count kept ~35 MiB more to the end.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
