@@ -13,17 +13,18 @@ Flink too.  Files are only read, never deleted, by the merge (a retried merge
 must find them); the whole scratch directory is removed once the stage's
 manifest is written.
 
-A part on disk is its arrays' raw bytes, one after another; the payload (a
-small tuple, shuffled) says where the part starts and each array's dtype,
-shape and offset.  Not ``.npz``: a zip archive checksums every byte twice
-(CRC-32 on writing and on reading), and ``np.savez`` needs each array whole,
-so the slices of a bucket were first concatenated and the archive built in
-memory; here each slice is written straight to the file.
-:meth:`ArrayShuffle.send_many` writes the parts for many buckets into one file
-(a worker's flush, or a bucket's continuation names: with 64 buckets the
-latter had been 4,096 files), and :meth:`ArrayShuffle.receive_group` reads
-one group of columns of many parts straight into their concatenation, so a
-merge holds each column once and the other group not at all.
+A part on disk is its arrays' raw bytes; the payload (a small tuple,
+shuffled) names the file and each array's dtype, shape and offset in it.  Not
+``.npz``: a zip archive checksums every byte twice (CRC-32 on writing and on
+reading), and ``np.savez`` needs each array whole, so the archive was built
+in memory.  :meth:`ArrayShuffle.send_many` writes the parts for many buckets
+into one file (a worker's flush, or a bucket's continuation names: with 64
+buckets the latter had been 4,096 files), column by column: each column of
+every part, concatenated in part order, is one write (a kernel 5-gram flush
+had been ~2,000 writes of single slices, half of the flush's time), and
+:meth:`ArrayShuffle.receive_group` reads one group of columns of many parts
+straight into their concatenation, so a merge holds each column once and the
+other group not at all.
 """
 
 import math
@@ -58,33 +59,41 @@ class ArrayShuffle:
         return self.send_many({0: part})[0]
 
     def send_many(self, parts):
-        """``{key: part}`` -> ``{key: payload}``, all parts in one scratch file."""
+        """``{key: part}`` -> ``{key: payload}``, all parts in one scratch file.
+
+        Every part must have the columns of the first, with the same dtypes
+        and row shapes.
+        """
         if self.mode == "beam":
             return {key: _concatenated(part) for key, part in parts.items()}
         path = common.join(self.scratch, f"{uuid.uuid4().hex}.arrays")
-        payloads, offset = {}, 0
+        entries = {key: [] for key in parts}
+        offset = 0
         # Written in place, not renamed: nothing names the file until this returns.
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            for key, part in parts.items():
-                entries, length = _write_part(f, part)
-                payloads[key] = (path, offset, entries)
-                offset += length
-        return payloads
+            for group, name, _ in _columns(next(iter(parts.values()))) if parts else []:
+                pieces = []
+                for key, part in parts.items():
+                    column = part[group][name]
+                    column = column if isinstance(column, list) else [column]
+                    dtype = (pieces or column)[0].dtype
+                    if any(p.dtype != dtype for p in column):  # concatenate would convert
+                        raise ValueError(f"{group}.{name}: every piece of a column must "
+                                         f"have one dtype, got {dtype} and others")
+                    shape = (sum(len(p) for p in column), *column[0].shape[1:])
+                    entries[key].append((group, name, column[0].dtype.str, shape, offset))
+                    offset += _nbytes(entries[key][-1])
+                    pieces += column
+                f.write(np.concatenate(pieces).data if len(pieces) > 1
+                        else np.ascontiguousarray(pieces[0]).data)
+        return {key: (path, tuple(part_entries)) for key, part_entries in entries.items()}
 
     def receive(self, payload):
-        """A payload -> its part (arrays are views of one buffer)."""
+        """A payload -> its part."""
         if self.mode == "beam":
             return payload
-        path, start, entries = payload
-        length = max((e[4] + _nbytes(e) for e in entries), default=0)
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            f.seek(start)
-            data = f.read(length)
-        part = {}
-        for group, name, dtype, shape, offset in entries:
-            array = np.frombuffer(data, dtype, math.prod(shape), offset)
-            part.setdefault(group, {})[name] = array.reshape(shape)
-        return part
+        groups = dict.fromkeys(entry[0] for entry in payload[1])
+        return {group: self.receive_group([payload], group) for group in groups}
 
     def receive_group(self, payloads, group):
         """The ``group`` columns of many parts, each concatenated in payload order.
@@ -96,24 +105,23 @@ class ArrayShuffle:
             parts = [p[group] for p in payloads]
             return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} \
                 if parts else {}
-        layouts = [(path, start, [e for e in entries if e[0] == group])
-                   for path, start, entries in payloads]
+        layouts = [(path, [e for e in entries if e[0] == group]) for path, entries in payloads]
         if not layouts:
             return {}
         rows = {}
-        for _, _, entries in layouts:
+        for _, entries in layouts:
             for _, name, _, shape, _ in entries:
                 rows[name] = rows.get(name, 0) + shape[0]
         columns = {name: np.empty((rows[name], *shape[1:]), np.dtype(dtype))
-                   for _, name, dtype, shape, _ in layouts[0][2]}
+                   for _, name, dtype, shape, _ in layouts[0][1]}
         filled = dict.fromkeys(columns, 0)
-        for path, start, entries in layouts:
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for path, entries in layouts:
+            with _open(path) as f:
                 for _, name, _, shape, offset in entries:
                     target = columns[name][filled[name]:filled[name] + shape[0]]
                     filled[name] += shape[0]
                     if target.size:
-                        f.seek(start + offset)
+                        f.seek(offset)
                         _read_into(f, memoryview(target).cast("B"))
         return columns
 
@@ -139,18 +147,12 @@ def _nbytes(entry):
     return math.prod(shape) * np.dtype(dtype).itemsize
 
 
-def _write_part(f, part):
-    """Write one part's pieces; return its entries (group, name, dtype, shape, offset in
-    the part) and the bytes written."""
-    entries, offset = [], 0
-    for group, name, pieces in _columns(part):
-        dtype = pieces[0].dtype
-        shape = (sum(len(p) for p in pieces), *pieces[0].shape[1:])
-        entries.append((group, name, dtype.str, shape, offset))
-        for piece in pieces:
-            f.write(np.ascontiguousarray(piece).data)
-        offset += _nbytes(entries[-1])
-    return tuple(entries), offset
+def _open(path):
+    """A scratch file for reading: a local one straight with ``open`` (a merge opens
+    thousands; Beam's FileSystems took ~3x as long per open), others through Beam."""
+    if "://" in path:
+        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return open(path, "rb")
 
 
 def _read_into(f, view):
