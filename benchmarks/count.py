@@ -9,8 +9,10 @@
     LMPLZ=/path/to/lmplz python benchmarks/count.py  # also time lmplz in the same run
 
 Each run is `snm count` in a fresh process on the DirectRunner with two
-workers (``--mode``, default multi_threading: numpy and pyarrow release the
-GIL, so two threads use both cores without copying data between processes).
+workers (``--mode``, default in_memory: each stage's input is split between
+two threads, each running an in-process worker; numpy and pyarrow release the
+GIL, so the two use both cores without copying data between processes, and
+without the gRPC that multi_threading puts between runner and workers).
 Wall time includes start-up; peak RSS is the summed RSS of the whole process
 tree, sampled every 50 ms.  lmplz figures come from
 ../shared/benchmarks/reference.md unless LMPLZ names a binary, in which case
@@ -39,7 +41,7 @@ LMPLZ_REFERENCE = {"kernel": (4.55, 277), "mix": (17.51, 518)}
 MODES = {
     "multi_threading": ["--direct_running_mode=multi_threading", "--direct_num_workers=2"],
     "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
-    "in_memory": [],
+    "in_memory": ["--direct_running_mode=in_memory", "--direct_num_workers=2"],
 }
 
 
@@ -111,7 +113,7 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setups", default="kernel,mix")
     parser.add_argument("--configs", default="5gram,skip10gram")
-    parser.add_argument("--mode", default="multi_threading", choices=sorted(MODES))
+    parser.add_argument("--mode", default="in_memory", choices=sorted(MODES))
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each count (and of lmplz, alternating); best time kept")
     parser.add_argument("--count_args", default="",
