@@ -96,17 +96,19 @@ class EventFeatures:
         if pairs is None:
             pairs = np.arange(self.num_pairs)
         offsets, present = self.extractor._word_offsets()
-        # One 2-d gather (a masked assignment per column took 2.5x as long): a
-        # present word is at target + offset; an absent one reads the -1
-        # appended after the sequence (position target * 0 + len).
-        sequence = np.append(self._sequence, np.int32(-1))
-        scale = present.astype(np.int32)
-        shift = np.where(present, offsets, len(self._sequence)).astype(np.int32)
         generator = self.generator[pairs]
-        pos = scale[generator]
-        pos *= self._event_position[self.event[pairs]].astype(np.int32)[:, None]
-        pos += shift[generator]
-        return sequence[pos]
+        position = self._event_position[self.event[pairs]]
+        words = np.full((len(pairs), self.extractor.max_words), -1, dtype=np.int32)
+        # One gather per window, of its words only: a window's words sit at fixed
+        # offsets from the target, and the pairs of one type mostly share one window.
+        used = np.flatnonzero(np.bincount(generator, minlength=len(offsets)))
+        for g in used:
+            width = int(np.count_nonzero(present[g]))  # the first r + a columns
+            if not width:
+                continue
+            rows = slice(None) if len(used) == 1 else np.flatnonzero(generator == g)
+            words[rows, :width] = self._sequence[position[rows, None] + offsets[g, :width]]
+        return words
 
 
 class FeatureExtractor:
