@@ -438,6 +438,15 @@ def write_bytes(data, path):
 def _atomic_create(path):
     """A writable file whose content appears at ``path`` only when the block completes."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    if "://" not in path:  # local: os.replace renames over an old file in one step
+        try:
+            with open(tmp, "wb") as f:
+                yield f
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return
     try:
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             yield f

@@ -109,16 +109,18 @@ def split_by_bucket(partial, num_buckets):
     """Yield ``(bucket, sub_partial)`` for every non-empty key-range bucket.
 
     A partial sorted by feature key (as :func:`batch_partials` makes them) is
-    cut into slices, views without a copy; any other is reordered first.
+    cut into slices, views without a copy, where a binary search finds each
+    bucket's first key; any other is reordered by bucket first.
     """
-    bucket = hashing.bucket_of(partial["feature"], num_buckets).astype(np.uint16)
-    if np.all(bucket[1:] >= bucket[:-1]):
+    keys = partial["feature"]
+    if np.all(keys[1:] >= keys[:-1]):
         ordered = partial
+        bounds = np.r_[np.searchsorted(keys, hashing.bucket_starts(num_buckets)), len(keys)]
     else:
+        bucket = hashing.bucket_of(keys, num_buckets).astype(np.uint16)
         order = np.argsort(bucket, kind="stable")  # a radix sort for 16-bit keys
-        bucket = bucket[order]
         ordered = {k: v[order] for k, v in partial.items()}
-    bounds = np.searchsorted(bucket, np.arange(num_buckets + 1))
+        bounds = np.searchsorted(bucket[order], np.arange(num_buckets + 1))
     for b in np.flatnonzero(np.diff(bounds)):
         lo, hi = bounds[b], bounds[b + 1]
         yield int(b), {k: v[lo:hi] for k, v in ordered.items()}

@@ -82,3 +82,28 @@ def test_mix64_and_combine_equal_their_integer_definitions(compiled):
             _fmix64_python(int(x[0]) ^ ((int(v) + 1) * golden & (2 ** 64 - 1)))
             for v in values[1:5]]
         assert hashing.mix64(x.reshape(3, 101)).shape == (3, 101)
+
+
+@pytest.mark.parametrize("num_buckets", [1, 3, 64, 1000, 65536])
+def test_bucket_starts_are_the_first_key_of_each_bucket(num_buckets):
+    starts = hashing.bucket_starts(num_buckets)
+    assert np.array_equal(hashing.bucket_of(starts, num_buckets), np.arange(num_buckets))
+    before = starts[1:] - np.uint64(1)  # the last key of the bucket before
+    assert np.array_equal(hashing.bucket_of(before, num_buckets), np.arange(num_buckets - 1))
+
+
+def test_split_by_bucket_cuts_sorted_and_unsorted_partials_alike():
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64, endpoint=True)
+    keys[:3] = [0, 2**64 - 1, 2**63]  # the ends and a bucket start
+    partial = {"feature": keys, "word": np.arange(len(keys), dtype=np.int32)}
+    order = np.argsort(keys, kind="stable")
+    ordered = {k: v[order] for k, v in partial.items()}
+    for num_buckets in (1, 7, 64):
+        from_sorted = dict(counting.split_by_bucket(ordered, num_buckets))
+        from_unsorted = dict(counting.split_by_bucket(partial, num_buckets))
+        assert from_sorted.keys() == from_unsorted.keys()
+        for b, part in from_sorted.items():
+            assert np.all(hashing.bucket_of(part["feature"], num_buckets) == b)
+            assert sorted(part["word"].tolist()) == sorted(from_unsorted[b]["word"].tolist())
+        assert sum(len(p["word"]) for p in from_sorted.values()) == len(keys)
