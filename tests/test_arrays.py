@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from snm_core.arrays import stable_argsort
+from snm_core.arrays import stable_argsort, take_rows
 
 
 def _cases():
@@ -30,3 +30,13 @@ def test_stable_argsort_is_numpys_stable_argsort(name, values):
     np.testing.assert_array_equal(order, np.argsort(values, kind="stable"))
     np.testing.assert_array_equal(ordered, np.sort(values))
     np.testing.assert_array_equal(stable_argsort(values), order)
+
+
+@pytest.mark.parametrize("dtype,width", [(np.int32, 4), (np.int16, 3), (np.uint64, 1), (np.int32, 0)])
+def test_take_rows_equals_fancy_indexing(dtype, width):
+    rng = np.random.default_rng(5)
+    array = rng.integers(-5, 100, (50, width)).astype(dtype)
+    for index in (rng.integers(0, 50, 80), np.arange(50)[::-1], np.zeros(0, np.int64)):
+        got = take_rows(array, index)
+        assert got.dtype == dtype and np.array_equal(got, array[index])
+    assert take_rows(array[::2], np.array([1, 0])).tolist() == array[::2][[1, 0]].tolist()
