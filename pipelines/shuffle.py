@@ -117,7 +117,10 @@ class ArrayShuffle:
         filled = dict.fromkeys(columns, 0)
         for path, entries in layouts:
             with _open(path) as f:
-                for _, name, _, shape, offset in entries:
+                for _, name, dtype, shape, offset in entries:
+                    if np.dtype(dtype) != columns[name].dtype:  # bytes would be misread
+                        raise ValueError(f"{group}.{name}: parts of dtypes "
+                                         f"{columns[name].dtype} and {np.dtype(dtype)}")
                     target = columns[name][filled[name]:filled[name] + shape[0]]
                     filled[name] += shape[0]
                     if target.size:

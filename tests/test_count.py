@@ -244,3 +244,16 @@ def test_shuffle_returns_the_concatenated_slices(tmp_path, mode):
         for name, array in arrays.items():
             assert back[group][name].dtype == array.dtype
             np.testing.assert_array_equal(back[group][name], array)
+
+
+def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
+    """Raw bytes of one dtype read as another would be wrong counts: refused on both sides."""
+    from pipelines.shuffle import ArrayShuffle
+    shuffle = ArrayShuffle("files", str(tmp_path))
+    wide = {"links": {"count": np.arange(3, dtype=np.int64)}}
+    narrow = {"links": {"count": np.arange(3, dtype=np.int32)}}
+    with pytest.raises(ValueError, match="links.count"):
+        shuffle.send_many({0: wide, 1: narrow})
+    payloads = [shuffle.send(wide), shuffle.send(narrow)]
+    with pytest.raises(ValueError, match="links.count"):
+        shuffle.receive_group(payloads, "links")
