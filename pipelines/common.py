@@ -33,6 +33,7 @@ from snm_core import tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
+from snm_core.io import atomic_file
 from snm_core.vocab import Vocabulary
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -437,16 +438,11 @@ def write_bytes(data, path):
 @contextlib.contextmanager
 def _atomic_create(path):
     """A writable file whose content appears at ``path`` only when the block completes."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     if "://" not in path:  # local: os.replace renames over an old file in one step
-        try:
-            with open(tmp, "wb") as f:
-                yield f
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        with atomic_file(path) as f:
+            yield f
         return
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             yield f

@@ -25,7 +25,6 @@ occurrence and ``CombinePerKey(sum)``: slow, and the baseline the tests
 compare the fast path with.
 """
 
-import collections
 import logging
 import os
 
@@ -111,8 +110,8 @@ class ExtractLinkPartials(beam.DoFn):
         self.vocab, self.extractor = self.settings.build()
         # Bound the arrays of one type's extraction (~70 bytes an occurrence) whatever
         # the config: a type has at most one pair per event and window.
-        windows = collections.Counter(t for t, *_ in self.extractor.generators)
-        self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK // max(windows.values()))
+        self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
+                              // self.extractor.max_windows_per_type)
 
     def start_bundle(self):
         self.links, self.features, self.stats, self.pending = [], [], {}, 0

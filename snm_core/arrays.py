@@ -101,6 +101,22 @@ def take_rows(array, index):
     return np.take(rows, index).view(array.dtype).reshape(-1, array.shape[1])
 
 
+def take_runs(values, starts, width):
+    """``values[starts[i]:starts[i] + width]`` for every i, as rows of a 2-d array.
+
+    The rows of a sliding-window view, taken whole: a 2-d fancy index of every
+    element (``values[starts[:, None] + np.arange(width)]``) took 2x as long.
+
+    Examples
+    --------
+    >>> take_runs(np.arange(10, 16), np.array([3, 0]), 2).tolist()
+    [[13, 14], [10, 11]]
+    """
+    if width == 0:
+        return np.zeros((len(starts), 0), dtype=values.dtype)
+    return np.take(np.lib.stride_tricks.sliding_window_view(values, width), starts, axis=0)
+
+
 def dense_ids(keys):
     """Dense ids of uint64 keys: ``(ids int64, distinct keys, first occurrence of each)``.
 

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core import hashing, tables
-from snm_core.arrays import padded_lists, run_starts, stable_argsort, take_rows
+from snm_core.arrays import padded_lists, run_starts, stable_argsort, take_rows, take_runs
 
 
 #: Bits of a packed (feature index, word) pair given to the word id.
@@ -293,9 +293,8 @@ def extension_keys(features, links, extractor, parents):
             if not len(rows):
                 continue
             # Every row of one type has its width: all but its first word are one
-            # run of the list values, taken as rows of a sliding-window view.
-            runs = np.lib.stride_tricks.sliding_window_view(flat, width - 1)
-            words = np.take(runs, starts[rows] + 1, axis=0)
+            # run of the list values.
+            words = take_runs(flat, starts[rows] + 1, width - 1)
             parent_key[rows] = extractor.keys_for(g * n_types + parents[t], words)
     diversity = features["diversity"].to_numpy()
     link_has = np.repeat(has_parent, diversity)

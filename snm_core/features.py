@@ -33,6 +33,7 @@ import dataclasses
 import numpy as np
 
 from snm_core import hashing
+from snm_core.arrays import take_runs
 from snm_core.vocab import BOS_ID, EOS_ID
 
 
@@ -100,9 +101,7 @@ class EventFeatures:
         position = self._event_position[self.event[pairs]]
         words = np.full((len(pairs), self.extractor.max_words), -1, dtype=np.int32)
         # The pairs of one type mostly share one window, whose remote and adjacent
-        # words are runs of the sequence ending at fixed offsets from the target:
-        # rows of a sliding-window view, taken whole (the 2-d fancy index of
-        # every word took 2x as long).
+        # words are runs of the sequence at fixed offsets from the target.
         used = np.flatnonzero(np.bincount(generator, minlength=len(windows)))
         for g in used:
             r, s, a = (int(v) for v in windows[g])
@@ -110,8 +109,8 @@ class EventFeatures:
             start = position[rows] - a  # first adjacent word
             for first_col, width, first_word in ((0, r, start - s - r), (r, a, start)):
                 if width:
-                    runs = np.lib.stride_tricks.sliding_window_view(self._sequence, width)
-                    words[rows, first_col:first_col + width] = np.take(runs, first_word, axis=0)
+                    words[rows, first_col:first_col + width] = take_runs(
+                        self._sequence, first_word, width)
         return words
 
 
@@ -152,6 +151,11 @@ class FeatureExtractor:
         self._max_run = max(max(r, a) for _, r, _, a in self.generators)
         self._salts = np.array([[type_salt(tag, t) for t in self.feature_types]
                                 for tag in self.tags], dtype=np.uint64)
+
+    @property
+    def max_windows_per_type(self):
+        """Most windows of one feature type: a type has at most that many pairs an event."""
+        return max(len(windows) for windows in self._windows_by_type.values())
 
     @property
     def type_salts(self):

@@ -5,6 +5,7 @@ then renamed, so a reader never sees half a file and a killed stage leaves no
 partial output under a real name.
 """
 
+import contextlib
 import io
 import json
 import os
@@ -17,19 +18,27 @@ import pyarrow.parquet as pq
 PARQUET_COMPRESSION = "zstd"
 
 
-def _atomic(path, mode, write):
+@contextlib.contextmanager
+def atomic_file(path, mode="wb"):
+    """A local file open for writing whose content appears at ``path`` only when
+    the block completes (temporary name in the same directory, then ``os.replace``)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                dir=directory)
     try:
         with os.fdopen(fd, mode) as f:
-            write(f)
+            yield f
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _atomic(path, mode, write):
+    with atomic_file(path, mode) as f:
+        write(f)
 
 
 def atomic_write_text(path, text):
