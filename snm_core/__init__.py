@@ -14,3 +14,7 @@ __version__ = "0.1.0"
 # buffers): pyarrow.set_memory_pool does not.  With Arrow's default pool
 # (mimalloc) a kernel 5-gram count kept ~35 MiB more to the end.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+# numpy's OpenBLAS starts a thread per core at import, which spins now and then
+# (1% of a kernel 5-gram count's CPU samples) though nothing here calls BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
