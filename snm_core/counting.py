@@ -279,17 +279,23 @@ def extension_keys(features, links, extractor, parents):
     parent_link : uint64 (k,), :func:`snm_core.hashing.link_key` of (f, w)
     """
     n_types = len(extractor.feature_types)
-    tag = features["tag"].to_numpy().astype(np.int64)
     type_index = features["type"].to_numpy().astype(np.int64)
+    type_id = features["tag"].to_numpy().astype(np.int64) * n_types + type_index
     parent_key = np.zeros(features.num_rows, dtype=np.uint64)
     has_parent = parents[type_index] >= 0 if features.num_rows else np.zeros(0, bool)
     lists = features["words"].combine_chunks()
     flat = lists.values.to_numpy()
     starts = lists.offsets.to_numpy()[:-1]
+    # The rows of each (tag, type), from one sort: a scan of all rows per type
+    # was 3.5% of a skip-10-gram merge (29 types).
+    n_ids = len(extractor.tags) * n_types
+    by_type = np.argsort(type_id.astype(np.uint16 if n_ids <= 1 << 16 else np.int64),
+                         kind="stable")  # a radix sort for 16-bit values
+    bounds = np.searchsorted(type_id[by_type], np.arange(n_ids + 1))
     for t in np.flatnonzero(parents >= 0):
         width = extractor.feature_types[t].num_words
         for g in range(len(extractor.tags)):
-            rows = np.flatnonzero((type_index == t) & (tag == g))
+            rows = by_type[bounds[g * n_types + t]:bounds[g * n_types + t + 1]]
             if not len(rows):
                 continue
             # Every row of one type has its width: all but its first word are one
