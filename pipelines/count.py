@@ -66,12 +66,6 @@ def _add(total, stats):
     return total
 
 
-def _slices(split_partials, bucket):
-    """``{column: [slice, ...]}`` of one bucket from partials split by bucket."""
-    pieces = [p[bucket] for p in split_partials if bucket in p]
-    return {name: [piece[name] for piece in pieces] for name in pieces[0]}
-
-
 class _Extractor:
     """Vocabulary and feature extractor, built once per worker from picklable settings.
 
@@ -142,15 +136,11 @@ class ExtractLinkPartials(beam.DoFn):
 
     def _flush(self):
         if self.links:
-            # Each partial is sorted by key, so its buckets are slices (views); a
-            # bucket's part is its slices, and the shuffle writes every bucket's
-            # part into one file, a column at a time.
-            links = [dict(counting.split_by_bucket(p, self.num_buckets)) for p in self.links]
-            features = [dict(counting.split_by_bucket(p, self.num_buckets))
-                        for p in self.features]
-            payloads = self.shuffle.send_many({
-                bucket: {"links": _slices(links, bucket), "features": _slices(features, bucket)}
-                for bucket in sorted(set().union(*links))})
+            # Each partial is sorted by key, so its buckets are row ranges; the
+            # shuffle writes every bucket's rows of all partials into one file.
+            payloads = self.shuffle.send_cut({
+                group: [counting.cut_by_bucket(p, self.num_buckets) for p in partials]
+                for group, partials in (("links", self.links), ("features", self.features))})
             for bucket, payload in payloads.items():
                 yield bucket, ("part", payload)
         if self.stats:
@@ -201,9 +191,8 @@ class MergeBucket(beam.DoFn):
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
         parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
                                                               self.parents)
-        payloads = self.shuffle.send_many({
-            target: {"extensions": part} for target, part in counting.split_by_bucket(
-                {"feature": parent_feature, "link": parent_link}, self.num_buckets)})
+        payloads = self.shuffle.send_cut({"extensions": [counting.cut_by_bucket(
+            {"feature": parent_feature, "link": parent_link}, self.num_buckets)]})
         for target, payload in payloads.items():
             yield target, ("extensions", payload)
 

@@ -17,7 +17,7 @@ A part on disk is its arrays' raw bytes; the payload (a small tuple,
 shuffled) names the file and each array's dtype, shape and offset in it.  Not
 ``.npz``: a zip archive checksums every byte twice (CRC-32 on writing and on
 reading), and ``np.savez`` needs each array whole, so the archive was built
-in memory.  :meth:`ArrayShuffle.send_many` writes the parts for many buckets
+in memory.  :meth:`ArrayShuffle.send_cut` writes the parts for many buckets
 into one file (a worker's flush, or a bucket's continuation names: with 64
 buckets the latter had been 4,096 files), column by column: each column of
 every part, concatenated in part order, is one write (a kernel 5-gram flush
@@ -43,9 +43,9 @@ SCRATCH = "_scratch"
 class ArrayShuffle:
     """``send(part) -> payload`` where parts are made, ``receive(payload) -> part`` in the merge.
 
-    A part is a dict of dicts of columns, e.g. ``{"links": {...}, "features": {...}}``;
-    a column is a numpy array or a list of arrays to concatenate (slices of
-    the same dtype and row shape).  ``receive`` gives plain arrays.
+    A part is a dict of groups of columns (numpy arrays with equal rows), e.g.
+    ``{"links": {...}, "features": {...}}``; :meth:`send_cut` sends the
+    buckets' rows of many parts at once.
     """
 
     def __init__(self, mode, out):
@@ -56,37 +56,67 @@ class ArrayShuffle:
 
     def send(self, part):
         """One part -> its payload."""
-        return self.send_many({0: part})[0]
+        return self.send_cut({group: [(columns, [0, _rows(columns)])]
+                              for group, columns in part.items()}, buckets=[0])[0]
 
-    def send_many(self, parts):
-        """``{key: part}`` -> ``{key: payload}``, all parts in one scratch file.
+    def send_cut(self, groups, buckets=None):
+        """Many parts cut into buckets -> ``{bucket: payload}``, all in one scratch file.
 
-        Every part must have the columns of the first, with the same dtypes
-        and row shapes.
+        Parameters
+        ----------
+        groups : dict ``{group: [(columns, bounds), ...]}``
+            ``columns`` is a dict of arrays with equal rows; its rows of bucket
+            ``b`` are ``bounds[b]:bounds[b + 1]`` (``bounds``: int, shape
+            (num_buckets + 1,), the same num_buckets for all), e.g. from
+            :func:`snm_core.counting.cut_by_bucket`.  A column must have one
+            dtype and row shape in every part of its group.
+        buckets : list of int, optional
+            The buckets to send, empty or not (default: those with rows).
+
+        Returns
+        -------
+        dict ``{bucket: payload}``; :meth:`receive` gives a bucket its rows of
+        every part, in part order.
+
+        Bounds become Python ints and each column's slices are taken in one
+        pass, with no dict per part and bucket: that bookkeeping had been ~8 ms
+        of GIL-held Python a kernel 5-gram flush.
         """
+        cuts = {group: [(columns, np.asarray(bounds).tolist()) for columns, bounds in parts]
+                for group, parts in groups.items()}
+        rows = {group: np.sum([np.diff(bounds) for _, bounds in parts], axis=0)
+                for group, parts in cuts.items()}
+        if buckets is None:
+            buckets = np.flatnonzero(np.sum(list(rows.values()), axis=0)).tolist()
         if self.mode == "beam":
-            return {key: _concatenated(part) for key, part in parts.items()}
+            return {b: {group: {name: np.concatenate(
+                        [columns[name][bounds[b]:bounds[b + 1]] for columns, bounds in parts])
+                        for name in parts[0][0]} for group, parts in cuts.items()}
+                    for b in buckets}
         path = common.join(self.scratch, f"{uuid.uuid4().hex}.arrays")
-        entries = {key: [] for key in parts}
+        entries = {b: [] for b in buckets}
         offset = 0
         # Written in place, not renamed: nothing names the file until this returns.
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            for group, name, _ in _columns(next(iter(parts.values()))) if parts else []:
-                pieces = []
-                for key, part in parts.items():
-                    column = part[group][name]
-                    column = column if isinstance(column, list) else [column]
-                    dtype = (pieces or column)[0].dtype
-                    if any(p.dtype != dtype for p in column):  # concatenate would convert
-                        raise ValueError(f"{group}.{name}: every piece of a column must "
-                                         f"have one dtype, got {dtype} and others")
-                    shape = (sum(len(p) for p in column), *column[0].shape[1:])
-                    entries[key].append((group, name, column[0].dtype.str, shape, offset))
-                    offset += _nbytes(entries[key][-1])
-                    pieces += column
-                f.write(np.concatenate(pieces).data if len(pieces) > 1
-                        else np.ascontiguousarray(pieces[0]).data)
-        return {key: (path, tuple(part_entries)) for key, part_entries in entries.items()}
+            for group, parts in cuts.items():
+                for name in parts[0][0]:
+                    arrays = [columns[name] for columns, _ in parts]
+                    dtype, row_shape = arrays[0].dtype, arrays[0].shape[1:]
+                    if any(a.dtype != dtype or a.shape[1:] != row_shape for a in arrays):
+                        raise ValueError(f"{group}.{name}: every part of a column must have "
+                                         f"one dtype and row shape, got {dtype} "
+                                         f"{row_shape} and others")
+                    pieces = [array[bounds[b]:bounds[b + 1]] for b in buckets
+                              for array, (_, bounds) in zip(arrays, parts)
+                              if bounds[b] < bounds[b + 1]]
+                    if pieces:
+                        f.write(np.concatenate(pieces).data if len(pieces) > 1
+                                else np.ascontiguousarray(pieces[0]).data)
+                    row_bytes = dtype.itemsize * math.prod(row_shape)
+                    for b, count in zip(buckets, rows[group][buckets].tolist()):
+                        entries[b].append((group, name, dtype.str, (count, *row_shape), offset))
+                        offset += count * row_bytes
+        return {b: (path, tuple(bucket_entries)) for b, bucket_entries in entries.items()}
 
     def receive(self, payload):
         """A payload -> its part."""
@@ -132,22 +162,9 @@ class ArrayShuffle:
         common.remove_tree(self.scratch)
 
 
-def _columns(part):
-    """``(group, name, [pieces])`` of a part whose columns are arrays or lists of arrays."""
-    return [(group, name, column if isinstance(column, list) else [column])
-            for group, arrays in part.items() for name, column in arrays.items()]
-
-
-def _concatenated(part):
-    result = {}
-    for group, name, pieces in _columns(part):
-        result.setdefault(group, {})[name] = np.concatenate(pieces)
-    return result
-
-
-def _nbytes(entry):
-    _, _, dtype, shape, _ = entry
-    return math.prod(shape) * np.dtype(dtype).itemsize
+def _rows(columns):
+    """Rows of a dict of arrays (all have the same)."""
+    return len(next(iter(columns.values()))) if columns else 0
 
 
 def _open(path):

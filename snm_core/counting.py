@@ -5,9 +5,9 @@ outputs around (DESIGN.md, "Speed"):
 
 1. :func:`batch_partials`: one batch's links, summed, and its distinct
    features with their type and words, sorted by feature key.
-2. :func:`split_by_bucket`: a worker cuts the partials of many batches into
-   key-range buckets and sends one part per bucket (the concatenation of its
-   slices).
+2. :func:`cut_by_bucket`: a worker finds the key-range buckets' rows in the
+   partials of many batches and sends one part per bucket (the concatenation
+   of its slices).
 3. :func:`merge_links` then :func:`merge_features` (together
    :func:`merge_bucket`): sum all partials of one bucket and produce its final
    tables, sorted, with C(f,*) and the diversity of each feature.
@@ -42,7 +42,7 @@ def batch_partials(events):
     number, word) that a second sort orders: runs of equal values are the
     links, their lengths the counts.  About 3x faster than numbering the keys
     with a hash table (pyarrow's dictionary encoding), and the key order lets
-    :func:`split_by_bucket` cut the result into key ranges without copying.
+    :func:`cut_by_bucket` find its key ranges without copying.
 
     Parameters
     ----------
@@ -105,25 +105,27 @@ def partials_from_tables(links, features, extractor):
                          "words": words}}
 
 
-def split_by_bucket(partial, num_buckets):
-    """Yield ``(bucket, sub_partial)`` for every non-empty key-range bucket.
+def cut_by_bucket(partial, num_buckets):
+    """A partial ordered by key-range bucket, and where each bucket's rows are.
 
     A partial sorted by feature key (as :func:`batch_partials` makes them) is
-    cut into slices, views without a copy, where a binary search finds each
-    bucket's first key; any other is reordered by bucket first.
+    returned as it is, each bucket's first row found by binary search; any
+    other is reordered by bucket first (stably).
+
+    Returns
+    -------
+    ordered : partial (the same dict of arrays, or a reordered copy)
+    bounds : ndarray of int64, shape (num_buckets + 1,); bucket ``b``'s rows are
+        ``bounds[b]:bounds[b + 1]``
     """
     keys = partial["feature"]
     if np.all(keys[1:] >= keys[:-1]):
-        ordered = partial
         bounds = np.r_[np.searchsorted(keys, hashing.bucket_starts(num_buckets)), len(keys)]
-    else:
-        bucket = hashing.bucket_of(keys, num_buckets).astype(np.uint16)
-        order = np.argsort(bucket, kind="stable")  # a radix sort for 16-bit keys
-        ordered = {k: v[order] for k, v in partial.items()}
-        bounds = np.searchsorted(bucket[order], np.arange(num_buckets + 1))
-    for b in np.flatnonzero(np.diff(bounds)):
-        lo, hi = bounds[b], bounds[b + 1]
-        yield int(b), {k: v[lo:hi] for k, v in ordered.items()}
+        return partial, bounds.astype(np.int64)
+    bucket = hashing.bucket_of(keys, num_buckets).astype(np.uint16)
+    order = np.argsort(bucket, kind="stable")  # a radix sort for 16-bit keys
+    ordered = {k: v[order] for k, v in partial.items()}
+    return ordered, np.searchsorted(bucket[order], np.arange(num_buckets + 1)).astype(np.int64)
 
 
 def sort_by_feature_and_word(feature, word):

@@ -217,33 +217,36 @@ def test_cluster_style_reading_counts_the_same(corpus, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["files", "beam"])
-def test_shuffle_returns_the_concatenated_slices(tmp_path, mode):
-    """Parts sent as lists of slices come back as whole arrays, dtypes and row shapes kept,
-    each from its own payload when several share a file, and a group of several parts
-    as one concatenation."""
+def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode):
+    """A bucket gets its rows of every part, in part order, dtypes and row shapes kept;
+    the buckets of one send share a file; a group of several payloads reads back as one
+    concatenation; a bucket asked for without rows comes back empty but typed."""
     from pipelines.shuffle import ArrayShuffle
     shuffle = ArrayShuffle(mode, str(tmp_path))
     words = np.arange(24, dtype=np.int32).reshape(8, 3)
-    keys = np.array([3, 2**63 + 5, 7, 9], np.uint64)
-    part = {"links": {"feature": [keys[:2], keys[2:2], keys[3:]], "count": np.arange(3)},
-            "features": {"words": [words[1:3], words[6:]], "empty": np.zeros((0, 2), np.int16)}}
-    other = {"links": {"feature": keys[:1], "count": np.arange(1)},
-             "features": {"words": words[:1], "empty": np.zeros((0, 2), np.int16)}}
-    payloads = shuffle.send_many({7: other, 3: part})
-    back = shuffle.receive(payloads[3])
-    assert shuffle.receive(payloads[7])["links"]["feature"].tolist() == keys[:1].tolist()
-    # One group of several parts, read into its concatenation.
-    both = shuffle.receive_group([payloads[7], payloads[3]], "features")
-    np.testing.assert_array_equal(both["words"], words[[0, 1, 2, 6, 7]])
-    assert both["empty"].shape == (0, 2) and both["empty"].dtype == np.int16
-    expected = {"links": {"feature": keys[[0, 1, 3]], "count": np.arange(3)},
-                "features": {"words": words[[1, 2, 6, 7]], "empty": np.zeros((0, 2), np.int16)}}
-    assert back.keys() == expected.keys()
-    for group, arrays in expected.items():
-        assert back[group].keys() == arrays.keys()
-        for name, array in arrays.items():
-            assert back[group][name].dtype == array.dtype
-            np.testing.assert_array_equal(back[group][name], array)
+    keys = np.array([3, 2**63 + 5, 7, 9, 11], np.uint64)
+    first = {"feature": keys[:3], "count": np.arange(3)}
+    second = {"feature": keys[3:], "count": np.arange(3, 5)}
+    groups = {"links": [(first, [0, 1, 1, 3, 3]), (second, np.array([0, 0, 0, 1, 2]))],
+              "features": [({"words": words[:4]}, [0, 2, 2, 3, 4])]}
+    payloads = shuffle.send_cut(groups)
+    assert sorted(payloads) == [0, 2, 3]
+    expected = {0: ([0], [0], [0, 1]), 2: ([1, 2, 3], [1, 2, 3], [2]), 3: ([4], [4], [3])}
+    for bucket, (feature_rows, counts, word_rows) in expected.items():
+        back = shuffle.receive(payloads[bucket])
+        assert back["links"]["feature"].dtype == np.uint64
+        assert back["links"]["feature"].tolist() == keys[feature_rows].tolist()
+        assert back["links"]["count"].tolist() == counts
+        assert back["features"]["words"].dtype == np.int32
+        np.testing.assert_array_equal(back["features"]["words"], words[word_rows])
+    both = shuffle.receive_group([payloads[3], payloads[0]], "features")
+    np.testing.assert_array_equal(both["words"], words[[3, 0, 1]])
+    empty = shuffle.receive(shuffle.send_cut(groups, buckets=[1])[1])
+    assert empty["features"]["words"].shape == (0, 3)
+    assert empty["features"]["words"].dtype == np.int32
+    assert empty["links"]["feature"].dtype == np.uint64 and len(empty["links"]["feature"]) == 0
+    one = shuffle.receive(shuffle.send({"links": first}))
+    assert one["links"]["count"].tolist() == [0, 1, 2]
 
 
 def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
@@ -253,7 +256,7 @@ def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
     wide = {"links": {"count": np.arange(3, dtype=np.int64)}}
     narrow = {"links": {"count": np.arange(3, dtype=np.int32)}}
     with pytest.raises(ValueError, match="links.count"):
-        shuffle.send_many({0: wide, 1: narrow})
+        shuffle.send_cut({"links": [(wide["links"], [0, 3]), (narrow["links"], [0, 3])]})
     payloads = [shuffle.send(wide), shuffle.send(narrow)]
     with pytest.raises(ValueError, match="links.count"):
         shuffle.receive_group(payloads, "links")

@@ -92,7 +92,7 @@ def test_bucket_starts_are_the_first_key_of_each_bucket(num_buckets):
     assert np.array_equal(hashing.bucket_of(before, num_buckets), np.arange(num_buckets - 1))
 
 
-def test_split_by_bucket_cuts_sorted_and_unsorted_partials_alike():
+def test_cut_by_bucket_cuts_sorted_and_unsorted_partials_alike():
     rng = np.random.default_rng(3)
     keys = rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64, endpoint=True)
     keys[:3] = [0, 2**64 - 1, 2**63]  # the ends and a bucket start
@@ -100,10 +100,13 @@ def test_split_by_bucket_cuts_sorted_and_unsorted_partials_alike():
     order = np.argsort(keys, kind="stable")
     ordered = {k: v[order] for k, v in partial.items()}
     for num_buckets in (1, 7, 64):
-        from_sorted = dict(counting.split_by_bucket(ordered, num_buckets))
-        from_unsorted = dict(counting.split_by_bucket(partial, num_buckets))
-        assert from_sorted.keys() == from_unsorted.keys()
-        for b, part in from_sorted.items():
-            assert np.all(hashing.bucket_of(part["feature"], num_buckets) == b)
-            assert sorted(part["word"].tolist()) == sorted(from_unsorted[b]["word"].tolist())
-        assert sum(len(p["word"]) for p in from_sorted.values()) == len(keys)
+        from_sorted, sorted_bounds = counting.cut_by_bucket(ordered, num_buckets)
+        assert from_sorted is ordered  # already in bucket order: not copied
+        from_unsorted, unsorted_bounds = counting.cut_by_bucket(partial, num_buckets)
+        assert np.array_equal(sorted_bounds, unsorted_bounds)
+        assert sorted_bounds[0] == 0 and sorted_bounds[-1] == len(keys)
+        for b in range(num_buckets):
+            rows = slice(sorted_bounds[b], sorted_bounds[b + 1])
+            assert np.all(hashing.bucket_of(from_sorted["feature"][rows], num_buckets) == b)
+            assert sorted(from_sorted["word"][rows].tolist()) == \
+                sorted(from_unsorted["word"][rows].tolist())
