@@ -19,9 +19,10 @@ shuffled) names the file and each array's dtype, shape and offset in it.  Not
 reading), and ``np.savez`` needs each array whole, so the archive was built
 in memory.  :meth:`ArrayShuffle.send_cut` writes the parts for many buckets
 into one file (a worker's flush, or a bucket's continuation names: with 64
-buckets the latter had been 4,096 files), column by column: each column of
-every part, concatenated in part order, is one write (a kernel 5-gram flush
-had been ~2,000 writes of single slices, half of the flush's time), and
+buckets the latter had been 4,096 files), column by column: a column's rows
+for every bucket, bucket after bucket (within a bucket, part after part), are
+one write (a kernel 5-gram flush had been ~2,000 writes of single slices, half
+of the flush's time), and
 :meth:`ArrayShuffle.receive_group` reads one group of columns of many parts
 straight into their concatenation, so a merge holds each column once and the
 other group not at all.
