@@ -82,6 +82,36 @@ def stable_argsort(values, return_sorted=False):
     return (order, ordered) if return_sorted else order
 
 
+def group_rows(ids, num_groups):
+    """Row indices grouped by a small non-negative id, and where each group's rows are.
+
+    A stable sort of the ids: a radix sort when they fit 16 bits (numpy's
+    stable sort of 64-bit integers is a timsort).
+
+    Parameters
+    ----------
+    ids : ndarray of int, shape (n,), values in ``[0, num_groups)``
+    num_groups : int
+
+    Returns
+    -------
+    order : ndarray of int64, shape (n,); the rows of group ``g``, in input order,
+        are ``order[bounds[g]:bounds[g + 1]]``
+    bounds : ndarray of int64, shape (num_groups + 1,)
+
+    Examples
+    --------
+    >>> order, bounds = group_rows(np.array([2, 0, 2, 1]), 3)
+    >>> order.tolist(), bounds.tolist()
+    ([1, 3, 0, 2], [0, 1, 2, 4])
+    """
+    ids = np.asarray(ids)
+    order = np.argsort(ids.astype(np.uint16 if num_groups <= 1 << 16 else np.int64),
+                       kind="stable")
+    bounds = np.searchsorted(ids[order], np.arange(num_groups + 1))
+    return order.astype(np.int64, copy=False), bounds.astype(np.int64, copy=False)
+
+
 def take_rows(array, index):
     """``array[index]`` for a 2-d array and an index array of rows, fast.
 

@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core import hashing, tables
-from snm_core.arrays import padded_lists, run_starts, stable_argsort, take_rows, take_runs
+from snm_core.arrays import (group_rows, padded_lists, run_starts, stable_argsort, take_rows,
+                             take_runs)
 
 
 #: Bits of a packed (feature index, word) pair given to the word id.
@@ -122,10 +123,8 @@ def cut_by_bucket(partial, num_buckets):
     if np.all(keys[1:] >= keys[:-1]):
         bounds = np.r_[np.searchsorted(keys, hashing.bucket_starts(num_buckets)), len(keys)]
         return partial, bounds.astype(np.int64)
-    bucket = hashing.bucket_of(keys, num_buckets).astype(np.uint16)
-    order = np.argsort(bucket, kind="stable")  # a radix sort for 16-bit keys
-    ordered = {k: v[order] for k, v in partial.items()}
-    return ordered, np.searchsorted(bucket[order], np.arange(num_buckets + 1)).astype(np.int64)
+    order, bounds = group_rows(hashing.bucket_of(keys, num_buckets), num_buckets)
+    return {k: v[order] for k, v in partial.items()}, bounds
 
 
 def sort_by_feature_and_word(feature, word):
@@ -290,10 +289,7 @@ def extension_keys(features, links, extractor, parents):
     starts = lists.offsets.to_numpy()[:-1]
     # The rows of each (tag, type), from one sort: a scan of all rows per type
     # was 3.5% of a skip-10-gram merge (29 types).
-    n_ids = len(extractor.tags) * n_types
-    by_type = np.argsort(type_id.astype(np.uint16 if n_ids <= 1 << 16 else np.int64),
-                         kind="stable")  # a radix sort for 16-bit values
-    bounds = np.searchsorted(type_id[by_type], np.arange(n_ids + 1))
+    by_type, bounds = group_rows(type_id, len(extractor.tags) * n_types)
     for t in np.flatnonzero(parents >= 0):
         width = extractor.feature_types[t].num_words
         for g in range(len(extractor.tags)):

@@ -33,7 +33,7 @@ import dataclasses
 import numpy as np
 
 from snm_core import hashing
-from snm_core.arrays import take_runs
+from snm_core.arrays import group_rows, take_runs
 from snm_core.vocab import BOS_ID, EOS_ID
 
 
@@ -103,9 +103,11 @@ class EventFeatures:
         # The pairs of one type mostly share one window, whose remote and adjacent
         # words are runs of the sequence at fixed offsets from the target.
         used = np.flatnonzero(np.bincount(generator, minlength=len(windows)))
+        if len(used) > 1:  # tied skip windows
+            by_generator, bounds = group_rows(generator, len(windows))
         for g in used:
             r, s, a = (int(v) for v in windows[g])
-            rows = slice(None) if len(used) == 1 else np.flatnonzero(generator == g)
+            rows = slice(None) if len(used) == 1 else by_generator[bounds[g]:bounds[g + 1]]
             start = position[rows] - a  # first adjacent word
             for first_col, width, first_word in ((0, r, start - s - r), (r, a, start)):
                 if width:

@@ -37,7 +37,7 @@ import pyarrow as pa
 from snm_core import io, metafeatures, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
-from snm_core.arrays import sorted_distinct
+from snm_core.arrays import group_rows, sorted_distinct
 from snm_core.features import FeatureExtractor
 from snm_core.hashing import link_key
 from snm_core.text import SentenceBatch, tokenize
@@ -184,8 +184,7 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
         c = (matrix["count"].to_numpy() / np.repeat(feats["count"].to_numpy(), diversity))
         arrays = {"keys": lk, "m": matrix["m"].to_numpy(), "c": c.astype(np.float32)}
         part = (lk >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(lk), int)
-        order = np.argsort(part, kind="stable")
-        bounds = np.searchsorted(part[order], np.arange((1 << bits) + 1))
+        order, bounds = group_rows(part, 1 << bits)
         for p in np.flatnonzero(np.diff(bounds)):
             rows = order[bounds[p]:bounds[p + 1]]
             for key, array in arrays.items():

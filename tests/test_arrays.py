@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from snm_core.arrays import stable_argsort, take_rows, take_runs
+from snm_core.arrays import group_rows, stable_argsort, take_rows, take_runs
 
 
 def _cases():
@@ -49,3 +49,12 @@ def test_take_runs_equals_fancy_indexing(width):
     got = take_runs(values, starts, width)
     assert got.dtype == np.int32 and got.shape == (len(starts), width)
     assert np.array_equal(got, values[starts[:, None] + np.arange(width)])
+
+
+@pytest.mark.parametrize("num_groups", [1, 5, 70_000])
+def test_group_rows_gives_each_group_its_rows_in_order(num_groups):
+    ids = np.random.default_rng(num_groups).integers(0, num_groups, 3000)
+    order, bounds = group_rows(ids, num_groups)
+    assert bounds[0] == 0 and bounds[-1] == len(ids)
+    for g in np.unique(np.r_[ids[:50], 0, num_groups - 1]):
+        np.testing.assert_array_equal(order[bounds[g]:bounds[g + 1]], np.flatnonzero(ids == g))
