@@ -33,7 +33,7 @@ from snm_core import tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
-from snm_core.io import atomic_file
+from snm_core.io import PARQUET_COMPRESSION, atomic_file
 from snm_core.vocab import Vocabulary
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -44,7 +44,6 @@ METRICS_NAMESPACE = "snm"
 DEFAULT_BATCH_BYTES = 1 << 19
 #: Invalid lines logged with their position before going quiet.
 MAX_LOGGED_BAD_LINES = 5
-PARQUET_COMPRESSION = "zstd"
 
 _TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
 _log = logging.getLogger(__name__)
