@@ -24,5 +24,5 @@ setup(
         # kenlm: the tests load our ARPA export with KenLM and compare perplexities.
         "test": ["pytest>=7", "hypothesis>=6", "kenlm"],
     },
-    entry_points={"console_scripts": ["snm=snm.cli:main"]},
+    entry_points={"console_scripts": ["snm=snm.cli:entry"]},
 )

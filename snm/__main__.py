@@ -1,5 +1,5 @@
 import sys
 
-from snm.cli import main
+from snm.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

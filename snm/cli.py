@@ -7,6 +7,7 @@ features`` and ``snm eval`` start quickly.
 
 import argparse
 import collections
+import gc
 import importlib
 import importlib.util
 import sys
@@ -148,5 +149,20 @@ def main(argv=None):
         return 2
 
 
+def entry():
+    """The console script (and ``python -m snm``): :func:`main`, then a quick exit.
+
+    At exit the interpreter runs full garbage collections over everything still
+    alive; after a pipeline that is Beam's ~100K objects, 0.27 s at the end of
+    a kernel count that takes 7 s, to free memory the process is about to give
+    back anyway.  ``gc.freeze()`` puts them out of the collector's reach, and
+    the exit takes 0.04 s.  Only here, not in :func:`main`: a process that goes
+    on after ``main()`` (the tests) still wants its collections.
+    """
+    status = main()
+    gc.freeze()
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
