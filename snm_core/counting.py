@@ -181,7 +181,10 @@ def merge_links(link_parts):
     word = parts.pop("word")[order]
     count = parts.pop("count")[order]
     del order
-    new_link = np.r_[True, (feature[1:] != feature[:-1]) | (word[1:] != word[:-1])]
+    new_link = np.empty(len(feature), dtype=bool)
+    new_link[:1] = True
+    np.not_equal(feature[1:], feature[:-1], out=new_link[1:])
+    new_link[1:] |= word[1:] != word[:-1]
     starts = np.flatnonzero(new_link)
     feature, word, count = feature[starts], word[starts], np.add.reduceat(count, starts)
     return pa.table({"feature": feature, "word": word.astype(np.int32),
