@@ -116,8 +116,7 @@ def run(argv=None):
 
     def build(p):
         _ = (p
-             | "Buckets" >> beam.Create(list(range(settings.num_buckets)))
-             | "Spread" >> beam.Reshuffle()
+             | "Buckets" >> beam.Create(list(range(settings.num_buckets)))  # spread by Create
              | "Adjust" >> beam.ParDo(AdjustBucket(settings, theta_path, spec, args.out))
              | "Totals" >> beam.combiners.ToList()
              | "WriteManifest" >> beam.Map(write_manifest, args.out, settings, fit_manifest))

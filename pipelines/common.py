@@ -248,11 +248,12 @@ class ReadText(beam.PTransform):
         if shards is None:
             shards = local_read_shards(pbegin.pipeline.options)
         readers = max(shards, 1)
+        # Create spreads its elements over the workers itself (a reshuffle when
+        # there are two or more); another reshuffle here was one more stage.
         batches = (pbegin
                    | "ListFiles" >> beam.Create([(source, path, reader, readers)
                                                  for source, path in self.files
                                                  for reader in range(readers)])
-                   | "SpreadFiles" >> beam.Reshuffle()
                    | "ReadLineBatches" >> beam.ParDo(ReadLineBatches(self.batch_bytes)))
         if shards:
             return batches

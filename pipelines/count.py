@@ -369,7 +369,6 @@ class CountLinks(beam.PTransform):
         if self.add_to:
             existing = (batches.pipeline
                         | "ExistingBuckets" >> beam.Create(list(range(self.num_buckets)))
-                        | "SpreadExisting" >> beam.Reshuffle()
                         | "ReadExisting" >> beam.ParDo(ReadCountBucket(
                             self.settings, self.add_to, self.num_buckets, self.shuffle)))
             partials = (partials, existing) | "WithExisting" >> beam.Flatten()

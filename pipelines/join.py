@@ -138,7 +138,8 @@ class JoinHeldout(beam.PTransform):
         count_files = (batches.pipeline
                        | "CountBuckets" >> beam.Create(
                            [(b, self.settings.bucket_paths(b))
-                            for b in range(self.settings.num_buckets)]))
+                            for b in range(self.settings.num_buckets)],
+                           reshuffle=False))  # the CoGroupByKey spreads them
         joined = ({"heldout": heldout_keys, "counts": count_files}
                   | "CoGroupByBucket" >> beam.CoGroupByKey()
                   | "JoinBuckets" >> beam.ParDo(JoinBucket(self.out, self.settings.num_buckets)))
