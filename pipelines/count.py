@@ -503,7 +503,7 @@ def run(argv=None):
     common.remove_file(common.join(args.out, tables.MANIFEST))
     vocab_path = common.join(args.out, "vocab.txt")
     common.write_text("".join(w + "\n" for w in vocab.words), vocab_path)
-    fingerprint = vocab.fingerprint()
+    fingerprint = common.share_vocabulary(vocab_path, vocab)
     settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
     def build(p):
