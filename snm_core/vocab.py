@@ -82,15 +82,30 @@ class Vocabulary:
         """Ids of many words (``pyarrow`` string array or sequence of str) as int32.
 
         In a process that has imported :mod:`snm_core.compiled` (scoring does),
-        a hash table of the vocabulary built once answers, ~2x faster:
-        ``pyarrow.compute.index_in`` rebuilds its table on every call.
+        a hash table of the vocabulary built once answers, ~2x faster.
+        Otherwise ``pyarrow.compute.index_in``, which hashes its value set on
+        every call, hashes the distinct words of ``words`` and looks the
+        vocabulary up in them: on a 512 KiB batch of mix text (109K words,
+        15K distinct; 115K-word vocabulary) 10 ms, against 19 ms for hashing
+        the vocabulary and looking the words up in it.
         """
         arr = (words if isinstance(words, (pa.Array, pa.ChunkedArray))
                else pa.array(words, pa.string()))
         compiled = sys.modules.get("snm_core.compiled")
         if compiled is None:
-            found = pc.index_in(arr, value_set=self._arrow)
-            return found.fill_null(UNK_ID).to_numpy(zero_copy_only=False).astype(np.int32)
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
+            if arr.null_count:
+                found = pc.index_in(arr, value_set=self._arrow)
+                return found.fill_null(UNK_ID).to_numpy(zero_copy_only=False).astype(np.int32)
+            encoded = arr.dictionary_encode()
+            # Each vocabulary word's index among the distinct words (null: not there).
+            position = pc.index_in(self._arrow, value_set=encoded.dictionary)
+            known = position.is_valid()
+            distinct_ids = np.full(len(encoded.dictionary), UNK_ID, dtype=np.int32)
+            distinct_ids[position.filter(known).to_numpy()] = np.flatnonzero(
+                known.to_numpy(zero_copy_only=False))
+            return distinct_ids[encoded.indices.to_numpy()]
         if self._table is None:
             self._table = compiled.WordTable(self._arrow)
         return self._table.ids(arr, UNK_ID)
