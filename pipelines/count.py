@@ -100,7 +100,7 @@ class ExtractLinkPartials(beam.DoFn):
         self.counters = {name: common.counter(name) for name in STAT_NAMES}
 
     def setup(self):
-        common.use_system_allocator()
+        common.configure_allocators()
         self.vocab, self.extractor = self.settings.build()
         # Bound the arrays of one type's extraction (~70 bytes an occurrence) whatever
         # the config: a type has at most one pair per event and window.
@@ -164,7 +164,7 @@ class MergeBucket(beam.DoFn):
         self.features_counter = common.counter("features")
 
     def setup(self):
-        common.use_system_allocator()
+        common.configure_allocators()
         _, self.extractor = self.settings.build()
         self.parents = counting.parent_types(self.extractor.config)
 
@@ -210,7 +210,7 @@ class WriteLinks(beam.DoFn):
         self.links_counter = common.counter("links")
 
     def setup(self):
-        common.use_system_allocator()
+        common.configure_allocators()
 
     def process(self, element):
         bucket, parts = element
