@@ -33,3 +33,15 @@ def test_bad_config_exits_2_with_the_reason(tmp_path):
 def test_unknown_command_exits_2(capsys):
     assert main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err
+
+
+def test_module_entry_runs_a_command_and_exits_with_its_status(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("a b c\n")
+    proc = subprocess.run([sys.executable, "-m", "snm", "features", "--config", "5gram",
+                           "--input", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 sentences, 3 words, 4 events" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "snm", "frobnicate"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2

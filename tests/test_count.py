@@ -260,3 +260,33 @@ def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
     payloads = [shuffle.send(wide), shuffle.send(narrow)]
     with pytest.raises(ValueError, match="links.count"):
         shuffle.receive_group(payloads, "links")
+
+
+def test_workers_share_one_vocabulary_and_notice_a_changed_file(tmp_path):
+    import threading
+
+    from pipelines import common
+
+    path = str(tmp_path / "vocab.txt")
+    Vocabulary(["a", "b"]).save(path)
+    fingerprint = Vocabulary.load(path).fingerprint()
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(common.shared_vocabulary(
+        path, fingerprint))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(v is got[0] for v in got)  # read once, shared
+    assert got[0].ids(["b", "c"]).tolist() == [4, 2]
+
+    # The writer's own copy is handed out as it is.
+    written = Vocabulary(["x", "y", "z"])
+    written.save(path)
+    assert common.shared_vocabulary(path, common.share_vocabulary(path, written)) is written
+
+    # A file that no longer matches the fingerprint the pipeline was built with.
+    other = str(tmp_path / "other.txt")
+    Vocabulary(["a"]).save(other)
+    with pytest.raises(SnmInputError, match="other.txt changed while the pipeline was running"):
+        common.shared_vocabulary(other, fingerprint)
