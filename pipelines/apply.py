@@ -118,8 +118,7 @@ def run(argv=None):
         _ = (p
              | "Buckets" >> beam.Create(list(range(settings.num_buckets)))  # spread by Create
              | "Adjust" >> beam.ParDo(AdjustBucket(settings, theta_path, spec, args.out))
-             | "Totals" >> beam.combiners.ToList()
-             | "WriteManifest" >> beam.Map(write_manifest, args.out, settings, fit_manifest))
+             | "WriteManifest" >> common.CallOnce(write_manifest, args.out, settings, fit_manifest))
 
     metrics = common.run_pipeline(beam_args, build)
     manifest = common.read_json(common.join(args.out, tables.MANIFEST))

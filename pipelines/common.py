@@ -286,6 +286,28 @@ class ReadText(beam.PTransform):
         return batches | "SpreadBatches" >> beam.Reshuffle()
 
 
+class CallOnce(beam.PTransform):
+    """``fn(elements, *args)`` once, with the list of all the input's elements.
+
+    For a stage's last step (its manifest), given the small per-bucket results:
+    also runs when the input is empty.  The elements reach ``fn`` as a side
+    input; ``CombineGlobally`` (whose default value for an empty input is a
+    side input too) then ``Map`` took one stage more: 6 against 5 for a count,
+    0.06 s of a two-line count's ~0.6 s in the local runner.
+    """
+
+    def __init__(self, fn, *args):
+        super().__init__()
+        self.fn, self.args = fn, args
+
+    def expand(self, pcoll):
+        fn, args = self.fn, self.args
+        return (pcoll.pipeline
+                | "Once" >> beam.Create([None])
+                | "Call" >> beam.Map(lambda _, elements: fn(list(elements), *args),
+                                     beam.pvalue.AsList(pcoll)))
+
+
 def run_pipeline(beam_args, build):
     """Build a pipeline with ``build(pipeline)``, run it to the end, return its snm metrics."""
     pipeline = beam.Pipeline(options=pipeline_options(beam_args))

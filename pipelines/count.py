@@ -235,25 +235,6 @@ class WriteLinks(beam.DoFn):
         common.release_memory()
 
 
-class SumTotals(beam.CombineFn):
-    def create_accumulator(self):
-        return {"totals": {}, "buckets": []}
-
-    def add_input(self, acc, element):
-        _add(acc["totals"], element["totals"])
-        acc["buckets"] = acc["buckets"] + element["buckets"]
-        return acc
-
-    def merge_accumulators(self, accumulators):
-        out = self.create_accumulator()
-        for acc in accumulators:
-            self.add_input(out, acc)
-        return out
-
-    def extract_output(self, acc):
-        return acc
-
-
 # --- the reference path: one Beam element per feature occurrence ----------------------
 
 def _reference_pairs(batch, settings):
@@ -339,7 +320,7 @@ class ReadCountBucket(beam.DoFn):
 
 
 class CountLinks(beam.PTransform):
-    """Line batches -> count files in ``out``; output: one totals dict.
+    """Line batches -> count files in ``out``; output: each bucket's totals dict.
 
     Parameters
     ----------
@@ -377,8 +358,7 @@ class CountLinks(beam.PTransform):
                 | "MergeBuckets" >> beam.ParDo(MergeBucket(self.settings, self.out,
                                                            self.num_buckets, self.shuffle))
                 | "GroupByLinkBucket" >> beam.GroupByKey()
-                | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle))
-                | "SumTotals" >> beam.CombineGlobally(SumTotals()))
+                | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle)))
 
 
 def _previous_counts(args, config, tags):
@@ -402,9 +382,16 @@ def _previous_counts(args, config, tags):
     return previous, settings.vocabulary(), merged_tags
 
 
-def write_manifest(result, out, num_buckets, config, tags, vocab_size, vocab_fingerprint, sources,
+def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fingerprint, sources,
                    previous=None):
-    """Write empty files for buckets that got no data, then the manifest (last)."""
+    """Write empty files for buckets that got no data, then the manifest (last).
+
+    ``written`` holds WriteLinks' ``{"totals": ..., "buckets": [...]}`` of every bucket.
+    """
+    result = {"totals": {}, "buckets": []}
+    for part in written:
+        _add(result["totals"], part["totals"])
+        result["buckets"] += part["buckets"]
     ArrayShuffle("files", out).cleanup()
     num_types = len(config.feature_types())
     for bucket in sorted(set(range(num_buckets)) - set(result["buckets"])):
@@ -511,9 +498,9 @@ def run(argv=None):
              | "ReadText" >> common.ReadText(files, args.batch_bytes)
              | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
                                      args.shuffle, args.reference, args.add_to)
-             | "WriteManifest" >> beam.Map(write_manifest, args.out, args.num_buckets, config,
-                                           tags, len(vocab), fingerprint, sources,
-                                           previous))
+             | "WriteManifest" >> common.CallOnce(write_manifest, args.out, args.num_buckets,
+                                                  config, tags, len(vocab), fingerprint,
+                                                  sources, previous))
 
     metrics = common.run_pipeline(beam_args, build)
     manifest = common.read_json(common.join(args.out, tables.MANIFEST))

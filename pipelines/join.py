@@ -169,8 +169,7 @@ def run(argv=None):
         _ = (p
              | "ReadText" >> common.ReadText(list(enumerate(paths)), args.batch_bytes)
              | "Join" >> JoinHeldout(settings, args.out)
-             | "CollectStats" >> beam.combiners.ToList()
-             | "WriteManifest" >> beam.Map(write_manifest, args.out, settings, args.heldout))
+             | "WriteManifest" >> common.CallOnce(write_manifest, args.out, settings, args.heldout))
 
     metrics = common.run_pipeline(beam_args, build)
     common.print_summary(f"snm join: {metrics.get('small_m_links', 0):,} small-M links -> "
