@@ -14,6 +14,7 @@ import collections
 import contextlib
 import ctypes
 import dataclasses
+import gzip
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ import re
 import shutil
 import threading
 import uuid
+import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressedFile, CompressionTypes
@@ -36,6 +38,12 @@ from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
 from snm_core.io import PARQUET_COMPRESSION, atomic_file
 from snm_core.vocab import Vocabulary
+
+try:  # Intel ISA-L's gzip (see open_compressed); the standard library's otherwise
+    from isal.igzip import IGzipFile as _GzipFile
+    from isal.isal_zlib import error as _isal_error
+except ImportError:  # pragma: no cover - isal is a dependency; a platform without it
+    _GzipFile, _isal_error = gzip.GzipFile, zlib.error
 
 #: Namespace of every Beam counter the toolkit reports.
 METRICS_NAMESPACE = "snm"
@@ -369,7 +377,13 @@ class ReadLineBatches(beam.DoFn):
         pending = b""
         with open_compressed(path) as f:
             while True:
-                chunk = f.read(self.batch_bytes)
+                try:
+                    chunk = f.read(self.batch_bytes)
+                except DECOMPRESSION_ERRORS as e:
+                    raise SnmInputError(
+                        f"{path}: cannot decompress it after line {line_no - 1} "
+                        f"({type(e).__name__}: {e}); is it a complete "
+                        f"{CompressionTypes.detect_compression_type(path)} file?") from None
                 if chunk:
                     pending += chunk
                     cut = pending.rfind(b"\n")
@@ -421,13 +435,36 @@ class ReadLineBatches(beam.DoFn):
 COMPRESSED_READ_SIZE = 1 << 16
 
 
+#: What reading a damaged compressed file raises (truncated, or not compressed at all).
+DECOMPRESSION_ERRORS = (EOFError, OSError, zlib.error, _isal_error)
+
+
 def open_compressed(path):
-    """Open ``path`` for reading, decompressed as its extension says (.gz, .bz2, .zst, ...)."""
+    """Open ``path`` for reading, decompressed as its extension says (.gz, .bz2, .zst, ...).
+
+    A context manager giving a binary file.  ``.gz`` goes through ISA-L
+    (``isal.igzip``): it inflates kernel's 5 MB .gz in 0.07 s against 0.19 s
+    for zlib, and each local reader inflates the whole file.  Like Python's
+    ``gzip``, and unlike Beam's ``CompressedFile``, it raises on a truncated
+    file (EOFError) instead of ending the text early without a word.
+    """
     compression = CompressionTypes.detect_compression_type(path)
     raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     if compression == CompressionTypes.UNCOMPRESSED:
         return raw
+    if compression == CompressionTypes.GZIP:
+        return _closing_both(_GzipFile(fileobj=raw, mode="rb"), raw)
     return CompressedFile(raw, compression_type=compression, read_size=COMPRESSED_READ_SIZE)
+
+
+@contextlib.contextmanager
+def _closing_both(reader, raw):
+    """``reader`` (over ``raw``); both closed at the end (GzipFile leaves a given file open)."""
+    try:
+        with reader:
+            yield reader
+    finally:
+        raw.close()
 
 
 def join(directory, name):

@@ -294,3 +294,14 @@ def test_workers_share_one_vocabulary_and_notice_a_changed_file(tmp_path):
     Vocabulary(["a"]).save(other)
     with pytest.raises(SnmInputError, match="other.txt changed while the pipeline was running"):
         common.shared_vocabulary(other, fingerprint)
+
+
+def test_damaged_gzip_is_an_error_naming_the_file(corpus, tmp_path):
+    whole = gzip.compress("".join(f"begin0 the noun{i % 7}\n" for i in range(20000)).encode())
+    truncated = tmp_path / "cut.txt.gz"
+    truncated.write_bytes(whole[:len(whole) // 2])
+    not_gzip = tmp_path / "plain.txt.gz"
+    not_gzip.write_bytes(b"the noun0\n")
+    for path in (truncated, not_gzip):
+        with pytest.raises(SnmInputError, match=f"{path.name}: cannot decompress it"):
+            run_count(corpus, tmp_path / "c", "5gram", [str(path)])
