@@ -429,9 +429,10 @@ class ReadLineBatches(beam.DoFn):
 
 # --- files (local paths or any Beam filesystem, e.g. gs://) ---------------------------
 
-#: Compressed bytes a reader inflates at a time.  Beam's default is 16 MiB,
-#: which holds ~50 MB of decompressed text per open file (the whole of a small
-#: corpus): two readers of kernel's 5 MB .gz held 38 MB of buffers.
+#: Compressed bytes Beam's CompressedFile (.bz2, .zst, ...; not .gz, see
+#: open_compressed) inflates at a time.  Beam's default is 16 MiB, which holds
+#: ~50 MB of decompressed text per open file (the whole of a small corpus): two
+#: readers of kernel's 5 MB .gz held 38 MB of buffers when it read them.
 COMPRESSED_READ_SIZE = 1 << 16
 
 

@@ -388,13 +388,13 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
 
     ``written`` holds WriteLinks' ``{"totals": ..., "buckets": [...]}`` of every bucket.
     """
-    result = {"totals": {}, "buckets": []}
+    counted, written_buckets = {}, set()
     for part in written:
-        _add(result["totals"], part["totals"])
-        result["buckets"] += part["buckets"]
+        _add(counted, part["totals"])
+        written_buckets.update(part["buckets"])
     ArrayShuffle("files", out).cleanup()
     num_types = len(config.feature_types())
-    for bucket in sorted(set(range(num_buckets)) - set(result["buckets"])):
+    for bucket in sorted(set(range(num_buckets)) - written_buckets):
         _, features, _ = counting.merge_bucket([], [], num_types)
         common.write_parquet(tables.LINKS.empty_table(),
                              common.join(out, tables.bucket_file("links", bucket, num_buckets)))
@@ -402,7 +402,7 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
                                                                            num_buckets)))
     files = [tables.bucket_file(prefix, b, num_buckets)
              for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
-    totals = {name: result["totals"].get(name, 0)
+    totals = {name: counted.get(name, 0)
               for name in STAT_NAMES + ("links", "features", "key_collisions")}
     if previous:  # the new data's statistics plus the old ones (links, features are merged)
         for name in STAT_NAMES:
