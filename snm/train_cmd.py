@@ -201,9 +201,7 @@ def main(argv=None):
                          f"{manifest('heldout')['totals']['small_m_links']:,} small-M links")
     options = options_from(args)
     runner.stage(4, "fit", {"join": _manifest_digest(dirs["heldout"]),
-                            # the cache size changes speed, not theta
-                            "options": {k: v for k, v in vars(options).items()
-                                        if k != "cache_bytes"}},
+                            "options": options.signature()},  # threads change speed only
                  os.path.join(dirs["adjust"], tables.MANIFEST),
                  lambda: fit_directory(dirs["heldout"], dirs["adjust"], options,
                                        progress=Progress()),

@@ -139,7 +139,8 @@ def count_buckets(counts):
 _CONJOIN = np.uint64(0x9FB21C651E98DF25)
 
 
-def _namespace(name):
+def namespace(name):
+    """The hash namespace of an elementary meta-feature kind."""
     return hashing.fingerprint("metafeature:" + name)
 
 
@@ -158,7 +159,7 @@ class Group:
             values = values[:, None]
         if weights is None:
             weights = np.ones(values.shape, dtype=np.float32)
-        hashes = hashing.combine(_namespace(name), values.astype(np.uint64).ravel())
+        hashes = hashing.combine(namespace(name), values.astype(np.uint64).ravel())
         return cls(name, hashes.reshape(values.shape), np.asarray(weights, dtype=np.float32))
 
     def take(self, index):

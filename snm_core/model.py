@@ -34,7 +34,7 @@ import shutil
 import numpy as np
 import pyarrow as pa
 
-from snm_core import io, metafeatures, tables
+from snm_core import io, kernels, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.arrays import group_rows, sorted_distinct
@@ -47,8 +47,6 @@ from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 SCORE_BATCH_LINES = 2048
 #: Links sorted at once when the compact arrays are built (~250 MB of work memory).
 COMPILE_PARTITION_LINKS = 1 << 23
-#: Links adjusted at once (bounds the meta-feature temporaries).
-ADJUST_CHUNK_LINKS = 1 << 18
 COMPACT = "compact"
 COMPACT_FILES = ("feature_keys", "feature_m_star", "feature_index", "link_keys", "link_m",
                  "link_c", "link_index", "seen_words")
@@ -79,23 +77,10 @@ def adjust_bucket(features, links, theta, spec, type_fingerprint, num_feature_ty
     if ptr[-1] != links.num_rows:
         raise SnmInputError("count bucket files disagree: diversities do not sum to the number "
                             "of links; re-run snm count")
-    word = links["word"].to_numpy()
-    count = links["count"].to_numpy()
-    continuation = links["continuation"].to_numpy()
-    m = np.empty(len(word), dtype=np.float32)
-    m_star = np.zeros(len(key), dtype=np.float64)
-    bounds = sorted_distinct(np.r_[np.searchsorted(ptr, np.arange(0, ptr[-1], ADJUST_CHUNK_LINKS),
-                                                   side="right") - 1, len(key)].clip(0, len(key)))
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        a, b = ptr[lo], ptr[hi]
-        unit_row = np.repeat(np.arange(hi - lo), diversity[lo:hi])
-        row_entries, unit_entries = metafeatures.entries(
-            spec, key[lo:hi], type_fingerprint[type_id[lo:hi]], feature_count[lo:hi],
-            diversity[lo:hi], unit_row, word[a:b], count[a:b], continuation[a:b])
-        adjusted = metafeatures.adjustment(theta, row_entries, unit_entries, unit_row)
-        values = count[a:b] / feature_count[lo:hi][unit_row] * np.exp(adjusted)
-        m[a:b] = values
-        m_star[lo:hi] = np.bincount(unit_row, weights=values, minlength=hi - lo)
+    m, m_star = kernels.adjust_links(
+        spec, key, type_fingerprint[type_id], feature_count, diversity, ptr,
+        links["word"].to_numpy(), links["count"].to_numpy(), links["continuation"].to_numpy(),
+        theta)
     matrix = pa.table({"feature": links["feature"], "word": links["word"],
                        "count": links["count"], "m": m}, schema=tables.MATRIX)
     return matrix, features.append_column("m_star", pa.array(m_star))

@@ -7,18 +7,16 @@ Model.  For an event e with features F(e) (those present in small M) and target 
 
 Link classes.  Links of one row whose meta-features coincide have the same
 A, and the same c(w|f) whenever the meta-features include the link count, so
-they share M_fw: one class of ``m`` links stands for all of them.  With
-unlexicalized or feature-only meta-features a class is (feature, C(f,w)),
-about 7x fewer than links on the kernel 5-gram small M; lexicalized
-meta-features name the target, so every link is its own class.  Everything
-below runs over classes, vectorised over a whole mini-batch.
+they share M_fw: one class of ``mult`` links stands for all of them.  With
+unlexicalized or feature-only meta-features a class is (feature, C(f,w),
+continuation), about 7x fewer than links on the kernel 5-gram small M;
+lexicalized meta-features name the target, so every link is its own class.
 
 Gradient (eq. 5 and 8).  d log P(e) / d A_fw = M_fw [1_w(e)/y_t(e) - 1/y(e)]
 for f in F(e).  Over a mini-batch B the second term is applied once per
 touched row: alpha_f(B) = sum_{e in B, f in F(e)} 1/y(e), times M_fw of every
 link of the row.  A class's gradient is spread over its meta-features'
-weights: d/d theta_k = sum_classes G_class * weight_k(class), where feature-level
-meta-features are summed per row first.
+weights: d/d theta_k = sum_classes G_class * weight_k(class).
 
 Normalisation.  ``renormalize="batch"`` computes M_f* exactly for every row
 the mini-batch touches before its forward pass (the exact gradient of the
@@ -29,38 +27,46 @@ choice: y(e) uses M_f* from the start of the epoch.
 AdaGrad (eq. 6-7), as ascent on the log-likelihood (the paper writes the
 descent form): acc_k += g_k**2 (starting at Delta_0); theta_k += gamma g_k / sqrt(acc_k).
 
-Parameters live in a compact vector over the hashed indices that occur in
-small M; :meth:`AdjustmentProblem.dense_theta` scatters them into the
-``hash_size`` table that the apply stage reads.
+Where the work is done.  A batch runs four compiled passes
+(:mod:`snm_core.kernels`): forward over the touched rows (A, M_fw, M_f*), the
+events (log-likelihood, alpha, first terms), the gradient (scattered onto
+theta's positions) and AdaGrad.  Rows and positions are split between
+threads; each position's gradient is summed over the rows in one order
+whatever the number of threads, so theta does not depend on it.
+
+Parameters.  theta holds the weights in use: the hashed slots some small-M
+link has a non-zero entry for, in slot order (a bitmap with a rank per 64
+slots maps a slot to its position).  :meth:`AdjustmentProblem.dense_theta`
+scatters them into the ``hash_size`` table that the apply stage reads.
 """
 
+import ctypes
 import dataclasses
 import json
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snm_core import hashing, metafeatures
+from snm_core import hashing, kernels
 from snm_core.arrays import sorted_distinct
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
 
-#: Memory for the precomputed meta-feature entries of the rows with the most
-#: classes (the empty feature, frequent contexts): a mini-batch touches them
-#: all, so hashing them once saves most of the per-batch work.  2 GiB holds the
-#: whole kernel skip-10-gram small M with unlexicalized meta-features (~0.6 GB)
-#: and the rows that matter of the lexicalized one (3.4 GB in all).
-ENTRY_CACHE_BYTES = 2 << 30
-#: Classes whose meta-feature entries are hashed or summed at once.
-ENTRY_CHUNK = 1 << 14
 GAMMA = 0.1
 DELTA0 = 1.0
 BATCH_SIZE = 2048
-#: Share of held-out sentences held back to choose the number of epochs.
+#: Share of held-out sentences held back to choose the variant and the epochs.
 VALIDATION_SHARE = 0.1
+#: Events whose log-likelihood is computed at once (bounds the pair arrays).
+EVAL_CHUNK = 1 << 14
+#: When more than this share of the hashed slots is in use, theta is the whole
+#: table instead of the slots in use (saves a lookup per entry for <20% memory).
+IDENTITY_SHARE = 0.8
 
 
 def concat_ranges(starts, ends):
@@ -71,6 +77,10 @@ def concat_ranges(starts, ends):
         return np.zeros(0, np.int64)
     offsets = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
     return np.arange(total, dtype=np.int64) + offsets
+
+
+def default_threads():
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -106,34 +116,33 @@ def type_fingerprints(manifest):
     return FeatureExtractor(parse_config(manifest["config"]), manifest["tags"]).type_salts
 
 
-def load_join(directory, spec, cache_bytes=ENTRY_CACHE_BYTES):
+def load_join(directory, spec, threads=None):
     """``(AdjustmentProblem, manifest)`` for a ``snm join`` output directory.
 
     Small M is read one bucket file at a time, so only the compiled arrays
-    (about 36 bytes a row, 12 a class, 12 a held-out feature occurrence) stay
-    in memory.
+    stay in memory.
     """
     from snm_core import tables
 
     manifest = tables.read_manifest(directory, "join")
     names = sorted(manifest["files"])
-    event_tables = [pq.read_table(os.path.join(directory, n)) for n in names
-                    if n.startswith("events-")]
+    event_tables = [pq.read_table(os.path.join(directory, n), use_threads=False)
+                    for n in names if n.startswith("events-")]
     if not event_tables:
         raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
     events = Events.from_table(pa.concat_tables(event_tables))
     del event_tables
-    small_m = (pq.read_table(os.path.join(directory, n)) for n in names
+    small_m = (pq.read_table(os.path.join(directory, n), use_threads=False) for n in names
                if n.startswith("small_m-"))
     problem = AdjustmentProblem(small_m, events, spec, type_fingerprints(manifest),
-                                len(manifest["feature_types"]), cache_bytes)
+                                len(manifest["feature_types"]), threads)
     return problem, manifest
 
 
 # --- the compiled problem ---------------------------------------------------------------
 
 class AdjustmentProblem:
-    """Small M, the events and the meta-features, compiled for vectorised training.
+    """Small M, the events and the meta-features, compiled for training.
 
     Parameters
     ----------
@@ -145,33 +154,27 @@ class AdjustmentProblem:
     type_fingerprint : uint64 array indexed by type id
     num_feature_types : int
         Feature types per tag (a type id is ``tag * num_feature_types + type``).
-    cache_bytes : int, optional
-        Memory for the precomputed entries of the rows with the most classes;
-        the rest are hashed per batch.  Speed only: the results are the same.
+    threads : int, optional
+        Threads a batch is split between (default: the cores, at most 8).
+        Results do not depend on it.
 
-    Meta-feature entries are hashed on the fly for the rows a batch touches.
-    Weights live in a compact vector over the hashed indices that occur,
-    except for lexicalized meta-features, whose millions of indices make the
-    full ``hash_size`` table the cheaper representation.
+    Memory (bytes): a row 40, a class 8-20 (count, continuation, word, links
+    in it) plus 2 or 4 per stored entry (unlexicalized: 48 with diversity and
+    continuation), a held-out feature occurrence 8, a weight in use 16
+    (theta, AdaGrad sum, gradient) and, during a batch, 8 per class of the
+    rows it touches.
     """
 
     def __init__(self, small_m_tables, events, spec, type_fingerprint, num_feature_types,
-                 cache_bytes=ENTRY_CACHE_BYTES):
+                 threads=None):
         self.spec = spec
         self.type_fingerprint = type_fingerprint
+        self.threads = threads or default_threads()
+        self._spec = kernels.Spec.of(spec)
+        self._pool = None
+        self._pool_lock = threading.Lock()
         self._compile(small_m_tables, events, num_feature_types)
-        self._cache_pos = None
-        if spec.uses_target:
-            self.param_index = None
-            self.num_params = spec.hash_size
-        else:
-            self.param_index = self._used_indices()
-            self.num_params = len(self.param_index)
-            # hashed index -> position in the compact theta: one gather instead of a
-            # binary search per entry (4 bytes a table slot).
-            self._position = np.zeros(spec.hash_size, np.int32)
-            self._position[self.param_index] = np.arange(self.num_params, dtype=np.int32)
-        self._fill_cache(cache_bytes)
+        self._index_weights()
 
     # --- compiling ------------------------------------------------------------------
 
@@ -179,14 +182,17 @@ class AdjustmentProblem:
         pair_event = np.repeat(np.arange(len(events)), np.diff(events.ptr))
         by_key = np.argsort(events.keys, kind="stable")
         sorted_keys = events.keys[by_key]
-        rows, classes, pair_rows, pair_classes, pair_index = [], [], [], [], []
+        parts = {name: [] for name in ("key", "type", "count", "diversity", "class_ptr",
+                                       "class_count", "class_continuation", "class_word",
+                                       "class_mult")}
+        pair_index, pair_rows, pair_ranks = [], [], []
         n_rows = n_classes = 0
         for table in small_m_tables:
             if table.num_rows == 0:
                 continue
-            b_rows, b_classes, link_class = self._compile_bucket(table, num_feature_types)
+            rows, classes, unit_rank = self._compile_bucket(table, num_feature_types)
             # Event features that fall in this bucket's key range.
-            keys = b_rows["key"]
+            keys = rows["key"]
             lo = np.searchsorted(sorted_keys, keys[0], side="left")
             hi = np.searchsorted(sorted_keys, keys[-1], side="right")
             pos = np.searchsorted(keys, sorted_keys[lo:hi])
@@ -196,41 +202,53 @@ class AdjustmentProblem:
             local_row = pos_ok[hit]
             target = events.target[pair_event[pairs]].astype(np.int64)
             # Links are sorted by (row, word): one searchsorted finds (row, target).
-            packed_links = (b_rows["link_row"] << 32) | b_rows["link_word"]
+            packed_links = (rows.pop("link_row") << 32) | rows.pop("link_word")
             packed = (local_row.astype(np.int64) << 32) | target
             lpos = np.minimum(np.searchsorted(packed_links, packed), len(packed_links) - 1)
             found = packed_links[lpos] == packed
             pair_index.append(pairs)
-            pair_rows.append(local_row + n_rows)
-            pair_classes.append(np.where(found, link_class[lpos] + n_classes, -1))
-            del b_rows["link_row"], b_rows["link_word"]
-            b_rows["cls_ptr"] = b_rows["cls_ptr"][:-1] + n_classes
-            rows.append(b_rows)
-            classes.append(b_classes)
+            pair_rows.append((local_row + n_rows).astype(np.int32))
+            pair_ranks.append(np.where(found, unit_rank[lpos], -1).astype(np.int32))
+            del packed_links, packed, unit_rank
+            for name, values in rows.items():
+                parts[name].append(values)
+            parts["class_ptr"][-1] = parts["class_ptr"][-1][:-1] + n_classes
+            for name, values in classes.items():
+                parts["class_" + name].append(values)
             n_rows += len(keys)
-            n_classes += len(b_classes["count"])
+            n_classes += len(classes["count"])
 
-        def cat(parts, name, dtype):
-            return (np.concatenate([p[name] for p in parts]).astype(dtype, copy=False)
-                    if parts else np.zeros(0, dtype))
+        def cat(name, dtype):
+            values = parts.pop(name)
+            return (np.concatenate(values).astype(dtype, copy=False) if values
+                    else np.zeros(0, dtype))
 
         self.num_rows = n_rows
-        self.row_key = cat(rows, "key", np.uint64)
-        self.row_type = cat(rows, "type", np.int32)
-        self.row_count = cat(rows, "count", np.int64)
-        self.row_diversity = cat(rows, "diversity", np.int64)
-        self.row_cls_ptr = np.r_[cat(rows, "cls_ptr", np.int64), n_classes]
-        self.cls_count = cat(classes, "count", np.int64)
-        self.cls_continuation = cat(classes, "continuation", np.int64) \
-            if self.spec.continuation else None
-        self.cls_mult = cat(classes, "mult", np.float32)
-        self.cls_word = cat(classes, "word", np.int32) if self.spec.uses_target else None
-        self._map_events(events, pair_event, cat([{"i": p} for p in pair_index], "i", np.int64),
-                         cat([{"i": p} for p in pair_rows], "i", np.int32),
-                         cat([{"i": p} for p in pair_classes], "i", np.int64))
+        self.num_classes = n_classes
+        self.row_key = cat("key", np.uint64)
+        self.row_type = self.type_fingerprint[cat("type", np.int64)].astype(np.uint64)
+        self.row_count = cat("count", np.int64)
+        self.row_diversity = cat("diversity", np.int64)
+        self.row_class_ptr = np.r_[cat("class_ptr", np.int64), n_classes]
+        self.class_count = cat("class_count", np.int64)
+        self.class_continuation = (cat("class_continuation", np.int64)
+                                   if self.spec.continuation else None)
+        self.class_mult = cat("class_mult", np.int32)
+        self.num_links = int(self.class_mult.sum(dtype=np.int64))
+        if self.spec.uses_target:  # units are links, grouped by class
+            self.link_word = cat("class_word", np.int32)
+            self.class_link_ptr = np.r_[0, np.cumsum(self.class_mult, dtype=np.int64)]
+            self.row_unit_ptr = self.class_link_ptr[self.row_class_ptr]
+        else:  # units are classes
+            self.link_word = self.class_link_ptr = None
+            self.row_unit_ptr = self.row_class_ptr
+        self._map_events(events, pair_event, np.concatenate(pair_index) if pair_index
+                         else np.zeros(0, np.int64),
+                         np.concatenate(pair_rows) if pair_rows else np.zeros(0, np.int32),
+                         np.concatenate(pair_ranks) if pair_ranks else np.zeros(0, np.int32))
 
     def _compile_bucket(self, table, num_feature_types):
-        """Rows, link classes and the class of each link, for one small-M bucket."""
+        """Rows, link classes and each link's unit rank within its row, for one bucket."""
         feature = table["feature"].to_numpy()
         word = table["word"].to_numpy().astype(np.int64)
         count = table["count"].to_numpy()
@@ -239,176 +257,164 @@ class AdjustmentProblem:
                              np.diff(np.r_[starts, len(feature)]))
         cont = table["continuation"].to_numpy() if self.spec.continuation else \
             np.zeros(len(feature), np.int64)
-        if self.spec.uses_target:
-            order = np.arange(len(feature))  # every link is its own class
-            new = np.ones(len(feature), dtype=bool)
-        else:
-            order = np.lexsort((cont, count, link_row))
-            r, c, d = link_row[order], count[order], cont[order]
-            new = np.r_[True, (r[1:] != r[:-1]) | (c[1:] != c[:-1]) | (d[1:] != d[:-1])]
+        # Classes: a row's links by (C(f,w), continuation), links in word order within.
+        order = np.lexsort((cont, count, link_row))
+        r, c, d = link_row[order], count[order], cont[order]
+        new = np.r_[True, (r[1:] != r[:-1]) | (c[1:] != c[:-1]) | (d[1:] != d[:-1])]
         cls_start = np.flatnonzero(new)
-        cls_row = link_row[order][cls_start]
-        link_class = np.empty(len(order), np.int64)
-        link_class[order] = np.cumsum(new) - 1
+        row_first_class = np.searchsorted(r[cls_start], np.arange(len(starts) + 1))
+        mult = np.diff(np.r_[cls_start, len(order)])
+        if self.spec.uses_target:  # units are links, in class order
+            unit = np.empty(len(order), np.int64)
+            unit[order] = np.arange(len(order))
+            row_first_unit = starts
+        else:  # units are classes
+            unit = np.empty(len(order), np.int64)
+            unit[order] = np.cumsum(new) - 1
+            row_first_unit = row_first_class[:-1]
         rows = {
             "key": feature[starts],
-            "type": (table["tag"].to_numpy()[starts].astype(np.int32) * num_feature_types
+            "type": (table["tag"].to_numpy()[starts].astype(np.int64) * num_feature_types
                      + table["type"].to_numpy()[starts]),
             "count": table["feature_count"].to_numpy()[starts],
             "diversity": table["diversity"].to_numpy()[starts],
-            "cls_ptr": np.searchsorted(cls_row, np.arange(len(starts) + 1)),
+            "class_ptr": row_first_class,
             "link_row": link_row,
             "link_word": word,
         }
-        classes = {"count": count[order][cls_start],
-                   "continuation": cont[order][cls_start],
-                   "mult": np.diff(np.r_[cls_start, len(order)]),
-                   "word": word[order][cls_start].astype(np.int32)}
-        return rows, classes, link_class
+        classes = {"count": c[cls_start], "mult": mult.astype(np.int32)}
+        if self.spec.continuation:
+            classes["continuation"] = d[cls_start]
+        if self.spec.uses_target:
+            classes["word"] = word[order].astype(np.int32)  # one a link, not a class
+        return rows, classes, unit - row_first_unit[link_row]
 
-    def _map_events(self, events, pair_event, pair_index, pair_row, pair_cls):
+    def _map_events(self, events, pair_event, pair_index, pair_row, pair_rank):
         """Keep the events some feature of which has seen the target; CSR of their pairs."""
         order = np.argsort(pair_index, kind="stable")  # back to event order
         pair_event = pair_event[pair_index[order]]
-        pair_row, pair_cls = pair_row[order], pair_cls[order]
+        pair_row, pair_rank = pair_row[order], pair_rank[order]
         # An event whose target no feature has seen has P = 0 whatever theta: left out.
         seen = np.zeros(len(events), bool)
-        seen[pair_event[pair_cls >= 0]] = True
+        seen[pair_event[pair_rank >= 0]] = True
         keep = seen[pair_event]
         self.num_unseen_targets = int(len(events) - seen.sum())
         self.event_sentence = events.sentence[seen]
-        self.event_target = events.target[seen]
         self.pair_row = pair_row[keep]
-        self.pair_cls = pair_cls[keep]
+        self.pair_rank = pair_rank[keep]
         pair_event = (np.cumsum(seen) - 1)[pair_event[keep]]
-        self.num_events = len(self.event_target)
+        self.num_events = int(seen.sum())
         self.event_ptr = np.searchsorted(pair_event, np.arange(self.num_events + 1))
-        self.event_len = np.diff(self.event_ptr)
 
-    def _row_chunks(self, max_classes=ENTRY_CHUNK):
-        """Consecutive row ranges holding about ``max_classes`` classes each (bounds memory)."""
-        bounds = np.searchsorted(self.row_cls_ptr, np.arange(0, self.row_cls_ptr[-1],
-                                                             max_classes), side="right") - 1
-        bounds = sorted_distinct(np.r_[bounds, self.num_rows].clip(0, self.num_rows))
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            yield np.arange(lo, hi)
+    def _index_weights(self):
+        """Theta's positions: the slots in use, and the stored class entries."""
+        words = -(-self.spec.hash_size // 64)
+        self._problem = kernels.problem(self._arrays())
+        parts = self._row_parts(self.threads)
+        bitmaps = [np.zeros(words, np.uint64) for _ in parts]
+        self._run(kernels.lib().mark_used_slots,
+                  [(ctypes.byref(self._spec), ctypes.byref(self._problem), lo, hi,
+                    kernels.address(bits)) for (lo, hi), bits in zip(parts, bitmaps)])
+        bits = np.bitwise_or.reduce(bitmaps) if bitmaps else np.zeros(words, np.uint64)
+        del bitmaps
+        used = np.unpackbits(bits.view(np.uint8), bitorder="little")[:self.spec.hash_size]
+        del bits
+        self.weights_used = int(np.count_nonzero(used))
+        if self.weights_used > IDENTITY_SHARE * self.spec.hash_size:
+            # Nearly every slot is in use: theta is the whole table, and a slot's
+            # position is the slot (one cache miss less per entry).
+            self.slot_index = None
+            self.num_params = self.spec.hash_size
+        else:
+            self.slot_index = kernels.slot_index(used.view(bool))
+            self.num_params = self.weights_used
+        del used
+        self.width = kernels.class_width(self.spec)
+        self.positions = None
+        if self.width:
+            dtype = np.uint16 if self.num_params <= 1 << 16 else np.int32
+            self.positions = np.empty(self.num_classes * self.width, dtype)
+        self._problem = kernels.problem(self._arrays(), self.width, self.num_params)
+        if self.width:
+            pos16 = self.positions if self.positions.dtype == np.uint16 else None
+            pos32 = None if pos16 is not None else self.positions
+            self._run(kernels.lib().store_positions,
+                      [(ctypes.byref(self._spec), ctypes.byref(self._problem), lo, hi,
+                        kernels.address(pos16), kernels.address(pos32)) for lo, hi in parts])
+        self._workspace = kernels.Workspace()
 
-    def _used_indices(self):
-        """Sorted distinct hashed indices with a non-zero weight somewhere in small M."""
-        used = []
-        for rows in self._row_chunks():
-            classes, local_row, _ = self._row_classes(rows)
-            (r_idx, r_wt), (c_idx, c_wt) = self._hashed_entries(rows, classes, local_row)
-            used.append(sorted_distinct(np.concatenate([r_idx[r_wt > 0], c_idx[c_wt > 0]])))
-        return sorted_distinct(np.concatenate(used)) if used else np.zeros(0, np.int64)
+    def _arrays(self):
+        arrays = {"row_key": self.row_key, "row_type": self.row_type,
+                  "row_count": self.row_count, "row_diversity": self.row_diversity,
+                  "row_class_ptr": self.row_class_ptr, "row_unit_ptr": self.row_unit_ptr,
+                  "class_count": self.class_count,
+                  "class_continuation": self.class_continuation, "class_mult": self.class_mult,
+                  "class_link_ptr": self.class_link_ptr, "link_word": self.link_word}
+        if hasattr(self, "num_params"):
+            arrays["slot_index"] = self.slot_index
+            if self.positions is not None:
+                arrays["pos16" if self.positions.dtype == np.uint16 else "pos32"] = \
+                    self.positions
+        return arrays
+
+    # --- running the loops ------------------------------------------------------------
+
+    def _run(self, function, calls):
+        """``function(*args)`` for each args tuple, on the thread pool; checks the status."""
+        if len(calls) == 1:
+            results = [function(*calls[0])]
+        else:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fit")
+            results = [f.result() for f in [self._pool.submit(function, *args)
+                                            for args in calls]]
+        if any(results):
+            raise RuntimeError(f"{function.__name__} failed ({results})")
+
+    def _row_parts(self, parts):
+        """``parts`` ranges of rows holding about equal numbers of units."""
+        if self.num_rows == 0:
+            return [(0, 0)]
+        offset = self.row_unit_ptr
+        cuts = np.searchsorted(offset, np.linspace(0, offset[-1], parts + 1)[1:-1])
+        bounds = np.r_[0, np.clip(cuts, 0, self.num_rows), self.num_rows]
+        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [(0, 0)]
 
     # --- forward and gradient -------------------------------------------------------
 
-    def _row_classes(self, rows):
-        """Classes of ``rows`` (sorted distinct): global index and local row of each."""
-        starts, ends = self.row_cls_ptr[rows], self.row_cls_ptr[rows + 1]
-        classes = concat_ranges(starts, ends)
-        local_row = np.repeat(np.arange(len(rows)), ends - starts)
-        return classes, local_row, starts
+    def _batch(self, events, stale_m_star=None):
+        """The :class:`kernels.Batch` of ``events``: the rows they touch, their pairs."""
+        pairs = concat_ranges(self.event_ptr[events], self.event_ptr[events + 1])
+        pair_row = self.pair_row[pairs]
+        rows = sorted_distinct(pair_row).astype(np.int64)
+        local = np.searchsorted(rows, pair_row).astype(np.int64)
+        offset = np.r_[0, np.cumsum(self.row_unit_ptr[rows + 1] - self.row_unit_ptr[rows])]
+        rank = self.pair_rank[pairs]
+        pair_unit = np.where(rank >= 0, offset[local] + rank, -1)
+        event_pairs = np.r_[0, np.cumsum(self.event_ptr[events + 1] - self.event_ptr[events])]
+        stale = None if stale_m_star is None else np.ascontiguousarray(stale_m_star[rows])
+        return kernels.batch(rows, offset, event_pairs, local, pair_unit, stale)
 
-    def _hashed_entries(self, rows, classes, local_row):
-        """Hashed meta-feature entries: ``(index, weight)`` for rows (n, Kr) and classes (n, Kc)."""
-        return metafeatures.entries(
-            self.spec, self.row_key[rows], self.type_fingerprint[self.row_type[rows]],
-            self.row_count[rows], self.row_diversity[rows], local_row,
-            None if self.cls_word is None else self.cls_word[classes], self.cls_count[classes],
-            None if self.cls_continuation is None else self.cls_continuation[classes])
-
-    def _params(self, hashed):
-        """Positions in theta of hashed indices."""
-        if self.param_index is None:
-            return hashed
-        return self._position[hashed]
-
-    def _fill_cache(self, budget):
-        """Precompute the class entries (theta positions) of the rows with most classes."""
-        if self.num_rows == 0:
-            return
-        sizes = np.diff(self.row_cls_ptr)
-        rows = np.argsort(-sizes, kind="stable")
-        probe = rows[:1]
-        width = self._hashed_entries(probe, *self._row_classes(probe)[:2])[1][0].shape[1]
-        # A position takes 2 bytes when theta is short enough (unlexicalized), else 4.
-        position_type = np.uint16 if self.num_params <= np.iinfo(np.uint16).max else np.int32
-        per_class = (np.dtype(position_type).itemsize + 4) * width  # + float32 weight
-        if per_class == 0:
-            return
-        cached = np.sort(rows[np.cumsum(sizes[rows]) * per_class <= budget])
-        if not len(cached):
-            return
-        self._cache_idx = np.empty((sizes[cached].sum(), width), position_type)
-        self._cache_wt = np.empty(self._cache_idx.shape, np.float32)
-        offsets = np.r_[0, np.cumsum(sizes[cached])]
-        # Hash in chunks of ENTRY_CHUNK classes: the temporaries stay small.
-        bounds = sorted_distinct(np.r_[np.searchsorted(offsets, np.arange(0, offsets[-1],
-                                                                          ENTRY_CHUNK),
-                                                       side="right") - 1, len(cached)])
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            chunk = cached[lo:hi]
-            classes, local_row, _ = self._row_classes(chunk)
-            _, (c_idx, c_wt) = self._hashed_entries(chunk, classes, local_row)
-            self._cache_idx[offsets[lo]:offsets[hi]] = self._params(c_idx)
-            self._cache_wt[offsets[lo]:offsets[hi]] = c_wt
-        self._cache_pos = np.full(self.num_rows, -1, np.int64)
-        self._cache_pos[cached] = offsets[:-1]
-
-    def _row_entries(self, rows):
-        """Row entries as theta positions: ``(index (n, Kr), weight (n, Kr))``."""
-        (r_idx, r_wt), _ = self._hashed_entries(rows, np.zeros(0, np.int64),
-                                                np.zeros(0, np.int64))
-        return self._params(r_idx), r_wt
-
-    def _class_entries(self, rows, classes, local_row):
-        """Yield ``(lo, hi, index, weight)``: theta positions of the class entries, by chunk.
-
-        Entries come from the cache where they can and are hashed otherwise;
-        a chunk holds ``ENTRY_CHUNK`` classes, so the temporaries stay bounded
-        whatever the batch touches.
-        """
-        # Per row of the batch, gathered once for all chunks.
-        row_start = (self._cache_pos[rows] if self._cache_pos is not None
-                     else np.full(len(rows), -1))
-        row_first_cls = self.row_cls_ptr[rows]
-        for lo in range(0, max(len(classes), 1), ENTRY_CHUNK):
-            hi = min(lo + ENTRY_CHUNK, len(classes))
-            cls, row = classes[lo:hi], local_row[lo:hi]
-            start = row_start[row]
-            hit = start >= 0
-            # A cached class sits at its row's cache offset plus its rank in the row
-            # (meaningless where the row is not cached).
-            pos = start + (cls - row_first_cls[row])
-            if hit.all() and len(cls):
-                yield lo, hi, self._cache_idx[pos], self._cache_wt[pos]
-                continue
-            _, (idx, wt) = self._hashed_entries(rows, cls, row)
-            idx = self._params(idx)
-            if hit.any():
-                idx[hit] = self._cache_idx[pos[hit]]
-                wt[hit] = self._cache_wt[pos[hit]]
-            yield lo, hi, idx, wt
-
-    def _adjusted(self, theta, rows, classes, local_row):
-        """M of each class, M_f* of each row and the row entries, at ``theta``."""
-        r_idx, r_wt = self._row_entries(rows)
-        a_cls = (theta[r_idx] * r_wt).sum(axis=1)[local_row]
-        for lo, hi, idx, wt in self._class_entries(rows, classes, local_row):
-            a_cls[lo:hi] += (theta[idx] * wt).sum(axis=1)
-        c = self.cls_count[classes] / self.row_count[rows][local_row]
-        m = c * np.exp(a_cls)
-        m_star = np.bincount(local_row, weights=self.cls_mult[classes] * m, minlength=len(rows))
-        return m, m_star, (r_idx, r_wt)
+    def _step(self, theta, acc, grad, events, gamma, stale_m_star):
+        if theta.dtype != np.float32 or not theta.flags.c_contiguous:
+            raise TypeError("theta must be a contiguous float32 array")
+        batch = self._batch(np.asarray(events, np.int64), stale_m_star)
+        a = kernels.address
+        loglik = kernels.lib().batch_step(
+            ctypes.byref(self._spec), ctypes.byref(self._problem), ctypes.byref(batch),
+            a(theta, np.float32), a(acc, np.float32), a(grad, np.float64), gamma,
+            self.threads, self._workspace.handle)
+        if np.isnan(loglik):
+            raise MemoryError("the fit ran out of memory in a batch")
+        return float(loglik)
 
     def batch(self, theta, events, stale_m_star=None, gradient=True):
         """Log-likelihood of ``events`` and its gradient with respect to theta.
 
         Parameters
         ----------
-        theta : float (num_params,)
+        theta : float (num_params,) (computed in float32, as training keeps it)
         events : int array of event indices
         stale_m_star : float64 (num_rows,), optional
             M_f* to use in y(e) (the paper's per-epoch normalisation); default:
@@ -421,71 +427,92 @@ class AdjustmentProblem:
         loglik : float, sum of natural-log probabilities
         grad : float64 (num_params,) or None
         """
-        pairs = concat_ranges(self.event_ptr[events], self.event_ptr[events + 1])
-        pair_event = np.repeat(np.arange(len(events)), self.event_len[events])
-        pair_row = self.pair_row[pairs]
-        rows = sorted_distinct(pair_row)
-        local = np.searchsorted(rows, pair_row)
-        classes, cls_local_row, starts = self._row_classes(rows)
-        m, m_star, (r_idx, r_wt) = self._adjusted(theta, rows, classes, cls_local_row)
-        norm = m_star if stale_m_star is None else stale_m_star[rows]
-        y = np.bincount(pair_event, weights=norm[local], minlength=len(events))
-        pair_cls = self.pair_cls[pairs]
-        has = pair_cls >= 0
-        # Position of the target's class among `classes`: classes of local row r
-        # start at offset[r] and follow the global order.
-        offset = np.r_[0, np.cumsum(self.row_cls_ptr[rows + 1] - starts)[:-1]]
-        target_local = offset[local[has]] + (pair_cls[has] - starts[local[has]])
-        m_target = m[target_local]
-        y_t = np.bincount(pair_event[has], weights=m_target, minlength=len(events))
-        loglik = float(np.sum(np.log(y_t)) - np.sum(np.log(y)))
-        if not gradient:
-            return loglik, None
-        first = np.bincount(target_local, weights=m_target / y_t[pair_event[has]],
-                            minlength=len(classes))
-        alpha = np.bincount(local, weights=1.0 / y[pair_event], minlength=len(rows))
-        g_cls = first - alpha[cls_local_row] * self.cls_mult[classes] * m
-        g_row = np.bincount(cls_local_row, weights=g_cls, minlength=len(rows))
-        grad = np.bincount(r_idx.ravel(), weights=(g_row[:, None] * r_wt).ravel(),
-                           minlength=self.num_params)
-        for lo, hi, idx, wt in self._class_entries(rows, classes, cls_local_row):
-            grad += np.bincount(idx.ravel(), weights=(g_cls[lo:hi, None] * wt).ravel(),
-                                minlength=self.num_params)
-        return loglik, grad
+        events = np.asarray(events, np.int64)
+        theta = np.ascontiguousarray(theta, np.float32)
+        if not gradient and stale_m_star is None:
+            return self.log_likelihood(theta, events), None
+        grad = np.zeros(self.num_params)
+        loglik = self._step(theta, np.zeros(0, np.float32), grad, events, 0.0, stale_m_star)
+        return loglik, grad if gradient else None
+
+    def step(self, theta, acc, grad, events, gamma, stale_m_star=None):
+        """One AdaGrad step on ``events``, in place; returns their log-likelihood before it.
+
+        ``grad`` (float64, num_params) must be zero; it is left zero.
+        """
+        return self._step(theta, acc, grad, events, gamma, stale_m_star)
 
     def m_star(self, theta):
-        """Exact M_f* of every row at ``theta``."""
+        """Exact M_f* of every row at ``theta``: float64 (num_rows,)."""
+        theta = np.ascontiguousarray(theta, np.float32)
         out = np.empty(self.num_rows)
-        for rows in self._row_chunks():
-            classes, local_row, _ = self._row_classes(rows)
-            out[rows] = self._adjusted(theta, rows, classes, local_row)[1]
+        kernels.lib().forward(ctypes.byref(self._spec), ctypes.byref(self._problem),
+                              kernels.address(theta), None, kernels.address(self.row_unit_ptr),
+                              self.num_rows, self.threads, None, kernels.address(out))
         return out
 
-    def log_likelihood(self, theta, events=None, chunk=16384):
-        """Sum of log P over ``events`` (default: all) with exact normalisation."""
-        events = np.arange(self.num_events) if events is None else events
-        return sum(self.batch(theta, events[start:start + chunk], gradient=False)[0]
-                   for start in range(0, len(events), chunk))
+    def log_likelihood(self, theta, events=None, m_star=None):
+        """Sum of log P over ``events`` (default: all) with exact normalisation.
+
+        ``m_star`` (from :meth:`m_star` at the same theta) saves its pass.
+        """
+        theta = np.ascontiguousarray(theta, np.float32)
+        events = np.arange(self.num_events) if events is None else np.asarray(events, np.int64)
+        if m_star is None:
+            m_star = self.m_star(theta)
+        lib, a = kernels.lib(), kernels.address
+        total = 0.0
+        for start in range(0, len(events), EVAL_CHUNK):
+            chunk = events[start:start + EVAL_CHUNK]
+            pairs = concat_ranges(self.event_ptr[chunk], self.event_ptr[chunk + 1])
+            pair_row = self.pair_row[pairs].astype(np.int64)
+            rank = self.pair_rank[pairs]
+            has = np.flatnonzero(rank >= 0)
+            # Target units in row order: each row's entries are enumerated once a run.
+            by_row = has[np.argsort(pair_row[has], kind="stable")]
+            rows = pair_row[by_row]
+            units = self.row_unit_ptr[rows] + rank[by_row]
+            classes = (np.searchsorted(self.class_link_ptr, units, side="right") - 1
+                       if self.spec.uses_target else units)
+            values = np.empty(len(by_row))
+            bounds = np.linspace(0, len(by_row), self.threads + 1).astype(np.int64)
+            self._run(lib.unit_values, [
+                (ctypes.byref(self._spec), ctypes.byref(self._problem), a(theta),
+                 a(rows[lo:hi]), a(classes[lo:hi]), a(units[lo:hi]), int(hi - lo),
+                 a(values[lo:hi])) for lo, hi in zip(bounds[:-1], bounds[1:])])
+            m_index = np.full(len(pairs), -1, np.int64)
+            m_index[by_row] = np.arange(len(by_row))
+            event_pairs = np.r_[0, np.cumsum(self.event_ptr[chunk + 1] - self.event_ptr[chunk])]
+            total += lib.events_pass(len(chunk), a(event_pairs), a(pair_row), a(m_star),
+                                     a(m_index), a(values), None, None, None, None, None)
+        return float(total)
 
     def dense_theta(self, theta):
         """The ``hash_size`` weight table (float32) the apply stage reads."""
-        if self.param_index is None:
-            return theta.astype(np.float32)
+        if self.slot_index is None:
+            return np.asarray(theta, np.float32).copy()
+        lines = self.slot_index.reshape(-1, 8)
+        marks = np.unpackbits(lines[:, 1:].copy().view(np.uint8), bitorder="little")
+        slots = np.flatnonzero(marks)
         dense = np.zeros(self.spec.hash_size, dtype=np.float32)
-        dense[self.param_index] = theta
+        dense[slots] = theta
         return dense
 
     def weights_in_use(self):
         """Number of hashed weights some small-M link has a non-zero entry for."""
-        if self.param_index is None:
-            return len(self._used_indices())
-        return len(self.param_index)
+        return self.weights_used
 
     def split_events(self, share=VALIDATION_SHARE):
         """Deterministic (train, validation) event indices; whole sentences go one way."""
         sentence_hash = hashing.mix64(self.event_sentence.astype(np.uint64))
         valid = (sentence_hash % np.uint64(1000)) < np.uint64(round(share * 1000))
         return np.flatnonzero(~valid), np.flatnonzero(valid)
+
+    def close(self):
+        """Stop the worker threads (they also stop when the problem is collected)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
 
 # --- training -----------------------------------------------------------------------------
@@ -512,6 +539,75 @@ def perplexity(loglik, n):
     return float(np.exp(-loglik / n)) if n else float("nan")
 
 
+@dataclasses.dataclass
+class TrainState:
+    """What a training run carries between epochs: theta, AdaGrad's sums, the epoch reached."""
+
+    theta: np.ndarray
+    acc: np.ndarray
+    epoch: int = 0
+
+    @classmethod
+    def start(cls, problem, settings):
+        # float32 halves the memory of the long vectors; updates are computed in float64.
+        return cls(np.zeros(problem.num_params, np.float32),
+                   np.full(problem.num_params, settings.delta0, np.float32))
+
+    def copy(self):
+        return TrainState(self.theta.copy(), self.acc.copy(), self.epoch)
+
+
+def evaluate(problem, theta, train_events, valid_events):
+    """``{train_loss, train_perplexity[, valid_...]}`` at ``theta`` (one M_f* pass for both)."""
+    m_star = problem.m_star(theta)
+    loglik = problem.log_likelihood(theta, train_events, m_star)
+    entry = {"train_events": int(len(train_events)),
+             "train_loss": -loglik / max(len(train_events), 1),
+             "train_perplexity": perplexity(loglik, len(train_events))}
+    if valid_events is not None and len(valid_events):
+        valid = problem.log_likelihood(theta, valid_events, m_star)
+        entry.update(valid_events=int(len(valid_events)),
+                     valid_loss=-valid / len(valid_events),
+                     valid_perplexity=perplexity(valid, len(valid_events)))
+    return entry
+
+
+def run_epochs(problem, settings, state, epochs, train_events, valid_events=None, log=None,
+               progress=None, stop=None, history=None):
+    """Train ``state`` for up to ``epochs`` more epochs (in place); returns the history.
+
+    The events of epoch k are shuffled by a generator seeded with (seed, k), so
+    a run continued from a saved state is the same as one run straight through.
+    """
+    history = [] if history is None else history
+
+    def record(seconds):
+        entry = {"epoch": state.epoch, "seconds": round(seconds, 3),
+                 **evaluate(problem, state.theta, train_events, valid_events),
+                 "nonzero_params": int(np.count_nonzero(state.theta))}
+        history.append(entry)
+        if log:
+            log(entry)
+
+    if not history:
+        record(0.0)
+    grad = np.zeros(problem.num_params)
+    for _ in range(epochs):
+        start = time.perf_counter()
+        state.epoch += 1
+        order = np.random.default_rng([settings.seed, state.epoch]).permutation(train_events)
+        stale = problem.m_star(state.theta) if settings.renormalize == "epoch" else None
+        for b in range(0, len(order), settings.batch_size):
+            problem.step(state.theta, state.acc, grad, order[b:b + settings.batch_size],
+                         settings.gamma, stale)
+            if progress:
+                progress(state.epoch, min(b + settings.batch_size, len(order)), len(order))
+        record(time.perf_counter() - start)
+        if stop is not None and stop(history):
+            break
+    return history
+
+
 def train(problem, settings, train_events=None, valid_events=None, log=None, progress=None,
           stop=None):
     """Mini-batch AdaGrad on ``train_events``; returns compact theta and the per-epoch log.
@@ -531,47 +627,10 @@ def train(problem, settings, train_events=None, valid_events=None, log=None, pro
     history : list of dicts, one per epoch (0 = untrained): loss, perplexities, seconds
     """
     train_events = np.arange(problem.num_events) if train_events is None else train_events
-    # float32 halves the memory of the lexicalized hash_size-long vectors; the
-    # update itself is computed in float64.
-    theta = np.zeros(problem.num_params, dtype=np.float32)
-    acc = np.full(problem.num_params, settings.delta0, dtype=np.float32)
-    rng = np.random.default_rng(settings.seed)
-    history = []
-
-    def record(epoch, seconds, train_loglik=None):
-        if train_loglik is None:
-            train_loglik = problem.log_likelihood(theta, train_events)
-        entry = {"epoch": epoch, "seconds": round(seconds, 3),
-                 "train_events": int(len(train_events)),
-                 "train_loss": -train_loglik / max(len(train_events), 1),
-                 "train_perplexity": perplexity(train_loglik, len(train_events)),
-                 "nonzero_params": int(np.count_nonzero(theta))}
-        if valid_events is not None and len(valid_events):
-            valid = problem.log_likelihood(theta, valid_events)
-            entry.update(valid_events=int(len(valid_events)),
-                         valid_loss=-valid / len(valid_events),
-                         valid_perplexity=perplexity(valid, len(valid_events)))
-        history.append(entry)
-        if log:
-            log(entry)
-
-    record(0, 0.0)
-    for epoch in range(1, settings.epochs + 1):
-        start = time.perf_counter()
-        order = rng.permutation(train_events)
-        stale = problem.m_star(theta) if settings.renormalize == "epoch" else None
-        for b in range(0, len(order), settings.batch_size):
-            _, grad = problem.batch(theta, order[b:b + settings.batch_size], stale)
-            touched = np.flatnonzero(grad)
-            g = grad[touched]
-            acc[touched] += g * g
-            theta[touched] += settings.gamma * g / np.sqrt(acc[touched].astype(np.float64))
-            if progress:
-                progress(epoch, min(b + settings.batch_size, len(order)), len(order))
-        record(epoch, time.perf_counter() - start)
-        if stop is not None and stop(history):
-            break
-    return theta, history
+    state = TrainState.start(problem, settings)
+    history = run_epochs(problem, settings, state, settings.epochs, train_events, valid_events,
+                         log, progress, stop)
+    return state.theta, history
 
 
 def write_history(path, history):

@@ -62,8 +62,7 @@ def join_tables(config, sources, heldout_lines, vocab, tags=None):
     return small_m, events_table, manifest
 
 
-def problem(config, sources, heldout_lines, spec, vocab=None, tags=None,
-            cache_bytes=trainer.ENTRY_CACHE_BYTES):
+def problem(config, sources, heldout_lines, spec, vocab=None, tags=None, threads=None):
     """An AdjustmentProblem built directly from text."""
     if isinstance(config, str):
         config = preset(config) if "{" not in config else parse_config(config)
@@ -71,11 +70,19 @@ def problem(config, sources, heldout_lines, spec, vocab=None, tags=None,
     small_m, events, manifest = join_tables(config, sources, heldout_lines, vocab, tags)
     return trainer.AdjustmentProblem([small_m], trainer.Events.from_table(events), spec,
                                      trainer.type_fingerprints(manifest),
-                                     len(manifest["feature_types"]), cache_bytes)
+                                     len(manifest["feature_types"]), threads)
+
+
+#: Step of the finite differences: theta is float32 and its random values are
+#: multiples of GRID, so theta +- STEP is exact and the difference is the
+#: one the step was meant to make.
+GRID, STEP = 2.0 ** -10, 2.0 ** -12
 
 
 def random_theta(prob, scale, seed=0):
-    return np.random.default_rng(seed).normal(0, scale, prob.num_params)
+    """float32 weights ~ N(0, scale), on a grid that finite-difference steps keep exact."""
+    values = np.random.default_rng(seed).normal(0, scale, prob.num_params)
+    return (np.round(values / GRID) * GRID).astype(np.float32)
 
 
 def table_rows(table):

@@ -41,7 +41,7 @@ def build_model(root, config, tagged, variant="unlexicalized"):
     join_stage.run(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
                     "--out", str(root / "heldout")])
     fit_directory(str(root / "heldout"), str(root / "adjust"),
-                  FitOptions(metafeatures=variant, epochs=2, hash_size=1 << 16, batch_size=128),
+                  FitOptions(variants=(variant,), epochs=2, hash_size=1 << 16, batch_size=128),
                   say=lambda *_: None)
     apply_stage.run(["--counts", str(root / "counts"), "--theta", str(root / "adjust"),
                      "--out", str(root / "model")])

@@ -6,7 +6,7 @@ import pytest
 from snm_core import synthetic, trainer
 from snm_core.metafeatures import MetaFeatureSpec, VARIANTS
 
-from modelutil import problem, random_theta
+from modelutil import STEP, problem, random_theta
 
 TRAIN = synthetic.generate(400, seed=1)
 HELDOUT = synthetic.generate(60, seed=2)
@@ -42,38 +42,34 @@ def test_gradient_equals_finite_differences(tiny):
     rng = np.random.default_rng(5)
     for k in rng.choice(tiny.num_params, size=min(25, tiny.num_params), replace=False):
         step = np.zeros_like(theta)
-        step[k] = 1e-6
-        numeric = (tiny.log_likelihood(theta + step) - tiny.log_likelihood(theta - step)) / 2e-6
+        step[k] = STEP
+        numeric = ((tiny.log_likelihood(theta + step) - tiny.log_likelihood(theta - step))
+                   / (2 * STEP))
         assert grad[k] == pytest.approx(numeric, rel=1e-4, abs=1e-6)
 
 
-def test_cached_and_hashed_entries_agree(tiny):
-    """Entries precomputed for the biggest rows equal entries hashed on the fly."""
-    if tiny._cache_pos is None:
-        pytest.skip("feature-only meta-features have no per-class entries to cache")
+def test_threads_do_not_change_the_gradient_or_theta(tiny):
+    """Rows and theta's positions are split between threads; every sum keeps its order."""
     theta = random_theta(tiny, 0.3, seed=9)
     events = np.arange(0, tiny.num_events, 2)
-    expected = tiny.batch(theta, events)
-    full = tiny._cache_idx.nbytes + tiny._cache_wt.nbytes
-    assert np.all(tiny._cache_pos >= 0)  # everything fits the default budget
-    for budget in (0, full // 3):  # nothing cached; the biggest rows cached
+    results = []
+    for threads in (1, 2, 3):
         other = problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT, tiny.spec, tags=["a", "b"],
-                        cache_bytes=budget)
-        if budget:
-            assert 0 < np.count_nonzero(other._cache_pos >= 0) < other.num_rows
-        else:
-            assert other._cache_pos is None
+                        threads=threads)
         loglik, grad = other.batch(theta, events)
-        assert loglik == pytest.approx(expected[0], rel=1e-12)
-        assert np.allclose(grad, expected[1], rtol=1e-9, atol=1e-12)
+        trained, _ = trainer.train(other, trainer.TrainSettings(epochs=1, batch_size=32))
+        results.append((loglik, grad.tobytes(), trained.tobytes()))
+        other.close()
+    assert results[0] == results[1] == results[2]
 
 
 def test_gradient_of_a_mini_batch(tiny):
     theta = random_theta(tiny, 0.2, seed=3)
     batch = np.arange(0, tiny.num_events, 3)
     _, grad = tiny.batch(theta, batch)
-    direction = np.random.default_rng(1).normal(size=tiny.num_params)
-    eps = 1e-6
+    # +-1 in every direction: theta +- STEP * direction stays exact in float32.
+    direction = np.random.default_rng(1).choice([-1.0, 1.0], size=tiny.num_params)
+    eps = STEP
     numeric = (tiny.batch(theta + eps * direction, batch, gradient=False)[0]
                - tiny.batch(theta - eps * direction, batch, gradient=False)[0]) / (2 * eps)
     assert grad @ direction == pytest.approx(numeric, rel=1e-5)
