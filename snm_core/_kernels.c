@@ -1141,6 +1141,62 @@ int64_t adjust_links(const Spec *s, const uint64_t *key, const uint64_t *type,
     return 0;
 }
 
+/* --- compact model ------------------------------------------------------------------ */
+
+/* The permutation that sorts keys ascending (stable): LSD radix sort, 8 bits
+ * a pass, carrying (key, index).  scratch: 2n uint64 and 2n uint32.  Returns
+ * -1 if n does not fit 32-bit indices. */
+int64_t argsort_keys(const uint64_t *keys, int64_t n, uint32_t *order, uint64_t *scratch_keys,
+                     uint32_t *scratch_order) {
+    enum { BITS = 8, BUCKETS = 1 << BITS };
+    if (n >= ((int64_t)1 << 32))
+        return -1;
+    uint64_t *key_a = scratch_keys, *key_b = scratch_keys + n;
+    uint32_t *idx_a = scratch_order, *idx_b = scratch_order + n;
+    memcpy(key_a, keys, sizeof(uint64_t) * n);
+    for (int64_t i = 0; i < n; i++)
+        idx_a[i] = (uint32_t)i;
+    int64_t count[BUCKETS];
+    for (int shift = 0; shift < 64; shift += BITS) {
+        memset(count, 0, sizeof(count));
+        for (int64_t i = 0; i < n; i++)
+            count[(key_a[i] >> shift) & (BUCKETS - 1)]++;
+        int64_t total = 0;
+        for (int b = 0; b < BUCKETS; b++) {
+            int64_t c = count[b];
+            count[b] = total;
+            total += c;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t at = count[(key_a[i] >> shift) & (BUCKETS - 1)]++;
+            key_b[at] = key_a[i];
+            idx_b[at] = idx_a[i];
+        }
+        uint64_t *k = key_a;
+        key_a = key_b;
+        key_b = k;
+        uint32_t *x = idx_a;
+        idx_a = idx_b;
+        idx_b = x;
+    }
+    memcpy(order, idx_a, sizeof(uint32_t) * n);
+    return 0;
+}
+
+/* start[s] = the first position whose key's top `bits` bits are >= s, for
+ * s <= 2**bits (start[2**bits] = n); keys sorted. */
+int64_t key_index_starts(const uint64_t *keys, int64_t n, int64_t bits, int64_t *start) {
+    int64_t slots = (int64_t)1 << bits, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t slot = bits ? (int64_t)(keys[i] >> (64 - bits)) : 0;
+        while (s <= slot)
+            start[s++] = i;
+    }
+    while (s <= slots)
+        start[s++] = n;
+    return 0;
+}
+
 /* Entries of the given rows and links, for tests: slots and weights, full
  * enumeration, row entries (6 places) and link entries (width places:
  * untargeted then targeted); unused places have slot -1, weight 0. */

@@ -113,6 +113,8 @@ def _load():
         "workspace_seconds": ([_ptr, _ptr], None),
         "batch_step": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _f64, _i64, _ptr], _f64),
         "adjust_links": ([_ptr] * 10 + [_i64, _i64, _ptr, _ptr], _i64),
+        "argsort_keys": ([_ptr, _i64, _ptr, _ptr, _ptr], _i64),
+        "key_index_starts": ([_ptr, _i64, _i64, _ptr], _i64),
         "link_entries": ([_ptr] * 5 + [_i64] + [_ptr] * 4 + [_i64] + [_ptr] * 4, _i64),
     }
     for name, (args, result) in signatures.items():
@@ -283,3 +285,24 @@ def adjust_links(spec, key, type_fingerprint, count, diversity, link_ptr, word, 
     lib().adjust_links(ctypes.byref(Spec.of(spec)), *map(address, arrays), 0, len(arrays[0]),
                        address(m), address(m_star))
     return m, m_star
+
+
+def argsort_keys(keys):
+    """The stable sorting permutation (uint32) of uint64 keys, by radix sort (~3x np.argsort)."""
+    keys = np.ascontiguousarray(keys, np.uint64)
+    if len(keys) >= 1 << 32:
+        return np.argsort(keys, kind="stable")
+    order = np.empty(len(keys), np.uint32)
+    scratch_keys = np.empty(2 * len(keys), np.uint64)  # referenced until the call returns
+    scratch_order = np.empty(2 * len(keys), np.uint32)
+    lib().argsort_keys(address(keys), len(keys), address(order), address(scratch_keys),
+                       address(scratch_order))
+    return order
+
+
+def key_index_starts(keys, bits):
+    """int64 (2**bits + 1,): the first position of each top-``bits`` prefix in sorted keys."""
+    keys = np.ascontiguousarray(keys, np.uint64)
+    start = np.empty((1 << bits) + 1, np.int64)
+    lib().key_index_starts(address(keys), len(keys), bits, address(start))
+    return start

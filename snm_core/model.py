@@ -112,9 +112,8 @@ class KeyIndex:
         self.keys = keys
         if start is None:
             bits = max(1, int(math.ceil(math.log2(max(len(keys), 1)))) - 1)
-            slots = np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
             dtype = np.int32 if len(keys) < 2 ** 31 else np.int64
-            start = np.r_[np.searchsorted(keys, slots), len(keys)].astype(dtype)
+            start = kernels.key_index_starts(keys, bits).astype(dtype)
         self.start = start
         self.shift = np.uint64(64 - int(round(math.log2(len(start) - 1))))
 
@@ -184,7 +183,7 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
         for f in files.values():
             f.close()
         keys = np.fromfile(os.path.join(scratch, f"{p}.keys"), dtype=np.uint64)
-        order = np.argsort(keys)
+        order = kernels.argsort_keys(keys)
         keys = keys[order]
         collisions += int(np.count_nonzero(keys[1:] == keys[:-1]))
         link_keys[done:done + len(keys)] = keys
