@@ -1,17 +1,25 @@
-"""The adjustment trainer on kernel: small M size, seconds per epoch, peak RSS, dev perplexity.
+"""The adjustment fit on kernel: seconds per epoch, memory per small-M link, perplexity.
 
     python benchmarks/fit.py                        # 5gram and skip10gram, every variant
     python benchmarks/fit.py --configs 5gram --epochs 3
+    python benchmarks/fit.py --renormalize          # also --renormalize epoch, and selection
 
 Counts come from `snm count` on kernel/train.txt.gz (made once under
 benchmarks/work/, shared with benchmarks/count.py), small M from `snm join`
-with kernel/dev.txt as held-out.  Each variant is one `snm fit --epochs N` in a
-fresh process; peak RSS is the process's, next to the RSS of a process that
-only imports the trainer (the interpreter, numpy and pyarrow), measured in the
-same run.  Dev perplexity is on the held-out set itself (what the trainer
-optimises); the reference's L-BFGS optimum for unlexicalized + diversity is
-73.56 (../shared/benchmarks/reference.md).  Lexicalized skip-10-gram runs one
-epoch (EPOCHS).  Appends to benchmarks/results.jsonl.
+with kernel/dev.txt as held-out.  Each row is one `snm fit` in a fresh
+process (both cores):
+
+* variant rows: ``--variants V --epochs N``; dev perplexity is on the
+  held-out set the fit trains on (epoch 0 = unadjusted);
+* ``--renormalize`` rows: ``--variants V --epochs auto`` with the exact
+  per-batch normalisation (default) and the paper's per-epoch one: the best
+  validation perplexity on the held-back tenth and the epochs it took;
+* a selection row: ``snm fit`` with its defaults (race, all three variants):
+  seconds choosing against seconds of the final run.
+
+Memory: peak RSS of the process minus that of a process that has imported
+numpy and pyarrow and nothing else (measured in the same run), per small-M
+link.  Appends to benchmarks/results.jsonl.
 """
 
 import argparse
@@ -30,8 +38,6 @@ from benchmarks.common import WORK, corpus, print_table, record, run_measured  #
 VARIANTS = [("unlexicalized", []), ("unlexicalized", ["--no_continuation"]),
             ("unlexicalized", ["--no_continuation", "--no_diversity"]),
             ("feature-only", []), ("lexicalized", [])]
-#: Lexicalized skip-10-gram takes ~4 min an epoch here: one epoch is measured.
-EPOCHS = {("skip10gram", "lexicalized"): 1}
 BUCKETS = {"5gram": 16, "skip10gram": 64}
 MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 
@@ -46,54 +52,84 @@ def snm(*args):
     return [sys.executable, "-m", "snm", *args]
 
 
+def kernel_join(config):
+    counts = ensure(os.path.join(WORK, "counts", f"kernel-{config}"), snm(
+        "count", "--config", config, "--train", corpus("kernel", "train.txt.gz"),
+        "--vocab", corpus("kernel", "vocab.txt"), "--num_buckets", str(BUCKETS[config]),
+        "--out", os.path.join(WORK, "counts", f"kernel-{config}"), *MODE))
+    return ensure(os.path.join(WORK, "heldout", f"kernel-{config}"), snm(
+        "join", "--counts", counts, "--heldout", corpus("kernel", "dev.txt"),
+        "--out", os.path.join(WORK, "heldout", f"kernel-{config}")))
+
+
+def run_fit(heldout, label, args, baseline_rss):
+    out = os.path.join(WORK, "fit", label)
+    seconds, rss = run_measured(snm("fit", "--small_m", heldout, "--out", out, *args),
+                                log=out + ".log")
+    with open(os.path.join(out, "manifest.json")) as f:
+        manifest = json.load(f)
+    with open(os.path.join(out, "train_log.jsonl")) as f:
+        log = [json.loads(line) for line in f]
+    final = [e for e in log if e["run"] == "final" and e["epoch"] > 0]
+    links = manifest["small_m"]["links"]
+    return manifest, log, {
+        "small_m_links": links, "small_m_classes": manifest["small_m"]["classes"],
+        "weights": manifest["weights_in_use"],
+        "s_per_epoch": sum(e["seconds"] for e in final) / max(len(final), 1),
+        "wall_s": seconds, "peak_rss_mib": rss, "import_rss_mib": baseline_rss,
+        "bytes_per_link": (rss - baseline_rss) * 2 ** 20 / links,
+        "select_s": manifest["seconds"]["selection"], "final_s": manifest["seconds"]["final"],
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default="5gram,skip10gram")
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--renormalize", action="store_true",
+                        help="also compare --renormalize epoch with batch, and the default "
+                             "selection")
     args = parser.parse_args(argv)
-    baseline_s, baseline_rss = run_measured([sys.executable, "-c", "import snm_core.fit"])
+    _, baseline_rss = run_measured([sys.executable, "-c", "import numpy, pyarrow"])
     rows = []
     for config in args.configs.split(","):
-        counts = ensure(os.path.join(WORK, "counts", f"kernel-{config}"), snm(
-            "count", "--config", config, "--train", corpus("kernel", "train.txt.gz"),
-            "--vocab", corpus("kernel", "vocab.txt"), "--num_buckets", str(BUCKETS[config]),
-            "--out", os.path.join(WORK, "counts", f"kernel-{config}"), *MODE))
-        heldout = ensure(os.path.join(WORK, "heldout", f"kernel-{config}"), snm(
-            "join", "--counts", counts, "--heldout", corpus("kernel", "dev.txt"),
-            "--out", os.path.join(WORK, "heldout", f"kernel-{config}")))
+        heldout = kernel_join(config)
         small_m_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(heldout,
                                                                               "small_m-*")))
         for variant, flags in VARIANTS:
             label = f"kernel-{config}-{variant}{''.join(flags)}"
-            out = os.path.join(WORK, "fit", label)
-            cmd = snm("fit", "--small_m", heldout, "--out", out, "--metafeatures", variant,
-                      "--epochs", str(EPOCHS.get((config, variant), args.epochs)), *flags)
-            seconds, rss = run_measured(cmd, log=out + ".log")
-            with open(os.path.join(out, "manifest.json")) as f:
-                manifest = json.load(f)
-            with open(os.path.join(out, "train_log.jsonl")) as f:
-                log = [json.loads(line) for line in f]
-            epochs = [e for e in log if e["epoch"] > 0]
-            rows.append({
-                "config": config, "metafeatures": variant,
-                "diversity": manifest["metafeatures"]["diversity"],
-                "continuation": manifest["metafeatures"]["continuation"],
-                "small_m_links": manifest["small_m"]["links"],
-                "small_m_classes": manifest["small_m"]["classes"],
-                "small_m_mb": small_m_bytes / 2 ** 20,
-                "weights": manifest["weights_in_use"],
-                "s_per_epoch": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
-                "wall_s": seconds, "peak_rss_mib": rss, "import_rss_mib": baseline_rss,
-                "rss_over_small_m": rss / (small_m_bytes / 2 ** 20),
-                "data_rss_over_small_m": (rss - baseline_rss) / (small_m_bytes / 2 ** 20),
-                "dev_ppl_by_epoch": [round(e["train_perplexity"], 2) for e in log],
-            })
-            print(f"{label}: {rows[-1]['dev_ppl_by_epoch']}", flush=True)
-    print_table(rows, ["config", "metafeatures", "diversity", "continuation", "small_m_links",
-                       "small_m_classes",
-                       "small_m_mb", "weights", "s_per_epoch", "peak_rss_mib", "import_rss_mib",
-                       "rss_over_small_m", "data_rss_over_small_m", "dev_ppl_by_epoch"])
+            manifest, log, row = run_fit(heldout, label, [
+                "--variants", variant, "--epochs", str(args.epochs), *flags], baseline_rss)
+            rows.append({"config": config, "run": "variant", "metafeatures": variant,
+                         "diversity": manifest["metafeatures"]["diversity"],
+                         "continuation": manifest["metafeatures"]["continuation"],
+                         "small_m_mb": small_m_bytes / 2 ** 20, **row,
+                         "dev_ppl_by_epoch": [round(e["train_perplexity"], 2) for e in log]})
+            print(json.dumps(rows[-1]), flush=True)
+        if not args.renormalize:
+            continue
+        for variant in ("unlexicalized", "lexicalized"):
+            for renormalize in ("batch", "epoch"):
+                label = f"kernel-{config}-{variant}-renormalize-{renormalize}"
+                manifest, log, row = run_fit(heldout, label, [
+                    "--variants", variant, "--renormalize", renormalize], baseline_rss)
+                choice = manifest["choice"]["candidates"][variant]
+                rows.append({"config": config, "run": f"renormalize {renormalize}",
+                             "metafeatures": variant, **row,
+                             "valid_ppl": choice["validation_perplexity"],
+                             "valid_epochs": choice["epochs"]})
+                print(json.dumps(rows[-1]), flush=True)
+        manifest, log, row = run_fit(heldout, f"kernel-{config}-selection", [], baseline_rss)
+        rows.append({"config": config, "run": "selection",
+                     "metafeatures": manifest["metafeatures"]["variant"], **row,
+                     "valid_ppl": manifest["choice"]["validation_perplexity"],
+                     "valid_epochs": manifest["training"]["epochs"],
+                     "select_vs_final": row["select_s"] / max(row["final_s"], 1e-9)})
+        print(json.dumps(rows[-1]), flush=True)
+    print_table(rows, ["config", "run", "metafeatures", "small_m_links", "small_m_classes",
+                       "weights", "s_per_epoch", "wall_s", "peak_rss_mib", "bytes_per_link",
+                       "select_s", "final_s", "valid_ppl", "valid_epochs", "dev_ppl_by_epoch"])
     record("fit", rows)
 
 

@@ -1183,18 +1183,19 @@ int64_t argsort_keys(const uint64_t *keys, int64_t n, uint32_t *order, uint64_t 
     return 0;
 }
 
-/* start[s] = the first position whose key's top `bits` bits are >= s, for
- * s <= 2**bits (start[2**bits] = n); keys sorted. */
-int64_t key_index_starts(const uint64_t *keys, int64_t n, int64_t bits, int64_t *start) {
-    int64_t slots = (int64_t)1 << bits, s = 0;
+/* The key index of sorted keys, a chunk at a time: keys[0..n) follow `base`
+ * keys already indexed; for every slot s from next_slot to the top `bits`
+ * bits of the last key, start[s - next_slot] = the position of the first key
+ * whose top bits are >= s.  Returns the next slot to fill. */
+int64_t key_index_chunk(const uint64_t *keys, int64_t n, int64_t bits, int64_t base,
+                        int64_t next_slot, int64_t *start) {
+    int64_t s = next_slot;
     for (int64_t i = 0; i < n; i++) {
         int64_t slot = bits ? (int64_t)(keys[i] >> (64 - bits)) : 0;
         while (s <= slot)
-            start[s++] = i;
+            start[s++ - next_slot] = base + i;
     }
-    while (s <= slots)
-        start[s++] = n;
-    return 0;
+    return s;
 }
 
 /* Entries of the given rows and links, for tests: slots and weights, full

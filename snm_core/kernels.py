@@ -114,7 +114,7 @@ def _load():
         "batch_step": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _f64, _i64, _ptr], _f64),
         "adjust_links": ([_ptr] * 10 + [_i64, _i64, _ptr, _ptr], _i64),
         "argsort_keys": ([_ptr, _i64, _ptr, _ptr, _ptr], _i64),
-        "key_index_starts": ([_ptr, _i64, _i64, _ptr], _i64),
+        "key_index_chunk": ([_ptr, _i64, _i64, _i64, _i64, _ptr], _i64),
         "link_entries": ([_ptr] * 5 + [_i64] + [_ptr] * 4 + [_i64] + [_ptr] * 4, _i64),
     }
     for name, (args, result) in signatures.items():
@@ -287,22 +287,36 @@ def adjust_links(spec, key, type_fingerprint, count, diversity, link_ptr, word, 
     return m, m_star
 
 
-def argsort_keys(keys):
-    """The stable sorting permutation (uint32) of uint64 keys, by radix sort (~3x np.argsort)."""
+def argsort_keys(keys, scratch=None):
+    """The stable sorting permutation (uint32) of uint64 keys, by radix sort (~5x np.argsort).
+
+    ``scratch``: a dict that keeps the work arrays between calls (their pages
+    are faulted in once, not per call).
+    """
     keys = np.ascontiguousarray(keys, np.uint64)
-    if len(keys) >= 1 << 32:
+    n = len(keys)
+    if n >= 1 << 32:
         return np.argsort(keys, kind="stable")
-    order = np.empty(len(keys), np.uint32)
-    scratch_keys = np.empty(2 * len(keys), np.uint64)  # referenced until the call returns
-    scratch_order = np.empty(2 * len(keys), np.uint32)
-    lib().argsort_keys(address(keys), len(keys), address(order), address(scratch_keys),
-                       address(scratch_order))
+    scratch = {} if scratch is None else scratch
+    if len(scratch.get("keys", ())) < 2 * n:
+        scratch["keys"] = np.empty(2 * n, np.uint64)
+        scratch["order"] = np.empty(2 * n, np.uint32)
+    order = np.empty(n, np.uint32)
+    lib().argsort_keys(address(keys), n, address(order), address(scratch["keys"]),
+                       address(scratch["order"]))
     return order
 
 
-def key_index_starts(keys, bits):
-    """int64 (2**bits + 1,): the first position of each top-``bits`` prefix in sorted keys."""
+def key_index_chunk(keys, bits, base, next_slot):
+    """The key index entries of a chunk of sorted keys (see KeyIndex).
+
+    ``keys`` follow ``base`` keys already indexed, whose slots below
+    ``next_slot`` are filled.  Returns ``(starts int64, next slot)``: the first
+    position of each slot from ``next_slot`` to the last key's.
+    """
     keys = np.ascontiguousarray(keys, np.uint64)
-    start = np.empty((1 << bits) + 1, np.int64)
-    lib().key_index_starts(address(keys), len(keys), bits, address(start))
-    return start
+    last = int(keys[-1] >> np.uint64(64 - bits)) if bits and len(keys) else next_slot - 1
+    start = np.empty(max(last - next_slot + 1, 0), np.int64)
+    following = lib().key_index_chunk(address(keys), len(keys), bits, base, next_slot,
+                                      address(start))
+    return start, following

@@ -30,6 +30,7 @@ import dataclasses
 import math
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -111,9 +112,9 @@ class KeyIndex:
     def __init__(self, keys, start=None):
         self.keys = keys
         if start is None:
-            bits = max(1, int(math.ceil(math.log2(max(len(keys), 1)))) - 1)
-            dtype = np.int32 if len(keys) < 2 ** 31 else np.int64
-            start = kernels.key_index_starts(keys, bits).astype(dtype)
+            writer = KeyIndexWriter(len(keys))
+            writer.add(keys)
+            start = writer.finish()
         self.start = start
         self.shift = np.uint64(64 - int(round(math.log2(len(start) - 1))))
 
@@ -122,6 +123,83 @@ class KeyIndex:
         from snm_core import compiled  # numba: loaded by scoring only (see its docstring)
         return compiled.find(self.keys, self.start, self.shift,
                             np.ascontiguousarray(queries, dtype=np.uint64))
+
+
+class KeyIndexWriter:
+    """The ``start`` array of a :class:`KeyIndex`, built from its sorted keys a chunk at a time.
+
+    Parameters
+    ----------
+    n : int, the number of keys in all
+    out : NpyWriter, optional: the entries are written there as they are
+        filled, instead of kept (``finish`` then returns None)
+    """
+
+    def __init__(self, n, out=None):
+        self.n, self.out = n, out
+        self.bits = index_bits(n)
+        self.dtype = np.int32 if n < 2 ** 31 else np.int64
+        self.done = self.next_slot = 0
+        self.parts = []
+
+    def add(self, keys):
+        start, self.next_slot = kernels.key_index_chunk(keys, self.bits, self.done,
+                                                        self.next_slot)
+        self._emit(start)
+        self.done += len(keys)
+
+    def finish(self):
+        self._emit(np.full((1 << self.bits) + 1 - self.next_slot, self.n, np.int64))
+        if self.out is None:
+            return np.concatenate(self.parts)
+
+    def _emit(self, start):
+        start = start.astype(self.dtype)
+        if self.out is None:
+            self.parts.append(start)
+        else:
+            self.out.append(start)
+
+
+def index_bits(n):
+    """Top-bit slots of a KeyIndex over n keys: about two keys a slot."""
+    return max(1, int(math.ceil(math.log2(max(n, 1)))) - 1)
+
+
+class NpyWriter:
+    """A ``.npy`` file of ``n`` elements written in order, then renamed into place.
+
+    Plain writes, not a memory map: the pages written are the page cache's,
+    not this process's resident memory.
+    """
+
+    def __init__(self, path, dtype, n):
+        from numpy.lib import format as npy_format
+
+        self.path, self.dtype, self.n, self.count = path, np.dtype(dtype), n, 0
+        self.file = open(path + ".tmp", "wb")
+        npy_format.write_array_header_1_0(self.file, {"descr": npy_format.dtype_to_descr(
+            self.dtype), "fortran_order": False, "shape": (n,)})
+
+    def append(self, array):
+        array = np.ascontiguousarray(array, self.dtype)
+        self.file.write(memoryview(array).cast("B"))
+        self.count += len(array)
+
+    def close(self):
+        self.file.close()
+        if self.count != self.n:
+            raise RuntimeError(f"{self.path}: wrote {self.count} of {self.n} elements")
+        os.replace(self.path + ".tmp", self.path)
+        return self.n * self.dtype.itemsize
+
+
+def _sort_partition(scratch, p, work):
+    """Link keys, M and c of scratch partition p, sorted by key."""
+    keys = np.fromfile(os.path.join(scratch, f"{p}.keys"), dtype=np.uint64)
+    order = kernels.argsort_keys(keys, work).astype(np.intp)
+    return keys[order], *(np.fromfile(os.path.join(scratch, f"{p}.{name}"),
+                                      dtype=np.float32)[order] for name in ("m", "c"))
 
 
 def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
@@ -133,8 +211,6 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
     scattered into key-range partitions of about ``partition_links`` links on
     disk, then each partition sorted alone (an external sort).
     """
-    from numpy.lib.format import open_memmap
-
     manifest = tables.read_manifest(model_dir, "model")
     n_features, n_links = manifest["totals"]["features"], manifest["totals"]["links"]
     directory = os.path.join(model_dir, COMPACT)
@@ -146,23 +222,24 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
               for name in ("keys", "m", "c")} for p in range(1 << bits)]
 
     def output(name, dtype, n):
-        return open_memmap(os.path.join(directory, name + ".npy.tmp"), mode="w+", dtype=dtype,
-                           shape=(n,))
+        return NpyWriter(os.path.join(directory, name + ".npy"), dtype, n)
 
     feature_keys = output("feature_keys", np.uint64, n_features)
     feature_m_star = output("feature_m_star", np.float64, n_features)
+    feature_index = KeyIndexWriter(n_features, output(
+        "feature_index", np.int32 if n_features < 2 ** 31 else np.int64,
+        (1 << index_bits(n_features)) + 1))
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
-    done = 0
     for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
         feats = tables.read_table(os.path.join(model_dir, name), tables.MODEL_FEATURES,
                                   ["feature", "type", "count", "diversity", "m_star"])
         matrix = tables.read_table(os.path.join(model_dir, "matrix-" + name[len("features-"):]),
                                    tables.MATRIX)
         keys, diversity = feats["feature"].to_numpy(), feats["diversity"].to_numpy()
-        feature_keys[done:done + len(keys)] = keys
-        feature_m_star[done:done + len(keys)] = feats["m_star"].to_numpy()
-        done += len(keys)
+        feature_keys.append(keys)
+        feature_m_star.append(feats["m_star"].to_numpy())
+        feature_index.add(keys)
         word = matrix["word"].to_numpy()
         lk = link_key(np.repeat(keys, diversity), word)
         c = (matrix["count"].to_numpy() / np.repeat(feats["count"].to_numpy(), diversity))
@@ -175,40 +252,43 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
                 array[rows].tofile(parts[p][key])
         empty = np.isin(feats["type"].to_numpy(), empty_types)
         seen[word[np.repeat(empty, diversity)]] = True
+    feature_index.finish()
     link_keys = output("link_keys", np.uint64, n_links)
     link_m = output("link_m", np.float32, n_links)
     link_c = output("link_c", np.float32, n_links)
-    done = collisions = 0
-    for p, files in enumerate(parts):
+    link_index = KeyIndexWriter(n_links, output(
+        "link_index", np.int32 if n_links < 2 ** 31 else np.int64,
+        (1 << index_bits(n_links)) + 1))
+    for files in parts:
         for f in files.values():
             f.close()
-        keys = np.fromfile(os.path.join(scratch, f"{p}.keys"), dtype=np.uint64)
-        order = kernels.argsort_keys(keys)
-        keys = keys[order]
-        collisions += int(np.count_nonzero(keys[1:] == keys[:-1]))
-        link_keys[done:done + len(keys)] = keys
-        link_m[done:done + len(keys)] = np.fromfile(os.path.join(scratch, f"{p}.m"),
-                                                    dtype=np.float32)[order]
-        link_c[done:done + len(keys)] = np.fromfile(os.path.join(scratch, f"{p}.c"),
-                                                    dtype=np.float32)[order]
-        done += len(keys)
+    collisions = 0
+    # Partitions are sorted two at a time (the radix sort and the gathers release
+    # the GIL) and written in order.
+    with ThreadPoolExecutor(2) as pool:
+        scratches = [{}, {}]
+        sorted_parts = [pool.submit(_sort_partition, scratch, p, scratches[p % 2])
+                        for p in range(min(2, len(parts)))]
+        for p in range(len(parts)):
+            keys, m, c = sorted_parts[p].result()
+            if p + 2 < len(parts):
+                sorted_parts.append(pool.submit(_sort_partition, scratch, p + 2,
+                                                scratches[p % 2]))
+            collisions += int(np.count_nonzero(keys[1:] == keys[:-1]))
+            link_keys.append(keys)
+            link_index.add(keys)
+            link_m.append(m)
+            link_c.append(c)
+            sorted_parts[p] = None
+    link_index.finish()
     shutil.rmtree(scratch)
     if collisions:
         raise SnmInputError(f"{model_dir}: {collisions} pairs of links share a 64-bit link key "
                             "(expected about n**2 / 2**65); please report this")
-    small = {"feature_index": KeyIndex(feature_keys).start,
-             "link_index": KeyIndex(link_keys).start, "seen_words": seen}
-    sizes = 0
-    for name, array in (("feature_keys", feature_keys), ("feature_m_star", feature_m_star),
-                        ("link_keys", link_keys), ("link_m", link_m), ("link_c", link_c)):
-        array.flush()
-        sizes += array.nbytes
-        del array
-        os.replace(os.path.join(directory, name + ".npy.tmp"),
-                   os.path.join(directory, name + ".npy"))
-    for name, array in small.items():
-        io.atomic_write_bytes(os.path.join(directory, name + ".npy"), io.npy_bytes(array))
-        sizes += array.nbytes
+    sizes = sum(out.close() for out in (feature_keys, feature_m_star, feature_index.out,
+                                        link_keys, link_m, link_c, link_index.out))
+    io.atomic_write_bytes(os.path.join(directory, "seen_words.npy"), io.npy_bytes(seen))
+    sizes += seen.nbytes
     compact = {"kind": "compact", "format_version": tables.FORMAT_VERSION,
                "files": [n + ".npy" for n in COMPACT_FILES],
                "features": int(n_features), "links": int(n_links), "bytes": int(sizes)}
