@@ -92,10 +92,11 @@ def _tree_rss_kib(root_pid):
 
 
 def run_measured(cmd, env=None, log=None):
-    """Run ``cmd``; return wall seconds and the peak of the whole process tree's summed RSS.
+    """Run ``cmd``; return wall seconds and its peak RSS (MiB).
 
-    The tree is sampled every 50 ms, so the peak counts the runner and every
-    worker process together (what the machine must provide).
+    The peak is the larger of the process's own (its kernel high-water mark,
+    from wait4: exact for one process) and the summed RSS of the whole
+    process tree sampled every 50 ms (for a runner and its worker processes).
     """
     import threading
 
@@ -105,23 +106,26 @@ def run_measured(cmd, env=None, log=None):
     out = open(log, "w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     peak = [0]
+    done = threading.Event()
 
     def sample():
-        while proc.poll() is None:
+        while not done.is_set():
             peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
-            time.sleep(0.05)
+            done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
+    done.set()
     sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
     if log:
         out.close()
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}"
                          + (f"; see {log}" if log else ""))
-    return seconds, peak[0] / 1024
+    return seconds, max(peak[0], usage.ru_maxrss) / 1024
 
 
 def peak_rss_mib(children=False):

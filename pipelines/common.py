@@ -12,7 +12,6 @@ Bad input policy (documented in the README):
 import argparse
 import collections
 import contextlib
-import ctypes
 import dataclasses
 import gzip
 import json
@@ -32,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snm_core import tables
+from snm_core import memory, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
@@ -181,7 +180,6 @@ def counter(name):
 #: :func:`configure_allocators`), and gives the top of a heap back above the trim size.
 MALLOC_MMAP_THRESHOLD = 32 << 20
 MALLOC_TRIM_THRESHOLD = 64 << 20
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters, malloc.h
 
 
 def configure_allocators():
@@ -209,36 +207,14 @@ def configure_allocators():
     Process-wide, so stage DoFns call it in ``setup``.
     """
     pa.set_memory_pool(pa.system_memory_pool())
-    if _LIBC is not None and hasattr(_LIBC, "mallopt") and not any(
-            name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
-        _LIBC.mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
-        _LIBC.mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+    memory.set_thresholds(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD)
 
 
 def release_memory():
-    """Give the memory that freed arrays leave behind back to the system.
-
-    Called at the end of each bundle of the count's stages.  The allocators
-    keep freed memory for reuse (glibc in one arena per worker thread); what
-    a stage leaves behind would otherwise stay through the next stage.  Not
-    called more often: memory given back is faulted in again, a page at a
-    time, by the next allocation (trimming after every flush of the kernel
-    5-gram count cost 2 s of CPU, 13%, to save 20 MiB of peak RSS).
-    """
-    pa.default_memory_pool().release_unused()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _load_libc():
-    try:  # glibc only; elsewhere the allocator keeps what it keeps
-        libc = ctypes.CDLL("libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-
-
-_LIBC = _load_libc()
+    """:func:`snm_core.memory.release_memory`, called at the end of each bundle of the
+    count's stages.  Not called more often: trimming after every flush of the
+    kernel 5-gram count cost 2 s of CPU, 13%, to save 20 MiB of peak RSS."""
+    memory.release_memory()
 
 
 #: Runners that execute in this process and hold shuffled data in its memory.

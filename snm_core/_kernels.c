@@ -96,8 +96,9 @@ typedef struct {
     const int64_t *class_link_ptr; /* lexicalized: links of class c: [ptr[c], ptr[c+1]) */
     const int32_t *link_word;     /* lexicalized */
     int64_t width;                /* stored untargeted entries per class */
-    const uint16_t *pos16;        /* their theta positions (one of the two) */
-    const int32_t *pos32;
+    const uint16_t *pos16;        /* their theta positions (one of the two), width a */
+    const int32_t *pos32;         /* row: of class c, or of signature class_signature[c] */
+    const int32_t *class_signature; /* NULL: a row of positions per class */
     /* Slot -> position, one cache line a lookup: line k (8 words) covers
      * slots [448 k, 448 (k+1)); its word 0 is the position of the first slot
      * in use there, words 1-7 mark the slots in use (bit i of word 1 + j is
@@ -431,27 +432,60 @@ int64_t mark_used_slots(const Spec *s, const Problem *p, int64_t lo, int64_t hi,
     return 0;
 }
 
-/* Stores the theta positions of the full untargeted entries of the classes of
- * rows [lo, hi): width per class, position 0 where the weight is 0 (such a
- * slot need not be in use). */
-int64_t store_positions(const Spec *s, const Problem *p, int64_t lo, int64_t hi,
-                        uint16_t *pos16, int32_t *pos32) {
+/* What a class's untargeted entries depend on when L has no feature identity
+ * (unlexicalized): its row's type id and, for each count (feature, diversity,
+ * link, continuation), its low bucket and whether it is a power of two (the
+ * second bucket then has weight 0 and position 0).  out[c] for the classes
+ * of rows [lo, hi). */
+int64_t class_signatures(const Spec *s, const Problem *p, const int64_t *row_type_id, int64_t lo,
+                         int64_t hi, int64_t *out) {
+    uint64_t b[2];
+    double w[2];
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t row_part = row_type_id[r];
+        int64_t counts[2] = {p->row_count[r], s->diversity ? p->row_diversity[r] : 1};
+        for (int k = 0; k < 2; k++) {
+            count_buckets(counts[k], 0, b, w);
+            row_part = (row_part << 7) | (int64_t)(b[0] << 1) | (w[1] == 0.0);
+        }
+        for (int64_t c = p->row_class_ptr[r]; c < p->row_class_ptr[r + 1]; c++) {
+            int64_t key = row_part;
+            int64_t class_counts[2] = {p->class_count[c], class_continuation(p, c) + 1};
+            for (int k = 0; k < 2; k++) {
+                count_buckets(class_counts[k], 0, b, w);
+                key = (key << 7) | (int64_t)(b[0] << 1) | (w[1] == 0.0);
+            }
+            out[c] = key;
+        }
+    }
+    return 0;
+}
+
+/* Stores the theta positions of the full untargeted entries of classes[j]
+ * (in row rows[j]), j in [lo, hi): width a class at out + j * width, position
+ * 0 where the weight is 0 (such a slot need not be in use). */
+int64_t store_positions(const Spec *s, const Problem *p, const int64_t *rows,
+                        const int64_t *classes, int64_t lo, int64_t hi, uint16_t *pos16,
+                        int32_t *pos32) {
     Row row;
     Entry e[MAX_ENTRIES];
-    for (int64_t r = lo; r < hi; r++) {
-        load_row(s, p, r, &row);
-        for (int64_t c = p->row_class_ptr[r]; c < p->row_class_ptr[r + 1]; c++) {
-            int n = untargeted_entries(s, row.F, row.nF, p->class_count[c],
-                                       class_continuation(p, c), 0, e);
-            if (n != p->width)
-                return -1;
-            for (int i = 0; i < n; i++) {
-                int64_t pos = e[i].w > 0 ? entry_position(s, p, e[i].h) : 0;
-                if (pos16)
-                    pos16[c * n + i] = (uint16_t)pos;
-                else
-                    pos32[c * n + i] = (int32_t)pos;
-            }
+    int64_t loaded = -1;
+    for (int64_t j = lo; j < hi; j++) {
+        if (rows[j] != loaded) {
+            load_row(s, p, rows[j], &row);
+            loaded = rows[j];
+        }
+        int64_t c = classes[j];
+        int n = untargeted_entries(s, row.F, row.nF, p->class_count[c], class_continuation(p, c),
+                                   0, e);
+        if (n != p->width)
+            return -1;
+        for (int i = 0; i < n; i++) {
+            int64_t pos = e[i].w > 0 ? entry_position(s, p, e[i].h) : 0;
+            if (pos16)
+                pos16[j * n + i] = (uint16_t)pos;
+            else
+                pos32[j * n + i] = (int32_t)pos;
         }
     }
     return 0;
@@ -468,15 +502,19 @@ static inline double row_sum(const Spec *s, const Problem *p, const Row *row,
 }
 
 /* Sum of the class's stored entries, of weights w (the full enumeration's). */
+static inline int64_t positions_row(const Problem *p, int64_t c) {
+    return p->class_signature ? p->class_signature[c] : c;
+}
+
 static inline double class_sum(const Problem *p, int64_t c, const double *w, int n,
                                const float *theta) {
     double a = 0.0;
     if (p->pos16) {
-        const uint16_t *pos = p->pos16 + c * n;
+        const uint16_t *pos = p->pos16 + positions_row(p, c) * n;
         for (int i = 0; i < n; i++)
             a += theta[pos[i]] * w[i];
     } else {
-        const int32_t *pos = p->pos32 + c * n;
+        const int32_t *pos = p->pos32 + positions_row(p, c) * n;
         for (int i = 0; i < n; i++)
             a += theta[pos[i]] * w[i];
     }
@@ -868,7 +906,8 @@ static int emit_row(const Spec *s, const Problem *p, int64_t r, const double *g,
         for (int j = 0; j < n; j++) {
             if (cw[j] == 0.0)
                 continue;
-            int64_t pos = p->pos16 ? p->pos16[c * n + j] : p->pos32[c * n + j];
+            int64_t at = positions_row(p, c) * n + j;
+            int64_t pos = p->pos16 ? p->pos16[at] : p->pos32[at];
             emit(sink, pos, g_class * cw[j]);
         }
         if (s->target)

@@ -6,7 +6,6 @@ against 0.1 s for ``np.sort`` plus a comparison with the neighbour.
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 
 def sorted_distinct(values):
@@ -192,6 +191,8 @@ def padded_lists(column, width, dtype=np.int64):
     >>> values.tolist(), lengths.tolist()
     ([[4, 5, -1], [-1, -1, -1], [6, -1, -1]], [2, 0, 1])
     """
+    import pyarrow.compute as pc  # not at import: ~10 MiB a process that never needs it
+
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
     values = np.full((len(lengths), width), -1, dtype=dtype)

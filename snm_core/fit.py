@@ -36,7 +36,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from snm_core import io, tables, trainer
+from snm_core import io, memory, tables, trainer
 from snm_core import metafeatures as mf
 from snm_core.errors import SnmInputError
 
@@ -207,6 +207,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     # pyarrow's default pool keeps freed memory for reuse; the system allocator
     # returns it to the OS, and reading Parquet is a small part of this stage.
     pa.set_memory_pool(pa.system_memory_pool())
+    memory.limit_heap_retention()
     started = time.perf_counter()
     log_entries = []
     problems = {}
@@ -217,7 +218,9 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
             for old in problems.values():
                 old.close()
             problems.clear()  # hold one compiled problem at a time
+            memory.release_memory()
             problems[spec] = trainer.load_join(join_dir, spec, options.threads or None)[0]
+            memory.release_memory()  # what reading and compiling small M left
         return problems[spec]
 
     choice = None
@@ -262,9 +265,9 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     final_started = time.perf_counter()
     theta, history = trainer.train(problem, options.settings(epochs), log=log, progress=progress)
     final_seconds = time.perf_counter() - final_started
+    problem.close()  # its batch buffers, before the hash_size-long table is made
     os.makedirs(out_dir, exist_ok=True)
-    io.atomic_write_bytes(os.path.join(out_dir, "theta.npy"),
-                          io.npy_bytes(problem.dense_theta(theta)))
+    io.atomic_write_npy(os.path.join(out_dir, "theta.npy"), problem.dense_theta(theta))
     io.atomic_write_text(os.path.join(out_dir, "train_log.jsonl"),
                          "".join(json.dumps(e, sort_keys=True) + "\n" for e in log_entries))
     final = history[-1]
@@ -288,7 +291,6 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
         "vocabulary_fingerprint": join_manifest["vocabulary_fingerprint"],
     }
     io.atomic_write_json(os.path.join(out_dir, tables.MANIFEST), manifest)
-    problem.close()
     if problem.num_unseen_targets:
         say(f"note: {problem.num_unseen_targets:,} held-out events predict a word no training "
             "feature saw (probability 0 whatever theta); they were left out")

@@ -6,7 +6,6 @@ partial output under a real name.
 """
 
 import contextlib
-import io
 import json
 import os
 import tempfile
@@ -59,13 +58,12 @@ def atomic_write_parquet(path, table, **kwargs):
     _atomic(path, "wb", lambda f: pq.write_table(table, f, **kwargs))
 
 
-def npy_bytes(array):
-    """The bytes of ``np.save(array)`` (to write atomically)."""
+def atomic_write_npy(path, array):
+    """``np.save`` to ``path``, atomically, without a copy of the array in memory."""
     import numpy as np
 
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
+    with atomic_file(path) as f:
+        np.save(f, array)
 
 
 def read_json(path):

@@ -24,7 +24,6 @@ import importlib.util
 
 import numpy as np
 
-from snm_core import hashing
 from snm_core.errors import SnmInputError
 
 #: Row entries at most (feature, type, two feature-count and two diversity buckets).
@@ -68,7 +67,8 @@ class Problem(ctypes.Structure):
     _fields_ = [("num_rows", _i64)] + [(name, _ptr) for name in (
         "row_key", "row_type", "row_count", "row_diversity", "row_class_ptr", "row_unit_ptr",
         "class_count", "class_continuation", "class_mult", "class_link_ptr", "link_word")] + [
-        ("width", _i64), ("pos16", _ptr), ("pos32", _ptr), ("slot_index", _ptr),
+        ("width", _i64), ("pos16", _ptr), ("pos32", _ptr), ("class_signature", _ptr),
+        ("slot_index", _ptr),
         ("num_params", _i64), ("direct_params", _i64)]
 
 
@@ -103,7 +103,8 @@ def _load():
     signatures = {
         "initialise": ([], _i64),
         "mark_used_slots": ([_ptr, _ptr, _i64, _i64, _ptr], _i64),
-        "store_positions": ([_ptr, _ptr, _i64, _i64, _ptr, _ptr], _i64),
+        "class_signatures": ([_ptr, _ptr, _ptr, _i64, _i64, _ptr], _i64),
+        "store_positions": ([_ptr, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr], _i64),
         "forward": ([_ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr], _i64),
         "unit_values": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _ptr], _i64),
         "events_pass": ([_i64] + [_ptr] * 10, _f64),
@@ -153,6 +154,7 @@ _PROBLEM_DTYPES = {
     "row_diversity": np.int64, "row_class_ptr": np.int64, "row_unit_ptr": np.int64,
     "class_count": np.int64, "class_continuation": np.int64, "class_mult": np.int32,
     "class_link_ptr": np.int64, "link_word": np.int32, "pos16": np.uint16, "pos32": np.int32,
+    "class_signature": np.int32,
     "slot_index": np.uint64}
 
 

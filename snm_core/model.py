@@ -38,7 +38,7 @@ import pyarrow as pa
 from snm_core import io, kernels, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
-from snm_core.arrays import group_rows, sorted_distinct
+from snm_core.arrays import group_rows
 from snm_core.features import FeatureExtractor
 from snm_core.hashing import link_key
 from snm_core.text import SentenceBatch, tokenize
@@ -287,7 +287,7 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
                             "(expected about n**2 / 2**65); please report this")
     sizes = sum(out.close() for out in (feature_keys, feature_m_star, feature_index.out,
                                         link_keys, link_m, link_c, link_index.out))
-    io.atomic_write_bytes(os.path.join(directory, "seen_words.npy"), io.npy_bytes(seen))
+    io.atomic_write_npy(os.path.join(directory, "seen_words.npy"), seen)
     sizes += seen.nbytes
     compact = {"kind": "compact", "format_version": tables.FORMAT_VERSION,
                "files": [n + ".npy" for n in COMPACT_FILES],

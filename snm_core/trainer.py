@@ -126,14 +126,16 @@ def load_join(directory, spec, threads=None):
 
     manifest = tables.read_manifest(directory, "join")
     names = sorted(manifest["files"])
-    event_tables = [pq.read_table(os.path.join(directory, n), use_threads=False)
+    # ParquetFile.read, not read_table: the dataset layer under read_table holds
+    # ~15 MiB more while it reads (kernel 5-gram small M, a bucket at a time).
+    event_tables = [pq.ParquetFile(os.path.join(directory, n)).read(use_threads=False)
                     for n in names if n.startswith("events-")]
     if not event_tables:
         raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
     events = Events.from_table(pa.concat_tables(event_tables))
     del event_tables
-    small_m = (pq.read_table(os.path.join(directory, n), use_threads=False) for n in names
-               if n.startswith("small_m-"))
+    small_m = (pq.ParquetFile(os.path.join(directory, n)).read(use_threads=False)
+               for n in names if n.startswith("small_m-"))
     problem = AdjustmentProblem(small_m, events, spec, type_fingerprints(manifest),
                                 len(manifest["feature_types"]), threads)
     return problem, manifest
@@ -226,7 +228,8 @@ class AdjustmentProblem:
         self.num_rows = n_rows
         self.num_classes = n_classes
         self.row_key = cat("key", np.uint64)
-        self.row_type = self.type_fingerprint[cat("type", np.int64)].astype(np.uint64)
+        self.row_type_id = cat("type", np.int64)
+        self.row_type = self.type_fingerprint[self.row_type_id].astype(np.uint64)
         self.row_count = cat("count", np.int64)
         self.row_diversity = cat("diversity", np.int64)
         self.row_class_ptr = np.r_[cat("class_ptr", np.int64), n_classes]
@@ -330,18 +333,48 @@ class AdjustmentProblem:
             self.num_params = self.weights_used
         del used
         self.width = kernels.class_width(self.spec)
-        self.positions = None
+        self.positions = self.class_signature = None
         if self.width:
+            classes, rows = self._position_rows(parts)
             dtype = np.uint16 if self.num_params <= 1 << 16 else np.int32
-            self.positions = np.empty(self.num_classes * self.width, dtype)
-        self._problem = kernels.problem(self._arrays(), self.width, self.num_params)
-        if self.width:
-            pos16 = self.positions if self.positions.dtype == np.uint16 else None
+            self.positions = np.empty(len(classes) * self.width, dtype)
+            self._problem = kernels.problem(self._arrays(), self.width, self.num_params)
+            pos16 = self.positions if dtype == np.uint16 else None
             pos32 = None if pos16 is not None else self.positions
-            self._run(kernels.lib().store_positions,
-                      [(ctypes.byref(self._spec), ctypes.byref(self._problem), lo, hi,
-                        kernels.address(pos16), kernels.address(pos32)) for lo, hi in parts])
+            bounds = np.linspace(0, len(classes), self.threads + 1).astype(np.int64)
+            self._run(kernels.lib().store_positions, [
+                (ctypes.byref(self._spec), ctypes.byref(self._problem), kernels.address(rows),
+                 kernels.address(classes), int(lo), int(hi), kernels.address(pos16),
+                 kernels.address(pos32)) for lo, hi in zip(bounds[:-1], bounds[1:])])
+        self._problem = kernels.problem(self._arrays(), self.width, self.num_params)
+        del self.row_type_id
         self._workspace = kernels.Workspace()
+
+    def _position_rows(self, parts):
+        """``(classes, rows)`` whose untargeted entries' positions are stored, one each.
+
+        Without the feature identity among the row meta-features
+        (unlexicalized), a class's entries depend only on its row's type and the
+        buckets of its counts: classes with the same signature share one row of
+        positions (kernel 5-gram: 238K classes, ~6K signatures).
+        """
+        if self.spec.variant != "unlexicalized":
+            classes = np.arange(self.num_classes, dtype=np.int64)
+            return classes, np.repeat(np.arange(self.num_rows, dtype=np.int64),
+                                      np.diff(self.row_class_ptr))
+        keys = np.empty(self.num_classes, np.int64)
+        self._run(kernels.lib().class_signatures,
+                  [(ctypes.byref(self._spec), ctypes.byref(self._problem),
+                    kernels.address(self.row_type_id), lo, hi, kernels.address(keys))
+                   for lo, hi in parts])
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        first = np.r_[True, ordered[1:] != ordered[:-1]]
+        signature = np.empty(self.num_classes, np.int32)
+        signature[order] = np.cumsum(first) - 1
+        self.class_signature = signature
+        classes = order[first]  # the lowest class of each signature, in signature order
+        return classes, np.searchsorted(self.row_class_ptr, classes, side="right") - 1
 
     def _arrays(self):
         arrays = {"row_key": self.row_key, "row_type": self.row_type,
@@ -352,6 +385,7 @@ class AdjustmentProblem:
                   "class_link_ptr": self.class_link_ptr, "link_word": self.link_word}
         if hasattr(self, "num_params"):
             arrays["slot_index"] = self.slot_index
+            arrays["class_signature"] = self.class_signature
             if self.positions is not None:
                 arrays["pos16" if self.positions.dtype == np.uint16 else "pos32"] = \
                     self.positions
@@ -491,11 +525,15 @@ class AdjustmentProblem:
         """The ``hash_size`` weight table (float32) the apply stage reads."""
         if self.slot_index is None:
             return np.asarray(theta, np.float32).copy()
-        lines = self.slot_index.reshape(-1, 8)
-        marks = np.unpackbits(lines[:, 1:].copy().view(np.uint8), bitorder="little")
-        slots = np.flatnonzero(marks)
         dense = np.zeros(self.spec.hash_size, dtype=np.float32)
-        dense[slots] = theta
+        lines = self.slot_index.reshape(-1, 8)
+        block = 1 << 12  # index lines a step: the slot arrays stay small
+        for lo in range(0, len(lines), block):
+            part = lines[lo:lo + block]
+            marks = np.unpackbits(part[:, 1:].copy().view(np.uint8), bitorder="little")
+            slots = np.flatnonzero(marks) + lo * kernels.INDEX_SLOTS
+            first = int(part[0, 0])
+            dense[slots] = theta[first:first + len(slots)]
         return dense
 
     def weights_in_use(self):
@@ -509,10 +547,11 @@ class AdjustmentProblem:
         return np.flatnonzero(~valid), np.flatnonzero(valid)
 
     def close(self):
-        """Stop the worker threads (they also stop when the problem is collected)."""
+        """Stop the worker threads and free the batch buffers (also done when collected)."""
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        self._workspace = kernels.Workspace()
 
 
 # --- training -----------------------------------------------------------------------------
