@@ -27,27 +27,26 @@ KN5_LINEAR_MIXTURE = 68.40
 SOURCES = ("man", "kernel", "gcide", "fortunes")
 BUCKETS = {"5gram": 16, "skip5gram": 32, "skip10gram": 64}
 MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
-#: A lexicalized skip-5-gram epoch on mix takes ~2-3 min here (16M small-M links
-#: pooled): at most 3 epochs keep a run under ~30 min, and a larger entry cache
-#: (it changes speed only) avoids re-hashing most rows in every batch.
-FIT_ARGS = {"skip5gram": ["--max_epochs", "3", "--cache_mib", "10240"]}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default="5gram,skip5gram")
+    parser.add_argument("--trainings", default="pooled,tagged")
+    parser.add_argument("--train_args", default="", help="more `snm train` arguments")
     args = parser.parse_args(argv)
+    trainings = [t == "tagged" for t in args.trainings.split(",")]
     train_dir = corpus("mix", "train")
     rows = []
     for config in args.configs.split(","):
         results = {}
-        for tagged in (False, True):
+        for tagged in trainings:
             out = os.path.join(WORK, "mixing", f"{config}-{'tagged' if tagged else 'pooled'}")
             cmd = [sys.executable, "-m", "snm", "train", "--config", config,
                    "--heldout", corpus("mix", "dev.txt"), "--test", corpus("mix", "test.txt"),
                    "--vocab", corpus("mix", "vocab.txt"), "--out", out,
-                   "--num_buckets", str(BUCKETS[config]), *MODE, *FIT_ARGS.get(config, [])]
+                   "--num_buckets", str(BUCKETS[config]), *MODE, *args.train_args.split()]
             for source in SOURCES:
                 cmd += ["--train", f"{source}={os.path.join(train_dir, source + '.txt.gz')}"]
             if tagged:
@@ -57,6 +56,8 @@ def main(argv=None):
                 report = json.load(f)
             with open(os.path.join(out, "adjust", "manifest.json")) as f:
                 fit = json.load(f)
+            with open(os.path.join(out, "stages.json")) as f:
+                stages = {name: stage["seconds"] for name, stage in json.load(f).items()}
             results[tagged] = report
             rows.append({
                 "config": config, "training": "tagged" if tagged else "pooled",
@@ -67,11 +68,14 @@ def main(argv=None):
                 "dev_ppl": fit["heldout_perplexity"],
                 "vs_kn5_pooled": report["adjusted"]["perplexity"] / KN5_POOLED,
                 "vs_linear_mixture": report["adjusted"]["perplexity"] / KN5_LINEAR_MIXTURE,
-                "wall_s": seconds, "peak_rss_mib": rss,
+                "wall_s": seconds, "peak_rss_mib": rss, "stage_s": stages,
+                "fit_select_s": fit["seconds"]["selection"], "fit_final_s": fit["seconds"]["final"],
+                "small_m_links": fit["small_m"]["links"],
             })
             print(json.dumps(rows[-1]), flush=True)
-        rows[-1]["tagged_vs_pooled"] = (results[True]["adjusted"]["perplexity"]
-                                        / results[False]["adjusted"]["perplexity"])
+        if len(results) == 2:
+            rows[-1]["tagged_vs_pooled"] = (results[True]["adjusted"]["perplexity"]
+                                            / results[False]["adjusted"]["perplexity"])
     print_table(rows, ["config", "training", "unadjusted_ppl", "adjusted_ppl", "metafeatures",
                        "epochs", "vs_kn5_pooled", "vs_linear_mixture", "tagged_vs_pooled",
                        "wall_s", "peak_rss_mib"])

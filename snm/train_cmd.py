@@ -36,7 +36,7 @@ from pipelines import join as join_stage
 from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
-from snm_core import io, tables
+from snm_core import io, memory, tables
 from snm_core.config import load_config
 from snm_core.errors import SnmInputError
 from snm_core.fit import fit_directory
@@ -86,6 +86,7 @@ class Runner:
         print(f"=== {number}/{len(STAGES)} {name} ===", flush=True)
         start = time.perf_counter()
         run()
+        memory.release_memory()  # what the stage left in the allocators, before the next
         seconds = round(time.perf_counter() - start, 3)
         summary = describe()
         self.state[name] = {"signature": signature, "seconds": seconds, "summary": summary}

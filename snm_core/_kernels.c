@@ -60,9 +60,6 @@
  * number of threads; each lane sums its own gradient, and the lanes are
  * added in lane order. */
 #define LANES 8
-/* Units (classes or links) whose gradient pairs are sorted at once: enough
- * that a bucket's gradient takes several pairs a cache line. */
-#define ROUND_UNITS (1 << 17)
 /* Pairs between a gradient prefetch and its use. */
 #define APPLY_AHEAD 16
 
@@ -109,6 +106,8 @@ typedef struct {
     /* At most this many positions: the gradient is added in place, by
      * position ranges (it fits a core's cache); more: through sorted pairs. */
     int64_t direct_params;
+    /* Units whose gradient pairs are sorted at once (rounds of a batch). */
+    int64_t round_units;
 } Problem;
 
 /* One batch: the rows its events touch and its pairs (event, feature). */
@@ -885,37 +884,80 @@ double events_pass(int64_t n_events, const int64_t *event_pairs, const int64_t *
 
 /* --- the gradient ------------------------------------------------------------------- */
 
-/* The gradient pairs of row r, whose units' gradients are g[0 ...]. */
-static int emit_row(const Spec *s, const Problem *p, int64_t r, const double *g, Sink *sink) {
+/* The gradient pairs of row r's units [from, to) (units' gradients g[0...]):
+ * the row's own entries go with its first unit, a class's untargeted entries
+ * with the class's first unit, so any cut of a row's units emits the pairs in
+ * the order the whole row would. */
+static int emit_row(const Spec *s, const Problem *p, int64_t r, const double *g, int64_t from,
+                    int64_t to, Sink *sink) {
     Row row;
     double cw[MAX_ENTRIES];
     load_row(s, p, r, &row);
-    int64_t n_units = p->row_unit_ptr[r + 1] - p->row_unit_ptr[r];
-    double g_row = 0.0;
-    for (int64_t u = 0; u < n_units; u++)
-        g_row += g[u];
-    for (int j = 0; j < row.nL; j++)
-        emit(sink, entry_position(s, p, row.L[j].h), g_row * row.L[j].w);
+    if (from == 0) {
+        int64_t n_units = p->row_unit_ptr[r + 1] - p->row_unit_ptr[r];
+        double g_row = 0.0;
+        for (int64_t u = 0; u < n_units; u++)
+            g_row += g[u];
+        for (int j = 0; j < row.nL; j++)
+            emit(sink, entry_position(s, p, row.L[j].h), g_row * row.L[j].w);
+    }
     int64_t unit = 0;
-    for (int64_t c = p->row_class_ptr[r]; c < p->row_class_ptr[r + 1]; c++) {
+    for (int64_t c = p->row_class_ptr[r]; c < p->row_class_ptr[r + 1] && unit < to; c++) {
         int64_t units = s->target ? p->class_link_ptr[c + 1] - p->class_link_ptr[c] : 1;
-        double g_class = 0.0;
-        for (int64_t u = 0; u < units; u++)
-            g_class += g[unit + u];
-        int n = class_weights(s, p, &row, c, cw);
-        for (int j = 0; j < n; j++) {
-            if (cw[j] == 0.0)
-                continue;
-            int64_t at = positions_row(p, c) * n + j;
-            int64_t pos = p->pos16 ? p->pos16[at] : p->pos32[at];
-            emit(sink, pos, g_class * cw[j]);
+        if (unit + units <= from) {
+            unit += units;
+            continue;
         }
-        if (s->target)
-            link_pass(s, p, &row, c, p->class_link_ptr[c], p->class_link_ptr[c + 1], 0.0, 0.0,
-                      NULL, NULL, g + unit, sink);
+        if (unit >= from) {
+            double g_class = 0.0;
+            for (int64_t u = 0; u < units; u++)
+                g_class += g[unit + u];
+            int n = class_weights(s, p, &row, c, cw);
+            for (int j = 0; j < n; j++) {
+                if (cw[j] == 0.0)
+                    continue;
+                int64_t at = positions_row(p, c) * n + j;
+                int64_t pos = p->pos16 ? p->pos16[at] : p->pos32[at];
+                emit(sink, pos, g_class * cw[j]);
+            }
+        }
+        if (s->target) {
+            int64_t l0 = p->class_link_ptr[c];
+            int64_t a = from > unit ? from - unit : 0, b = to - unit < units ? to - unit : units;
+            link_pass(s, p, &row, c, l0 + a, l0 + b, 0.0, 0.0, NULL, NULL, g + unit + a, sink);
+        }
         unit += units;
     }
     return sink->failed ? -1 : 0;
+}
+
+/* Local row of unit u of a batch (offset: first unit of each local row). */
+static int64_t row_of_unit(const int64_t *offset, int64_t n_rows, int64_t u) {
+    int64_t a = 0, b = n_rows; /* the last row whose offset <= u */
+    while (b - a > 1) {
+        int64_t mid = (a + b) / 2;
+        if (offset[mid] <= u)
+            a = mid;
+        else
+            b = mid;
+    }
+    return a;
+}
+
+/* The pairs of batch units [u0, u1), row after row. */
+static int emit_units(const Spec *s, const Problem *p, const Batch *b, const double *g,
+                      int64_t u0, int64_t u1, Sink *sink) {
+    if (u0 >= u1)
+        return 0;
+    for (int64_t i = row_of_unit(b->offset, b->n_rows, u0); i < b->n_rows && b->offset[i] < u1;
+         i++) {
+        int64_t first = b->offset[i];
+        int64_t from = u0 > first ? u0 - first : 0;
+        int64_t to = (u1 < b->offset[i + 1] ? u1 : b->offset[i + 1]) - first;
+        if (emit_row(s, p, b->rows[i], g + first, from, to, sink))
+            return -1;
+    }
+    return 0;
 }
 
 typedef struct {
@@ -925,22 +967,20 @@ typedef struct {
     Workspace *w;
     const double *g;
     double *grad;
-    int64_t row_lo, row_hi; /* the round's local rows */
+    int64_t unit_lo, unit_hi; /* the round's units */
     int64_t n_buckets;
 } ScatterTask;
 
 /* Direct: thread t sums the gradient of lanes t, t + threads, ... */
 static void scatter_lane_task(void *context, int t, int threads) {
     ScatterTask *a = (ScatterTask *)context;
-    int64_t n = a->p->num_params;
+    int64_t n = a->p->num_params, units = a->batch->offset[a->batch->n_rows];
     for (int lane = t; lane < LANES; lane += threads) {
         double *grad = a->w->lanes + lane * n;
         memset(grad, 0, sizeof(double) * n);
         Sink sink = {grad, 0, n, NULL, 0};
-        int64_t lo, hi;
-        split_rows(a->batch->offset, 0, a->batch->n_rows, lane, LANES, &lo, &hi);
-        for (int64_t i = lo; i < hi; i++)
-            emit_row(a->s, a->p, a->batch->rows[i], a->g + a->batch->offset[i], &sink);
+        emit_units(a->s, a->p, a->batch, a->g, units * lane / LANES,
+                   units * (lane + 1) / LANES, &sink);
     }
 }
 
@@ -956,24 +996,18 @@ static void scatter_sum_task(void *context, int t, int threads) {
     }
 }
 
-/* Streams: thread t emits the pairs of its share of the round's rows. */
+/* Streams: thread t emits the pairs of its share of the round's units. */
 static void scatter_emit_task(void *context, int t, int threads) {
     ScatterTask *a = (ScatterTask *)context;
-    const Batch *b = a->batch;
     Streams *q = &a->w->streams[t];
     if (streams_prepare(q, a->n_buckets)) {
         a->w->failed = 1;
         return;
     }
-    int64_t lo, hi;
-    split_rows(b->offset, a->row_lo, a->row_hi, t, threads, &lo, &hi);
+    int64_t n = a->unit_hi - a->unit_lo;
     Sink sink = {NULL, 0, 0, q, 0};
-    for (int64_t i = lo; i < hi; i++)
-        if (emit_row(a->s, a->p, b->rows[i], a->g + b->offset[i], &sink)) {
-            a->w->failed = 1;
-            return;
-        }
-    if (streams_flush(q))
+    if (emit_units(a->s, a->p, a->batch, a->g, a->unit_lo + n * t / threads,
+                   a->unit_lo + n * (t + 1) / threads, &sink) || streams_flush(q))
         a->w->failed = 1;
 }
 
@@ -1115,22 +1149,18 @@ double batch_step(const Spec *s, const Problem *p, const Batch *b, float *theta,
         lap(w, 2, &mark);
     } else {
         scatter.n_buckets = ((p->num_params - 1) >> BUCKET_SHIFT) + 1;
-        /* Rounds of about ROUND_UNITS units, whole rows, cut independently of
-         * the threads: each position's pairs arrive in row order. */
-        int64_t i = 0;
-        while (i < b->n_rows) {
-            int64_t j = i + 1;
-            while (j < b->n_rows && b->offset[j + 1] - b->offset[i] <= ROUND_UNITS)
-                j++;
-            scatter.row_lo = i;
-            scatter.row_hi = j;
+        /* Rounds of round_units units, cut independently of the threads: each
+         * position's pairs arrive in unit order. */
+        int64_t round = p->round_units > 0 ? p->round_units : n_units;
+        for (int64_t u = 0; u < n_units; u += round) {
+            scatter.unit_lo = u;
+            scatter.unit_hi = u + round < n_units ? u + round : n_units;
             run_threads((int)threads, scatter_emit_task, &scatter);
             lap(w, 2, &mark);
             if (w->failed)
                 return NAN;
             run_threads((int)threads, scatter_apply_task, &scatter);
             lap(w, 3, &mark);
-            i = j;
         }
     }
     if (gamma > 0) {
@@ -1282,5 +1312,5 @@ PyMODINIT_FUNC PyInit__kernels(void) {
  * version number it checks. */
 int64_t initialise(void) {
     fill_log_table();
-    return 2;
+    return 3;
 }

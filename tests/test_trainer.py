@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from snm_core import synthetic, trainer
+from snm_core import kernels, synthetic, trainer
 from snm_core.metafeatures import MetaFeatureSpec, VARIANTS
 
 from modelutil import STEP, problem, random_theta
@@ -48,8 +48,13 @@ def test_gradient_equals_finite_differences(tiny):
         assert grad[k] == pytest.approx(numeric, rel=1e-4, abs=1e-6)
 
 
-def test_threads_do_not_change_the_gradient_or_theta(tiny):
-    """Rows and theta's positions are split between threads; every sum keeps its order."""
+@pytest.mark.parametrize("direct_params", [kernels.DIRECT_PARAMS, 0], ids=["lanes", "pairs"])
+def test_threads_do_not_change_the_gradient_or_theta(tiny, direct_params, monkeypatch):
+    """Rows, units and theta's positions are split between threads; every sum keeps its
+    order, whether the gradient is summed in lanes (a short theta) or through pairs
+    sorted by position (a long one)."""
+    monkeypatch.setattr(kernels, "DIRECT_PARAMS", direct_params)
+    monkeypatch.setattr(kernels, "ROUND_UNITS", 37)  # rounds cut rows and classes
     theta = random_theta(tiny, 0.3, seed=9)
     events = np.arange(0, tiny.num_events, 2)
     results = []
