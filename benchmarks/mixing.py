@@ -16,6 +16,7 @@ models from ../shared/benchmarks/reference.md.  Appends to benchmarks/results.js
 import argparse
 import json
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -43,6 +44,7 @@ def main(argv=None):
         results = {}
         for tagged in trainings:
             out = os.path.join(WORK, "mixing", f"{config}-{'tagged' if tagged else 'pooled'}")
+            shutil.rmtree(out, ignore_errors=True)  # from scratch, not resumed
             cmd = [sys.executable, "-m", "snm", "train", "--config", config,
                    "--heldout", corpus("mix", "dev.txt"), "--test", corpus("mix", "test.txt"),
                    "--vocab", corpus("mix", "vocab.txt"), "--out", out,

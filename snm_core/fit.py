@@ -166,9 +166,9 @@ class Selection:
         if candidate.state is None:
             candidate.state = trainer.TrainState.start(problem, settings)
             trainer.run_epochs(problem, settings, candidate.state, 0, *self.split, log=log,
-                               history=candidate.history)
+                               history=candidate.history, train_metrics=False)
         trainer.run_epochs(problem, settings, candidate.state, 1, *self.split, log=log,
-                           history=candidate.history)
+                           history=candidate.history, train_metrics=False)
         if candidate.state.epoch >= self.cap:
             candidate.stopped = candidate.stopped or "max_epochs"
         elif candidate.stalled(self.options.patience):

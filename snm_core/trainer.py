@@ -5,12 +5,13 @@ Model.  For an event e with features F(e) (those present in small M) and target 
     P(t | e) = y_t(e) / y(e),  y_t(e) = sum_f M_ft,  y(e) = sum_f M_f*,
     M_fw = c(w|f) exp(A(f, w)),  A(f, w) = sum_k theta_k h_k(f, w).
 
-Link classes.  Links of one row whose meta-features coincide have the same
-A, and the same c(w|f) whenever the meta-features include the link count, so
-they share M_fw: one class of ``mult`` links stands for all of them.  With
-unlexicalized or feature-only meta-features a class is (feature, C(f,w),
-continuation), about 7x fewer than links on the kernel 5-gram small M;
-lexicalized meta-features name the target, so every link is its own class.
+Link classes and units.  Links of one row with the same C(f,w) (and
+continuation count) form a class: their meta-features coincide but for the
+target word, so unlexicalized and feature-only meta-features give them one
+A and one M_fw, and a class of ``mult`` links is trained as one unit (kernel
+5-gram: 238K classes for 1.26M links).  Lexicalized meta-features name the
+target: every link is a unit, and its class holds the entries that do not
+involve the target.
 
 Gradient (eq. 5 and 8).  d log P(e) / d A_fw = M_fw [1_w(e)/y_t(e) - 1/y(e)]
 for f in F(e).  Over a mini-batch B the second term is applied once per
@@ -27,16 +28,17 @@ choice: y(e) uses M_f* from the start of the epoch.
 AdaGrad (eq. 6-7), as ascent on the log-likelihood (the paper writes the
 descent form): acc_k += g_k**2 (starting at Delta_0); theta_k += gamma g_k / sqrt(acc_k).
 
-Where the work is done.  A batch runs four compiled passes
+Where the work is done.  A batch is one call into the compiled loops
 (:mod:`snm_core.kernels`): forward over the touched rows (A, M_fw, M_f*), the
-events (log-likelihood, alpha, first terms), the gradient (scattered onto
-theta's positions) and AdaGrad.  Rows and positions are split between
-threads; each position's gradient is summed over the rows in one order
-whatever the number of threads, so theta does not depend on it.
+events (log-likelihood, alpha, first terms), the gradient (pairs of theta
+position and value, summed by position range) and AdaGrad.  Rows, units and
+positions are split between threads; each position's gradient is summed in
+an order that does not depend on their number, so theta does not either.
 
 Parameters.  theta holds the weights in use: the hashed slots some small-M
-link has a non-zero entry for, in slot order (a bitmap with a rank per 64
-slots maps a slot to its position).  :meth:`AdjustmentProblem.dense_theta`
+link has a non-zero entry for, in slot order (:func:`kernels.slot_index`
+maps a slot to its position), or the whole ``hash_size`` table when more than
+``IDENTITY_SHARE`` of it is in use.  :meth:`AdjustmentProblem.dense_theta`
 scatters them into the ``hash_size`` table that the apply stage reads.
 """
 
@@ -160,11 +162,12 @@ class AdjustmentProblem:
         Threads a batch is split between (default: the cores, at most 8).
         Results do not depend on it.
 
-    Memory (bytes): a row 40, a class 8-20 (count, continuation, word, links
-    in it) plus 2 or 4 per stored entry (unlexicalized: 48 with diversity and
-    continuation), a held-out feature occurrence 8, a weight in use 16
-    (theta, AdaGrad sum, gradient) and, during a batch, 8 per class of the
-    rows it touches.
+    Memory (bytes): a row 56, a class 12-20 (count, continuation, links in
+    it) plus 4 per stored entry (lexicalized: 14 with diversity; the
+    unlexicalized classes share theirs by signature), a lexicalized link 4
+    (its word), a held-out feature occurrence 8, a weight 16 (theta, AdaGrad
+    sum, gradient) and, during a batch, 8 per unit of the rows it touches and
+    ~8 per gradient pair of a round (``kernels.ROUND_UNITS`` units).
     """
 
     def __init__(self, small_m_tables, events, spec, type_fingerprint, num_feature_types,
@@ -476,13 +479,26 @@ class AdjustmentProblem:
         """
         return self._step(theta, acc, grad, events, gamma, stale_m_star)
 
-    def m_star(self, theta):
-        """Exact M_f* of every row at ``theta``: float64 (num_rows,)."""
+    def m_star(self, theta, events=None):
+        """Exact M_f* at ``theta``: float64 (num_rows,), of every row, or (with
+        ``events``) of the rows those events touch (the others left NaN)."""
         theta = np.ascontiguousarray(theta, np.float32)
         out = np.empty(self.num_rows)
+        if events is None:
+            rows, offset = None, self.row_unit_ptr
+        else:
+            out[:] = np.nan
+            events = np.asarray(events, np.int64)
+            rows = sorted_distinct(self.pair_row[concat_ranges(
+                self.event_ptr[events], self.event_ptr[events + 1])]).astype(np.int64)
+            offset = np.r_[0, np.cumsum(self.row_unit_ptr[rows + 1] - self.row_unit_ptr[rows])]
+        values = out if rows is None else np.empty(len(rows))
         kernels.lib().forward(ctypes.byref(self._spec), ctypes.byref(self._problem),
-                              kernels.address(theta), None, kernels.address(self.row_unit_ptr),
-                              self.num_rows, self.threads, None, kernels.address(out))
+                              kernels.address(theta), kernels.address(rows),
+                              kernels.address(offset), self.num_rows if rows is None
+                              else len(rows), self.threads, None, kernels.address(values))
+        if rows is not None:
+            out[rows] = values
         return out
 
     def log_likelihood(self, theta, events=None, m_star=None):
@@ -493,7 +509,7 @@ class AdjustmentProblem:
         theta = np.ascontiguousarray(theta, np.float32)
         events = np.arange(self.num_events) if events is None else np.asarray(events, np.int64)
         if m_star is None:
-            m_star = self.m_star(theta)
+            m_star = self.m_star(theta, events)
         lib, a = kernels.lib(), kernels.address
         total = 0.0
         for start in range(0, len(events), EVAL_CHUNK):
@@ -596,13 +612,21 @@ class TrainState:
         return TrainState(self.theta.copy(), self.acc.copy(), self.epoch)
 
 
-def evaluate(problem, theta, train_events, valid_events):
-    """``{train_loss, train_perplexity[, valid_...]}`` at ``theta`` (one M_f* pass for both)."""
-    m_star = problem.m_star(theta)
-    loglik = problem.log_likelihood(theta, train_events, m_star)
-    entry = {"train_events": int(len(train_events)),
-             "train_loss": -loglik / max(len(train_events), 1),
-             "train_perplexity": perplexity(loglik, len(train_events))}
+def evaluate(problem, theta, train_events, valid_events, train=True):
+    """``{train_loss, train_perplexity, valid_...}`` at ``theta``.
+
+    With ``train=False`` only the validation figures (a selection run reads
+    nothing else): M_f* of the rows the validation events touch, not all.
+    """
+    entry = {}
+    if train:
+        m_star = problem.m_star(theta)
+        loglik = problem.log_likelihood(theta, train_events, m_star)
+        entry = {"train_events": int(len(train_events)),
+                 "train_loss": -loglik / max(len(train_events), 1),
+                 "train_perplexity": perplexity(loglik, len(train_events))}
+    else:
+        m_star = problem.m_star(theta, valid_events)
     if valid_events is not None and len(valid_events):
         valid = problem.log_likelihood(theta, valid_events, m_star)
         entry.update(valid_events=int(len(valid_events)),
@@ -612,8 +636,10 @@ def evaluate(problem, theta, train_events, valid_events):
 
 
 def run_epochs(problem, settings, state, epochs, train_events, valid_events=None, log=None,
-               progress=None, stop=None, history=None):
+               progress=None, stop=None, history=None, train_metrics=True):
     """Train ``state`` for up to ``epochs`` more epochs (in place); returns the history.
+
+    ``train_metrics=False`` logs the validation figures only (see :func:`evaluate`).
 
     The events of epoch k are shuffled by a generator seeded with (seed, k), so
     a run continued from a saved state is the same as one run straight through.
@@ -622,7 +648,7 @@ def run_epochs(problem, settings, state, epochs, train_events, valid_events=None
 
     def record(seconds):
         entry = {"epoch": state.epoch, "seconds": round(seconds, 3),
-                 **evaluate(problem, state.theta, train_events, valid_events),
+                 **evaluate(problem, state.theta, train_events, valid_events, train_metrics),
                  "nonzero_params": int(np.count_nonzero(state.theta))}
         history.append(entry)
         if log:
