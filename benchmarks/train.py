@@ -9,8 +9,8 @@ fresh run directory, vocabulary given, both cores: ``--direct_num_workers=2``),
 its time per stage (stages.json) and the fit's split between choosing the
 variant and the final run, next to KenLM's whole path on the same files:
 ``lmplz -o 5 -S 1G`` (OOV words as one placeholder word, as in count.py),
-``build_binary trie`` and ``query`` over the test text (build_binary and query
-from LMPLZ's directory).  With ``--repeats N`` the two take turns N times and
+``build_binary trie`` and ``query`` over the test text, OOV words as the same
+placeholder (build_binary and query from LMPLZ's directory).  With ``--repeats N`` the two take turns N times and
 each keeps its best time; peak RSS is the largest, summed over the process
 tree.  KenLM's whole path only exists for n-gram configurations; other rows
 show snm alone.  Appends to benchmarks/results.jsonl.
@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
-from benchmarks.count import setup_files, unk_text  # noqa: E402
+from benchmarks.count import OOV_PLACEHOLDER, setup_files, unk_text  # noqa: E402
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
 
@@ -54,6 +54,22 @@ def snm_train(setup, config, extra):
             "test_ppl": evaluation["adjusted"]["perplexity"]}
 
 
+def unk_test(setup):
+    """The test text with words outside vocab.txt as lmplz's placeholder word (made once)."""
+    target = os.path.join(WORK, f"{setup}-test-unk.txt")
+    if not os.path.exists(target):
+        _, vocab_path = setup_files(setup)
+        with open(vocab_path, encoding="utf-8") as f:
+            vocab = set(f.read().split("\n"))
+        with open(corpus(setup, "test.txt"), encoding="utf-8") as f, \
+                open(target + ".tmp", "w", encoding="utf-8") as out:
+            for line in f:
+                out.write(" ".join(w if w in vocab else OOV_PLACEHOLDER for w in line.split())
+                          + "\n")
+        os.replace(target + ".tmp", target)
+    return target
+
+
 def kenlm_path(setup, lmplz):
     """lmplz, build_binary trie and query in sequence: (wall s, peak RSS MiB, test ppl)."""
     bin_dir = os.path.dirname(lmplz)
@@ -67,7 +83,7 @@ def kenlm_path(setup, lmplz):
         s, r = run_measured(cmd, log=binary + ".log")
         seconds, rss = seconds + s, max(rss, r)
     start = time.perf_counter()
-    with open(corpus(setup, "test.txt"), "rb") as test:
+    with open(unk_test(setup), "rb") as test:
         query = subprocess.run([os.path.join(bin_dir, "query"), binary], stdin=test,
                                capture_output=True, check=True)
     seconds += time.perf_counter() - start

@@ -49,6 +49,10 @@ RACE_MARGIN = 0.01
 #: Epochs after which only the leading candidate trains on.
 RACE_EPOCHS = 2
 SELECTIONS = ("race", "each")
+#: The order candidates train in, each round: one compiled problem is held at a
+#: time, so the last one trained stays loaded for the next round and the final
+#: run; unlexicalized, the usual winner on matched data, goes last.
+TRAINING_ORDER = ("lexicalized", "feature-only", "unlexicalized")
 
 
 @dataclasses.dataclass
@@ -99,12 +103,14 @@ class FitOptions:
         return len(self.variants) > 1 or self.epochs == AUTO
 
     def candidates(self):
+        """The candidates' specs, in training order (:data:`TRAINING_ORDER`)."""
         # Continuation counts go with unlexicalized meta-features: feature-only
         # ones have no link meta-features, and lexicalized ones would carry
         # ~40 more entries a link to refine weights that are already per link.
+        variants = sorted(self.variants, key=TRAINING_ORDER.index)
         return [mf.MetaFeatureSpec(v, self.hash_size, self.diversity,
                                    self.continuation and v == "unlexicalized")
-                for v in self.variants]
+                for v in variants]
 
     def settings(self, epochs):
         return trainer.TrainSettings(epochs=epochs, batch_size=self.batch_size, gamma=self.gamma,

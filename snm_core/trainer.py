@@ -67,8 +67,10 @@ VALIDATION_SHARE = 0.1
 #: Events whose log-likelihood is computed at once (bounds the pair arrays).
 EVAL_CHUNK = 1 << 14
 #: When more than this share of the hashed slots is in use, theta is the whole
-#: table instead of the slots in use (saves a lookup per entry for <20% memory).
-IDENTITY_SHARE = 0.8
+#: table instead of the slots in use: a position is then the slot, without a
+#: lookup in the slot index, which took half of a kernel 5-gram lexicalized
+#: batch (75% of its 4M slots in use: 0.156 -> 0.083 s, for 16 MiB more).
+IDENTITY_SHARE = 0.5
 
 
 def concat_ranges(starts, ends):
