@@ -32,9 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #define MIX_C1 0xFF51AFD7ED558CCDULL
 #define MIX_C2 0xC4CEB9FE1A85EC53ULL
@@ -123,15 +120,10 @@ typedef struct {
 } Batch;
 
 /* A thread's gradient pairs, one stream per bucket of positions: each pair
- * packs a position (high 32 bits) and a float32 value (low 32).  Pairs are
- * staged a cache line per bucket and written a whole line at a time,
- * bypassing the cache: the streams would otherwise evict theta. */
-#define LINE_PAIRS 8
+ * packs a position (high 32 bits) and a float32 value (low 32). */
 typedef struct {
-    uint64_t **data; /* 64-byte aligned */
+    uint64_t **data;
     int64_t *n, *cap;
-    uint64_t (*stage)[LINE_PAIRS];
-    int32_t *staged;
     int64_t n_buckets;
 } Streams;
 
@@ -584,18 +576,8 @@ static int streams_prepare(Streams *q, int64_t n_buckets) {
         int64_t *cap = realloc(q->cap, sizeof(int64_t) * n_buckets);
         if (cap)
             q->cap = cap;
-        int32_t *staged = realloc(q->staged, sizeof(int32_t) * n_buckets);
-        if (staged)
-            q->staged = staged;
-        void *stage = NULL;
-        if (posix_memalign(&stage, 64, sizeof(uint64_t) * LINE_PAIRS * n_buckets))
-            stage = NULL;
-        if (!data || !n || !cap || !staged || !stage) {
-            free(stage);
+        if (!data || !n || !cap)
             return -1;
-        }
-        free(q->stage);
-        q->stage = stage;
         for (int64_t b = q->n_buckets; b < n_buckets; b++) {
             q->data[b] = NULL;
             q->cap[b] = 0;
@@ -603,7 +585,6 @@ static int streams_prepare(Streams *q, int64_t n_buckets) {
         q->n_buckets = n_buckets;
     }
     memset(q->n, 0, sizeof(int64_t) * q->n_buckets);
-    memset(q->staged, 0, sizeof(int32_t) * q->n_buckets);
     return 0;
 }
 
@@ -613,72 +594,21 @@ static void streams_free(Streams *q) {
     free(q->data);
     free(q->n);
     free(q->cap);
-    free(q->stage);
-    free(q->staged);
-}
-
-/* Room for `need` pairs in bucket b's stream (64-byte aligned). */
-static int stream_reserve(Streams *q, int64_t b, int64_t need) {
-    if (need <= q->cap[b])
-        return 0;
-    int64_t cap = q->cap[b] ? q->cap[b] : 256;
-    while (cap < need)
-        cap *= 2;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, sizeof(uint64_t) * cap))
-        return -1;
-    memcpy(p, q->data[b], sizeof(uint64_t) * q->n[b]);
-    free(q->data[b]);
-    q->data[b] = p;
-    q->cap[b] = cap;
-    return 0;
-}
-
-/* Writes a staged line to the end of bucket b's stream. */
-static inline int stream_line(Streams *q, int64_t b) {
-    if (stream_reserve(q, b, q->n[b] + LINE_PAIRS))
-        return -1;
-    uint64_t *to = q->data[b] + q->n[b];
-#ifdef __SSE2__
-    const __m128i *from = (const __m128i *)q->stage[b];
-    for (int i = 0; i < LINE_PAIRS / 2; i++)
-        _mm_stream_si128((__m128i *)to + i, _mm_load_si128(from + i));
-#else
-    memcpy(to, q->stage[b], sizeof(q->stage[b]));
-#endif
-    q->n[b] += LINE_PAIRS;
-    q->staged[b] = 0;
-    return 0;
-}
-
-/* Writes the partly filled lines; the streams are then complete. */
-static int streams_flush(Streams *q) {
-    for (int64_t b = 0; b < q->n_buckets; b++) {
-        int32_t k = q->staged[b];
-        if (!k)
-            continue;
-        if (stream_reserve(q, b, q->n[b] + k))
-            return -1;
-        memcpy(q->data[b] + q->n[b], q->stage[b], sizeof(uint64_t) * k);
-        q->n[b] += k;
-        q->staged[b] = 0;
-    }
-#ifdef __SSE2__
-    _mm_sfence(); /* the streamed lines are visible before another thread reads them */
-#endif
-    return 0;
 }
 
 static inline void emit(Sink *sink, int64_t pos, double value) {
     if (sink->streams) {
         Streams *q = sink->streams;
         int64_t b = pos >> BUCKET_SHIFT;
+        if (q->n[b] == q->cap[b] && grow((void **)&q->data[b], &q->cap[b], q->n[b] + 1,
+                                         sizeof(uint64_t))) {
+            sink->failed = 1;
+            return;
+        }
         float v = (float)value;
         uint32_t bits;
         memcpy(&bits, &v, 4);
-        q->stage[b][q->staged[b]++] = ((uint64_t)pos << 32) | bits;
-        if (q->staged[b] == LINE_PAIRS && stream_line(q, b))
-            sink->failed = 1;
+        q->data[b][q->n[b]++] = ((uint64_t)pos << 32) | bits;
     } else if (pos >= sink->lo && pos < sink->hi) {
         sink->grad[pos] += value;
     }
@@ -1007,7 +937,7 @@ static void scatter_emit_task(void *context, int t, int threads) {
     int64_t n = a->unit_hi - a->unit_lo;
     Sink sink = {NULL, 0, 0, q, 0};
     if (emit_units(a->s, a->p, a->batch, a->g, a->unit_lo + n * t / threads,
-                   a->unit_lo + n * (t + 1) / threads, &sink) || streams_flush(q))
+                   a->unit_lo + n * (t + 1) / threads, &sink))
         a->w->failed = 1;
 }
 
