@@ -61,6 +61,8 @@ def main(argv=None):
             with open(os.path.join(out, "stages.json")) as f:
                 stages = {name: stage["seconds"] for name, stage in json.load(f).items()}
             results[tagged] = report
+            for bulky in ("counts", "model"):  # tens of GB for the skip-gram configurations
+                shutil.rmtree(os.path.join(out, bulky), ignore_errors=True)
             rows.append({
                 "config": config, "training": "tagged" if tagged else "pooled",
                 "unadjusted_ppl": report["unadjusted"]["perplexity"],

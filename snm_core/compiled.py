@@ -12,8 +12,9 @@
 
 Only :mod:`snm_core.model` imports this module; once it is imported,
 ``hashing.mix64``/``combine`` and ``Vocabulary.ids`` use it (same results).
-Counting and fitting do not load it: numba costs ~115 MiB a process, and
-these steps are a sliver of their time.  ``numba`` compiles on first use and
+Counting and fitting do not load it: numba costs ~150 MiB a process (the
+fit's own loops are C, ``_kernels.c``), and hashing is a sliver of a count's
+time.  ``numba`` compiles on first use and
 caches the machine code beside this file (``cache=True``), so only the first
 process after an install pays the few seconds of compilation.
 

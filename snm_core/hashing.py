@@ -14,8 +14,10 @@ hashing is salted per process.
 
 In a process that has imported :mod:`snm_core.compiled` (scoring does), the
 two run as its numba ufuncs instead: the same values, about 20x faster (one
-pass instead of seven).  Nothing else imports it: numba costs ~115 MiB a
-process, and hashing is a sliver of the time of counting and fitting.
+pass instead of seven).  Nothing else imports it: numba costs ~150 MiB a
+process, and hashing is a sliver of the time of counting.  The fit's and
+apply's meta-feature hashes are computed in ``_kernels.c``, with the same
+definitions.
 """
 
 import sys

@@ -1,10 +1,10 @@
 """The adjustment model's compiled loops (``_kernels.c``), called through ctypes.
 
-What runs here, per link class of small M (fit) or per link (apply): its
-meta-feature entries, A(f, w), M_fw and M_f*, the gradient of the batch
-log-likelihood with respect to theta, and AdaGrad.  Python keeps the data and
-the order of work; each loop takes a slice (rows, or positions of theta), and
-ctypes releases the GIL while it runs, so threads share a batch.
+What runs there: the meta-feature entries of rows, link classes and links;
+A(f, w), M_fw and M_f*; a mini-batch (forward pass, events, gradient,
+AdaGrad) in one call on POSIX threads; the apply stage's M_fw of a count
+bucket; and the compact model's radix sort and key index.  Python keeps the
+data and the order of work; ctypes releases the GIL during a call.
 
 Why C and not numba (which compiles scoring, :mod:`snm_core.compiled`): a
 process that imports numba holds ~150 MiB more, about twice what the whole
@@ -12,11 +12,11 @@ kernel 5-gram fit may use; this library is a few dozen KiB.  setup.py builds it
 as the extension ``snm_core._kernels``.
 
 Entries (see the C file's header and :mod:`snm_core.metafeatures`, the
-definition the tests hold these loops to): a row (feature) has up to 6, a link
-class up to 77.  Unlexicalized and feature-only meta-features take theta
-positions stored once per fit (``width`` per class, 2 bytes each while theta
-has fewer than 65,536 weights); lexicalized ones, 35 a link with diversity,
-are hashed as they are used: stored, they would take 140 bytes a link.
+definition the tests hold these loops to): a row (feature) has up to 6
+entries; a class's untargeted ones (up to 48, unlexicalized with diversity
+and continuation) are stored once per fit as theta positions; a lexicalized
+link's targeted ones (up to 21, 14 with one count bucket) are hashed as they
+are used: stored, they would take 56 bytes a link.
 """
 
 import ctypes
