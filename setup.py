@@ -27,7 +27,8 @@ setup(
     ],
     extras_require={
         # kenlm: the tests load our ARPA export with KenLM and compare perplexities.
-        "test": ["pytest>=7", "hypothesis>=6", "kenlm"],
+        # moto[server]: a real S3-protocol server on localhost for the storage tests.
+        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5"],
     },
     # The fit's and apply's loops in C, called through ctypes: numba, which
     # compiles scoring, costs ~150 MiB of RSS a process, twice what the whole

@@ -29,7 +29,7 @@ import numpy as np
 
 from pipelines import common
 from snm_core import model as model_lib
-from snm_core import tables
+from snm_core import storage, tables
 from snm_core.errors import SnmInputError
 from snm_core.metafeatures import MetaFeatureSpec
 
@@ -46,21 +46,21 @@ class AdjustBucket(beam.DoFn):
 
     def setup(self):
         import io
-        self.theta = np.load(io.BytesIO(common.read_bytes(self.theta_path)))
+        self.theta = np.load(io.BytesIO(storage.read_bytes(self.theta_path)))
         _, extractor = self.settings.build()
         self.type_salts = extractor.type_salts
         self.num_feature_types = len(extractor.feature_types)
 
     def process(self, bucket):
         paths = self.settings.bucket_paths(bucket)
-        features = common.read_parquet(paths["features"])
-        links = common.read_parquet(paths["links"])
+        features = storage.read_parquet(paths["features"])
+        links = storage.read_parquet(paths["links"])
         matrix, model_features = model_lib.adjust_bucket(
             features, links, self.theta, self.spec, self.type_salts, self.num_feature_types)
         num_buckets = self.settings.num_buckets
-        common.write_parquet(matrix, common.join(self.out, tables.bucket_file("matrix", bucket,
+        storage.write_parquet(matrix, storage.join(self.out, tables.bucket_file("matrix", bucket,
                                                                              num_buckets)))
-        common.write_parquet(model_features, common.join(
+        storage.write_parquet(model_features, storage.join(
             self.out, tables.bucket_file("features", bucket, num_buckets)))
         self.links_counter.inc(matrix.num_rows)
         yield {"links": matrix.num_rows, "features": model_features.num_rows}
@@ -85,34 +85,34 @@ def write_manifest(totals, out, settings, fit_manifest):
             "metafeatures", "training", "choice", "small_m", "heldout_events",
             "weights_in_use", "heldout_perplexity_unadjusted", "heldout_perplexity")},
     }
-    common.remove_stale(out, set(files), ["matrix-*.parquet", "features-*.parquet"])
-    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    storage.remove_stale(out, set(files), ["matrix-*.parquet", "features-*.parquet"])
+    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
     return manifest
 
 
 def run(argv=None):
     parser = common.stage_parser(__doc__)
-    parser.add_argument("--counts", type=common.absolute,
+    parser.add_argument("--counts", type=storage.absolute,
                         required=True, help="count directory (snm count --out)")
-    parser.add_argument("--theta", type=common.absolute,
+    parser.add_argument("--theta", type=storage.absolute,
                         required=True, help="fit directory (snm fit --out)")
-    parser.add_argument("--out", type=common.absolute, required=True, help="model directory")
+    parser.add_argument("--out", type=storage.absolute, required=True, help="model directory")
     args, beam_args = parser.parse_known_args(argv)
     settings = common.CountSettings.load(args.counts)
-    fit_manifest = common.read_stage_manifest(args.theta, "fit")
+    fit_manifest = tables.read_manifest(args.theta, "fit")
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
         raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
                             f"{args.counts}; run snm join and snm fit on these counts")
     spec = MetaFeatureSpec(**fit_manifest["metafeatures"])
-    theta_path = common.join(args.theta, "theta.npy")
-    common.makedirs(args.out)
-    common.remove_file(common.join(args.out, tables.MANIFEST))
-    common.remove_tree(common.join(args.out, model_lib.COMPACT))
+    theta_path = storage.join(args.theta, "theta.npy")
+    storage.makedirs(args.out)
+    storage.remove_file(storage.join(args.out, tables.MANIFEST))
+    storage.remove_tree(storage.join(args.out, model_lib.COMPACT))
     for name in ("vocab.txt",):
-        common.write_bytes(common.read_bytes(common.join(args.counts, name)),
-                           common.join(args.out, name))
-    common.write_bytes(common.read_bytes(theta_path), common.join(args.out, "theta.npy"))
-    common.write_text(settings.manifest["config"], common.join(args.out, "config.cfg"))
+        storage.write_bytes(storage.read_bytes(storage.join(args.counts, name)),
+                           storage.join(args.out, name))
+    storage.write_bytes(storage.read_bytes(theta_path), storage.join(args.out, "theta.npy"))
+    storage.write_text(settings.manifest["config"], storage.join(args.out, "config.cfg"))
 
     def build(p):
         _ = (p
@@ -121,7 +121,7 @@ def run(argv=None):
              | "WriteManifest" >> common.CallOnce(write_manifest, args.out, settings, fit_manifest))
 
     metrics = common.run_pipeline(beam_args, build)
-    manifest = common.read_json(common.join(args.out, tables.MANIFEST))
+    manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     if os.path.isdir(args.out):  # a local model: build the scoring arrays now
         model_lib.compile_model(args.out)
         model_lib.write_model_card(args.out, manifest)

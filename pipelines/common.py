@@ -11,47 +11,25 @@ Bad input policy (documented in the README):
 
 import argparse
 import collections
-import contextlib
 import dataclasses
-import gzip
-import json
 import logging
 import os
-import posixpath
 import re
-import shutil
 import threading
-import uuid
-import zlib
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressedFile, CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from snm_core import memory, tables
+from snm_core import memory, storage, tables, textfile
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
-from snm_core.io import PARQUET_COMPRESSION, atomic_file
+from snm_core.textfile import DEFAULT_BATCH_BYTES
 from snm_core.vocab import Vocabulary
-
-try:  # Intel ISA-L's gzip (see open_compressed); the standard library's otherwise
-    from isal.igzip import IGzipFile as _GzipFile
-    from isal.isal_zlib import error as _isal_error
-except ImportError:  # pragma: no cover - isal is a dependency; a platform without it
-    _GzipFile, _isal_error = gzip.GzipFile, zlib.error
 
 #: Namespace of every Beam counter the toolkit reports.
 METRICS_NAMESPACE = "snm"
-#: Text per batch handed to numpy: large enough to amortise per-batch overhead,
-#: small enough that a 5-gram batch's temporaries stay near 60 MB a worker (at
-#: 1 MiB, kernel's 5-gram count peaked 20-30% higher in the same time).
-DEFAULT_BATCH_BYTES = 1 << 19
-#: Invalid lines logged with their position before going quiet.
-MAX_LOGGED_BAD_LINES = 5
 
 _TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
 _log = logging.getLogger(__name__)
@@ -104,7 +82,7 @@ def expand_sources(sources, tags=None):
     tags = source_tags(sources) if tags is None else tags
     files = []
     for source in sources:
-        paths = match_files(source.glob)
+        paths = storage.glob(source.glob)
         if not paths:
             raise SnmInputError(f"--train {source.glob!r} matches no file")
         files += [(tags.index(source.tag), path) for path in paths]
@@ -112,24 +90,6 @@ def expand_sources(sources, tags=None):
         raise SnmInputError("a training file is matched by two --train patterns; each file "
                             "must be counted once")
     return files
-
-
-def absolute(path):
-    """A local path made absolute; a URL (``gs://...``) unchanged.
-
-    Workers on a portable runner, Flink or Dataflow do not share the launching
-    process's working directory, so no relative path may reach a DoFn.
-    """
-    return path if "://" in path else os.path.abspath(path)
-
-
-def match_files(pattern):
-    """Sorted paths matching ``pattern`` (absolute for local files); [] if none."""
-    try:
-        result = FileSystems.match([absolute(pattern)])[0]
-    except Exception:  # Beam raises BeamIOError for a missing directory
-        return []
-    return sorted(m.path for m in result.metadata_list)
 
 
 def pipeline_options(beam_args):
@@ -329,18 +289,15 @@ class LineBatch:
 
 class ReadLineBatches(beam.DoFn):
     """``(source_index, path, shard, shards)`` -> :class:`LineBatch` es of about
-    ``batch_bytes`` of text.
-
-    Decoding is strict UTF-8 per batch; a batch that fails is decoded line by
-    line and a bad line becomes ``None`` (the first few are logged with their
-    position), which :func:`snm_core.text.tokenize` skips and counts.
-    """
+    ``batch_bytes`` of text, read by :func:`snm_core.textfile.line_batches`
+    (a line that is not valid UTF-8 is None: logged, then skipped and counted
+    by :func:`snm_core.text.tokenize`)."""
 
     def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES):
         self.batch_bytes = batch_bytes
         self.empty_files = counter("empty_files")
         self.files = counter("files")
-        self.logged = 0
+        self.log = textfile.InvalidLineLog()
 
     def process(self, element):
         """``(source, path, shard, shards)``: keep batches ``shard, shard + shards, ...``
@@ -348,222 +305,13 @@ class ReadLineBatches(beam.DoFn):
         source, path, shard, shards = element
         if shard == 0:
             self.files.inc()
-        line_no = 1
-        batch = 0
-        pending = b""
-        with open_compressed(path) as f:
-            while True:
-                try:
-                    chunk = f.read(self.batch_bytes)
-                except DECOMPRESSION_ERRORS as e:
-                    raise SnmInputError(
-                        f"{path}: cannot decompress it after line {line_no - 1} "
-                        f"({type(e).__name__}: {e}); is it a complete "
-                        f"{CompressionTypes.detect_compression_type(path)} file?") from None
-                if chunk:
-                    pending += chunk
-                    cut = pending.rfind(b"\n")
-                    if cut < 0:
-                        continue  # a line longer than a batch: keep reading
-                    data, pending = pending[:cut + 1], pending[cut + 1:]
-                else:
-                    data, pending = pending, b""
-                    if not data:
-                        break
-                if batch % shards == shard:
-                    lines = self._decode(data, path, line_no)
-                    yield LineBatch(source, path, line_no, lines)
-                    line_no += len(lines)
-                else:  # another reader's batch: only its lines are counted
-                    line_no += data.count(b"\n") + (not data.endswith(b"\n"))
-                batch += 1
-                if not chunk:
-                    break
-        if line_no == 1 and shard == 0:
+        empty = True
+        for first_line, lines in textfile.line_batches(path, self.batch_bytes, shard, shards,
+                                                        self.log):
+            empty = False
+            yield LineBatch(source, path, first_line, lines)
+        if empty and shard == 0:  # batch 0 of a file with any byte is reader 0's
             self.empty_files.inc()
-
-    def _decode(self, data, path, first_line):
-        """Lines of ``data`` (a final newline ends the last line, it does not start one)."""
-        if data.endswith(b"\n"):
-            data = data[:-1]
-        try:
-            return data.decode("utf-8").split("\n")
-        except UnicodeDecodeError:
-            pass
-        lines = []
-        for i, line in enumerate(data.split(b"\n")):
-            try:
-                lines.append(line.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                if self.logged < MAX_LOGGED_BAD_LINES:
-                    self.logged += 1
-                    _log.warning("%s, line %d: not valid UTF-8 (%s at byte %d); line skipped",
-                                 path, first_line + i, e.reason, e.start)
-                lines.append(None)  # counted and skipped by tokenize(); keeps the numbering
-        return lines
-
-
-# --- files (local paths or any Beam filesystem, e.g. gs://) ---------------------------
-
-#: Compressed bytes Beam's CompressedFile (.bz2, .zst, ...; not .gz, see
-#: open_compressed) inflates at a time.  Beam's default is 16 MiB, which holds
-#: ~50 MB of decompressed text per open file (the whole of a small corpus): two
-#: readers of kernel's 5 MB .gz held 38 MB of buffers when it read them.
-COMPRESSED_READ_SIZE = 1 << 16
-
-
-#: What reading a damaged compressed file raises (truncated, or not compressed at all).
-DECOMPRESSION_ERRORS = (EOFError, OSError, zlib.error, _isal_error)
-
-
-def open_compressed(path):
-    """Open ``path`` for reading, decompressed as its extension says (.gz, .bz2, .zst, ...).
-
-    A context manager giving a binary file.  ``.gz`` goes through ISA-L
-    (``isal.igzip``): it inflates kernel's 5 MB .gz in 0.07 s against 0.19 s
-    for zlib, and each local reader inflates the whole file.  Like Python's
-    ``gzip``, and unlike Beam's ``CompressedFile``, it raises on a truncated
-    file (EOFError) instead of ending the text early without a word.
-    """
-    compression = CompressionTypes.detect_compression_type(path)
-    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    if compression == CompressionTypes.UNCOMPRESSED:
-        return raw
-    if compression == CompressionTypes.GZIP:
-        return _closing_both(_GzipFile(fileobj=raw, mode="rb"), raw)
-    return CompressedFile(raw, compression_type=compression, read_size=COMPRESSED_READ_SIZE)
-
-
-@contextlib.contextmanager
-def _closing_both(reader, raw):
-    """``reader`` (over ``raw``); both closed at the end (GzipFile leaves a given file open)."""
-    try:
-        with reader:
-            yield reader
-    finally:
-        raw.close()
-
-
-def join(directory, name):
-    return FileSystems.join(directory, name)
-
-
-def makedirs(directory):
-    if not FileSystems.exists(directory):
-        FileSystems.mkdirs(directory)
-
-
-def write_parquet(table, path):
-    """Write a table as Parquet, atomically, straight to the file (no copy in memory).
-
-    Encodings by column (measured on a kernel 5-gram count bucket):
-
-    * ``feature``, the hashed keys a table is sorted by: deltas, uncompressed
-      (nearly all distinct, so a dictionary would be built only to be dropped,
-      and zstd found little in the deltas);
-    * other integers (word ids, counts, types, a feature's words): deltas,
-      uncompressed.  Dictionary encoding + zstd took 2-3x as long to write,
-      for 5-15% fewer bytes (a features file 28 -> 23 ms, a links file 17 ->
-      13 ms); zstd on the deltas saved 4.5% of the bytes (kernel count: 133.5
-      -> 127.5 MB) for 10-20% more writing time;
-    * lists of feature keys (held-out events: hashes repeated across rows),
-      floats and strings: dictionary, zstd.
-
-    A table with feature keys keeps min/max statistics for them only (a key
-    range is the one filter they serve; 6% of the writing time).
-    """
-    keyed = "feature" in table.column_names
-    delta, dictionary = [], []
-    for field in table.schema:
-        if field.name == "feature":
-            continue
-        is_list = pa.types.is_list(field.type)
-        value_type = field.type.value_type if is_list else field.type
-        # Options name Parquet leaf columns: a list column's values are "<name>.list.element".
-        leaf = f"{field.name}.list.element" if is_list else field.name
-        is_key_list = is_list and pa.types.is_uint64(value_type)
-        (delta if pa.types.is_integer(value_type) and not is_key_list else dictionary).append(leaf)
-    if keyed:
-        delta.append("feature")
-    compression = {c: "none" for c in delta}
-    compression.update({c: PARQUET_COMPRESSION for c in dictionary})
-    with _atomic_create(path) as f:
-        pq.write_table(table, f, use_dictionary=dictionary, compression=compression,
-                       column_encoding={c: "DELTA_BINARY_PACKED" for c in delta},
-                       write_statistics=["feature"] if keyed else True)
-
-
-def write_bytes(data, path):
-    """Write bytes atomically (temporary name, then rename)."""
-    with _atomic_create(path) as f:
-        f.write(data)
-
-
-@contextlib.contextmanager
-def _atomic_create(path):
-    """A writable file whose content appears at ``path`` only when the block completes."""
-    if "://" not in path:  # local: os.replace renames over an old file in one step
-        with atomic_file(path) as f:
-            yield f
-        return
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            yield f
-    except BaseException:
-        if FileSystems.exists(tmp):
-            FileSystems.delete([tmp])
-        raise
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
-
-
-def write_text(text, path):
-    write_bytes(text.encode("utf-8"), path)
-
-
-def write_json(obj, path):
-    write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", path)
-
-
-def read_json(path):
-    return json.loads(read_bytes(path).decode("utf-8"))
-
-
-def remove_file(path):
-    """Delete ``path`` if it exists (a stage removes its manifest before it starts)."""
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-
-
-def remove_tree(directory):
-    """Delete a directory and everything under it, if it exists (local or e.g. gs://)."""
-    if "://" not in directory:
-        shutil.rmtree(directory, ignore_errors=True)
-        return
-    # Object stores have no directories: delete every object under the prefix.
-    paths = match_files(directory.rstrip("/") + "/**")
-    if paths:
-        FileSystems.delete(paths)
-
-
-def read_bytes(path):
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read()
-
-
-def read_parquet(path, columns=None):
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return pq.read_table(pa.BufferReader(f.read()), columns=columns)
-
-
-def remove_stale(directory, keep, patterns):
-    """Delete files in ``directory`` matching ``patterns`` that are not in ``keep``."""
-    for pattern in patterns:
-        for path in match_files(join(directory, pattern)):
-            if posixpath.basename(path) not in keep and os.path.basename(path) not in keep:
-                FileSystems.delete([path])
 
 
 #: Vocabularies by (path, fingerprint), the most recently used last (see shared_vocabulary).
@@ -584,7 +332,7 @@ def shared_vocabulary(path, fingerprint):
     with _VOCABULARIES_LOCK:
         vocab = _VOCABULARIES.get((path, fingerprint))
         if vocab is None:
-            vocab = Vocabulary.parse(read_bytes(path).decode("utf-8"), path)
+            vocab = Vocabulary.parse(storage.read_bytes(path).decode("utf-8"), path)
             if vocab.fingerprint() != fingerprint:
                 raise SnmInputError(f"{path} changed while the pipeline was running; "
                                     "run it again")
@@ -622,16 +370,16 @@ class CountSettings:
 
     @classmethod
     def load(cls, counts_dir):
-        manifest = read_stage_manifest(counts_dir, "count")
-        path = join(counts_dir, "vocab.txt")
-        if Vocabulary.parse(read_bytes(path).decode("utf-8"), path).fingerprint() != \
+        manifest = tables.read_manifest(counts_dir, "count")
+        path = storage.join(counts_dir, "vocab.txt")
+        if Vocabulary.parse(storage.read_bytes(path).decode("utf-8"), path).fingerprint() != \
                 manifest["vocabulary_fingerprint"]:
             raise SnmInputError(f"{counts_dir}/vocab.txt does not match its manifest; "
                                 "re-run snm count")
         return cls(counts_dir, manifest)
 
     def vocabulary(self):
-        return shared_vocabulary(join(self.counts_dir, "vocab.txt"),
+        return shared_vocabulary(storage.join(self.counts_dir, "vocab.txt"),
                                  self.manifest["vocabulary_fingerprint"])
 
     @property
@@ -644,23 +392,8 @@ class CountSettings:
         return self.vocabulary(), extractor
 
     def bucket_paths(self, bucket):
-        return {prefix: join(self.counts_dir, tables.bucket_file(prefix, bucket, self.num_buckets))
+        return {prefix: storage.join(self.counts_dir, tables.bucket_file(prefix, bucket, self.num_buckets))
                 for prefix in ("features", "links")}
-
-
-def read_stage_manifest(directory, kind):
-    """``directory/manifest.json`` of a finished ``snm KIND`` run, local or e.g. ``gs://``.
-
-    The FileSystems twin of :func:`snm_core.tables.read_manifest` (local files only).
-    """
-    path = join(directory, tables.MANIFEST)
-    try:
-        manifest = read_json(path)
-    except Exception:
-        raise SnmInputError(f"{directory}: no readable {tables.MANIFEST}; not the output of "
-                            f"a finished 'snm {kind}' run") from None
-    tables.check_manifest(manifest, path, kind)
-    return manifest
 
 
 def stage_parser(description):

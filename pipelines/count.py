@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from pipelines import common
 from pipelines.shuffle import MODES, ArrayShuffle
-from snm_core import counting, hashing, tables
+from snm_core import counting, hashing, storage, tables
 from snm_core.config import load_config, parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
@@ -183,7 +183,7 @@ class MergeBucket(beam.DoFn):
         features, collisions = counting.merge_features(
             [self.shuffle.receive_group(payloads, "features")] if payloads else [], links,
             len(self.extractor.feature_types))
-        common.write_parquet(features, common.join(
+        storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         self.features_counter.inc(features.num_rows)
         yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions})
@@ -225,7 +225,7 @@ class WriteLinks(beam.DoFn):
         extensions = self.shuffle.receive_group(extensions, "extensions")
         links = counting.add_continuation(
             links, extensions["link"] if extensions else np.zeros(0, np.uint64))
-        common.write_parquet(links.cast(tables.LINKS), common.join(
+        storage.write_parquet(links.cast(tables.LINKS), storage.join(
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))
         self.links_counter.inc(links.num_rows)
         _add(totals, {"links": links.num_rows})
@@ -311,7 +311,7 @@ class ReadCountBucket(beam.DoFn):
 
     def process(self, bucket):
         def read(prefix):
-            return common.read_parquet(common.join(
+            return storage.read_parquet(storage.join(
                 self.directory, tables.bucket_file(prefix, bucket, self.num_buckets)))
         links, features = read("links"), read("features")
         if links.num_rows:
@@ -396,9 +396,9 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
     num_types = len(config.feature_types())
     for bucket in sorted(set(range(num_buckets)) - written_buckets):
         _, features, _ = counting.merge_bucket([], [], num_types)
-        common.write_parquet(tables.LINKS.empty_table(),
-                             common.join(out, tables.bucket_file("links", bucket, num_buckets)))
-        common.write_parquet(features, common.join(out, tables.bucket_file("features", bucket,
+        storage.write_parquet(tables.LINKS.empty_table(),
+                             storage.join(out, tables.bucket_file("links", bucket, num_buckets)))
+        storage.write_parquet(features, storage.join(out, tables.bucket_file("features", bucket,
                                                                            num_buckets)))
     files = [tables.bucket_file(prefix, b, num_buckets)
              for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
@@ -420,8 +420,8 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
         "files": sorted(files),
         "totals": totals,
     }
-    common.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
-    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    storage.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
+    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
     return manifest
 
 
@@ -429,18 +429,18 @@ def load_vocabulary(args, beam_args, sources):
     """The vocabulary from ``--vocab`` or, with ``--min_count``, from a vocab run into OUT/vocab."""
     if args.vocab:
         try:
-            text = common.read_bytes(args.vocab).decode("utf-8")
+            text = storage.read_bytes(args.vocab).decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise SnmInputError(f"--vocab {args.vocab}: cannot read ({e})") from None
         return Vocabulary.parse(text, args.vocab)
     from pipelines import vocab as vocab_stage
-    vocab_dir = common.join(args.out, "vocab")
+    vocab_dir = storage.join(args.out, "vocab")
     train = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
     vocab_stage.run(sum((["--train", t] for t in train), []) + [
         "--out", vocab_dir, "--min_count", str(args.min_count),
         "--batch_bytes", str(args.batch_bytes)] + beam_args)
-    return Vocabulary.parse(common.read_bytes(common.join(vocab_dir, "vocab.txt")).decode(),
-                            common.join(vocab_dir, "vocab.txt"))
+    return Vocabulary.parse(storage.read_bytes(storage.join(vocab_dir, "vocab.txt")).decode(),
+                            storage.join(vocab_dir, "vocab.txt"))
 
 
 def run(argv=None):
@@ -448,16 +448,16 @@ def run(argv=None):
     parser.add_argument("--config", required=True,
                         help="preset (5gram, skip10gram, skip5gram) or configuration file")
     common.add_source_args(parser)
-    parser.add_argument("--add_to", type=common.absolute, metavar="COUNTS",
+    parser.add_argument("--add_to", type=storage.absolute, metavar="COUNTS",
                         help="an existing count directory: count only the new --train files "
                              "and write the sum of both to --out (same config, vocabulary "
                              "and buckets; counts are additive)")
     vocab_group = parser.add_mutually_exclusive_group()
-    vocab_group.add_argument("--vocab", type=common.absolute,
+    vocab_group.add_argument("--vocab", type=storage.absolute,
                              help="vocabulary file, one word a line")
     vocab_group.add_argument("--min_count", type=int,
                              help="build the vocabulary first: words seen this often")
-    parser.add_argument("--out", type=common.absolute, required=True, help="output directory")
+    parser.add_argument("--out", type=storage.absolute, required=True, help="output directory")
     parser.add_argument("--num_buckets", type=int, default=DEFAULT_NUM_BUCKETS,
                         help="key-range buckets = output files = shuffle parallelism "
                              "(default %(default)s)")
@@ -486,10 +486,10 @@ def run(argv=None):
         vocab = load_vocabulary(args, beam_args, sources)
     files = common.expand_sources(sources, tags)
 
-    common.makedirs(args.out)
-    common.remove_file(common.join(args.out, tables.MANIFEST))
-    vocab_path = common.join(args.out, "vocab.txt")
-    common.write_text("".join(w + "\n" for w in vocab.words), vocab_path)
+    storage.makedirs(args.out)
+    storage.remove_file(storage.join(args.out, tables.MANIFEST))
+    vocab_path = storage.join(args.out, "vocab.txt")
+    storage.write_text("".join(w + "\n" for w in vocab.words), vocab_path)
     fingerprint = common.share_vocabulary(vocab_path, vocab)
     settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
@@ -503,7 +503,7 @@ def run(argv=None):
                                                   sources, previous))
 
     metrics = common.run_pipeline(beam_args, build)
-    manifest = common.read_json(common.join(args.out, tables.MANIFEST))
+    manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     if manifest["totals"]["key_collisions"]:
         logging.warning("%d feature keys are shared by two different features (64-bit hash "
                         "collisions, about n**2 / 2**65 expected among n features); their "

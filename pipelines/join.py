@@ -31,7 +31,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import common
-from snm_core import hashing, heldout, tables
+from snm_core import hashing, heldout, storage, tables, textfile
 from snm_core.arrays import sorted_distinct
 from snm_core.errors import SnmInputError
 from snm_core.text import tokenize
@@ -60,7 +60,7 @@ class ExtractHeldoutEvents(beam.DoFn):
             self.counters[name].inc(value)
         table = heldout.events_table(events, batch.source, batch.first_line + kept)
         name = f"events-{batch.source:04d}-{batch.first_line:09d}.parquet"
-        common.write_parquet(table, common.join(self.out, name))
+        storage.write_parquet(table, storage.join(self.out, name))
         keys = sorted_distinct(events.key)
         buckets = hashing.bucket_of(keys, self.settings.num_buckets)
         bounds = np.searchsorted(buckets, np.arange(self.settings.num_buckets + 1))
@@ -82,11 +82,11 @@ class JoinBucket(beam.DoFn):
         parts = list(grouped["heldout"])
         keys = sorted_distinct(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
         (paths,) = grouped["counts"]
-        features = common.read_parquet(paths["features"])
-        links = common.read_parquet(paths["links"])
+        features = storage.read_parquet(paths["features"])
+        links = storage.read_parquet(paths["links"])
         small_m = heldout.select_rows(features, links, keys)
         name = tables.bucket_file("small_m", bucket, self.num_buckets)
-        common.write_parquet(small_m, common.join(self.out, name))
+        storage.write_parquet(small_m, storage.join(self.out, name))
         self.links_counter.inc(small_m.num_rows)
         yield {"small_m_links": small_m.num_rows,
                "small_m_features": len(sorted_distinct(small_m["feature"].to_numpy())),
@@ -116,8 +116,8 @@ def write_manifest(stats, out, settings, heldout):
         "files": sorted(event_files + small_m_files),
         "totals": stats,
     }
-    common.remove_stale(out, set(manifest["files"]), ["events-*.parquet", "small_m-*.parquet"])
-    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    storage.remove_stale(out, set(manifest["files"]), ["events-*.parquet", "small_m-*.parquet"])
+    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
     return manifest
 
 
@@ -151,19 +151,19 @@ class JoinHeldout(beam.PTransform):
 
 def run(argv=None):
     parser = common.stage_parser(__doc__)
-    parser.add_argument("--counts", type=common.absolute,
+    parser.add_argument("--counts", type=storage.absolute,
                         required=True, help="count directory (snm count --out)")
-    parser.add_argument("--heldout", type=common.absolute,
+    parser.add_argument("--heldout", type=storage.absolute,
                         required=True, help="held-out text file or glob")
-    parser.add_argument("--out", type=common.absolute, required=True, help="output directory")
-    parser.add_argument("--batch_bytes", type=int, default=common.DEFAULT_BATCH_BYTES)
+    parser.add_argument("--out", type=storage.absolute, required=True, help="output directory")
+    parser.add_argument("--batch_bytes", type=int, default=textfile.DEFAULT_BATCH_BYTES)
     args, beam_args = parser.parse_known_args(argv)
     settings = common.CountSettings.load(args.counts)
-    paths = common.match_files(args.heldout)
+    paths = storage.glob(args.heldout)
     if not paths:
         raise SnmInputError(f"--heldout {args.heldout!r} matches no file")
-    common.makedirs(args.out)
-    common.remove_file(common.join(args.out, tables.MANIFEST))
+    storage.makedirs(args.out)
+    storage.remove_file(storage.join(args.out, tables.MANIFEST))
 
     def build(p):
         _ = (p
@@ -174,7 +174,7 @@ def run(argv=None):
     metrics = common.run_pipeline(beam_args, build)
     common.print_summary(f"snm join: {metrics.get('small_m_links', 0):,} small-M links -> "
                          f"{args.out}", metrics)
-    return common.read_json(common.join(args.out, tables.MANIFEST))
+    return storage.read_json(storage.join(args.out, tables.MANIFEST))
 
 
 if __name__ == "__main__":

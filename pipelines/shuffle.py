@@ -32,10 +32,8 @@ import math
 import uuid
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
-from pipelines import common
+from snm_core import storage
 
 MODES = ("files", "beam")
 SCRATCH = "_scratch"
@@ -53,7 +51,7 @@ class ArrayShuffle:
         if mode not in MODES:
             raise ValueError(f"shuffle mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
-        self.scratch = common.join(out, SCRATCH)
+        self.scratch = storage.join(out, SCRATCH)
 
     def send(self, part):
         """One part -> its payload."""
@@ -94,11 +92,11 @@ class ArrayShuffle:
                         [columns[name][bounds[b]:bounds[b + 1]] for columns, bounds in parts])
                         for name in parts[0][0]} for group, parts in cuts.items()}
                     for b in buckets}
-        path = common.join(self.scratch, f"{uuid.uuid4().hex}.arrays")
+        path = storage.join(self.scratch, f"{uuid.uuid4().hex}.arrays")
         entries = {b: [] for b in buckets}
         offset = 0
         # Written in place, not renamed: nothing names the file until this returns.
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        with storage.open_output(path) as f:
             for group, parts in cuts.items():
                 for name in parts[0][0]:
                     arrays = [columns[name] for columns, _ in parts]
@@ -160,7 +158,7 @@ class ArrayShuffle:
         return columns
 
     def cleanup(self):
-        common.remove_tree(self.scratch)
+        storage.remove_tree(self.scratch)
 
 
 def _rows(columns):
@@ -169,11 +167,9 @@ def _rows(columns):
 
 
 def _open(path):
-    """A scratch file for reading: a local one straight with ``open`` (a merge opens
-    thousands; Beam's FileSystems took ~3x as long per open), others through Beam."""
-    if "://" in path:
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    return open(path, "rb")
+    """A scratch file for reading (a local one straight with ``open``: a merge opens
+    thousands)."""
+    return storage.open_input(path, seekable=True)
 
 
 def _read_into(f, view):

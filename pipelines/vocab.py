@@ -22,7 +22,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from pipelines import common
-from snm_core import tables
+from snm_core import storage, tables
 from snm_core.text import TokenizeStats, count_words, sum_word_counts
 from snm_core.vocab import Vocabulary
 
@@ -79,11 +79,11 @@ def write_vocabulary(result, out, min_count, max_size, sources):
     counts = counts.sort_by([("count", "descending"), ("word", "ascending")])
     vocab = Vocabulary.from_counts(counts["word"].to_pylist(), counts["count"].to_numpy(),
                                    min_count=min_count, max_size=max_size)
-    common.makedirs(out)
-    common.write_parquet(pa.table({"word": counts["word"], "count": counts["count"]},
+    storage.makedirs(out)
+    storage.write_parquet(pa.table({"word": counts["word"], "count": counts["count"]},
                                   schema=tables.WORD_COUNTS),
-                         common.join(out, "word_counts.parquet"))
-    common.write_text("".join(w + "\n" for w in vocab.words), common.join(out, "vocab.txt"))
+                         storage.join(out, "word_counts.parquet"))
+    storage.write_text("".join(w + "\n" for w in vocab.words), storage.join(out, "vocab.txt"))
     manifest = {
         "kind": "vocab", "format_version": tables.FORMAT_VERSION,
         "files": ["vocab.txt", "word_counts.parquet"],
@@ -93,14 +93,14 @@ def write_vocabulary(result, out, min_count, max_size, sources):
         "sources": [{"tag": s.tag, "glob": s.glob} for s in sources],
         "totals": {k: stats.get(k, 0) for k in vars(TokenizeStats())},
     }
-    common.write_json(manifest, common.join(out, tables.MANIFEST))
+    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
     return manifest
 
 
 def run(argv=None):
     parser = common.stage_parser(__doc__)
     common.add_source_args(parser)
-    parser.add_argument("--out", type=common.absolute, required=True, help="output directory")
+    parser.add_argument("--out", type=storage.absolute, required=True, help="output directory")
     parser.add_argument("--min_count", type=int, default=DEFAULT_MIN_COUNT,
                         help="keep words seen at least this often (default %(default)s)")
     parser.add_argument("--max_size", type=int, default=None,
@@ -110,7 +110,7 @@ def run(argv=None):
         parser.error("--min_count must be at least 1")
     sources = common.parse_sources(args.train)
     files = common.expand_sources(sources)
-    common.remove_file(common.join(args.out, tables.MANIFEST))
+    storage.remove_file(storage.join(args.out, tables.MANIFEST))
 
     def build(p):
         _ = (p
@@ -120,7 +120,7 @@ def run(argv=None):
                                              args.max_size, sources))
 
     common.run_pipeline(beam_args, build)
-    manifest = common.read_json(common.join(args.out, tables.MANIFEST))
+    manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     common.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
                          manifest["totals"])
     return manifest

@@ -79,14 +79,12 @@ def _summarise_features(path, config, tags):
 
     from snm_core.features import FeatureExtractor
     from snm_core.text import tokenize
+    from snm_core.textfile import read_lines
     from snm_core.vocab import Vocabulary
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise SnmInputError(f"{path}: cannot read as UTF-8 text ({e})") from None
-    words = sorted({w for line in lines for w in line.split()} - {"<S>", "</S>", "<UNK>"})
+    lines = read_lines(path)
+    words = sorted({w for line in lines if line is not None for w in line.split()}
+                   - {"<S>", "</S>", "<UNK>"})
     vocab = Vocabulary(words)
     extractor = FeatureExtractor(config, tags)
     batch, _, stats = tokenize(lines, vocab)

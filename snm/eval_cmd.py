@@ -1,32 +1,17 @@
 """``snm eval`` (perplexity report) and ``snm score`` (per-sentence log10 probabilities)."""
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import sys
 
 import numpy as np
 
-from snm_core.errors import SnmInputError
+from snm_core import storage
 from snm_core.model import SCORE_BATCH_LINES, Model
-
-
-def read_lines(path):
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise SnmInputError(f"{path}: cannot read ({e.strerror})") from None
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, raw in enumerate(lines, start=1):
-        try:
-            out.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise SnmInputError(f"{path}, line {number}: not valid UTF-8 ({e.reason})") from None
-    return out
+from snm_core.textfile import read_lines
 
 
 def format_report(name, report):
@@ -80,8 +65,12 @@ def score_main(argv):
     args = parser.parse_args(argv)
     model = Model.load(args.model)
     lines = read_lines(args.file)
-    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
-    try:
+    with contextlib.ExitStack() as stack:
+        if args.out:  # written whole or not at all, local or remote
+            out = io.TextIOWrapper(stack.enter_context(storage.atomic_output(args.out)),
+                                   encoding="utf-8", write_through=True)
+        else:
+            out = sys.stdout
         for start, kept, scores in model.score_lines(lines, batch_lines=SCORE_BATCH_LINES):
             prob = scores.prob_unadjusted if args.unadjusted else scores.prob
             with np.errstate(divide="ignore"):
@@ -94,14 +83,15 @@ def score_main(argv):
             for offset in range(end - start):
                 i = by_line.get(offset)
                 text = lines[start + offset]
+                text = "" if text is None else text  # not valid UTF-8: logged, not scored
                 if i is None:
                     out.write(f"0\t0\t0\t{text}\n")
                 else:
                     value = log10[i] if math.isfinite(log10[i]) else float("-inf")
                     out.write(f"{value:.6f}\t{words[i]}\t{int(oov[i])}\t{text}\n")
-    finally:
         if args.out:
-            out.close()
+            out.flush()
+            out.detach()
     return 0
 
 

@@ -23,8 +23,8 @@ the Beam stages.
 
 import argparse
 import hashlib
+import io
 import json
-import os
 import resource
 import sys
 import time
@@ -36,7 +36,7 @@ from pipelines import join as join_stage
 from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
-from snm_core import io, memory, tables
+from snm_core import memory, storage, tables
 from snm_core.config import load_config
 from snm_core.errors import SnmInputError
 from snm_core.fit import fit_directory
@@ -46,14 +46,8 @@ STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
 STATE = "stages.json"
 
 
-def _file_stamp(path):
-    st = os.stat(path)
-    return [os.path.abspath(path), st.st_size, int(st.st_mtime)]
-
-
 def _manifest_digest(directory):
-    with open(os.path.join(directory, tables.MANIFEST), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return hashlib.sha256(storage.read_bytes(storage.join(directory, tables.MANIFEST))).hexdigest()
 
 
 def _digest(obj):
@@ -66,18 +60,17 @@ class Runner:
     def __init__(self, out, force):
         self.out = out
         self.force = force
-        self.state_path = os.path.join(out, STATE)
+        self.state_path = storage.join(out, STATE)
         self.state = {}
-        if os.path.isfile(self.state_path) and not force:
-            with open(self.state_path, encoding="utf-8") as f:
-                self.state = json.load(f)
+        if storage.isfile(self.state_path) and not force:
+            self.state = storage.read_json(self.state_path)
         self.rows = []
 
     def stage(self, number, name, inputs, done_marker, run, describe):
         """Run stage ``name`` unless ``done_marker`` exists and ``inputs`` are unchanged."""
         signature = _digest(inputs)
         previous = self.state.get(name, {})
-        if (not self.force and os.path.exists(done_marker)
+        if (not self.force and storage.exists(done_marker)
                 and previous.get("signature") == signature):
             self.rows.append((name, "skipped", previous.get("seconds"), describe()))
             print(f"=== {number}/{len(STAGES)} {name}: up to date, skipped "
@@ -90,7 +83,7 @@ class Runner:
         seconds = round(time.perf_counter() - start, 3)
         summary = describe()
         self.state[name] = {"signature": signature, "seconds": seconds, "summary": summary}
-        io.atomic_write_json(self.state_path, self.state)
+        storage.write_json(self.state, self.state_path)
         self.rows.append((name, "ran", seconds, summary))
         print(f"=== {number}/{len(STAGES)} {name}: {summary} ({seconds:.1f} s) ===", flush=True)
 
@@ -111,8 +104,8 @@ def plot_perplexity(fit_dir, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(os.path.join(fit_dir, "train_log.jsonl"), encoding="utf-8") as f:
-        log = [json.loads(line) for line in f]
+    log = [json.loads(line) for line in
+           storage.read_text(storage.join(fit_dir, "train_log.jsonl")).splitlines()]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for variant in sorted({e["metafeatures"] for e in log if e["run"] == "select"}):
         runs = [e for e in log if e["run"] == "select" and e["metafeatures"] == variant]
@@ -127,10 +120,10 @@ def plot_perplexity(fit_dir, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
+    storage.write_bytes(png.getvalue(), path)
 
 
 def main(argv=None):
@@ -161,41 +154,41 @@ def main(argv=None):
         raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
     files = common.expand_sources(sources)
     for path in (args.heldout, args.test) + ((args.vocab,) if args.vocab else ()):
-        if not os.path.isfile(path):
+        if not storage.isfile(path):
             raise SnmInputError(f"{path}: no such file")
-    out = args.out
-    os.makedirs(out, exist_ok=True)
-    dirs = {name: os.path.join(out, name) for name in ("vocab", "counts", "heldout", "adjust",
+    out = storage.absolute(args.out)
+    storage.makedirs(out)
+    dirs = {name: storage.join(out, name) for name in ("vocab", "counts", "heldout", "adjust",
                                                        "model")}
     train_specs = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
     train_args = sum((["--train", spec] for spec in train_specs), [])
-    stamps = [_file_stamp(p) for _, p in files]
+    stamps = [storage.file_stamp(p) for _, p in files]
     runner = Runner(out, args.force)
 
     def manifest(name):
-        return common.read_json(os.path.join(dirs[name], tables.MANIFEST))
+        return storage.read_json(storage.join(dirs[name], tables.MANIFEST))
 
-    vocab_path = args.vocab or os.path.join(dirs["vocab"], "vocab.txt")
+    vocab_path = args.vocab or storage.join(dirs["vocab"], "vocab.txt")
     if args.vocab:
         runner.rows.append(("vocab", "given", None, args.vocab))
     else:
         runner.stage(1, "vocab", {"train": stamps, "min_count": args.min_count},
-                     os.path.join(dirs["vocab"], tables.MANIFEST),
+                     storage.join(dirs["vocab"], tables.MANIFEST),
                      lambda: vocab_stage.run(train_args + ["--out", dirs["vocab"], "--min_count",
                                                            str(args.min_count)] + beam_args),
                      lambda: f"{manifest('vocab')['vocabulary_size']:,} words")
     runner.stage(2, "count", {"train": stamps, "tags": [s.tag for s in sources],
-                              "config": config.to_text(), "vocab": _file_stamp(vocab_path),
+                              "config": config.to_text(), "vocab": storage.file_stamp(vocab_path),
                               "buckets": args.num_buckets},
-                 os.path.join(dirs["counts"], tables.MANIFEST),
+                 storage.join(dirs["counts"], tables.MANIFEST),
                  lambda: count_stage.run(["--config", args.config, "--vocab", vocab_path,
                                           "--out", dirs["counts"], "--num_buckets",
                                           str(args.num_buckets)] + train_args + beam_args),
                  lambda: f"{manifest('counts')['totals']['tokens']:,} words -> "
                          f"{manifest('counts')['totals']['links']:,} links")
     runner.stage(3, "join", {"counts": _manifest_digest(dirs["counts"]),
-                             "heldout": _file_stamp(args.heldout)},
-                 os.path.join(dirs["heldout"], tables.MANIFEST),
+                             "heldout": storage.file_stamp(args.heldout)},
+                 storage.join(dirs["heldout"], tables.MANIFEST),
                  lambda: join_stage.run(["--counts", dirs["counts"], "--heldout", args.heldout,
                                          "--out", dirs["heldout"]] + beam_args),
                  lambda: f"{manifest('heldout')['totals']['events']:,} held-out events, "
@@ -203,7 +196,7 @@ def main(argv=None):
     options = options_from(args)
     runner.stage(4, "fit", {"join": _manifest_digest(dirs["heldout"]),
                             "options": options.signature()},  # threads change speed only
-                 os.path.join(dirs["adjust"], tables.MANIFEST),
+                 storage.join(dirs["adjust"], tables.MANIFEST),
                  lambda: fit_directory(dirs["heldout"], dirs["adjust"], options,
                                        progress=Progress()),
                  lambda: f"{manifest('adjust')['metafeatures']['variant']}, "
@@ -212,33 +205,32 @@ def main(argv=None):
                          f" -> {manifest('adjust')['heldout_perplexity']:.2f}")
     runner.stage(5, "apply", {"counts": _manifest_digest(dirs["counts"]),
                               "fit": _manifest_digest(dirs["adjust"])},
-                 os.path.join(dirs["model"], tables.MANIFEST),
+                 storage.join(dirs["model"], tables.MANIFEST),
                  lambda: apply_stage.run(["--counts", dirs["counts"], "--theta", dirs["adjust"],
                                           "--out", dirs["model"]] + beam_args),
                  lambda: f"{manifest('model')['totals']['links']:,} links")
-    eval_path = os.path.join(out, "eval.json")
+    eval_path = storage.join(out, "eval.json")
 
     def evaluate():
         reports = evaluate_text(dirs["model"], args.test)
-        io.atomic_write_json(eval_path, reports)
+        storage.write_json(reports, eval_path)
         write_model_card(dirs["model"], manifest("model"),
-                         {os.path.basename(args.test): reports})
-        plot_perplexity(dirs["adjust"], os.path.join(out, "heldout_perplexity.png"))
+                         {storage.basename(args.test): reports})
+        plot_perplexity(dirs["adjust"], storage.join(out, "heldout_perplexity.png"))
         for name in ("adjusted", "unadjusted"):
             print(format_report(name.capitalize(), reports[name]))
 
     def describe_eval():
-        with open(eval_path, encoding="utf-8") as f:
-            reports = json.load(f)
+        reports = storage.read_json(eval_path)
         return (f"test perplexity {reports['adjusted']['perplexity']:.2f} adjusted, "
                 f"{reports['unadjusted']['perplexity']:.2f} unadjusted")
 
     runner.stage(6, "eval", {"model": _manifest_digest(dirs["model"]),
-                             "test": _file_stamp(args.test)},
+                             "test": storage.file_stamp(args.test)},
                  eval_path, evaluate, describe_eval)
     runner.summary()
-    print(f"model: {dirs['model']}  (card: {os.path.join(dirs['model'], 'model_card.md')}); "
-          f"eval: {eval_path}; plot: {os.path.join(out, 'heldout_perplexity.png')}")
+    print(f"model: {dirs['model']}  (card: {storage.join(dirs['model'], 'model_card.md')}); "
+          f"eval: {eval_path}; plot: {storage.join(out, 'heldout_perplexity.png')}")
     return 0
 
 

@@ -20,13 +20,12 @@ pyarrow dictionary encodings, suffix lookups a :class:`snm_core.model.KeyIndex`,
 and the text is formatted by pyarrow string kernels.
 """
 
-import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from snm_core import io
+from snm_core import storage
 from snm_core.arrays import dense_ids, padded_lists
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
@@ -59,7 +58,7 @@ def export_arpa(model_dir, out_path, say=print):
             f"{model_dir}: ARPA holds only n-gram models; this configuration "
             f"({', '.join(manifest['feature_types'])}) is not the n-grams of lengths 0..N "
             "without skip-grams, so it has no exact back-off form")
-    vocab = Vocabulary.load(os.path.join(model_dir, "vocab.txt"))
+    vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
     for word in vocab.words[3:]:
         if word in ("<s>", "</s>", "<unk>"):
             raise SnmInputError(f"the vocabulary has the word {word!r}, which ARPA reserves")
@@ -170,5 +169,5 @@ def _write(out_path, order, vocab, ctx_len, ctx_words, ctx_index, plain, z, l_ct
         body.extend(lines)
         body.append("")
     body.append("\\end\\")
-    io.atomic_write_text(out_path, "\n".join(body) + "\n")
+    storage.write_text("\n".join(body) + "\n", out_path)
     return counts

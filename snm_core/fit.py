@@ -30,13 +30,11 @@ epoch or two, unlexicalized ones keep improving for several.
 
 import dataclasses
 import json
-import os
 import time
 
-import numpy as np
 import pyarrow as pa
 
-from snm_core import io, memory, tables, trainer
+from snm_core import memory, storage, tables, trainer
 from snm_core import metafeatures as mf
 from snm_core.errors import SnmInputError
 
@@ -272,15 +270,15 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     theta, history = trainer.train(problem, options.settings(epochs), log=log, progress=progress)
     final_seconds = time.perf_counter() - final_started
     problem.close()  # its batch buffers, before the hash_size-long table is made
-    os.makedirs(out_dir, exist_ok=True)
-    io.atomic_write_npy(os.path.join(out_dir, "theta.npy"), problem.dense_theta(theta))
-    io.atomic_write_text(os.path.join(out_dir, "train_log.jsonl"),
-                         "".join(json.dumps(e, sort_keys=True) + "\n" for e in log_entries))
+    storage.makedirs(out_dir)
+    storage.write_npy(problem.dense_theta(theta), storage.join(out_dir, "theta.npy"))
+    storage.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in log_entries),
+                       storage.join(out_dir, "train_log.jsonl"))
     final = history[-1]
     manifest = {
         "kind": "fit", "format_version": tables.FORMAT_VERSION,
         "files": ["theta.npy", "train_log.jsonl"],
-        "join": os.path.abspath(join_dir),
+        "join": storage.absolute(join_dir),
         "metafeatures": spec.to_dict(),
         "training": dataclasses.asdict(options.settings(epochs)),
         "choice": choice,
@@ -296,7 +294,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
                     "selection": round(select_seconds, 3), "final": round(final_seconds, 3)},
         "vocabulary_fingerprint": join_manifest["vocabulary_fingerprint"],
     }
-    io.atomic_write_json(os.path.join(out_dir, tables.MANIFEST), manifest)
+    storage.write_json(manifest, storage.join(out_dir, tables.MANIFEST))
     if problem.num_unseen_targets:
         say(f"note: {problem.num_unseen_targets:,} held-out events predict a word no training "
             "feature saw (probability 0 whatever theta); they were left out")
@@ -306,7 +304,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
 def load_theta(fit_dir):
     """``(theta float32 (hash_size,), MetaFeatureSpec, manifest)`` of a fit directory."""
     manifest = tables.read_manifest(fit_dir, "fit")
-    theta = np.load(os.path.join(fit_dir, "theta.npy"))
+    theta = storage.read_npy(storage.join(fit_dir, "theta.npy"))
     spec = mf.MetaFeatureSpec(**manifest["metafeatures"])
     if theta.shape != (spec.hash_size,):
         raise SnmInputError(f"{fit_dir}/theta.npy has shape {theta.shape}, expected "

@@ -30,12 +30,13 @@ import dataclasses
 import math
 import os
 import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 
-from snm_core import io, kernels, memory, tables
+from snm_core import kernels, memory, storage, tables
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.arrays import group_rows
@@ -206,6 +207,9 @@ def _sort_partition(scratch, p, work):
 def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
     """Build ``compact/`` from the model's Parquet files; returns the compact manifest.
 
+    A remote model's arrays are built in a local directory, then uploaded,
+    their manifest last.
+
     Memory stays bounded whatever the model size: arrays are written to their
     ``.npy`` files in order (:class:`NpyWriter`); feature keys arrive sorted
     (bucket files are key ranges), and links are sorted by link key in two
@@ -215,8 +219,20 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
     """
     memory.limit_heap_retention()  # its 20-50 MB temporaries: 1.7 -> 0.9 GiB on mix skip-5-gram
     manifest = tables.read_manifest(model_dir, "model")
+    if not storage.is_remote(model_dir):
+        return _compile(model_dir, manifest, os.path.join(model_dir, COMPACT), partition_links)
+    os.makedirs(storage.cache_directory(), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging:
+        compact = _compile(model_dir, manifest, staging, partition_links)
+        remote = storage.join(model_dir, COMPACT)
+        storage.remove_tree(remote)
+        storage.upload_tree(staging, remote, last=tables.MANIFEST)
+    return compact
+
+
+def _compile(model_dir, manifest, directory, partition_links):
+    """:func:`compile_model` into the local ``directory``."""
     n_features, n_links = manifest["totals"]["features"], manifest["totals"]["links"]
-    directory = os.path.join(model_dir, COMPACT)
     scratch = os.path.join(directory, "partitions.tmp")
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(scratch)
@@ -235,9 +251,9 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
     for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
-        feats = tables.read_table(os.path.join(model_dir, name), tables.MODEL_FEATURES,
+        feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
                                   ["feature", "type", "count", "diversity", "m_star"])
-        matrix = tables.read_table(os.path.join(model_dir, "matrix-" + name[len("features-"):]),
+        matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
                                    tables.MATRIX)
         keys, diversity = feats["feature"].to_numpy(), feats["diversity"].to_numpy()
         feature_keys.append(keys)
@@ -291,12 +307,12 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
                             "(expected about n**2 / 2**65); please report this")
     sizes = sum(out.close() for out in (feature_keys, feature_m_star, feature_index.out,
                                         link_keys, link_m, link_c, link_index.out))
-    io.atomic_write_npy(os.path.join(directory, "seen_words.npy"), seen)
+    storage.write_npy(seen, os.path.join(directory, "seen_words.npy"))
     sizes += seen.nbytes
     compact = {"kind": "compact", "format_version": tables.FORMAT_VERSION,
                "files": [n + ".npy" for n in COMPACT_FILES],
                "features": int(n_features), "links": int(n_links), "bytes": int(sizes)}
-    io.atomic_write_json(os.path.join(directory, tables.MANIFEST), compact)
+    storage.write_json(compact, os.path.join(directory, tables.MANIFEST))
     return compact
 
 
@@ -347,17 +363,23 @@ class Model:
 
     @classmethod
     def load(cls, model_dir, mmap=True):
-        """Load a model directory; builds ``compact/`` first if it is missing."""
+        """Load a model directory; builds ``compact/`` first if it is missing.
+
+        A remote model's scoring arrays are copied to a local cache on first
+        load (:func:`snm_core.storage.local_copy`) and memory-mapped from there.
+        """
         manifest = tables.read_manifest(model_dir, "model")
-        compact_dir = os.path.join(model_dir, COMPACT)
-        if not os.path.isfile(os.path.join(compact_dir, tables.MANIFEST)):
+        remote_compact = storage.join(model_dir, COMPACT)
+        if not storage.isfile(storage.join(remote_compact, tables.MANIFEST)):
             compile_model(model_dir)
-        tables.read_manifest(compact_dir, "compact")
+        tables.read_manifest(remote_compact, "compact")
+        compact_dir = storage.local_copy(remote_compact, [n + ".npy" for n in COMPACT_FILES],
+                                         tables.MANIFEST)
         # np.asarray keeps the memory map but drops np.memmap's per-index overhead.
         arrays = {name: np.asarray(np.load(os.path.join(compact_dir, name + ".npy"),
                                            mmap_mode="r" if mmap else None))
                   for name in COMPACT_FILES}
-        vocab = Vocabulary.load(os.path.join(model_dir, "vocab.txt"))
+        vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
         if vocab.fingerprint() != manifest["vocabulary_fingerprint"]:
             raise SnmInputError(f"{model_dir}/vocab.txt does not match the model's manifest")
         return cls(manifest, vocab, arrays)
@@ -491,7 +513,7 @@ def write_model_card(model_dir, manifest, evaluation=None):
     tags = ", ".join(manifest["tags"]) if any(manifest["tags"]) else "none (pooled)"
     extras = "".join(f" + {name}" for name in ("diversity", "continuation") if spec.get(name))
     skipped = totals.get("empty_lines", 0) + totals.get("invalid_lines", 0)
-    name = os.path.basename(os.path.abspath(model_dir))
+    name = storage.basename(storage.absolute(model_dir))
     lines = [
         f"# SNM language model: {name}",
         "",
@@ -523,7 +545,7 @@ def write_model_card(model_dir, manifest, evaluation=None):
                 lines.append(f"| {kind} | {text} | {r['perplexity']:.2f} | "
                              f"{r['perplexity_excluding_oov']:.2f} | {r['oov']:,} | "
                              f"{r['words']:,} | {r['sentences']:,} |")
-    io.atomic_write_text(os.path.join(model_dir, "model_card.md"), "\n".join(lines) + "\n")
+    storage.write_text("\n".join(lines) + "\n", storage.join(model_dir, "model_card.md"))
 
 
 def read_model_tables(model_dir):

@@ -92,14 +92,13 @@ def write_corpus(directory, num_train=20000, num_dev=1000, num_test=1000, seed=0
     The three parts use different seeds derived from ``seed``, so they share a
     distribution but not sentences.  Returns the three paths.
     """
-    import os
-    from snm_core.io import atomic_write_text
+    from snm_core import storage
 
-    os.makedirs(directory, exist_ok=True)
+    storage.makedirs(directory)
     paths = []
     for offset, (name, n) in enumerate((("train", num_train), ("dev", num_dev),
                                         ("test", num_test))):
-        path = os.path.join(directory, f"{name}.txt")
-        atomic_write_text(path, "".join(s + "\n" for s in generate(n, seed=seed * 3 + offset)))
+        path = storage.join(directory, f"{name}.txt")
+        storage.write_text("".join(s + "\n" for s in generate(n, seed=seed * 3 + offset)), path)
         paths.append(path)
     return paths

@@ -31,11 +31,10 @@ bucket order form one table sorted by feature.
 """
 
 import json
-import os
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from snm_core import storage
 from snm_core.errors import SnmInputError
 
 FORMAT_VERSION = 1
@@ -72,25 +71,30 @@ def check_manifest(manifest, path, kind):
 
 
 def read_manifest(directory, kind):
-    """Load and check ``directory/manifest.json`` of a stage of the given kind.
+    """Load and check ``directory/manifest.json`` of a stage of the given kind
+    (local or remote, :mod:`snm_core.storage`); every file it lists must exist.
 
     Raises
     ------
     SnmInputError
         If the directory is not a finished stage output of that kind.
     """
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.isfile(path):
+    path = storage.join(directory, MANIFEST)
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError:
         raise SnmInputError(f"{directory}: no {MANIFEST}; not the output of a finished "
-                            f"'snm {kind}' run (re-run that stage)")
-    with open(path, encoding="utf-8") as f:
-        try:
-            manifest = json.load(f)
-        except json.JSONDecodeError as e:
-            raise SnmInputError(f"{path}: not valid JSON ({e})") from None
+                            f"'snm {kind}' run (re-run that stage)") from None
+    except OSError as e:
+        raise SnmInputError(f"{path}: cannot read ({e})") from None
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SnmInputError(f"{path}: not valid JSON ({e})") from None
     check_manifest(manifest, path, kind)
+    present = set(storage.listdir(directory))
     for name in manifest.get("files", []):
-        if not os.path.isfile(os.path.join(directory, name)):
+        if name not in present and not storage.isfile(storage.join(directory, name)):
             raise SnmInputError(f"{directory}: {name} is listed in {MANIFEST} but missing")
     return manifest
 
@@ -98,7 +102,7 @@ def read_manifest(directory, kind):
 def read_table(path, schema, columns=None):
     """Read a Parquet file and check it has ``schema``'s columns with their types."""
     try:
-        table = pq.read_table(path, columns=columns)
+        table = storage.read_parquet(path, columns=columns)
     except (OSError, pa.ArrowInvalid) as e:
         raise SnmInputError(f"{path}: cannot read as Parquet ({e})") from None
     for name in columns or schema.names:
@@ -114,7 +118,7 @@ def read_table(path, schema, columns=None):
 def read_tables(directory, manifest, prefix, schema, columns=None):
     """Concatenate the manifest's ``prefix-*.parquet`` files in bucket order."""
     names = sorted(n for n in manifest["files"] if n.startswith(prefix + "-"))
-    tables = [read_table(os.path.join(directory, n), schema, columns) for n in names]
+    tables = [read_table(storage.join(directory, n), schema, columns) for n in names]
     if not tables:
         return schema.empty_table() if columns is None else pa.schema(
             [schema.field(c) for c in columns]).empty_table()

@@ -52,7 +52,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from snm_core import hashing, kernels
 from snm_core.arrays import sorted_distinct
@@ -126,19 +125,17 @@ def load_join(directory, spec, threads=None):
     Small M is read one bucket file at a time, so only the compiled arrays
     stay in memory.
     """
-    from snm_core import tables
+    from snm_core import storage, tables
 
     manifest = tables.read_manifest(directory, "join")
     names = sorted(manifest["files"])
-    # ParquetFile.read, not read_table: the dataset layer under read_table holds
-    # ~15 MiB more while it reads (kernel 5-gram small M, a bucket at a time).
-    event_tables = [pq.ParquetFile(os.path.join(directory, n)).read(use_threads=False)
+    event_tables = [storage.read_parquet(storage.join(directory, n))
                     for n in names if n.startswith("events-")]
     if not event_tables:
         raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
     events = Events.from_table(pa.concat_tables(event_tables))
     del event_tables
-    small_m = (pq.ParquetFile(os.path.join(directory, n)).read(use_threads=False)
+    small_m = (storage.read_parquet(storage.join(directory, n))
                for n in names if n.startswith("small_m-"))
     problem = AdjustmentProblem(small_m, events, spec, type_fingerprints(manifest),
                                 len(manifest["feature_types"]), threads)

@@ -118,15 +118,15 @@ class Vocabulary:
 
     def save(self, path):
         """Write one word a line, markers first; the file loads back to an equal vocabulary."""
-        from snm_core.io import atomic_write_text
-        atomic_write_text(path, "".join(w + "\n" for w in self._words))
+        from snm_core import storage
+        storage.write_text("".join(w + "\n" for w in self._words), path)
 
     @classmethod
     def load(cls, path):
         """Read a one-word-a-line file (see the module docstring for the rules)."""
+        from snm_core import storage
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = storage.read_bytes(path)
         except FileNotFoundError:
             raise VocabularyError(f"{path}: vocabulary file not found") from None
         try:

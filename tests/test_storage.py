@@ -1,0 +1,192 @@
+"""The storage layer against a real S3-protocol server (moto's, on localhost), and locally.
+
+The server runs in its own process; the client is pyarrow's S3 filesystem,
+configured as users configure it (``AWS_ENDPOINT_URL`` and keys in the
+environment): no patched calls.
+"""
+
+import bz2
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from snm.train_cmd import main as train_main
+from snm_core import storage, synthetic, tables, textfile
+from snm_core.errors import SnmInputError
+
+BUCKET = "snm-test"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """``s3://snm-test``: a bucket on a moto S3 server started for these tests."""
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto server did not start; see its log") from None
+                time.sleep(0.1)
+        pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"],
+                          allow_bucket_creation=True).create_dir(BUCKET)
+        yield f"s3://{BUCKET}"
+    finally:
+        server.terminate()
+        server.wait()
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_atomic_writes_glob_and_removal_on_s3(s3):
+    base = f"{s3}/unit"
+    storage.write_json({"a": 1}, f"{base}/x/manifest.json")
+    storage.write_bytes(b"one", f"{base}/x/part-1.txt")
+    storage.write_bytes(b"two", f"{base}/x/part-2.txt")
+    storage.write_bytes(b"other", f"{base}/x/sub/part-3.txt")
+    assert storage.read_json(f"{base}/x/manifest.json") == {"a": 1}
+    assert storage.glob(f"{base}/x/part-*.txt") == [f"{base}/x/part-1.txt",
+                                                    f"{base}/x/part-2.txt"]
+    assert storage.listdir(f"{base}/x") == ["manifest.json", "part-1.txt", "part-2.txt"]
+    assert storage.isfile(f"{base}/x/part-1.txt") and not storage.isfile(f"{base}/x/nope")
+
+    # A write that fails leaves neither the file nor its temporary object.
+    with pytest.raises(ZeroDivisionError):
+        with storage.atomic_output(f"{base}/x/broken.bin") as f:
+            f.write(b"half")
+            1 / 0
+    assert storage.listdir(f"{base}/x") == ["manifest.json", "part-1.txt", "part-2.txt"]
+
+    storage.write_npy(np.arange(5, dtype=np.int32), f"{base}/x/a.npy")
+    assert storage.read_npy(f"{base}/x/a.npy").tolist() == [0, 1, 2, 3, 4]
+    storage.write_parquet(pa.table({"feature": pa.array([3, 1], pa.uint64())}),
+                          f"{base}/x/t.parquet")
+    assert storage.read_parquet(f"{base}/x/t.parquet")["feature"].to_pylist() == [3, 1]
+
+    storage.remove_tree(f"{base}/x")
+    assert storage.glob(f"{base}/x/**") == [] and not storage.exists(f"{base}/x/manifest.json")
+
+
+def test_manifest_checks_listed_files_on_s3(s3):
+    directory = f"{s3}/manifest-check"
+    storage.write_json({"kind": "fit", "format_version": tables.FORMAT_VERSION,
+                        "files": ["theta.npy"]}, f"{directory}/manifest.json")
+    with pytest.raises(SnmInputError, match="theta.npy is listed"):
+        tables.read_manifest(directory, "fit")
+    with pytest.raises(SnmInputError, match="expected 'snm count'"):
+        tables.read_manifest(directory, "count")
+    with pytest.raises(SnmInputError, match="no manifest.json"):
+        tables.read_manifest(f"{s3}/nothing-here", "fit")
+
+
+@pytest.mark.parametrize("name, compress", [
+    ("plain.txt", lambda b: b), ("text.txt.gz", gzip.compress), ("text.txt.bz2", bz2.compress),
+    ("text.txt.zst", lambda b: pa.compress(b, "zstd", asbytes=True))])
+def test_one_text_reader_for_every_compression(tmp_path, name, compress):
+    data = "a b\n\n  \nc\xa0d\n".encode() + b"\xff bad\nlast"
+    if name.endswith(".zst"):  # a zstd frame, as the zstd tool writes it
+        stream = pa.BufferOutputStream()
+        with pa.CompressedOutputStream(stream, "zstd") as f:
+            f.write(data)
+        blob = stream.getvalue().to_pybytes()
+    else:
+        blob = compress(data)
+    (tmp_path / name).write_bytes(blob)
+    assert textfile.read_lines(str(tmp_path / name)) == ["a b", "", "  ", "c\xa0d", None, "last"]
+
+
+def test_a_damaged_gz_is_one_error_naming_the_file(tmp_path):
+    path = tmp_path / "cut.txt.gz"
+    text = "".join(f"{i} {i * 7919 % 10007}\n" for i in range(20000)).encode()
+    path.write_bytes(gzip.compress(text)[:2000])
+    with pytest.raises(SnmInputError, match="cut.txt.gz: cannot decompress"):
+        textfile.read_lines(str(path))
+    (tmp_path / "fake.txt.gz").write_bytes(b"plain text\n")
+    with pytest.raises(SnmInputError, match="fake.txt.gz: cannot decompress"):
+        textfile.read_lines(str(tmp_path / "fake.txt.gz"))
+
+
+def _files(directory):
+    """Relative paths of the files under a local or remote directory, and their bytes."""
+    fs, inner = storage.filesystem(directory)
+    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
+    out = {}
+    for info in infos:
+        if info.type == pafs.FileType.File:
+            with fs.open_input_stream(info.path) as f:
+                out[info.path[len(inner) + 1:]] = f.read()
+    return out
+
+
+def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), num_train=1500,
+                                              num_dev=150, num_test=150, seed=7)
+    remote = {}
+    for path in (train, dev, test):  # inputs in the bucket too, one compressed
+        name = os.path.basename(path) + (".gz" if "train" in path else "")
+        remote[path] = f"{s3}/corpus/{name}"
+        with open(path, "rb") as f:
+            data = f.read()
+        storage.write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data,
+                            remote[path])
+
+    def args(inputs, out):
+        return ["--config", "skip5gram", "--train", inputs[train], "--heldout", inputs[dev],
+                "--test", inputs[test], "--out", out, "--metafeatures", "unlexicalized",
+                "--epochs", "2", "--hash_size", "65536", "--num_buckets", "4"]
+
+    local_out = str(tmp_path / "local")
+    assert train_main(args({p: p for p in remote}, local_out)) == 0
+    remote_out = f"{s3}/runs/first"
+    assert train_main(args(remote, remote_out)) == 0
+    capsys.readouterr()
+
+    local, bucket = _files(local_out), _files(remote_out)
+    assert sorted(local) == sorted(bucket)
+    for name in local:
+        if name.endswith((".parquet", ".npy", "vocab.txt")):
+            assert local[name] == bucket[name], name
+    assert json.loads(local["eval.json"]) == json.loads(bucket["eval.json"])
+
+    # A second run finds every stage finished and current.
+    assert train_main(args(remote, remote_out)) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 6
+
+    # eval and score read the remote model (its arrays cached locally).
+    from snm.eval_cmd import evaluate, score_main
+    assert evaluate(f"{remote_out}/model", remote[test]) == json.loads(bucket["eval.json"])
+    assert os.listdir(tmp_path / "cache")  # the scoring arrays, copied on first load
+    assert score_main(["--model", f"{remote_out}/model", remote[test],
+                       "--out", f"{s3}/scores.tsv"]) == 0
+    scored = storage.read_text(f"{s3}/scores.tsv").splitlines()
+    assert len(scored) == 150 and all(len(line.split("\t")) == 4 for line in scored)
