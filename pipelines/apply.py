@@ -21,8 +21,8 @@ features, so the per-feature sum is done in the same step, without a
 CombinePerKey shuffle.
 """
 
+import dataclasses
 import logging
-import os
 
 import apache_beam as beam
 import numpy as np
@@ -90,14 +90,31 @@ def write_manifest(totals, out, settings, fit_manifest):
     return manifest
 
 
-def run(argv=None):
+@dataclasses.dataclass(frozen=True)
+class ApplyOptions:
+    """What ``snm apply`` does; one field per command-line flag."""
+
+    counts: str
+    theta: str  # the fit directory
+    out: str
+
+    def __post_init__(self):
+        for name in ("counts", "theta", "out"):
+            object.__setattr__(self, name, storage.absolute(getattr(self, name)))
+
+
+def main(argv=None):
+    """``snm apply`` from the command line."""
     parser = common.stage_parser(__doc__)
-    parser.add_argument("--counts", type=storage.absolute,
-                        required=True, help="count directory (snm count --out)")
-    parser.add_argument("--theta", type=storage.absolute,
-                        required=True, help="fit directory (snm fit --out)")
-    parser.add_argument("--out", type=storage.absolute, required=True, help="model directory")
-    args, beam_args = parser.parse_known_args(argv)
+    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
+    parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
+    parser.add_argument("--out", required=True, help="model directory")
+    return run(*common.parse_stage_args(parser, ApplyOptions, argv))
+
+
+def run(args, beam_args=()):
+    """Run the apply pipeline, then build the scoring arrays; returns the model's manifest."""
+    beam_args = list(beam_args)
     settings = common.CountSettings.load(args.counts)
     fit_manifest = tables.read_manifest(args.theta, "fit")
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
@@ -122,9 +139,8 @@ def run(argv=None):
 
     metrics = common.run_pipeline(beam_args, build)
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
-    if os.path.isdir(args.out):  # a local model: build the scoring arrays now
-        model_lib.compile_model(args.out)
-        model_lib.write_model_card(args.out, manifest)
+    model_lib.compile_model(args.out)  # the scoring arrays (a remote model's built here)
+    model_lib.write_model_card(args.out, manifest)
     common.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
                          metrics)
     return manifest
@@ -132,4 +148,4 @@ def run(argv=None):
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.WARNING)
-    run()
+    main()

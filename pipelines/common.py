@@ -396,6 +396,13 @@ class CountSettings:
                 for prefix in ("features", "links")}
 
 
+def parse_stage_args(parser, options_type, argv):
+    """``(options_type(**flags), beam_args)``: the parser's flags (named as the
+    options' fields) and the leftover arguments, which are Beam's."""
+    args, beam_args = parser.parse_known_args(argv)
+    return options_type(**vars(args)), beam_args
+
+
 def stage_parser(description):
     return argparse.ArgumentParser(description=description,
                                    epilog="Other arguments are Beam pipeline options "

@@ -25,8 +25,9 @@ occurrence and ``CombinePerKey(sum)``: slow, and the baseline the tests
 compare the fast path with.
 """
 
+import dataclasses
 import logging
-import os
+from typing import Optional
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -42,6 +43,7 @@ from snm_core.config import load_config, parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
 from snm_core.text import tokenize
+from snm_core.textfile import DEFAULT_BATCH_BYTES
 from snm_core.vocab import Vocabulary
 
 #: Key ranges: a bucket's merge holds ~100 bytes per partial link it sums, so
@@ -368,7 +370,7 @@ def _previous_counts(args, config, tags):
                             "--min_count")
     if args.reference:
         raise SnmInputError("--add_to works with the fast path only; drop --reference")
-    if os.path.abspath(args.out) == os.path.abspath(args.add_to):
+    if args.out == args.add_to:
         raise SnmInputError("--out must differ from --add_to: the old counts stay intact until "
                             "the new ones are complete")
     settings = common.CountSettings.load(args.add_to)
@@ -435,29 +437,61 @@ def load_vocabulary(args, beam_args, sources):
         return Vocabulary.parse(text, args.vocab)
     from pipelines import vocab as vocab_stage
     vocab_dir = storage.join(args.out, "vocab")
-    train = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
-    vocab_stage.run(sum((["--train", t] for t in train), []) + [
-        "--out", vocab_dir, "--min_count", str(args.min_count),
-        "--batch_bytes", str(args.batch_bytes)] + beam_args)
+    vocab_stage.run(vocab_stage.VocabOptions(
+        train=[f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources], out=vocab_dir,
+        min_count=args.min_count, batch_bytes=args.batch_bytes), beam_args)
     return Vocabulary.parse(storage.read_bytes(storage.join(vocab_dir, "vocab.txt")).decode(),
                             storage.join(vocab_dir, "vocab.txt"))
 
 
-def run(argv=None):
+@dataclasses.dataclass(frozen=True)
+class CountOptions:
+    """What ``snm count`` does; one field per command-line flag."""
+
+    config: str  # preset name or configuration file
+    train: tuple  # [TAG=]GLOB training sources
+    out: str
+    vocab: Optional[str] = None
+    min_count: Optional[int] = None
+    add_to: Optional[str] = None
+    num_buckets: int = DEFAULT_NUM_BUCKETS
+    flush_links: int = DEFAULT_FLUSH_LINKS
+    shuffle: str = "files"
+    reference: bool = False
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+
+    def __post_init__(self):
+        object.__setattr__(self, "train", tuple(self.train))
+        for name in ("out", "vocab", "add_to"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, storage.absolute(getattr(self, name)))
+        if not 1 <= self.num_buckets <= 65536:
+            raise SnmInputError("--num_buckets must be between 1 and 65536")
+        if self.min_count is not None and self.min_count < 1:
+            raise SnmInputError("--min_count must be at least 1")
+        if self.vocab is not None and self.min_count is not None:
+            raise SnmInputError("give --vocab or --min_count, not both")
+        if self.add_to is None and self.vocab is None and self.min_count is None:
+            raise SnmInputError("give --vocab FILE or --min_count N (or --add_to COUNTS)")
+        if self.shuffle not in MODES:
+            raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
+
+
+def main(argv=None):
+    """``snm count`` from the command line."""
     parser = common.stage_parser(__doc__)
     parser.add_argument("--config", required=True,
                         help="preset (5gram, skip10gram, skip5gram) or configuration file")
     common.add_source_args(parser)
-    parser.add_argument("--add_to", type=storage.absolute, metavar="COUNTS",
+    parser.add_argument("--add_to", metavar="COUNTS",
                         help="an existing count directory: count only the new --train files "
                              "and write the sum of both to --out (same config, vocabulary "
                              "and buckets; counts are additive)")
     vocab_group = parser.add_mutually_exclusive_group()
-    vocab_group.add_argument("--vocab", type=storage.absolute,
-                             help="vocabulary file, one word a line")
+    vocab_group.add_argument("--vocab", help="vocabulary file, one word a line")
     vocab_group.add_argument("--min_count", type=int,
                              help="build the vocabulary first: words seen this often")
-    parser.add_argument("--out", type=storage.absolute, required=True, help="output directory")
+    parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--num_buckets", type=int, default=DEFAULT_NUM_BUCKETS,
                         help="key-range buckets = output files = shuffle parallelism "
                              "(default %(default)s)")
@@ -468,20 +502,19 @@ def run(argv=None):
                              "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
-    args, beam_args = parser.parse_known_args(argv)
-    if not 1 <= args.num_buckets <= 65536:
-        parser.error("--num_buckets must be between 1 and 65536")
-    if args.min_count is not None and args.min_count < 1:
-        parser.error("--min_count must be at least 1")
+    return run(*common.parse_stage_args(parser, CountOptions, argv))
+
+
+def run(args, beam_args=()):
+    """Run the count pipeline; returns its manifest."""
+    beam_args = list(beam_args)
     config = load_config(args.config)
     sources = common.parse_sources(args.train)
     tags = common.source_tags(sources)
     previous = None
     if args.add_to:
         previous, vocab, tags = _previous_counts(args, config, tags)
-        args.num_buckets = previous["num_buckets"]
-    elif args.vocab is None and args.min_count is None:
-        parser.error("give --vocab FILE or --min_count N (or --add_to COUNTS)")
+        args = dataclasses.replace(args, num_buckets=previous["num_buckets"])
     else:
         vocab = load_vocabulary(args, beam_args, sources)
     files = common.expand_sources(sources, tags)
@@ -515,4 +548,4 @@ def run(argv=None):
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.WARNING)
-    run()
+    main()

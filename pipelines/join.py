@@ -25,6 +25,7 @@ the rows of the held-out keys (a partitioned merge join: no worker holds
 all counts, and the counts are not shuffled).
 """
 
+import dataclasses
 import logging
 
 import apache_beam as beam
@@ -149,15 +150,33 @@ class JoinHeldout(beam.PTransform):
         return (joined, event_stats) | "AllStats" >> beam.Flatten()
 
 
-def run(argv=None):
+@dataclasses.dataclass(frozen=True)
+class JoinOptions:
+    """What ``snm join`` does; one field per command-line flag."""
+
+    counts: str
+    heldout: str  # a file or glob
+    out: str
+    batch_bytes: int = textfile.DEFAULT_BATCH_BYTES
+
+    def __post_init__(self):
+        for name in ("counts", "heldout", "out"):
+            object.__setattr__(self, name, storage.absolute(getattr(self, name)))
+
+
+def main(argv=None):
+    """``snm join`` from the command line."""
     parser = common.stage_parser(__doc__)
-    parser.add_argument("--counts", type=storage.absolute,
-                        required=True, help="count directory (snm count --out)")
-    parser.add_argument("--heldout", type=storage.absolute,
-                        required=True, help="held-out text file or glob")
-    parser.add_argument("--out", type=storage.absolute, required=True, help="output directory")
+    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
+    parser.add_argument("--heldout", required=True, help="held-out text file or glob")
+    parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--batch_bytes", type=int, default=textfile.DEFAULT_BATCH_BYTES)
-    args, beam_args = parser.parse_known_args(argv)
+    return run(*common.parse_stage_args(parser, JoinOptions, argv))
+
+
+def run(args, beam_args=()):
+    """Run the join pipeline; returns its manifest."""
+    beam_args = list(beam_args)
     settings = common.CountSettings.load(args.counts)
     paths = storage.glob(args.heldout)
     if not paths:
@@ -179,4 +198,4 @@ def run(argv=None):
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.WARNING)
-    run()
+    main()

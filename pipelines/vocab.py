@@ -16,13 +16,17 @@ occurs in training and gets a probability; with ``--min_count 1`` an unseen
 test word would have probability zero.
 """
 
+import dataclasses
 import logging
+from typing import Optional
 
 import apache_beam as beam
 import pyarrow as pa
 
 from pipelines import common
 from snm_core import storage, tables
+from snm_core.errors import SnmInputError
+from snm_core.textfile import DEFAULT_BATCH_BYTES
 from snm_core.text import TokenizeStats, count_words, sum_word_counts
 from snm_core.vocab import Vocabulary
 
@@ -97,17 +101,38 @@ def write_vocabulary(result, out, min_count, max_size, sources):
     return manifest
 
 
-def run(argv=None):
+@dataclasses.dataclass(frozen=True)
+class VocabOptions:
+    """What ``snm vocab`` does; one field per command-line flag."""
+
+    train: tuple  # [TAG=]GLOB training sources
+    out: str
+    min_count: int = DEFAULT_MIN_COUNT
+    max_size: Optional[int] = None
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+
+    def __post_init__(self):
+        object.__setattr__(self, "train", tuple(self.train))
+        object.__setattr__(self, "out", storage.absolute(self.out))
+        if self.min_count < 1:
+            raise SnmInputError("--min_count must be at least 1")
+
+
+def main(argv=None):
+    """``snm vocab`` from the command line."""
     parser = common.stage_parser(__doc__)
     common.add_source_args(parser)
-    parser.add_argument("--out", type=storage.absolute, required=True, help="output directory")
+    parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--min_count", type=int, default=DEFAULT_MIN_COUNT,
                         help="keep words seen at least this often (default %(default)s)")
     parser.add_argument("--max_size", type=int, default=None,
                         help="keep at most this many words")
-    args, beam_args = parser.parse_known_args(argv)
-    if args.min_count < 1:
-        parser.error("--min_count must be at least 1")
+    return run(*common.parse_stage_args(parser, VocabOptions, argv))
+
+
+def run(args, beam_args=()):
+    """Run the vocab pipeline; returns its manifest."""
+    beam_args = list(beam_args)
     sources = common.parse_sources(args.train)
     files = common.expand_sources(sources)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
@@ -128,4 +153,4 @@ def run(argv=None):
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.WARNING)
-    run()
+    main()

@@ -14,7 +14,7 @@ import sys
 
 from snm_core.errors import SnmInputError
 
-#: Subcommands that are whole Beam pipelines: name -> module with ``run(argv)``.
+#: Subcommands that are whole Beam pipelines: name -> module with ``main(argv)``.
 PIPELINES = {
     "vocab": "pipelines.vocab",
     "count": "pipelines.count",
@@ -139,7 +139,7 @@ def main(argv=None):
             return 2
         entry = importlib.import_module(module)
         if command in PIPELINES:
-            entry.run(rest)
+            entry.main(rest)
             return 0
         return entry.main([command] + rest if module == "snm.eval_cmd" else rest) or 0
     except SnmInputError as e:

@@ -161,7 +161,6 @@ def main(argv=None):
     dirs = {name: storage.join(out, name) for name in ("vocab", "counts", "heldout", "adjust",
                                                        "model")}
     train_specs = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
-    train_args = sum((["--train", spec] for spec in train_specs), [])
     stamps = [storage.file_stamp(p) for _, p in files]
     runner = Runner(out, args.force)
 
@@ -174,23 +173,24 @@ def main(argv=None):
     else:
         runner.stage(1, "vocab", {"train": stamps, "min_count": args.min_count},
                      storage.join(dirs["vocab"], tables.MANIFEST),
-                     lambda: vocab_stage.run(train_args + ["--out", dirs["vocab"], "--min_count",
-                                                           str(args.min_count)] + beam_args),
+                     lambda: vocab_stage.run(vocab_stage.VocabOptions(
+                         train=train_specs, out=dirs["vocab"], min_count=args.min_count),
+                         beam_args),
                      lambda: f"{manifest('vocab')['vocabulary_size']:,} words")
     runner.stage(2, "count", {"train": stamps, "tags": [s.tag for s in sources],
                               "config": config.to_text(), "vocab": storage.file_stamp(vocab_path),
                               "buckets": args.num_buckets},
                  storage.join(dirs["counts"], tables.MANIFEST),
-                 lambda: count_stage.run(["--config", args.config, "--vocab", vocab_path,
-                                          "--out", dirs["counts"], "--num_buckets",
-                                          str(args.num_buckets)] + train_args + beam_args),
+                 lambda: count_stage.run(count_stage.CountOptions(
+                     config=args.config, train=train_specs, vocab=vocab_path, out=dirs["counts"],
+                     num_buckets=args.num_buckets), beam_args),
                  lambda: f"{manifest('counts')['totals']['tokens']:,} words -> "
                          f"{manifest('counts')['totals']['links']:,} links")
     runner.stage(3, "join", {"counts": _manifest_digest(dirs["counts"]),
                              "heldout": storage.file_stamp(args.heldout)},
                  storage.join(dirs["heldout"], tables.MANIFEST),
-                 lambda: join_stage.run(["--counts", dirs["counts"], "--heldout", args.heldout,
-                                         "--out", dirs["heldout"]] + beam_args),
+                 lambda: join_stage.run(join_stage.JoinOptions(
+                     counts=dirs["counts"], heldout=args.heldout, out=dirs["heldout"]), beam_args),
                  lambda: f"{manifest('heldout')['totals']['events']:,} held-out events, "
                          f"{manifest('heldout')['totals']['small_m_links']:,} small-M links")
     options = options_from(args)
@@ -206,8 +206,8 @@ def main(argv=None):
     runner.stage(5, "apply", {"counts": _manifest_digest(dirs["counts"]),
                               "fit": _manifest_digest(dirs["adjust"])},
                  storage.join(dirs["model"], tables.MANIFEST),
-                 lambda: apply_stage.run(["--counts", dirs["counts"], "--theta", dirs["adjust"],
-                                          "--out", dirs["model"]] + beam_args),
+                 lambda: apply_stage.run(apply_stage.ApplyOptions(
+                     counts=dirs["counts"], theta=dirs["adjust"], out=dirs["model"]), beam_args),
                  lambda: f"{manifest('model')['totals']['links']:,} links")
     eval_path = storage.join(out, "eval.json")
 

@@ -48,7 +48,7 @@ def run_count(corpus, out, config, sources, *extra):
             "--num_buckets", "4"]
     for spec in sources:
         argv += ["--train", spec]
-    return count_stage.run(argv + list(extra))
+    return count_stage.main(argv + list(extra))
 
 
 @pytest.mark.parametrize("config_name", ["5gram", "skip"])
@@ -136,7 +136,7 @@ def test_bad_input(corpus, tmp_path):
 
 
 def test_vocab_stage_counts_words(corpus, tmp_path):
-    manifest = vocab_stage.run(["--train", f"{corpus['root']}/*/part-0*",
+    manifest = vocab_stage.main(["--train", f"{corpus['root']}/*/part-0*",
                                 "--out", str(tmp_path / "v"), "--min_count", "3"])
     counts = pq.read_table(tmp_path / "v" / "word_counts.parquet").to_pylist()
     expected = {}
@@ -162,7 +162,7 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
     new = [f"web={corpus['b']}", f"man={extra}"] if tagged else [corpus["b"], extra]
     run_count(corpus, tmp_path / "all", corpus["skip"], old + new)
     run_count(corpus, tmp_path / "old", corpus["skip"], old)
-    added = count_stage.run(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
+    added = count_stage.main(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
                              "--out", str(tmp_path / "added")]
                             + sum((["--train", spec] for spec in new), []))
     names = [n for n in os.listdir(tmp_path / "all") if n.endswith((".parquet", ".txt"))]
@@ -173,13 +173,13 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
     assert added["totals"] == everything["totals"]
     assert added["tags"] == everything["tags"]
     with pytest.raises(SnmInputError, match="--config differs"):
-        count_stage.run(["--config", "5gram", "--add_to", str(tmp_path / "old"),
+        count_stage.main(["--config", "5gram", "--add_to", str(tmp_path / "old"),
                          "--out", str(tmp_path / "x"), "--train", corpus["b"]])
     # Workers read the vocabulary from the count directory, so an edited one is refused.
     with open(tmp_path / "old" / "vocab.txt", "a", encoding="utf-8") as f:
         f.write("an-added-word\n")
     with pytest.raises(SnmInputError, match="vocab.txt does not match its manifest"):
-        count_stage.run(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
+        count_stage.main(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
                          "--out", str(tmp_path / "y"), "--train", corpus["b"]])
 
 

@@ -20,10 +20,10 @@ def joined(tmp_path_factory):
     write_lines(str(root / "b.txt"), train[150:])
     heldout = synthetic.generate(40, seed=12) + ["", "begin1 zebra unknown words"]
     write_lines(str(root / "dev.txt"), heldout)
-    count_stage.run(["--config", "skip5gram", "--train", f"a={root}/a.txt",
+    count_stage.main(["--config", "skip5gram", "--train", f"a={root}/a.txt",
                      "--train", f"b={root}/b.txt", "--min_count", "2", "--out",
                      str(root / "counts"), "--num_buckets", "3"])
-    join_stage.run(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
+    join_stage.main(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
                     "--out", str(root / "heldout")])
     return root, heldout
 
@@ -68,8 +68,8 @@ def test_events_carry_every_tagged_feature(joined):
 def test_missing_inputs_are_clear_errors(joined, tmp_path):
     root, _ = joined
     with pytest.raises(SnmInputError, match="matches no file"):
-        join_stage.run(["--counts", str(root / "counts"), "--heldout", str(tmp_path / "x*"),
+        join_stage.main(["--counts", str(root / "counts"), "--heldout", str(tmp_path / "x*"),
                         "--out", str(tmp_path / "o")])
     with pytest.raises(SnmInputError, match="not the output of a finished 'snm count'"):
-        join_stage.run(["--counts", str(tmp_path), "--heldout", str(root / "dev.txt"),
+        join_stage.main(["--counts", str(tmp_path), "--heldout", str(root / "dev.txt"),
                         "--out", str(tmp_path / "o")])

@@ -460,7 +460,7 @@ def test_portable_runner_with_a_worker_pool_matches_the_default_runner(
 def test_portable_runner_with_relative_paths(corpus, worker_pool, tmp_path, monkeypatch):
     monkeypatch.chdir(corpus["root"])
     out = os.path.relpath(tmp_path / "vocab", corpus["root"])
-    vocab_stage.run(["--train", os.path.basename(corpus["train"]), "--out", out]
+    vocab_stage.main(["--train", os.path.basename(corpus["train"]), "--out", out]
                     + launchers.portable_options(job_endpoint="embed",
                                                  worker_pool=worker_pool["address"]))
 
@@ -513,7 +513,7 @@ def test_cron_retrain_adds_new_shards_and_switches_current(corpus, tmp_path):
     with open(root / "counted.txt", encoding="utf-8") as f:
         assert sorted(f.read().splitlines()) == shards
     # The added counts equal counting all three shards at once with the same vocabulary.
-    count_stage.run(["--config", "5gram", "--vocab", os.path.join(first, "counts", "vocab.txt"),
+    count_stage.main(["--config", "5gram", "--vocab", os.path.join(first, "counts", "vocab.txt"),
                      "--num_buckets", "4", "--out", str(tmp_path / "all")]
                     + sum((["--train", s] for s in shards), []))
     names = [n for n in os.listdir(tmp_path / "all") if n.endswith((".parquet", ".txt"))]

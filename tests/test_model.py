@@ -36,14 +36,14 @@ def build_model(root, config, tagged, variant="unlexicalized"):
         config = str(root / "config.cfg")
     specs = ["--train", f"a={root}/a.txt", "--train", f"b={root}/b.txt"] if tagged else \
         ["--train", f"{root}/[ab].txt"]
-    count_stage.run(["--config", config, *specs, "--min_count", "2", "--out",
+    count_stage.main(["--config", config, *specs, "--min_count", "2", "--out",
                      str(root / "counts"), "--num_buckets", "3"])
-    join_stage.run(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
+    join_stage.main(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
                     "--out", str(root / "heldout")])
     fit_directory(str(root / "heldout"), str(root / "adjust"),
                   FitOptions(variants=(variant,), epochs=2, hash_size=1 << 16, batch_size=128),
                   say=lambda *_: None)
-    apply_stage.run(["--counts", str(root / "counts"), "--theta", str(root / "adjust"),
+    apply_stage.main(["--counts", str(root / "counts"), "--theta", str(root / "adjust"),
                      "--out", str(root / "model")])
     return root / "model", test
 

@@ -16,12 +16,12 @@ from snm_core.metafeatures import MetaFeatureSpec
 @pytest.fixture(scope="module")
 def kernel_join(corpora, tmp_path_factory):
     root = tmp_path_factory.mktemp("kernel")
-    count_stage.run(["--config", "5gram",
+    count_stage.main(["--config", "5gram",
                      "--train", os.path.join(corpora, "kernel", "train.txt.gz"),
                      "--vocab", os.path.join(corpora, "kernel", "vocab.txt"),
                      "--out", str(root / "counts"), "--direct_running_mode=multi_threading",
                      "--direct_num_workers=2"])
-    join_stage.run(["--counts", str(root / "counts"), "--heldout",
+    join_stage.main(["--counts", str(root / "counts"), "--heldout",
                     os.path.join(corpora, "kernel", "dev.txt"), "--out", str(root / "heldout")])
     return str(root / "heldout")
 
