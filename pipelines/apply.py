@@ -27,7 +27,7 @@ import logging
 import apache_beam as beam
 import numpy as np
 
-from pipelines import common
+from pipelines import count_directory, running
 from snm_core import model as model_lib
 from snm_core import storage, tables
 from snm_core.errors import SnmInputError
@@ -42,7 +42,7 @@ class AdjustBucket(beam.DoFn):
         self.theta_path = theta_path
         self.spec = spec
         self.out = out
-        self.links_counter = common.counter("model_links")
+        self.links_counter = running.counter("model_links")
 
     def setup(self):
         import io
@@ -105,17 +105,17 @@ class ApplyOptions:
 
 def main(argv=None):
     """``snm apply`` from the command line."""
-    parser = common.stage_parser(__doc__)
+    parser = running.stage_parser(__doc__)
     parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
     parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
     parser.add_argument("--out", required=True, help="model directory")
-    return run(*common.parse_stage_args(parser, ApplyOptions, argv))
+    return run(*running.parse_stage_args(parser, ApplyOptions, argv))
 
 
 def run(args, beam_args=()):
     """Run the apply pipeline, then build the scoring arrays; returns the model's manifest."""
     beam_args = list(beam_args)
-    settings = common.CountSettings.load(args.counts)
+    settings = count_directory.CountDirectory.load(args.counts)
     fit_manifest = tables.read_manifest(args.theta, "fit")
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
         raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
@@ -135,13 +135,13 @@ def run(args, beam_args=()):
         _ = (p
              | "Buckets" >> beam.Create(list(range(settings.num_buckets)))  # spread by Create
              | "Adjust" >> beam.ParDo(AdjustBucket(settings, theta_path, spec, args.out))
-             | "WriteManifest" >> common.CallOnce(write_manifest, args.out, settings, fit_manifest))
+             | "WriteManifest" >> running.CallOnce(write_manifest, args.out, settings, fit_manifest))
 
-    metrics = common.run_pipeline(beam_args, build)
+    metrics = running.run_pipeline(beam_args, build)
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     model_lib.compile_model(args.out)  # the scoring arrays (a remote model's built here)
     model_lib.write_model_card(args.out, manifest)
-    common.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
+    running.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
                          metrics)
     return manifest
 

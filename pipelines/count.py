@@ -36,7 +36,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
 import pyarrow as pa
 
-from pipelines import common
+from pipelines import count_directory, reading, running, training_sources
 from pipelines.shuffle import MODES, ArrayShuffle
 from snm_core import counting, hashing, storage, tables
 from snm_core.config import load_config, parse_config
@@ -72,7 +72,7 @@ class _Extractor:
     """Vocabulary and feature extractor, built once per worker from picklable settings.
 
     The vocabulary travels as the name of the ``vocab.txt`` written to the output
-    directory before the pipeline starts (see :func:`common.shared_vocabulary`).
+    directory before the pipeline starts (see :func:`count_directory.shared_vocabulary`).
     """
 
     def __init__(self, config_text, tags, vocab_path, vocab_fingerprint):
@@ -80,7 +80,7 @@ class _Extractor:
         self.vocab_path, self.vocab_fingerprint = vocab_path, vocab_fingerprint
 
     def build(self):
-        return (common.shared_vocabulary(self.vocab_path, self.vocab_fingerprint),
+        return (count_directory.shared_vocabulary(self.vocab_path, self.vocab_fingerprint),
                 FeatureExtractor(parse_config(self.config_text), self.tags))
 
 
@@ -99,10 +99,10 @@ class ExtractLinkPartials(beam.DoFn):
         self.num_buckets = num_buckets
         self.flush_links = flush_links
         self.shuffle = shuffle
-        self.counters = {name: common.counter(name) for name in STAT_NAMES}
+        self.counters = {name: running.counter(name) for name in STAT_NAMES}
 
     def setup(self):
-        common.configure_allocators()
+        running.configure_allocators()
         self.vocab, self.extractor = self.settings.build()
         # Bound the arrays of one type's extraction (~70 bytes an occurrence) whatever
         # the config: a type has at most one pair per event and window.
@@ -134,7 +134,7 @@ class ExtractLinkPartials(beam.DoFn):
     def finish_bundle(self):
         for element in self._flush():
             yield WindowedValue(element, MIN_TIMESTAMP, [GlobalWindow()])
-        common.release_memory()
+        running.release_memory()
 
     def _flush(self):
         if self.links:
@@ -163,10 +163,10 @@ class MergeBucket(beam.DoFn):
         self.out = out
         self.num_buckets = num_buckets
         self.shuffle = shuffle
-        self.features_counter = common.counter("features")
+        self.features_counter = running.counter("features")
 
     def setup(self):
-        common.configure_allocators()
+        running.configure_allocators()
         _, self.extractor = self.settings.build()
         self.parents = counting.parent_types(self.extractor.config)
 
@@ -199,7 +199,7 @@ class MergeBucket(beam.DoFn):
             yield target, ("extensions", payload)
 
     def finish_bundle(self):
-        common.release_memory()
+        running.release_memory()
 
 
 class WriteLinks(beam.DoFn):
@@ -209,10 +209,10 @@ class WriteLinks(beam.DoFn):
         self.out = out
         self.num_buckets = num_buckets
         self.shuffle = shuffle
-        self.links_counter = common.counter("links")
+        self.links_counter = running.counter("links")
 
     def setup(self):
-        common.configure_allocators()
+        running.configure_allocators()
 
     def process(self, element):
         bucket, parts = element
@@ -234,7 +234,7 @@ class WriteLinks(beam.DoFn):
         yield {"totals": totals, "buckets": [bucket]}
 
     def finish_bundle(self):
-        common.release_memory()
+        running.release_memory()
 
 
 # --- the reference path: one Beam element per feature occurrence ----------------------
@@ -373,7 +373,7 @@ def _previous_counts(args, config, tags):
     if args.out == args.add_to:
         raise SnmInputError("--out must differ from --add_to: the old counts stay intact until "
                             "the new ones are complete")
-    settings = common.CountSettings.load(args.add_to)
+    settings = count_directory.CountDirectory.load(args.add_to)
     previous = settings.manifest
     if parse_config(previous["config"]).to_text() != config.to_text():
         raise SnmInputError(f"--config differs from the configuration of {args.add_to}")
@@ -479,10 +479,10 @@ class CountOptions:
 
 def main(argv=None):
     """``snm count`` from the command line."""
-    parser = common.stage_parser(__doc__)
+    parser = running.stage_parser(__doc__)
     parser.add_argument("--config", required=True,
                         help="preset (5gram, skip10gram, skip5gram) or configuration file")
-    common.add_source_args(parser)
+    training_sources.add_source_args(parser)
     parser.add_argument("--add_to", metavar="COUNTS",
                         help="an existing count directory: count only the new --train files "
                              "and write the sum of both to --out (same config, vocabulary "
@@ -502,47 +502,47 @@ def main(argv=None):
                              "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
-    return run(*common.parse_stage_args(parser, CountOptions, argv))
+    return run(*running.parse_stage_args(parser, CountOptions, argv))
 
 
 def run(args, beam_args=()):
     """Run the count pipeline; returns its manifest."""
     beam_args = list(beam_args)
     config = load_config(args.config)
-    sources = common.parse_sources(args.train)
-    tags = common.source_tags(sources)
+    sources = training_sources.parse_sources(args.train)
+    tags = training_sources.source_tags(sources)
     previous = None
     if args.add_to:
         previous, vocab, tags = _previous_counts(args, config, tags)
         args = dataclasses.replace(args, num_buckets=previous["num_buckets"])
     else:
         vocab = load_vocabulary(args, beam_args, sources)
-    files = common.expand_sources(sources, tags)
+    files = training_sources.expand_sources(sources, tags)
 
     storage.makedirs(args.out)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
     vocab_path = storage.join(args.out, "vocab.txt")
     storage.write_text("".join(w + "\n" for w in vocab.words), vocab_path)
-    fingerprint = common.share_vocabulary(vocab_path, vocab)
+    fingerprint = count_directory.share_vocabulary(vocab_path, vocab)
     settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
     def build(p):
         _ = (p
-             | "ReadText" >> common.ReadText(files, args.batch_bytes)
+             | "ReadText" >> reading.ReadText(files, args.batch_bytes)
              | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
                                      args.shuffle, args.reference, args.add_to)
-             | "WriteManifest" >> common.CallOnce(write_manifest, args.out, args.num_buckets,
+             | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
                                                   sources, previous))
 
-    metrics = common.run_pipeline(beam_args, build)
+    metrics = running.run_pipeline(beam_args, build)
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     if manifest["totals"]["key_collisions"]:
         logging.warning("%d feature keys are shared by two different features (64-bit hash "
                         "collisions, about n**2 / 2**65 expected among n features); their "
                         "counts are merged", manifest["totals"]["key_collisions"])
-    common.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out} "
-                         f"(Beam metrics, namespace '{common.METRICS_NAMESPACE}')", metrics)
+    running.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out} "
+                         f"(Beam metrics, namespace '{running.METRICS_NAMESPACE}')", metrics)
     return manifest
 
 

@@ -31,7 +31,7 @@ import logging
 import apache_beam as beam
 import numpy as np
 
-from pipelines import common
+from pipelines import count_directory, reading, running
 from snm_core import hashing, heldout, storage, tables, textfile
 from snm_core.arrays import sorted_distinct
 from snm_core.errors import SnmInputError
@@ -47,7 +47,7 @@ class ExtractHeldoutEvents(beam.DoFn):
     def __init__(self, settings, out):
         self.settings = settings
         self.out = out
-        self.counters = {name: common.counter(name) for name in HELDOUT_STATS}
+        self.counters = {name: running.counter(name) for name in HELDOUT_STATS}
 
     def setup(self):
         self.vocab, self.extractor = self.settings.build()
@@ -76,7 +76,7 @@ class JoinBucket(beam.DoFn):
     def __init__(self, out, num_buckets):
         self.out = out
         self.num_buckets = num_buckets
-        self.links_counter = common.counter("small_m_links")
+        self.links_counter = running.counter("small_m_links")
 
     def process(self, element):
         bucket, grouped = element
@@ -166,18 +166,18 @@ class JoinOptions:
 
 def main(argv=None):
     """``snm join`` from the command line."""
-    parser = common.stage_parser(__doc__)
+    parser = running.stage_parser(__doc__)
     parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
     parser.add_argument("--heldout", required=True, help="held-out text file or glob")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--batch_bytes", type=int, default=textfile.DEFAULT_BATCH_BYTES)
-    return run(*common.parse_stage_args(parser, JoinOptions, argv))
+    return run(*running.parse_stage_args(parser, JoinOptions, argv))
 
 
 def run(args, beam_args=()):
     """Run the join pipeline; returns its manifest."""
     beam_args = list(beam_args)
-    settings = common.CountSettings.load(args.counts)
+    settings = count_directory.CountDirectory.load(args.counts)
     paths = storage.glob(args.heldout)
     if not paths:
         raise SnmInputError(f"--heldout {args.heldout!r} matches no file")
@@ -186,12 +186,12 @@ def run(args, beam_args=()):
 
     def build(p):
         _ = (p
-             | "ReadText" >> common.ReadText(list(enumerate(paths)), args.batch_bytes)
+             | "ReadText" >> reading.ReadText(list(enumerate(paths)), args.batch_bytes)
              | "Join" >> JoinHeldout(settings, args.out)
-             | "WriteManifest" >> common.CallOnce(write_manifest, args.out, settings, args.heldout))
+             | "WriteManifest" >> running.CallOnce(write_manifest, args.out, settings, args.heldout))
 
-    metrics = common.run_pipeline(beam_args, build)
-    common.print_summary(f"snm join: {metrics.get('small_m_links', 0):,} small-M links -> "
+    metrics = running.run_pipeline(beam_args, build)
+    running.print_summary(f"snm join: {metrics.get('small_m_links', 0):,} small-M links -> "
                          f"{args.out}", metrics)
     return storage.read_json(storage.join(args.out, tables.MANIFEST))
 

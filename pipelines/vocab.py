@@ -23,7 +23,7 @@ from typing import Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from pipelines import common
+from pipelines import reading, running, training_sources
 from snm_core import storage, tables
 from snm_core.errors import SnmInputError
 from snm_core.textfile import DEFAULT_BATCH_BYTES
@@ -120,33 +120,33 @@ class VocabOptions:
 
 def main(argv=None):
     """``snm vocab`` from the command line."""
-    parser = common.stage_parser(__doc__)
-    common.add_source_args(parser)
+    parser = running.stage_parser(__doc__)
+    training_sources.add_source_args(parser)
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--min_count", type=int, default=DEFAULT_MIN_COUNT,
                         help="keep words seen at least this often (default %(default)s)")
     parser.add_argument("--max_size", type=int, default=None,
                         help="keep at most this many words")
-    return run(*common.parse_stage_args(parser, VocabOptions, argv))
+    return run(*running.parse_stage_args(parser, VocabOptions, argv))
 
 
 def run(args, beam_args=()):
     """Run the vocab pipeline; returns its manifest."""
     beam_args = list(beam_args)
-    sources = common.parse_sources(args.train)
-    files = common.expand_sources(sources)
+    sources = training_sources.parse_sources(args.train)
+    files = training_sources.expand_sources(sources)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
 
     def build(p):
         _ = (p
-             | "ReadText" >> common.ReadText(files, args.batch_bytes)
+             | "ReadText" >> reading.ReadText(files, args.batch_bytes)
              | "CountWords" >> WordCounts()
              | "WriteVocabulary" >> beam.Map(write_vocabulary, args.out, args.min_count,
                                              args.max_size, sources))
 
-    common.run_pipeline(beam_args, build)
+    running.run_pipeline(beam_args, build)
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
-    common.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
+    running.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
                          manifest["totals"])
     return manifest
 

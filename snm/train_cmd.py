@@ -30,7 +30,7 @@ import sys
 import time
 
 from pipelines import apply as apply_stage
-from pipelines import common
+from pipelines import training_sources
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from pipelines import vocab as vocab_stage
@@ -149,10 +149,10 @@ def main(argv=None):
     args, beam_args = parser.parse_known_args(argv)
 
     config = load_config(args.config)
-    sources = common.parse_sources(args.train, pooled=not args.tagged)
-    if args.tagged and common.source_tags(sources) == [""]:
+    sources = training_sources.parse_sources(args.train, pooled=not args.tagged)
+    if args.tagged and training_sources.source_tags(sources) == [""]:
         raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
-    files = common.expand_sources(sources)
+    files = training_sources.expand_sources(sources)
     for path in (args.heldout, args.test) + ((args.vocab,) if args.vocab else ()):
         if not storage.isfile(path):
             raise SnmInputError(f"{path}: no such file")

@@ -185,7 +185,7 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
 
 def test_sharded_readers_together_read_every_batch_once(tmp_path):
     """Reader i of n keeps batches i, i + n, ... with the file's own line numbers."""
-    from pipelines.common import ReadLineBatches
+    from pipelines.reading import ReadLineBatches
     lines = [f"line {i} " + "word " * (i % 7) for i in range(60)]
     body = "\n".join(lines).encode() + b"\n\xff bad line\nlast line, no newline"
     plain, packed = str(tmp_path / "t.txt"), str(tmp_path / "t.txt.gz")
@@ -206,16 +206,16 @@ def test_cluster_style_reading_counts_the_same(corpus, tmp_path, monkeypatch):
     """One reader per file and a reshuffle of its batches (the default off the local
     runners) gives the files the local default, one reader per worker, gives."""
     from apache_beam.options.pipeline_options import PipelineOptions
-    from pipelines import common
-    local = common.local_read_shards(PipelineOptions(["--runner=FnApiRunner",
+    from pipelines import reading
+    local = reading.local_read_shards(PipelineOptions(["--runner=FnApiRunner",
                                                       "--direct_num_workers=2"]))
     assert local == 2
-    assert common.local_read_shards(PipelineOptions(["--runner=DataflowRunner"])) == 0
+    assert reading.local_read_shards(PipelineOptions(["--runner=DataflowRunner"])) == 0
     specs = [f"man={corpus['a']}", f"web={corpus['b']}"]
     extra = ("--direct_running_mode=multi_threading", "--direct_num_workers=2", "--batch_bytes",
              "2000")
     run_count(corpus, tmp_path / "local", "5gram", specs, *extra)
-    monkeypatch.setattr(common, "local_read_shards", lambda options: 0)
+    monkeypatch.setattr(reading, "local_read_shards", lambda options: 0)
     run_count(corpus, tmp_path / "cluster", "5gram", specs, *extra)
     assert_same_files(tmp_path / "local", tmp_path / "cluster")
 
@@ -269,13 +269,13 @@ def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
 def test_workers_share_one_vocabulary_and_notice_a_changed_file(tmp_path):
     import threading
 
-    from pipelines import common
+    from pipelines import count_directory
 
     path = str(tmp_path / "vocab.txt")
     Vocabulary(["a", "b"]).save(path)
     fingerprint = Vocabulary.load(path).fingerprint()
     got = []
-    threads = [threading.Thread(target=lambda: got.append(common.shared_vocabulary(
+    threads = [threading.Thread(target=lambda: got.append(count_directory.shared_vocabulary(
         path, fingerprint))) for _ in range(4)]
     for t in threads:
         t.start()
@@ -287,13 +287,13 @@ def test_workers_share_one_vocabulary_and_notice_a_changed_file(tmp_path):
     # The writer's own copy is handed out as it is.
     written = Vocabulary(["x", "y", "z"])
     written.save(path)
-    assert common.shared_vocabulary(path, common.share_vocabulary(path, written)) is written
+    assert count_directory.shared_vocabulary(path, count_directory.share_vocabulary(path, written)) is written
 
     # A file that no longer matches the fingerprint the pipeline was built with.
     other = str(tmp_path / "other.txt")
     Vocabulary(["a"]).save(other)
     with pytest.raises(SnmInputError, match="other.txt changed while the pipeline was running"):
-        common.shared_vocabulary(other, fingerprint)
+        count_directory.shared_vocabulary(other, fingerprint)
 
 
 def test_damaged_gzip_is_an_error_naming_the_file(corpus, tmp_path):

@@ -1,0 +1,154 @@
+"""Running a stage's pipeline: Beam options, the run itself, metrics, allocators,
+the command line's parser, and :class:`CallOnce` for a stage's last step."""
+
+import argparse
+import logging
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+import pyarrow as pa
+
+from snm_core import memory
+
+
+#: Namespace of every Beam counter the toolkit reports.
+METRICS_NAMESPACE = "snm"
+
+
+def pipeline_options(beam_args):
+    """PipelineOptions from the leftover arguments; FnApiRunner unless a runner is named.
+
+    The DirectRunner would first try to download the Prism runner, which
+    stalls or fails on machines without network access.  Construction-time
+    type checking is off unless ``--pipeline_type_check`` is given: the
+    elements are untyped arrays and dicts, so it checks nothing and cost
+    ~70 ms of every run's start-up.
+    """
+    if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
+        beam_args = ["--runner=FnApiRunner"] + list(beam_args)
+    if "--pipeline_type_check" not in beam_args:
+        beam_args = ["--no_pipeline_type_check"] + list(beam_args)
+    logging.getLogger(_FN_RUNNER_LOGGER).addFilter(_in_memory_workers_warning)
+    return PipelineOptions(beam_args)
+
+
+_FN_RUNNER_LOGGER = "apache_beam.runners.portability.fn_api_runner.fn_runner"
+
+
+def _in_memory_workers_warning(record):
+    """Drop the FnApiRunner's warning that ``in_memory`` mode ignores ``--direct_num_workers``.
+
+    It does not: each stage's input is split into that many parts, run at
+    once in as many threads (``ParallelBundleManager``), each by its own
+    in-process worker.  That is the local runner ``snm`` recommends: two
+    workers of a kernel 5-gram count ran in two threads, with 8% less CPU than
+    ``multi_threading`` (whose workers talk to the runner over gRPC).
+    """
+    return not record.getMessage().startswith("If direct_num_workers is not equal to 1")
+
+
+def counter(name):
+    return beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
+
+
+#: glibc's malloc keeps blocks below this size in its heaps for reuse (see
+#: :func:`configure_allocators`), and gives the top of a heap back above the trim size.
+MALLOC_MMAP_THRESHOLD = 32 << 20
+
+
+MALLOC_TRIM_THRESHOLD = 64 << 20
+
+
+def configure_allocators():
+    """Arrow allocates with malloc, as numpy does; malloc reuses blocks up to 32 MiB.
+
+    * Arrow's default pool (mimalloc) keeps freed pages that ``release_unused``
+      does not all return; on the kernel 5-gram count it held ~50 MiB more at
+      the peak, for no speed.  Importing :mod:`snm_core` before pyarrow already
+      did this for all of Arrow (see ``snm_core/__init__.py``); a worker that
+      imported pyarrow first (Beam's own worker start-up) gets it here for what
+      pyarrow allocates.
+    * glibc maps each block above its threshold (128 KiB, raised to the size of
+      the largest one freed) straight from the system and unmaps it when freed,
+      so the next one is faulted in afresh, a page at a time.  A count's
+      per-batch arrays are 1-5 MB: the kernel 5-gram count took 234K page
+      faults.  Fixed thresholds of 32 MiB (map: the most glibc's own would
+      reach) and 64 MiB (trim) keep them in the heaps: 71K faults, 2-4% less
+      CPU and wall time over ten paired runs, for 20 MiB more peak RSS.  An
+      8 MiB threshold did as well there, but cost a skip-10-gram count 4% more
+      CPU: its larger arrays were mapped afresh every time.
+      :func:`release_memory` still trims at the end of a bundle.
+      ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` in the environment
+      win.
+
+    Process-wide, so stage DoFns call it in ``setup``.
+    """
+    pa.set_memory_pool(pa.system_memory_pool())
+    memory.set_thresholds(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+
+
+def release_memory():
+    """:func:`snm_core.memory.release_memory`, called at the end of each bundle of the
+    count's stages.  Not called more often: trimming after every flush of the
+    kernel 5-gram count cost 2 s of CPU, 13%, to save 20 MiB of peak RSS."""
+    memory.release_memory()
+
+
+class CallOnce(beam.PTransform):
+    """``fn(elements, *args)`` once, with the list of all the input's elements.
+
+    For a stage's last step (its manifest), given the small per-bucket results:
+    also runs when the input is empty.  The elements reach ``fn`` as a side
+    input; ``CombineGlobally`` (whose default value for an empty input is a
+    side input too) then ``Map`` took one stage more: 6 against 5 for a count,
+    0.06 s of a two-line count's ~0.6 s in the local runner.
+    """
+
+    def __init__(self, fn, *args):
+        super().__init__()
+        self.fn, self.args = fn, args
+
+    def expand(self, pcoll):
+        fn, args = self.fn, self.args
+        return (pcoll.pipeline
+                | "Once" >> beam.Create([None])
+                | "Call" >> beam.Map(lambda _, elements: fn(list(elements), *args),
+                                     beam.pvalue.AsList(pcoll)))
+
+
+def run_pipeline(beam_args, build):
+    """Build a pipeline with ``build(pipeline)``, run it to the end, return its snm metrics."""
+    pipeline = beam.Pipeline(options=pipeline_options(beam_args))
+    build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    return metric_totals(result)
+
+
+def metric_totals(result):
+    """``{name: value}`` of the snm counters of a finished pipeline."""
+    totals = {}
+    query = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(METRICS_NAMESPACE))
+    for c in query["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + (value or 0)
+    return totals
+
+
+def print_summary(title, totals):
+    print(f"== {title} ==")
+    for name in sorted(totals):
+        print(f"  {name:<24}{totals[name]:>16,}")
+
+
+def parse_stage_args(parser, options_type, argv):
+    """``(options_type(**flags), beam_args)``: the parser's flags (named as the
+    options' fields) and the leftover arguments, which are Beam's."""
+    args, beam_args = parser.parse_known_args(argv)
+    return options_type(**vars(args)), beam_args
+
+
+def stage_parser(description):
+    return argparse.ArgumentParser(description=description,
+                                   epilog="Other arguments are Beam pipeline options "
+                                          "(--runner, --direct_num_workers, ...).")

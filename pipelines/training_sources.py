@@ -1,0 +1,80 @@
+"""Training sources: ``[TAG=]GLOB`` specs, their tags, and the files they match.
+
+Bad input: a glob that matches no file is an error before the pipeline starts
+(exit 2); a file matched by two specs too.
+"""
+
+import dataclasses
+import re
+
+from snm_core import storage
+from snm_core.errors import SnmInputError
+from snm_core.textfile import DEFAULT_BATCH_BYTES
+
+
+_TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A training source: a tag (``""`` when untagged) and a file glob."""
+
+    tag: str
+    glob: str
+
+
+def parse_sources(specs, pooled=False):
+    """Parse ``[TAG=]GLOB`` arguments into sources.
+
+    Every source has a tag, or none has (one pooled source of all the globs).
+    Several globs may share a tag.  ``pooled=True`` drops the tags.
+    """
+    sources = []
+    for spec in specs:
+        tag, sep, glob = spec.partition("=")
+        if not sep or "/" in tag or not _TAG.match(tag):
+            tag, glob = "", spec
+        if not glob:
+            raise SnmInputError(f"--train {spec!r}: empty file pattern")
+        sources.append(Source("" if pooled else tag, glob))
+    tagged = {s.tag != "" for s in sources}
+    if len(tagged) > 1:
+        raise SnmInputError("give every --train source a tag (TAG=GLOB) or none: "
+                            + ", ".join(specs))
+    return sources
+
+
+def source_tags(sources):
+    """The distinct tags of the sources, in order of first appearance (``[""]`` if pooled)."""
+    return list(dict.fromkeys(s.tag for s in sources))
+
+
+def expand_sources(sources, tags=None):
+    """``[(tag_index, path), ...]`` for every file of every source, each glob's files sorted.
+
+    ``tags`` is the tag list the indices refer to (default: :func:`source_tags`).
+
+    Raises
+    ------
+    SnmInputError
+        If a glob matches no file.
+    """
+    tags = source_tags(sources) if tags is None else tags
+    files = []
+    for source in sources:
+        paths = storage.glob(source.glob)
+        if not paths:
+            raise SnmInputError(f"--train {source.glob!r} matches no file")
+        files += [(tags.index(source.tag), path) for path in paths]
+    if len(set(p for _, p in files)) != len(files):
+        raise SnmInputError("a training file is matched by two --train patterns; each file "
+                            "must be counted once")
+    return files
+
+
+def add_source_args(parser):
+    parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
+                        help="training text (one sentence a line, plain or .gz); repeat "
+                             "for several sources, each with its own TAG")
+    parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
+                        help="text per numpy batch (default %(default)s)")
