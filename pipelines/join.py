@@ -13,8 +13,9 @@ Writes to ``--out``:
   of the event, whether or not training saw it);
 * ``small_m-BBBBB-of-NNNNN.parquet``: every link (f, w) of every training
   feature f that occurs in the events: ``feature`` uint64, ``word`` int32,
-  ``count`` int64 C(f,w), ``feature_count`` int64 C(f,*), ``diversity``
-  int64, ``tag`` int16, ``type`` int16; sorted by (feature, word), in the
+  ``count`` int64 C(f,w), ``continuation`` int64 (the link's continuation
+  count, see :mod:`snm_core.tables`), ``feature_count`` int64 C(f,*),
+  ``diversity`` int64, ``tag`` int16, ``type`` int16; sorted by (feature, word), in the
   count's key-range buckets;
 * ``manifest.json`` (last).
 

@@ -34,7 +34,7 @@ import time
 
 import pyarrow as pa
 
-from snm_core import memory, storage, tables, trainer
+from snm_core import kernels, memory, storage, tables, trainer
 from snm_core import metafeatures as mf
 from snm_core.errors import SnmInputError
 
@@ -93,6 +93,9 @@ class FitOptions:
                                 f"{self.validation_fraction}")
         if self.patience < 1 or self.max_epochs < 1:
             raise SnmInputError("patience and max_epochs must be at least 1")
+        if not 0 <= self.threads <= kernels.MAX_THREADS:
+            raise SnmInputError(f"threads must be between 0 (one per core) and "
+                                f"{kernels.MAX_THREADS}, got {self.threads}")
         if self.race_margin < 0:
             raise SnmInputError(f"race_margin must be >= 0, got {self.race_margin}")
 
@@ -216,6 +219,9 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     log_entries = []
     problems = {}
     join_manifest = tables.read_manifest(join_dir, "join")
+    # A directory without a manifest is not a finished fit: never old settings
+    # beside a new theta if this run is cut short.
+    storage.remove_file(storage.join(out_dir, tables.MANIFEST))
 
     def problem_for(spec):
         if spec not in problems:

@@ -158,6 +158,8 @@ _PROBLEM_DTYPES = {
     "slot_index": np.uint64}
 
 
+#: Threads a batch may use (``MAX_THREADS`` of the C file: per-thread arrays).
+MAX_THREADS = 16
 #: Theta at most this long takes its gradient in place (1 MiB of float64: it
 #: stays in a core's cache); longer, through pairs sorted by position range.
 DIRECT_PARAMS = 1 << 17

@@ -174,6 +174,8 @@ class AdjustmentProblem:
         self.spec = spec
         self.type_fingerprint = type_fingerprint
         self.threads = threads or default_threads()
+        if not 1 <= self.threads <= kernels.MAX_THREADS:
+            raise ValueError(f"threads must be between 1 and {kernels.MAX_THREADS}")
         self._spec = kernels.Spec.of(spec)
         self._pool = None
         self._pool_lock = threading.Lock()
