@@ -1,39 +1,52 @@
-"""Airflow DAG: scheduled SNM retraining, the same steps as launch/cron_retrain.sh.
+"""Airflow DAG ``snm_retrain``: scheduled SNM retraining, the same run as launch/cron_retrain.sh.
 
-Copy or symlink this file into Airflow's dags folder.  It needs Airflow and
-the Beam provider (``pip install apache-airflow apache-airflow-providers-apache-beam``)
-but not snm: the Beam stages and ``snm fit`` / ``snm eval`` run as
-subprocesses of the Python named by ``SNM_PYTHON``, which has snm installed.
+Copy or symlink this file into Airflow's dags folder.  It needs Airflow 3
+(or 2) with its standard provider (``pip install 'apache-airflow>=3'``), not
+snm: the training runs as ``python -m snm train`` with the Python named by
+``SNM_PYTHON``, which has snm installed.  Without Airflow the module still
+imports (``dag`` is None), so its commands and functions can be tested.
 
-Each run:
+Tasks::
 
-1. ``plan``: lists the training shards matching ``INCOMING`` that are not in
-   ``ROOT/counted.txt``, links them into ``ROOT/runs/RUN/shards/`` and picks
-   the branch: ``count_added`` (``snm count --add_to ROOT/current/counts``:
-   counts are additive, only the new shards are read), ``count_all`` (the
-   first run, or ``FULL``) or ``no_new_shards`` (everything else is skipped);
-2. ``join``, ``fit``, ``apply``, ``evaluate`` on the new counts;
-3. ``switch``: ``ROOT/previous`` -> the old model, ``ROOT/current`` -> the
-   new one (each symlink replaced atomically by a rename), the shards added
-   to ``counted.txt``, runs other than current and previous deleted.
+    plan ─┬─> train_all ──────────────────────┬─> switch
+          ├─> count_added ─> train_added ─────┘
+          └─> no_new_shards
 
-The Beam stages run with ``BeamRunPythonPipelineOperator`` on the pipeline
-modules (``pipelines/count.py`` etc.; each runs ``run()`` under
-``if __name__ == "__main__"``).  ``fit`` and ``eval`` read and write local
-files, so ``ROOT`` must be a path every task and every Beam worker sees:
-fine for the local runner and for Flink with a shared volume; for Dataflow
-(gs:// paths), copy small M and the model as launch/dataflow.sh does.
+* ``plan`` lists the training shards matching ``INCOMING`` that are not in
+  ``ROOT/counted.txt``, links them into ``ROOT/runs/RUN/shards/`` and picks
+  the branch: ``train_all`` the first time (or with ``FULL``), the additive
+  ``count_added`` after that, ``no_new_shards`` when nothing is new (every
+  other task is then skipped).
+* ``train_all``: ``python -m snm train --train 'RUN/shards/*' --out RUN``,
+  every stage (vocab, count, join, fit, apply, eval) as ``snm train`` runs
+  them, with the Beam options that ``python -m snm.launchers LAUNCHER``
+  prints (computed when the task runs).
+* ``count_added``: ``snm count --add_to OLD/counts --train 'RUN/shards/*'
+  --out RUN/counts``: counts are additive, only the new shards are read.
+  ``snm train`` has no ``--add_to`` of its own, hence this separate task.
+* ``train_added``: ``launch/train_on_counts.py``, i.e. ``python -m snm
+  train`` with the same arguments as ``train_all`` but ``--vocab
+  RUN/counts/vocab.txt``, going on from the added counts (join, fit, apply,
+  eval; the script explains how it makes ``snm train`` take them).
+* ``switch`` (only after a successful ``train_*``): checks that the counts,
+  the model and ``eval.json`` are complete, then ``ROOT/previous`` -> the
+  old model, ``ROOT/current`` -> the new one (each symlink replaced
+  atomically by a rename), the shards added to ``counted.txt``, runs other
+  than current and previous deleted.  A failed run switches nothing; its
+  shards are new again next time.
 
-Settings are the constants below, read from the environment of the Airflow
-processes with defaults.  Every place they are used, except ``SNM_PYTHON``
-(``py_interpreter``), is a templated field, so a constant can also be an
-Airflow Variable template such as ``"{{ var.value.snm_root }}"``.
+``ROOT`` must be a path that every task (and, with a cluster runner, every
+Beam worker) sees.  Settings are the constants below, read from the
+environment of the Airflow processes with defaults; every place they are used
+is a templated field, so a constant can also be an Airflow Variable template
+such as ``"{{ var.value.snm_root }}"``.
 """
 
 import datetime
 import glob
 import json
 import os
+import shlex
 import shutil
 
 try:  # Airflow 3
@@ -41,17 +54,19 @@ try:  # Airflow 3
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
     from airflow.sdk import DAG
-except ImportError:  # Airflow 2
-    from airflow import DAG
-    from airflow.operators.bash import BashOperator
-    from airflow.operators.empty import EmptyOperator
-    from airflow.operators.python import BranchPythonOperator, PythonOperator
-from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+except ImportError:
+    try:  # Airflow 2
+        from airflow import DAG
+        from airflow.operators.bash import BashOperator
+        from airflow.operators.empty import EmptyOperator
+        from airflow.operators.python import BranchPythonOperator, PythonOperator
+    except ImportError:  # no Airflow: the commands and functions below still import
+        DAG = None
 
-#: The snm source tree (for the pipeline modules' paths): this file's ../ by default.
+#: The snm source tree (for launch/train_on_counts.py): this file's ../ by default.
 REPO = os.environ.get("SNM_REPO",
                       os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-#: The Python that has snm installed (runs the pipelines, fit and eval).
+#: The Python that has snm installed.
 PYTHON = os.environ.get("SNM_PYTHON", os.path.join(REPO, ".venv", "bin", "python"))
 #: State directory: runs/, current, previous, counted.txt (see cron_retrain.sh).
 ROOT = os.environ.get("SNM_ROOT", "/srv/snm")
@@ -59,28 +74,84 @@ ROOT = os.environ.get("SNM_ROOT", "/srv/snm")
 INCOMING = os.environ.get("SNM_INCOMING", os.path.join(ROOT, "incoming", "*.txt"))
 HELDOUT = os.environ.get("SNM_HELDOUT", os.path.join(ROOT, "dev.txt"))
 TEST = os.environ.get("SNM_TEST", os.path.join(ROOT, "test.txt"))
-#: Configuration, vocabulary threshold and buckets of a full count.
+#: Configuration (a later run must keep it); vocabulary file, else the
+#: threshold, and buckets of a first run.
 CONFIG = os.environ.get("SNM_CONFIG", "5gram")
+VOCAB = os.environ.get("SNM_VOCAB", "")
 MIN_COUNT = os.environ.get("SNM_MIN_COUNT", "2")
 NUM_BUCKETS = os.environ.get("SNM_NUM_BUCKETS", "16")
+#: Corpus tag of the shards: ``snm train --tagged`` with ``--train TAG=...``.
+TAG = os.environ.get("SNM_TAG", "")
 #: "1": count every shard afresh instead of adding to the current counts.
 FULL = os.environ.get("SNM_FULL", "0")
-#: More ``snm fit`` arguments, e.g. "--epochs 3".
+#: More ``snm train`` arguments (fit options), word-split, e.g. "--epochs 3".
 FIT_ARGS = os.environ.get("SNM_FIT_ARGS", "")
-#: Beam runner of the count, join and apply stages.  FnApiRunner is the
-#: DirectRunner's engine (the DirectRunner itself first tries to download Prism).
-RUNNER = os.environ.get("SNM_RUNNER", "FnApiRunner")
-#: Beam options of every Beam stage (``python -m snm.launchers`` prints them
-#: for each runner), e.g. {"flink_master": "jm:8081", "environment_type": "EXTERNAL",
-#: "environment_config": "localhost:50000"} with RUNNER = "FlinkRunner".
-BEAM_OPTIONS = json.loads(os.environ.get(
-    "SNM_BEAM_OPTIONS",
-    '{"direct_running_mode": "multi_processing", "direct_num_workers": "2"}'))
+#: Arguments of ``python -m snm.launchers``: the runner of the Beam stages,
+#: e.g. "flink --flink_master jm:8081" or
+#: "portable --job_endpoint host:8099 --worker_pool localhost:50000".
+LAUNCHER = os.environ.get("SNM_LAUNCHER", "local --workers 2")
 SCHEDULE = os.environ.get("SNM_SCHEDULE", "15 3 * * *")
 
-RUN = "{{ ti.xcom_pull(task_ids='plan', key='run') }}"
-OLD = "{{ ti.xcom_pull(task_ids='plan', key='old') }}"
+RUN = '{{ ti.xcom_pull(task_ids="plan", key="run") }}'
+OLD = '{{ ti.xcom_pull(task_ids="plan", key="old") }}'
 
+
+# --- the commands ---------------------------------------------------------------------------
+
+def _q(value):
+    return shlex.quote(str(value))
+
+
+def _prelude():
+    """Bash that sets ``beam`` (the launcher's Beam options) and ``extra`` (FIT_ARGS)."""
+    return "\n".join([
+        "set -euo pipefail",
+        f"read -r -a launcher <<< {_q(LAUNCHER)}",
+        f'options="$({_q(PYTHON)} -m snm.launchers "${{launcher[@]}}")"',
+        'mapfile -t beam <<< "$options"',
+        f"read -r -a extra <<< {_q(FIT_ARGS)}",
+        "set -x",
+    ]) + "\n"
+
+
+def _train_args(run):
+    spec = f"{run}/shards/*"
+    args = ["--config", CONFIG, "--train", f"{TAG}={spec}" if TAG else spec,
+            "--heldout", HELDOUT, "--test", TEST, "--out", run]
+    return args + (["--tagged"] if TAG else [])
+
+
+def _command(words, tail):
+    return " ".join(_q(w) for w in words) + " " + tail
+
+
+EXTRA_AND_BEAM = '${extra[@]+"${extra[@]}"} "${beam[@]}"'
+
+
+def train_all_command(run=RUN):
+    """``train_all``: ``snm train`` with every stage, new vocabulary and counts."""
+    vocab = ["--vocab", VOCAB] if VOCAB else ["--min_count", MIN_COUNT]
+    return _prelude() + _command(
+        [PYTHON, "-m", "snm", "train"] + _train_args(run) + vocab
+        + ["--num_buckets", NUM_BUCKETS], EXTRA_AND_BEAM)
+
+
+def count_added_command(run=RUN, old=OLD):
+    """``count_added``: the new shards added to the counts of ``old``."""
+    spec = f"{run}/shards/*"
+    return _prelude() + _command(
+        [PYTHON, "-m", "snm", "count", "--config", CONFIG, "--add_to", f"{old}/counts",
+         "--train", f"{TAG}={spec}" if TAG else spec, "--out", f"{run}/counts"], '"${beam[@]}"')
+
+
+def train_added_command(run=RUN):
+    """``train_added``: ``snm train`` from the added counts (launch/train_on_counts.py)."""
+    return _prelude() + _command(
+        [PYTHON, os.path.join(REPO, "launch", "train_on_counts.py")] + _train_args(run)
+        + ["--vocab", f"{run}/counts/vocab.txt"], EXTRA_AND_BEAM)
+
+
+# --- plan and switch ------------------------------------------------------------------------
 
 def plan_run(root, incoming, full, **context):
     """Find the new shards, make the run directory; return the branch to follow."""
@@ -112,7 +183,7 @@ def plan_run(root, incoming, full, **context):
     context["ti"].xcom_push(key="run", value=run)
     context["ti"].xcom_push(key="old", value=old)
     print(f"run {run}: {len(shards)} new shard(s)" + (f", adding to {old}/counts" if old else ""))
-    return "count_added" if old else "count_all"
+    return "count_added" if old else "train_all"
 
 
 def _replace_symlink(target, link):
@@ -123,8 +194,16 @@ def _replace_symlink(target, link):
     os.replace(tmp, link)  # rename(2): readers see the old or the new target
 
 
+#: What a complete ``snm train`` run directory holds (each written last by its stage).
+COMPLETE = ("counts/manifest.json", "model/manifest.json", "eval.json")
+
+
 def switch_current(root, run):
     """previous -> old current, current -> ``run``; record the shards; prune old runs."""
+    missing = [name for name in COMPLETE if not os.path.isfile(os.path.join(run, name))]
+    if missing:
+        raise RuntimeError(f"{run} is incomplete ({', '.join(missing)} missing); "
+                           "current model unchanged")
     with open(os.path.join(run, "plan.json"), encoding="utf-8") as f:
         plan = json.load(f)
     current = os.path.join(root, "current")
@@ -139,6 +218,10 @@ def switch_current(root, run):
     with open(counted_path + ".new", "w", encoding="utf-8") as f:
         f.write("".join(p + "\n" for p in counted + plan["shards"]))
     os.replace(counted_path + ".new", counted_path)
+    with open(os.path.join(run, "eval.json"), encoding="utf-8") as f:
+        report = json.load(f)
+    print(f"current -> {run}: test perplexity "
+          f"{report.get('adjusted', report)['perplexity']:.3f}")
     keep = {os.path.realpath(current), os.path.realpath(os.path.join(root, "previous"))}
     for path in glob.glob(os.path.join(root, "runs", "*")):
         if os.path.realpath(path) not in keep:
@@ -146,85 +229,33 @@ def switch_current(root, run):
             shutil.rmtree(path)
 
 
-def _beam_operator_problem():
-    """Why ``BeamRunPythonPipelineOperator`` cannot be built here, or None.
+# --- the DAG --------------------------------------------------------------------------------
 
-    apache-airflow-providers-apache-beam 6.x refuses to build any Beam
-    operator, whatever the runner, when apache-airflow-providers-google is
-    not installed (``BeamDataflowMixin.__init__`` raises
-    ``AirflowOptionalProviderFeatureException``).
-    """
-    try:
-        BeamRunPythonPipelineOperator(task_id="snm_probe", py_file=__file__)
-    except Exception as e:  # pylint: disable=broad-except
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
-BEAM_OPERATOR_PROBLEM = _beam_operator_problem()
-
-
-def beam_stage(task_id, module, options, **kwargs):
-    """A Beam stage: ``pipelines/MODULE.py`` with RUNNER and BEAM_OPTIONS.
-
-    Without the Google provider (see :func:`_beam_operator_problem`), the
-    same command runs in a ``BashOperator``: the Beam operator does no more
-    than that for runners other than Dataflow.
-    """
-    py_file = os.path.join(REPO, "pipelines", f"{module}.py")
-    if BEAM_OPERATOR_PROBLEM is None:
-        return BeamRunPythonPipelineOperator(
-            task_id=task_id, py_file=py_file, py_interpreter=PYTHON, runner=RUNNER,
-            default_pipeline_options=dict(BEAM_OPTIONS), pipeline_options=options, **kwargs)
-    args = [f"--runner={RUNNER}"]
-    for key, value in {**BEAM_OPTIONS, **options}.items():  # as the Beam operator does
-        if value is True:
-            args.append(f"--{key}")
-        elif isinstance(value, list):
-            args += [f"--{key}={v}" for v in value]
-        elif value is not None and value is not False:
-            args.append(f"--{key}={value}")
-    return BashOperator(task_id=task_id,
-                        bash_command=" ".join(f'"{a}"' for a in [PYTHON, py_file] + args),
-                        doc=f"BeamRunPythonPipelineOperator unavailable ({BEAM_OPERATOR_PROBLEM})",
-                        **kwargs)
+def build_dag():
+    """The ``snm_retrain`` DAG (needs Airflow)."""
+    with DAG(
+        dag_id="snm_retrain",
+        description="Add new shards to the SNM counts, snm train, switch ROOT/current",
+        schedule=SCHEDULE,
+        start_date=datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        tags=["snm"],
+        doc_md=__doc__,
+    ) as retrain:
+        plan = BranchPythonOperator(task_id="plan", python_callable=plan_run,
+                                    op_kwargs={"root": ROOT, "incoming": INCOMING, "full": FULL})
+        no_new_shards = EmptyOperator(task_id="no_new_shards")
+        train_all = BashOperator(task_id="train_all", bash_command=train_all_command())
+        count_added = BashOperator(task_id="count_added", bash_command=count_added_command())
+        train_added = BashOperator(task_id="train_added", bash_command=train_added_command())
+        switch = PythonOperator(task_id="switch", python_callable=switch_current,
+                                op_kwargs={"root": ROOT, "run": RUN},
+                                trigger_rule="none_failed_min_one_success")
+        plan >> [train_all, count_added, no_new_shards]
+        count_added >> train_added
+        [train_all, train_added] >> switch
+    return retrain
 
 
-with DAG(
-    dag_id="snm_retrain",
-    description="Add new shards to the SNM counts, re-fit, switch ROOT/current",
-    schedule=SCHEDULE,
-    start_date=datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    tags=["snm"],
-    doc_md=__doc__,
-) as dag:
-    plan = BranchPythonOperator(task_id="plan", python_callable=plan_run,
-                                op_kwargs={"root": ROOT, "incoming": INCOMING, "full": FULL})
-    no_new_shards = EmptyOperator(task_id="no_new_shards")
-    count_all = beam_stage("count_all", "count", {
-        "config": CONFIG, "train": f"{RUN}/shards/*", "min_count": MIN_COUNT,
-        "num_buckets": NUM_BUCKETS, "out": f"{RUN}/counts"})
-    count_added = beam_stage("count_added", "count", {
-        "config": CONFIG, "add_to": f"{OLD}/counts", "train": f"{RUN}/shards/*",
-        "out": f"{RUN}/counts"})
-    join = beam_stage("join", "join", {
-        "counts": f"{RUN}/counts", "heldout": HELDOUT, "out": f"{RUN}/heldout"},
-        trigger_rule="none_failed_min_one_success")
-    fit = BashOperator(
-        task_id="fit",
-        bash_command=f'"{PYTHON}" -m snm fit --small_m "{RUN}/heldout" --out "{RUN}/adjust" '
-                     f'{FIT_ARGS}')
-    apply = beam_stage("apply", "apply", {
-        "counts": f"{RUN}/counts", "theta": f"{RUN}/adjust", "out": f"{RUN}/model"})
-    evaluate = BashOperator(
-        task_id="evaluate",
-        bash_command=f'"{PYTHON}" -m snm eval --model "{RUN}/model" "{TEST}" --json '
-                     f'> "{RUN}/eval.json.tmp" && mv "{RUN}/eval.json.tmp" "{RUN}/eval.json" '
-                     f'&& cat "{RUN}/eval.json"')
-    switch = PythonOperator(task_id="switch", python_callable=switch_current,
-                            op_kwargs={"root": ROOT, "run": RUN})
-
-    plan >> [count_all, count_added, no_new_shards]
-    [count_all, count_added] >> join >> fit >> apply >> evaluate >> switch
+dag = None if DAG is None else build_dag()

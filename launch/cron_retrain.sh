@@ -2,18 +2,29 @@
 # Scheduled retraining: add the training shards that arrived since the last
 # run to the existing counts, re-fit, and switch ROOT/current to the new model.
 #
+# The stages are those of `snm train` (vocab, count, join, fit, apply, eval;
+# see `snm train --help`): this script picks the new shards, runs `snm train`
+# in a fresh run directory, and switches ROOT/current when it succeeded.
+#
 # Counts are additive (C(f,w) and C(f,*) of old plus new text are sums), so
-# `snm count --add_to OLD --out NEW` reads the old count directory and counts
-# only the new shards (pipelines/count.py); the vocabulary, configuration
-# and buckets stay those of the first run.  Then join, fit, apply and eval
-# run on the new counts, as `snm train` does.  To change the vocabulary or
-# the configuration, start afresh: FULL=1.
+# a retraining reads only the new shards:
+#   first run, or FULL=1   snm train --train 'RUN/shards/*' --out RUN [--vocab|--min_count]
+#   later runs             snm count --add_to OLD/counts --train 'RUN/shards/*' --out RUN/counts
+#                          launch/train_on_counts.py (snm train --vocab RUN/counts/vocab.txt
+#                            --train 'RUN/shards/*' --out RUN: join, fit, apply, eval)
+# `snm train` has no --add_to of its own, hence the separate `snm count`;
+# train_on_counts.py makes `snm train` take RUN/counts as its finished count
+# stage (it explains how).  The vocabulary, configuration and buckets stay
+# those of the first run; to change them, start afresh: FULL=1.
 #
 # Layout under ROOT:
 #   runs/YYYYMMDDTHHMMSSZ/  one retraining: shards/ (symlinks to the shards it
-#                           added), counts/ heldout/ adjust/ model/ eval.json
+#                           added) and `snm train`'s run directory: counts/
+#                           heldout/ adjust/ model/ eval.json stages.json
+#                           (vocab/ in a first run)
 #   current  -> runs/...    the model in use; switched atomically (rename of a
-#                           symlink) only after every stage succeeded
+#                           symlink) only after `snm train` succeeded and its
+#                           counts, model and eval.json are complete
 #   previous -> runs/...    the model before it, kept for a quick roll-back:
 #                           ln -s runs/OLD ROOT/current.new && mv -T ROOT/current.new ROOT/current
 #   counted.txt             every shard already counted, one absolute path a line
@@ -30,16 +41,18 @@
 #                [ROOT/incoming/*.txt]
 #   HELDOUT      held-out text [required]
 #   TEST         test text [required]
-#   CONFIG       preset or configuration file, first run only [5gram]
+#   CONFIG       preset or configuration file (a later run must keep it) [5gram]
 #   VOCAB        vocabulary file, first run only []
 #   MIN_COUNT    without VOCAB: vocabulary of the first run's shards, words seen
 #                at least this often [2]
 #   NUM_BUCKETS  count buckets, first run only [16]
-#   TAG          corpus tag of the new shards (keep the kind of the first run:
-#                all tagged or none) []
+#   TAG          corpus tag of the new shards: `snm train --tagged` with
+#                --train TAG=... (keep the kind of the first run: all tagged or
+#                none) []
 #   LAUNCHER     arguments of `python -m snm.launchers` for the Beam stages
 #                ['local --workers 2'], e.g. 'flink --flink_master jm:8081'
-#   FIT_ARGS     more `snm fit` arguments, word-split []
+#   FIT_ARGS     more `snm train` arguments, word-split: its fit options, e.g.
+#                '--epochs 3' (not --force: it would recount) []
 #   MAX_PPL_RATIO  refuse to switch when the new test perplexity exceeds the
 #                current one times this, e.g. 1.02 [empty: always switch]
 #   FULL         1: count every shard afresh instead of adding to current [0]
@@ -64,7 +77,7 @@ MAX_PPL_RATIO="${MAX_PPL_RATIO:-}"
 FULL="${FULL:-0}"
 
 log() { echo "[$(date -u +%FT%TZ)] cron_retrain: $*" >&2; }
-absolute() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
+absolute() { case "$1" in /*|*://*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
 ROOT="$(absolute "$ROOT")"
 HELDOUT="$(absolute "$HELDOUT")"
 TEST="$(absolute "$TEST")"
@@ -114,32 +127,38 @@ read -r -a launcher_args <<< "$LAUNCHER"
 options="$("$PYTHON" -m snm.launchers "${launcher_args[@]}")"
 mapfile -t BEAM_OPTS <<< "$options"
 read -r -a fit_extra <<< "$FIT_ARGS"
+train_args=(--config "$CONFIG" --train "$spec" --heldout "$HELDOUT" --test "$TEST" --out "$RUN")
+[[ -n "$TAG" ]] && train_args+=(--tagged)
+train_args+=(${fit_extra[@]+"${fit_extra[@]}"})
 set -x
-
-# 1. counts: old counts + new shards (or, the first time, all shards)
 if [[ -n "$OLD" ]]; then
+  # The new shards added to the current counts (snm train cannot do this) ...
   "$PYTHON" -m snm count --config "$CONFIG" --add_to "$OLD/counts" --train "$spec" \
     --out "$RUN/counts" "${BEAM_OPTS[@]}"
+  # ... and snm train from there: join, fit, apply, eval.
+  "$PYTHON" "$REPO/launch/train_on_counts.py" "${train_args[@]}" --vocab "$RUN/counts/vocab.txt" \
+    "${BEAM_OPTS[@]}"
 else
   if [[ -n "$VOCAB" ]]; then vocab_args=(--vocab "$(absolute "$VOCAB")"); else vocab_args=(--min_count "$MIN_COUNT"); fi
-  "$PYTHON" -m snm count --config "$CONFIG" --train "$spec" "${vocab_args[@]}" \
-    --num_buckets "$NUM_BUCKETS" --out "$RUN/counts" "${BEAM_OPTS[@]}"
+  "$PYTHON" -m snm train "${train_args[@]}" "${vocab_args[@]}" --num_buckets "$NUM_BUCKETS" \
+    "${BEAM_OPTS[@]}"
 fi
-# 2-5. small M, theta, model, evaluation
-"$PYTHON" -m snm join --counts "$RUN/counts" --heldout "$HELDOUT" --out "$RUN/heldout" \
-  "${BEAM_OPTS[@]}"
-"$PYTHON" -m snm fit --small_m "$RUN/heldout" --out "$RUN/adjust" ${fit_extra[@]+"${fit_extra[@]}"}
-"$PYTHON" -m snm apply --counts "$RUN/counts" --theta "$RUN/adjust" --out "$RUN/model" \
-  "${BEAM_OPTS[@]}"
-"$PYTHON" -m snm eval --model "$RUN/model" "$TEST" --json > "$RUN/eval.json.tmp"
-mv "$RUN/eval.json.tmp" "$RUN/eval.json"
 set +x
+for done_file in counts/manifest.json model/manifest.json eval.json; do
+  if [[ ! -s "$RUN/$done_file" ]]; then
+    log "$RUN/$done_file missing after snm train; current model unchanged ($RUN kept)"
+    exit 1
+  fi
+done
 
 # Quality gate (optional): keep the current model if the new one is worse.
 if [[ -n "$MAX_PPL_RATIO" && -e "$ROOT/current/eval.json" ]]; then
   if ! "$PYTHON" - "$ROOT/current/eval.json" "$RUN/eval.json" "$MAX_PPL_RATIO" <<'EOF'
 import json, sys
-old, new = (json.load(open(p))["perplexity"] for p in sys.argv[1:3])
+def perplexity(path):  # snm train's eval.json; {"perplexity": ...} of older runs
+    report = json.load(open(path))
+    return report.get("adjusted", report)["perplexity"]
+old, new = (perplexity(p) for p in sys.argv[1:3])
 print(f"test perplexity: current {old:.3f}, new {new:.3f}", file=sys.stderr)
 sys.exit(0 if new <= old * float(sys.argv[3]) else 1)
 EOF
@@ -164,7 +183,7 @@ else  # a full count: exactly these shards are counted
   printf '%s\n' "${new[@]}" > "$ROOT/counted.txt.new"
   mv "$ROOT/counted.txt.new" "$ROOT/counted.txt"
 fi
-log "current -> $RUN: $(cat "$RUN/eval.json")"
+log "current -> $RUN: $(tr -d '\n' < "$RUN/eval.json")"
 
 # Keep current and previous; delete older runs.
 keep_current="$(readlink -f "$ROOT/current")"

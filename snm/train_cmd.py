@@ -1,12 +1,14 @@
 """``snm train``: from training text to an evaluated model, one command, resumable.
 
     snm train --config 5gram --train 'corpus/*.gz' --heldout dev.txt --test test.txt \\
-        --out run/ [--vocab FILE | --min_count N] [--tagged] [fit options] [Beam options]
+        --out run/ [--vocab FILE | --min_count N | --add_to OLD/counts] [--tagged]
+        [fit options] [Beam options]
 
 Stages, each in its own directory under ``--out``::
 
-    1 vocab   vocab/      word counts and vocabulary (skipped with --vocab)
+    1 vocab   vocab/      word counts and vocabulary (skipped with --vocab, --add_to)
     2 count   counts/     C(f,w), C(f,*), continuation counts        (Beam)
+                          (with --add_to: of the new --train files, plus OLD's)
     3 join    heldout/    held-out events and small M                 (Beam)
     4 fit     adjust/     theta, train_log.jsonl                      (one worker)
     5 apply   model/      the adjusted model, compact arrays          (Beam)
@@ -140,6 +142,10 @@ def main(argv=None):
     vocab_group.add_argument("--min_count", type=int, default=vocab_stage.DEFAULT_MIN_COUNT,
                              help="build the vocabulary: words seen this often (default "
                                   "%(default)s)")
+    vocab_group.add_argument("--add_to", metavar="COUNTS",
+                             help="a finished count directory (a previous run's counts/): "
+                                  "count only the --train files and train on their sum with "
+                                  "COUNTS (its configuration, vocabulary, tags and buckets)")
     parser.add_argument("--tagged", action="store_true",
                         help="keep the sources' tags in the features (corpus-tagged SNM); "
                              "without it the sources are pooled")
@@ -157,6 +163,12 @@ def main(argv=None):
         if not storage.isfile(path):
             raise SnmInputError(f"{path}: no such file")
     out = storage.absolute(args.out)
+    add_to = storage.absolute(args.add_to) if args.add_to else None
+    if add_to:
+        tables.read_manifest(add_to, "count")  # a finished count, before anything is written
+        if add_to == storage.join(out, "counts"):
+            raise SnmInputError("--add_to must not be this run's own counts/ (they are "
+                                "rewritten); give the previous run's")
     storage.makedirs(out)
     dirs = {name: storage.join(out, name) for name in ("vocab", "counts", "heldout", "adjust",
                                                        "model")}
@@ -167,9 +179,9 @@ def main(argv=None):
     def manifest(name):
         return storage.read_json(storage.join(dirs[name], tables.MANIFEST))
 
-    vocab_path = args.vocab or storage.join(dirs["vocab"], "vocab.txt")
-    if args.vocab:
-        runner.rows.append(("vocab", "given", None, args.vocab))
+    vocab_path = args.vocab or storage.join(add_to or dirs["vocab"], "vocab.txt")
+    if args.vocab or add_to:
+        runner.rows.append(("vocab", "given", None, vocab_path))
     else:
         runner.stage(1, "vocab", {"train": stamps, "min_count": args.min_count},
                      storage.join(dirs["vocab"], tables.MANIFEST),
@@ -177,12 +189,16 @@ def main(argv=None):
                          train=train_specs, out=dirs["vocab"], min_count=args.min_count),
                          beam_args),
                      lambda: f"{manifest('vocab')['vocabulary_size']:,} words")
-    runner.stage(2, "count", {"train": stamps, "tags": [s.tag for s in sources],
-                              "config": config.to_text(), "vocab": storage.file_stamp(vocab_path),
-                              "buckets": args.num_buckets},
+    count_inputs = {"train": stamps, "tags": [s.tag for s in sources],
+                    "config": config.to_text(), "vocab": storage.file_stamp(vocab_path),
+                    "buckets": args.num_buckets}
+    if add_to:
+        count_inputs["add_to"] = _manifest_digest(add_to)
+    runner.stage(2, "count", count_inputs,
                  storage.join(dirs["counts"], tables.MANIFEST),
                  lambda: count_stage.run(count_stage.CountOptions(
-                     config=args.config, train=train_specs, vocab=vocab_path, out=dirs["counts"],
+                     config=args.config, train=train_specs, out=dirs["counts"],
+                     vocab=None if add_to else vocab_path, add_to=add_to,
                      num_buckets=args.num_buckets), beam_args),
                  lambda: f"{manifest('counts')['totals']['tokens']:,} words -> "
                          f"{manifest('counts')['totals']['links']:,} links")

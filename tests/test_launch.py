@@ -11,14 +11,18 @@ the default in-process runner.  The scripts' real end-to-end runs
 """
 
 import filecmp
+import glob
 import importlib.util
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import types
 
 from apache_beam.options.pipeline_options import (DirectOptions, FlinkRunnerOptions,
                                                   GoogleCloudOptions, PipelineOptions,
@@ -33,7 +37,7 @@ from snm_core import synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(REPO, "launch")
-SCRIPTS = ("local.sh", "dataflow.sh", "flink.sh", "cron_retrain.sh")
+SCRIPTS = ("local.sh", "dataflow.sh", "flink.sh", "cron_retrain.sh", "test_airflow.sh")
 SLOW_SCRIPTS = pytest.mark.skipif(not os.environ.get("SNM_TEST_SCRIPTS"),
                                   reason="real script runs take ~10 s each: SNM_TEST_SCRIPTS=1")
 
@@ -220,19 +224,63 @@ def test_script_syntax(script):
     assert "-m snm.launchers" in text
 
 
-FAKE_PYTHON = """#!{python}
-# Stands in for PYTHON in the scripts: runs snm.launchers for real, records every
-# other command (one JSON list a line) and pretends it succeeded.
-import json, runpy, sys
+@pytest.mark.parametrize("script", ("dataflow.sh", "cron_retrain.sh"))
+def test_scripts_no_longer_spell_out_the_stages(script):
+    """The chain is `snm train`'s: no script runs join, fit, apply or eval itself."""
+    with open(os.path.join(LAUNCH, script), encoding="utf-8") as f:
+        text = f.read()
+    assert "-m snm train" in text
+    for stage in ("join", "fit", "apply", "eval"):
+        assert f"-m snm {stage} " not in text, stage
+
+
+FAKE_PYTHON = """#!@PYTHON@
+# Stands in for PYTHON in the scripts: runs snm.launchers and scripts on stdin for
+# real, records every other command (one JSON list a line) and pretends it
+# succeeded, leaving under a local --out the files the real command writes last.
+#   FAKE_FAIL=WORD       the command WORD (train, count, train_on_counts.py) fails
+#   FAKE_INCOMPLETE=1    snm train succeeds but writes no eval.json
+#   FAKE_PPL=X           test perplexity in eval.json [10.0]
+import json, os, runpy, sys
 args = sys.argv[1:]
 if args[:2] == ["-m", "snm.launchers"]:
     sys.argv = ["snm.launchers"] + args[2:]
     runpy.run_module("snm.launchers", run_name="__main__")
-elif args[:1] != ["-c"]:  # -c: the scripts' import checks
-    with open({log!r}, "a") as f:
-        f.write(json.dumps(args) + "\\n")
-    if args[:3] == ["-m", "snm", "eval"]:
-        print('{{"perplexity": 1.0}}')
+    sys.exit(0)
+if args[:1] == ["-"]:  # cron_retrain.sh's quality gate
+    sys.argv = args
+    exec(compile(sys.stdin.read(), "<stdin>", "exec"))
+    sys.exit(0)
+if args[:1] == ["-c"]:  # the scripts' import checks
+    sys.exit(0)
+with open(@LOG@, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+word = args[2] if args[:2] == ["-m", "snm"] else os.path.basename(args[0])
+if os.environ.get("FAKE_FAIL") == word:
+    sys.exit(1)
+out = args[args.index("--out") + 1] if "--out" in args else ""
+
+
+def write(name, text):
+    path = os.path.join(out, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if out and "://" not in out:
+    if word == "count":
+        write("vocab.txt", "a\\n")
+        write("manifest.json", json.dumps({"kind": "count", "add_to": "--add_to" in args}))
+    elif word in ("train", "train_on_counts.py"):
+        if word == "train":
+            write("counts/vocab.txt", "a\\n")
+            write("counts/manifest.json", json.dumps({"kind": "count"}))
+        write("model/manifest.json", json.dumps({"kind": "model"}))
+        if not os.environ.get("FAKE_INCOMPLETE"):
+            ppl = float(os.environ.get("FAKE_PPL", "10"))
+            write("eval.json", json.dumps({"adjusted": {"perplexity": ppl},
+                                           "unadjusted": {"perplexity": 2 * ppl}}))
 """
 FAKE_GSUTIL = """#!/usr/bin/env bash
 printf '%s\\n' "$*" | sed 's/^/gsutil /' >> {log}
@@ -246,7 +294,7 @@ def fake_tools(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     python = bin_dir / "python"
-    python.write_text(FAKE_PYTHON.format(python=sys.executable, log=log))
+    python.write_text(FAKE_PYTHON.replace("@PYTHON@", sys.executable).replace("@LOG@", repr(log)))
     gsutil = bin_dir / "gsutil"
     gsutil.write_text(FAKE_GSUTIL.format(log=log))
     for path in (python, gsutil):
@@ -255,8 +303,11 @@ def fake_tools(tmp_path):
            "PYTHONPATH": REPO}
 
     def read_log():
+        if not os.path.exists(log):
+            return []
         with open(log, encoding="utf-8") as f:
             lines = f.read().splitlines()
+        os.remove(log)  # each call returns the commands since the last one
         return [line if line.startswith("gsutil ") else json.loads(line) for line in lines]
     return env, read_log
 
@@ -271,54 +322,53 @@ def option(argv, name):
     return None
 
 
-def test_dataflow_script_runs_beam_stages_on_dataflow_and_fit_eval_locally(fake_tools, tmp_path):
+def option_values(argv, name):
+    """Every value of ``--name value`` in ``argv``."""
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == f"--{name}"]
+
+
+def test_dataflow_script_runs_snm_train_on_dataflow(fake_tools, tmp_path):
     env, read_log = fake_tools
-    work = str(tmp_path / "work")
     env.update(PROJECT="my-project", REGION="europe-west1", TEMP_LOCATION="gs://bkt/tmp",
                TRAIN="web=gs://bkt/corpus/web-*.gz news=gs://bkt/corpus/news-*.gz",
-               HELDOUT="gs://bkt/dev.txt", TEST="gs://bkt/test.txt", LOCAL_WORK=work,
-               JOB_PREFIX="snm-test", MAX_WORKERS="10", FIT_ARGS="--epochs 2")
-    proc = subprocess.run(["bash", os.path.join(LAUNCH, "dataflow.sh")], env=env,
+               HELDOUT="gs://bkt/dev.txt", TEST="test.txt", JOB_NAME="snm-test",
+               MAX_WORKERS="10", EXTRA_ARGS="--epochs 2 --tagged")
+    proc = subprocess.run(["bash", os.path.join(LAUNCH, "dataflow.sh")], env=env, cwd=tmp_path,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-    log = read_log()
-    snm = [c for c in log if isinstance(c, list)]
-    assert [c[2] for c in snm] == ["count", "join", "fit", "apply", "eval"]
-    count, join, fit, apply, evaluate = snm
-    for stage, argv in (("count", count), ("join", join), ("apply", apply)):
-        assert option(argv, "runner") == "DataflowRunner"
-        assert option(argv, "job_name") == f"snm-test-{stage}"
-        assert option(argv, "project") == "my-project"
-        assert option(argv, "temp_location") == "gs://bkt/tmp"
-        assert option(argv, "max_num_workers") == "10"
-        assert option(argv, "setup_file") == os.path.join(REPO, "setup.py")
-    assert [a for a in count if a.startswith("web=") or a.startswith("news=")] == [
-        "web=gs://bkt/corpus/web-*.gz", "news=gs://bkt/corpus/news-*.gz"]
-    assert option(count, "out") == "gs://bkt/snm/run/counts"
-    assert option(join, "counts") == "gs://bkt/snm/run/counts"
-    assert option(join, "heldout") == "gs://bkt/dev.txt"
-    assert fit[3:] == ["--small_m", f"{work}/heldout", "--out", f"{work}/adjust", "--epochs", "2"]
-    assert option(apply, "theta") == "gs://bkt/snm/run/adjust"
-    assert option(apply, "out") == "gs://bkt/snm/run/model"
-    assert option(evaluate, "model") == f"{work}/model" and f"{work}/test.txt" in evaluate
-    assert all(option(c, "runner") is None for c in (fit, evaluate))
-    order = [c if isinstance(c, str) else c[2] for c in log]
-    assert order.index(f"gsutil -m -q cp -r gs://bkt/snm/run/heldout/* {work}/heldout/") \
-        < order.index("fit")
-    assert order.index("fit") < order.index(
-        f"gsutil -m -q cp -r {work}/adjust/* gs://bkt/snm/run/adjust/") < order.index("apply")
-    assert order.index("apply") < order.index(
-        f"gsutil -m -q cp -r gs://bkt/snm/run/model/* {work}/model/") < order.index("eval")
-    with open(os.path.join(work, "eval.json"), encoding="utf-8") as f:
-        assert json.load(f) == {"perplexity": 1.0}
+    (train,) = read_log()  # one command, no gsutil copies
+    assert train[:3] == ["-m", "snm", "train"]
+    assert option_values(train, "train") == ["web=gs://bkt/corpus/web-*.gz",
+                                       "news=gs://bkt/corpus/news-*.gz"]
+    assert option(train, "out") == "gs://bkt/snm/run"
+    assert option(train, "heldout") == "gs://bkt/dev.txt"
+    assert option(train, "test") == f"{tmp_path}/test.txt"
+    assert (option(train, "min_count"), option(train, "num_buckets")) == ("2", "64")
+    assert option(train, "epochs") == "2" and "--tagged" in train
+    beam_args = [a for a in train if a.startswith("--") and "=" in a]
+    dataflow = beam_view(beam_args)
+    assert dataflow.view_as(StandardOptions).runner == "DataflowRunner"
+    cloud = dataflow.view_as(GoogleCloudOptions)
+    assert (cloud.project, cloud.region, cloud.temp_location, cloud.job_name) == (
+        "my-project", "europe-west1", "gs://bkt/tmp", "snm-test")
+    assert dataflow.view_as(WorkerOptions).max_num_workers == 10
+    assert dataflow.view_as(SetupOptions).setup_file == os.path.join(REPO, "setup.py")
 
 
-def test_dataflow_script_refuses_a_local_out(fake_tools):
-    env, _ = fake_tools
-    env.update(PROJECT="my-project", TEMP_LOCATION="gs://bkt/tmp", OUT="/tmp/run")
+@pytest.mark.parametrize("settings, message", [
+    ({"OUT": "/tmp/run"}, "OUT must be a gs:// directory"),
+    ({"TRAIN": "corpus/*.gz", "HELDOUT": "gs://bkt/dev.txt", "TEST": "t.txt"},
+     "corpus/*.gz: TRAIN and HELDOUT must be gs:// paths"),
+    ({"TRAIN": "web=gs://bkt/*.gz", "HELDOUT": "dev.txt", "TEST": "t.txt"},
+     "dev.txt: TRAIN and HELDOUT must be gs:// paths"),
+])
+def test_dataflow_script_refuses_local_paths_the_workers_read(fake_tools, settings, message):
+    env, read_log = fake_tools
+    env.update(PROJECT="my-project", TEMP_LOCATION="gs://bkt/tmp", **settings)
     proc = subprocess.run(["bash", os.path.join(LAUNCH, "dataflow.sh")], env=env,
                           capture_output=True, text=True, check=False)
-    assert proc.returncode == 2 and "OUT must be a gs:// directory" in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr
+    assert read_log() == []
 
 
 def test_flink_script_runs_snm_train_on_flink(fake_tools, tmp_path):
@@ -351,7 +401,146 @@ def test_scripts_stop_on_bad_launcher_input(fake_tools, tmp_path):
     proc = subprocess.run(["bash", os.path.join(LAUNCH, "flink.sh")], env=env, cwd=tmp_path,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "flink_master must be" in proc.stderr
-    assert not os.path.exists(tmp_path / "commands.log")  # snm train never started
+    assert read_log() == []  # snm train never started
+
+
+# --- cron_retrain.sh with the recording stand-in ------------------------------------------
+
+@pytest.fixture
+def retrain(fake_tools, tmp_path):
+    """``(run, root, incoming, read_log)``: ``run(**env)`` runs cron_retrain.sh once."""
+    env, read_log = fake_tools
+    root = tmp_path / "root"
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    env.update(ROOT=str(root), INCOMING=f"{incoming}/*.txt", HELDOUT="dev.txt",
+               TEST="/data/test.txt", LAUNCHER="local --workers 3",
+               FIT_ARGS="--metafeatures unlexicalized --epochs 1")
+
+    def run(expect=0, **settings):
+        proc = subprocess.run(["bash", os.path.join(LAUNCH, "cron_retrain.sh")],
+                              env={**env, **settings}, cwd=tmp_path, capture_output=True,
+                              text=True, check=False)
+        assert proc.returncode == expect, proc.stderr
+        return proc.stderr
+    return run, root, incoming, read_log
+
+
+def add_shard(incoming, name):
+    path = incoming / name
+    path.write_text("a b c\n")
+    return str(path)
+
+
+def counted(root):
+    with open(root / "counted.txt", encoding="utf-8") as f:
+        return sorted(f.read().splitlines())
+
+
+def assert_local_beam_options(argv, workers):
+    assert argv[-3:] == launchers.local_options(workers=workers)
+
+
+def test_cron_retrain_first_run_is_snm_train(retrain, tmp_path):
+    run, root, incoming, read_log = retrain
+    shards = [add_shard(incoming, f"shard-{i}.txt") for i in range(2)]
+    run()
+    (train,) = read_log()
+    current = os.path.realpath(root / "current")
+    assert os.readlink(root / "current").startswith("runs/")
+    assert train[:3] == ["-m", "snm", "train"]
+    assert option_values(train, "train") == [f"{current}/shards/*"]
+    assert sorted(os.path.realpath(p) for p in glob.glob(f"{current}/shards/*")) == shards
+    assert option(train, "out") == current
+    assert option(train, "heldout") == f"{tmp_path}/dev.txt"
+    assert option(train, "test") == "/data/test.txt"
+    assert (option(train, "min_count"), option(train, "num_buckets")) == ("2", "16")
+    assert (option(train, "metafeatures"), option(train, "epochs")) == ("unlexicalized", "1")
+    assert option(train, "config") == "5gram" and "--tagged" not in train
+    assert_local_beam_options(train, 3)
+    assert counted(root) == shards
+    assert not os.path.lexists(root / "previous")
+
+
+def test_cron_retrain_adds_the_new_shards_then_runs_snm_train_from_them(retrain):
+    run, root, incoming, read_log = retrain
+    shards = [add_shard(incoming, "shard-0.txt")]
+    run()
+    read_log()
+    first = os.path.realpath(root / "current")
+    shards.append(add_shard(incoming, "shard-1.txt"))
+    assert "1 new shard(s), adding to" in run()
+    count, train = read_log()
+    second = os.path.realpath(root / "current")
+    assert second != first and os.path.realpath(root / "previous") == first
+    assert count[:3] == ["-m", "snm", "count"]
+    assert option(count, "add_to") == f"{first}/counts"
+    assert option_values(count, "train") == [f"{second}/shards/*"]
+    assert [os.path.realpath(p) for p in glob.glob(f"{second}/shards/*")] == shards[1:]
+    assert option(count, "out") == f"{second}/counts"
+    assert_local_beam_options(count, 3)
+    assert train[0] == os.path.join(LAUNCH, "train_on_counts.py")
+    assert option(train, "out") == second
+    assert option_values(train, "train") == [f"{second}/shards/*"]
+    assert option(train, "vocab") == f"{second}/counts/vocab.txt"
+    assert option(train, "min_count") is None and option(train, "num_buckets") is None
+    assert option(train, "epochs") == "1"
+    assert_local_beam_options(train, 3)
+    assert counted(root) == shards
+    # Nothing new: nothing runs, nothing changes.
+    assert "no new shards" in run()
+    assert read_log() == [] and os.path.realpath(root / "current") == second
+    # FULL=1 counts every shard afresh with snm train.
+    run(FULL="1")
+    (train,) = read_log()
+    third = os.path.realpath(root / "current")
+    assert train[:3] == ["-m", "snm", "train"] and option(train, "out") == third
+    assert sorted(os.path.realpath(p) for p in glob.glob(f"{third}/shards/*")) == shards
+    assert sorted(os.listdir(root / "runs")) == sorted(
+        os.path.basename(p) for p in (second, third))  # older runs pruned
+
+
+@pytest.mark.parametrize("failure", [{"FAKE_FAIL": "train_on_counts.py"},
+                                     {"FAKE_FAIL": "count"},
+                                     {"FAKE_INCOMPLETE": "1"},
+                                     {"FAKE_PPL": "10.5", "MAX_PPL_RATIO": "1.02"}])
+def test_cron_retrain_switches_current_only_after_a_complete_better_model(retrain, failure):
+    run, root, incoming, read_log = retrain
+    shards = [add_shard(incoming, "shard-0.txt")]
+    run()
+    first = os.path.realpath(root / "current")
+    add_shard(incoming, "shard-1.txt")
+    stderr = run(expect=1, **failure)
+    assert os.path.realpath(root / "current") == first
+    assert not os.path.lexists(root / "previous")
+    assert counted(root) == shards
+    if "FAKE_INCOMPLETE" in failure:
+        assert "eval.json missing after snm train; current model unchanged" in stderr
+    if "MAX_PPL_RATIO" in failure:
+        assert "test perplexity: current 10.000, new 10.500" in stderr
+    read_log()
+    run(FAKE_PPL="9.5", MAX_PPL_RATIO="1.02")  # the next run retries the shard
+    assert [c[0] if c[0] != "-m" else c[2] for c in read_log()] == [
+        "count", os.path.join(LAUNCH, "train_on_counts.py")]
+    assert os.path.realpath(root / "previous") == first
+    assert counted(root) == sorted(shards + [str(incoming / "shard-1.txt")])
+
+
+def test_cron_retrain_tagged_shards(retrain):
+    run, root, incoming, read_log = retrain
+    add_shard(incoming, "shard-0.txt")
+    run(TAG="web", VOCAB="vocab.txt")
+    (train,) = read_log()
+    current = os.path.realpath(root / "current")
+    assert option_values(train, "train") == [f"web={current}/shards/*"] and "--tagged" in train
+    assert option(train, "vocab").endswith("/vocab.txt") and option(train, "min_count") is None
+    add_shard(incoming, "shard-1.txt")
+    run(TAG="web")
+    count, train = read_log()
+    second = os.path.realpath(root / "current")
+    assert option_values(count, "train") == option_values(train, "train") == [
+        f"web={second}/shards/*"]
+    assert "--tagged" in train and "--tagged" not in count
 
 
 @pytest.fixture(scope="module")
@@ -367,9 +556,9 @@ def train_argv(corpus, out):
             "--num_buckets", "4", "--metafeatures", "unlexicalized", "--epochs", "2"]
 
 
-def assert_same_run(a, b):
+def assert_same_run(a, b, stages=("vocab", "counts", "heldout", "adjust", "model")):
     """Every output of two ``snm train`` runs is byte-identical, paths and timings aside."""
-    for stage in ("vocab", "counts", "heldout", "adjust", "model"):
+    for stage in stages:
         names = sorted(os.path.relpath(os.path.join(d, n), a / stage)
                        for d, _, files in os.walk(a / stage) for n in files)
         other = sorted(os.path.relpath(os.path.join(d, n), b / stage)
@@ -465,6 +654,76 @@ def test_portable_runner_with_relative_paths(corpus, worker_pool, tmp_path, monk
                                                  worker_pool=worker_pool["address"]))
 
 
+# --- launch/train_on_counts.py: snm train from counts made outside it ------------------------
+
+def copy_counts(reference_run, run):
+    """``run/counts``: the reference run's counts, as ``snm count --add_to`` would leave them."""
+    shutil.copytree(reference_run / "counts", run / "counts")
+    return run / "counts"
+
+
+def train_on_counts_argv(corpus, run):
+    return ["--config", "5gram", "--train", corpus["train"], "--heldout", corpus["dev"],
+            "--test", corpus["test"], "--out", str(run),
+            "--vocab", str(run / "counts" / "vocab.txt"),
+            "--metafeatures", "unlexicalized", "--epochs", "2"]
+
+
+def run_train_on_counts(argv):
+    return subprocess.run([sys.executable, os.path.join(LAUNCH, "train_on_counts.py"), *argv],
+                          capture_output=True, text=True, cwd=REPO, check=False)
+
+
+def test_train_on_counts_goes_on_from_the_given_counts(corpus, reference_run, tmp_path):
+    run = tmp_path / "run"
+    counts = copy_counts(reference_run, run)
+    manifest = (counts / "manifest.json").read_bytes()
+    argv = train_on_counts_argv(corpus, run)
+    proc = run_train_on_counts(argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "count: up to date, skipped" in proc.stdout  # the real `snm train` run
+    assert (counts / "manifest.json").read_bytes() == manifest
+    with open(run / "stages.json", encoding="utf-8") as f:
+        assert set(json.load(f)) == {"count", "join", "fit", "apply", "eval"}
+    assert_same_run(reference_run, run, stages=("heldout", "adjust", "model"))
+    # A retry finds everything done: plain `snm train` skips every stage.
+    proc = run_train_on_counts(argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "already records a count stage" in proc.stdout
+    assert proc.stdout.count("up to date, skipped") == 5
+
+
+def test_train_on_counts_refuses_what_would_recount(corpus, tmp_path):
+    run = tmp_path / "run"
+    argv = train_on_counts_argv(corpus, run)
+    proc = run_train_on_counts(argv)
+    assert proc.returncode == 2 and "counts/manifest.json: no such file" in proc.stderr
+    run.joinpath("counts").mkdir(parents=True)
+    run.joinpath("counts", "manifest.json").write_text("{}")
+    proc = run_train_on_counts(argv + ["--force"])
+    assert proc.returncode == 2 and "--force would count the new shards afresh" in proc.stderr
+    proc = run_train_on_counts([a for a in argv if a != "--vocab" and not a.endswith("vocab.txt")])
+    assert proc.returncode == 2 and "give --vocab" in proc.stderr
+
+
+def test_train_on_counts_fails_when_snm_train_would_count_afresh(corpus, reference_run,
+                                                                  tmp_path, monkeypatch, capsys):
+    """If snm train stopped running its count through ``pipelines.count.run`` (so the
+    script cannot stand in for it), it must fail rather than train on new counts."""
+    run = tmp_path / "run"
+    copy_counts(reference_run, run)
+    spec = importlib.util.spec_from_file_location("train_on_counts",
+                                                  os.path.join(LAUNCH, "train_on_counts.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    unpatchable = types.ModuleType("count_copy")  # keeps the real run whatever is patched
+    unpatchable.__dict__.update(vars(count_stage))
+    monkeypatch.setattr(train_cmd, "count_stage", unpatchable)
+    assert module.main(train_on_counts_argv(corpus, run)) == 1
+    assert "did not take" in capsys.readouterr().err
+    assert not (run / "model").exists()
+
+
 # --- the scripts end to end (SNM_TEST_SCRIPTS=1) --------------------------------------------
 
 @SLOW_SCRIPTS
@@ -500,13 +759,15 @@ def test_cron_retrain_adds_new_shards_and_switches_current(corpus, tmp_path):
         proc = subprocess.run(["bash", os.path.join(LAUNCH, "cron_retrain.sh")], env=env,
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stderr
+        return proc.stdout + proc.stderr
 
     retrain()
     first = os.path.realpath(root / "current")
     assert not os.path.lexists(root / "previous")
     os.rename(shards[2] + ".later", shards[2])
-    assert "1 new shard(s), adding to" in retrain()
+    output = retrain()
+    assert "1 new shard(s), adding to" in output
+    assert "count: up to date, skipped" in output  # snm train took the added counts
     second = os.path.realpath(root / "current")
     assert second != first and os.path.realpath(root / "previous") == first
     assert os.readlink(root / "current").startswith("runs/")
@@ -520,8 +781,10 @@ def test_cron_retrain_adds_new_shards_and_switches_current(corpus, tmp_path):
     _, mismatch, errors = filecmp.cmpfiles(tmp_path / "all", os.path.join(second, "counts"),
                                            names, shallow=False)
     assert not mismatch and not errors
-    with open(os.path.join(second, "eval.json"), encoding="utf-8") as f:
-        assert json.load(f)["perplexity"] > 1
+    for run in (first, second):
+        with open(os.path.join(run, "eval.json"), encoding="utf-8") as f:
+            assert json.load(f)["adjusted"]["perplexity"] > 1
+        assert os.path.isfile(os.path.join(run, "model", "manifest.json"))
     assert "no new shards" in retrain()
     assert os.path.realpath(root / "current") == second
     assert sorted(os.listdir(root / "runs")) == sorted(
@@ -530,12 +793,12 @@ def test_cron_retrain_adds_new_shards_and_switches_current(corpus, tmp_path):
 
 # --- the Airflow DAG ----------------------------------------------------------------------
 
-def load_dag(tmp_path, monkeypatch):
-    """The module of launch/airflow_dag.py; skips where Airflow or its Beam provider is absent."""
+def load_dag(tmp_path, monkeypatch, **settings):
+    """The module of launch/airflow_dag.py, with SNM_* settings from ``settings``."""
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    pytest.importorskip("airflow")
-    pytest.importorskip("airflow.providers.apache.beam.operators.beam")
     monkeypatch.setenv("SNM_ROOT", str(tmp_path / "root"))
+    for name, value in settings.items():
+        monkeypatch.setenv(f"SNM_{name.upper()}", value)
     spec = importlib.util.spec_from_file_location("snm_airflow_dag",
                                                   os.path.join(LAUNCH, "airflow_dag.py"))
     module = importlib.util.module_from_spec(spec)
@@ -543,54 +806,102 @@ def load_dag(tmp_path, monkeypatch):
     return module
 
 
-BEAM_TASKS = (("count_all", "count"), ("count_added", "count"), ("join", "join"),
-              ("apply", "apply"))
+def test_airflow_dag_module_imports_without_airflow(tmp_path, monkeypatch):
+    """Without Airflow (as here unless it is installed) ``dag`` is None; the rest works."""
+    module = load_dag(tmp_path, monkeypatch)
+    assert (module.dag is None) == (importlib.util.find_spec("airflow") is None)
+    assert module.RUN in module.train_all_command()
+
+
+class FakeTaskInstance:  # pylint: disable=too-few-public-methods
+    def __init__(self):
+        self.xcom = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+
+def test_airflow_dag_tasks_run_snm_train(fake_tools, tmp_path, monkeypatch):
+    """plan, the branch's commands (run with the recording stand-in) and switch, three times."""
+    env, read_log = fake_tools
+    root = tmp_path / "root"
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    module = load_dag(tmp_path, monkeypatch, python=env["PYTHON"],
+                      incoming=f"{incoming}/*.txt", heldout="/data/dev.txt",
+                      test="/data/test.txt", launcher="local --workers 3",
+                      fit_args="--epochs 1", num_buckets="8")
+
+    def task(command):
+        proc = subprocess.run(["bash", "-c", command], env=env, capture_output=True,
+                              text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        (argv,) = read_log()
+        assert_local_beam_options(argv, 3)
+        assert option(argv, "epochs") in ("1", None)
+        return argv
+
+    def plan():
+        ti = FakeTaskInstance()
+        branch = module.plan_run(str(root), module.INCOMING, module.FULL, ti=ti)
+        return branch, ti.xcom.get("run"), ti.xcom.get("old")
+
+    shards = [add_shard(incoming, "shard-0.txt"), add_shard(incoming, "shard-1.txt")]
+    branch, run, old = plan()
+    assert (branch, old) == ("train_all", "")
+    with pytest.raises(RuntimeError, match="incomplete"):  # before the model exists
+        module.switch_current(str(root), run)
+    train = task(module.train_all_command(run=run))
+    assert train[:3] == ["-m", "snm", "train"]
+    assert (option(train, "out"), option_values(train, "train")) == (run, [f"{run}/shards/*"])
+    assert (option(train, "heldout"), option(train, "test")) == ("/data/dev.txt",
+                                                                 "/data/test.txt")
+    assert (option(train, "min_count"), option(train, "num_buckets")) == ("2", "8")
+    module.switch_current(str(root), run)
+    assert os.path.realpath(root / "current") == run and counted(root) == shards
+
+    shards.append(add_shard(incoming, "shard-2.txt"))
+    branch, second, old = plan()
+    assert (branch, old) == ("count_added", run)
+    count = task(module.count_added_command(run=second, old=old))
+    assert count[:3] == ["-m", "snm", "count"]
+    assert (option(count, "add_to"), option(count, "out")) == (f"{run}/counts",
+                                                               f"{second}/counts")
+    assert option_values(count, "train") == [f"{second}/shards/*"]
+    train = task(module.train_added_command(run=second))
+    assert train[0] == os.path.join(LAUNCH, "train_on_counts.py")
+    assert (option(train, "out"), option(train, "vocab")) == (second,
+                                                              f"{second}/counts/vocab.txt")
+    module.switch_current(str(root), second)
+    assert os.path.realpath(root / "current") == second
+    assert os.path.realpath(root / "previous") == run
+    assert counted(root) == shards
+    assert plan() == ("no_new_shards", None, None)
+
+
+def test_airflow_dag_tagged_commands(tmp_path, monkeypatch):
+    module = load_dag(tmp_path, monkeypatch, tag="web", vocab="/data/vocab.txt")
+    train_all = shlex.split(module.train_all_command(run="/r/x").splitlines()[-1])
+    assert option_values(train_all, "train") == ["web=/r/x/shards/*"] and "--tagged" in train_all
+    assert option(train_all, "vocab") == "/data/vocab.txt"
+    count = shlex.split(module.count_added_command(run="/r/x", old="/r/w").splitlines()[-1])
+    assert option_values(count, "train") == ["web=/r/x/shards/*"] and "--tagged" not in count
 
 
 def test_airflow_dag(tmp_path, monkeypatch):
+    pytest.importorskip("airflow")
     module = load_dag(tmp_path, monkeypatch)
     dag = module.dag
     assert dag.dag_id == "snm_retrain"
-    assert set(dag.task_ids) == {"plan", "no_new_shards", "count_all", "count_added", "join",
-                                 "fit", "apply", "evaluate", "switch"}
+    assert set(dag.task_ids) == {"plan", "no_new_shards", "train_all", "count_added",
+                                 "train_added", "switch"}
     upstream = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
-    assert upstream["join"] == {"count_all", "count_added"}
-    assert upstream["count_added"] == upstream["count_all"] == upstream["no_new_shards"] == {
+    assert upstream["train_all"] == upstream["count_added"] == upstream["no_new_shards"] == {
         "plan"}
-    assert (upstream["fit"], upstream["apply"], upstream["evaluate"], upstream["switch"]) == (
-        {"join"}, {"fit"}, {"apply"}, {"evaluate"})
-    assert dag.get_task("join").trigger_rule == "none_failed_min_one_success"
-    if module.BEAM_OPERATOR_PROBLEM is not None:
-        pytest.skip(f"the Beam operator cannot be built here: {module.BEAM_OPERATOR_PROBLEM}")
-    for task_id, module_name in BEAM_TASKS:
-        task = dag.get_task(task_id)
-        assert type(task).__name__ == "BeamRunPythonPipelineOperator"
-        assert task.py_file == os.path.join(REPO, "pipelines", f"{module_name}.py")
-        assert os.path.isfile(task.py_file)
-        assert task.runner == "FnApiRunner"
-        assert task.default_pipeline_options == {"direct_running_mode": "multi_processing",
-                                                 "direct_num_workers": "2"}
-    assert "add_to" in dag.get_task("count_added").pipeline_options
-    assert "min_count" in dag.get_task("count_all").pipeline_options
-
-
-def test_airflow_dag_runs_the_pipelines_with_bash_without_the_beam_operator(tmp_path,
-                                                                           monkeypatch):
-    """apache-airflow-providers-apache-beam 6.x builds no Beam operator without the Google
-    provider; the DAG then runs the same commands with BashOperator."""
-    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    pytest.importorskip("airflow.providers.apache.beam.operators.beam")
-    from airflow.providers.apache.beam.operators import beam as beam_operators
-
-    class Refusing:  # pylint: disable=too-few-public-methods
-        def __init__(self, **_):
-            raise RuntimeError("needs apache-airflow-providers-google")
-    monkeypatch.setattr(beam_operators, "BeamRunPythonPipelineOperator", Refusing)
-    module = load_dag(tmp_path, monkeypatch)
-    assert "needs apache-airflow-providers-google" in module.BEAM_OPERATOR_PROBLEM
-    for task_id, module_name in BEAM_TASKS:
-        task = module.dag.get_task(task_id)
-        assert type(task).__name__ == "BashOperator"
-        assert f'"{os.path.join(REPO, "pipelines", module_name)}.py" "--runner=FnApiRunner"' \
-            in task.bash_command
-    assert '"--add_to=' in module.dag.get_task("count_added").bash_command
+    assert upstream["train_added"] == {"count_added"}
+    assert upstream["switch"] == {"train_all", "train_added"}
+    assert dag.get_task("switch").trigger_rule == "none_failed_min_one_success"
+    assert dag.get_task("train_all").bash_command == module.train_all_command()
+    assert dag.get_task("count_added").bash_command == module.count_added_command()
+    assert dag.get_task("train_added").bash_command == module.train_added_command()
+    assert "python -m snm train" in dag.doc_md or "snm train" in dag.doc_md

@@ -80,3 +80,42 @@ def test_tagged_needs_tags(corpus):
     from snm_core.errors import SnmInputError
     with pytest.raises(SnmInputError, match="--tagged needs tagged sources"):
         main(args(corpus, corpus[0] / "x") + ["--tagged"])
+
+
+def test_add_to_trains_on_the_sum_of_old_and_new_counts(tmp_path, capsys):
+    """Counting part of the text, then the rest with --add_to, gives the model that
+    counting all of it at once gives."""
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), num_train=1200,
+                                              num_dev=120, num_test=120, seed=11)
+    lines = open(train).read().splitlines(keepends=True)
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text("".join(lines[:700]))
+    second.write_text("".join(lines[700:]))
+    vocab = tmp_path / "vocab.txt"
+    from snm_core.vocab import Vocabulary
+    Vocabulary(sorted({w for line in lines for w in line.split()})).save(str(vocab))
+
+    def run(out, *train_args):
+        return main(["--config", "5gram", *train_args, "--heldout", dev, "--test", test,
+                     "--out", str(out), "--metafeatures", "unlexicalized", "--epochs", "2",
+                     "--hash_size", "65536", "--num_buckets", "4"])
+
+    assert run(tmp_path / "all", "--train", str(first), "--train", str(second),
+               "--vocab", str(vocab)) == 0
+    assert run(tmp_path / "old", "--train", str(first), "--vocab", str(vocab)) == 0
+    assert run(tmp_path / "new", "--train", str(second),
+               "--add_to", str(tmp_path / "old" / "counts")) == 0
+    out = capsys.readouterr().out
+    assert out.count("vocab   given") == 3
+    whole, added = tmp_path / "all" / "model", tmp_path / "new" / "model"
+    names = [n for n in all_files(whole) if n.endswith((".parquet", ".npy"))]
+    assert names and names == [n for n in all_files(added) if n.endswith((".parquet", ".npy"))]
+    match, mismatch, errors = filecmp.cmpfiles(whole, added, names, shallow=False)
+    assert not mismatch and not errors
+    assert (json.loads((tmp_path / "all" / "eval.json").read_text())
+            == json.loads((tmp_path / "new" / "eval.json").read_text()))
+
+    # Re-run: everything current; new old counts would redo the count.
+    assert run(tmp_path / "new", "--train", str(second),
+               "--add_to", str(tmp_path / "old" / "counts")) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 5
