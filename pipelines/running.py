@@ -54,30 +54,21 @@ def counter(name):
 #: glibc's malloc keeps blocks below this size in its heaps for reuse (see
 #: :func:`configure_allocators`), and gives the top of a heap back above the trim size.
 MALLOC_MMAP_THRESHOLD = 32 << 20
-
-
 MALLOC_TRIM_THRESHOLD = 64 << 20
 
 
 def configure_allocators():
     """Arrow allocates with malloc, as numpy does; malloc reuses blocks up to 32 MiB.
 
-    * Arrow's default pool (mimalloc) keeps freed pages that ``release_unused``
-      does not all return; on the kernel 5-gram count it held ~50 MiB more at
-      the peak, for no speed.  Importing :mod:`snm_core` before pyarrow already
-      did this for all of Arrow (see ``snm_core/__init__.py``); a worker that
-      imported pyarrow first (Beam's own worker start-up) gets it here for what
-      pyarrow allocates.
-    * glibc maps each block above its threshold (128 KiB, raised to the size of
-      the largest one freed) straight from the system and unmaps it when freed,
-      so the next one is faulted in afresh, a page at a time.  A count's
-      per-batch arrays are 1-5 MB: the kernel 5-gram count took 234K page
-      faults.  Fixed thresholds of 32 MiB (map: the most glibc's own would
-      reach) and 64 MiB (trim) keep them in the heaps: 71K faults, 2-4% less
-      CPU and wall time over ten paired runs, for 20 MiB more peak RSS.  An
-      8 MiB threshold did as well there, but cost a skip-10-gram count 4% more
-      CPU: its larger arrays were mapped afresh every time.
-      :func:`release_memory` still trims at the end of a bundle.
+    * Arrow's default pool (mimalloc) keeps freed pages it does not all give
+      back; the system pool does not.  Importing :mod:`snm_core` before
+      pyarrow already did this for all of Arrow (``snm_core/__init__.py``); a
+      worker that imported pyarrow first (Beam's worker start-up) gets it here.
+    * glibc maps each block above its threshold straight from the system and
+      unmaps it when freed, so a count's per-batch arrays (1-5 MB) would be
+      faulted in afresh a page at a time; fixed thresholds keep them in the
+      heaps (the measurements: benchmarks/README.md, "Counting").
+      :func:`release_memory` still trims at the end of a bundle;
       ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` in the environment
       win.
 
@@ -89,8 +80,8 @@ def configure_allocators():
 
 def release_memory():
     """:func:`snm_core.memory.release_memory`, called at the end of each bundle of the
-    count's stages.  Not called more often: trimming after every flush of the
-    kernel 5-gram count cost 2 s of CPU, 13%, to save 20 MiB of peak RSS."""
+    count's stages, not after every flush: trimming that often cost more CPU
+    than the memory it saved was worth (benchmarks/README.md)."""
     memory.release_memory()
 
 
@@ -99,9 +90,7 @@ class CallOnce(beam.PTransform):
 
     For a stage's last step (its manifest), given the small per-bucket results:
     also runs when the input is empty.  The elements reach ``fn`` as a side
-    input; ``CombineGlobally`` (whose default value for an empty input is a
-    side input too) then ``Map`` took one stage more: 6 against 5 for a count,
-    0.06 s of a two-line count's ~0.6 s in the local runner.
+    input (``CombineGlobally`` then ``Map`` would take one stage more).
     """
 
     def __init__(self, fn, *args):

@@ -182,6 +182,15 @@ def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypat
     assert train_main(args(remote, remote_out)) == 0
     assert capsys.readouterr().out.count("up to date, skipped") == 6
 
+    # eval reads compressed text like plain text (the README's promise).
+    from snm.cli import main as snm_main
+    with open(test, "rb") as f, open(tmp_path / "test.txt.gz", "wb") as g:
+        g.write(gzip.compress(f.read()))
+    assert snm_main(["eval", "--model", f"{local_out}/model", "--json",
+                     str(tmp_path / "test.txt.gz")]) == 0
+    assert json.loads(capsys.readouterr().out)["perplexity"] == pytest.approx(
+        json.loads(local["eval.json"])["adjusted"]["perplexity"], rel=1e-12)
+
     # eval and score read the remote model (its arrays cached locally).
     from snm.eval_cmd import evaluate, score_main
     assert evaluate(f"{remote_out}/model", remote[test]) == json.loads(bucket["eval.json"])
