@@ -99,8 +99,7 @@ class ApplyOptions:
     out: str
 
     def __post_init__(self):
-        for name in ("counts", "theta", "out"):
-            object.__setattr__(self, name, storage.absolute(getattr(self, name)))
+        running.absolute_paths(self, "counts", "theta", "out")
 
 
 def main(argv=None):

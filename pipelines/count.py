@@ -462,9 +462,7 @@ class CountOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
-        for name in ("out", "vocab", "add_to"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, storage.absolute(getattr(self, name)))
+        running.absolute_paths(self, "out", "vocab", "add_to")
         if not 1 <= self.num_buckets <= 65536:
             raise SnmInputError("--num_buckets must be between 1 and 65536")
         if self.min_count is not None and self.min_count < 1:

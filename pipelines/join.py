@@ -161,8 +161,7 @@ class JoinOptions:
     batch_bytes: int = textfile.DEFAULT_BATCH_BYTES
 
     def __post_init__(self):
-        for name in ("counts", "heldout", "out"):
-            object.__setattr__(self, name, storage.absolute(getattr(self, name)))
+        running.absolute_paths(self, "counts", "heldout", "out")
 
 
 def main(argv=None):

@@ -8,7 +8,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 import pyarrow as pa
 
-from snm_core import memory
+from snm_core import memory, storage
 
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -128,6 +128,13 @@ def print_summary(title, totals):
     print(f"== {title} ==")
     for name in sorted(totals):
         print(f"  {name:<24}{totals[name]:>16,}")
+
+
+def absolute_paths(options, *names):
+    """Make the named path fields of a frozen options object absolute (None stays None)."""
+    for name in names:
+        if getattr(options, name) is not None:
+            object.__setattr__(options, name, storage.absolute(getattr(options, name)))
 
 
 def parse_stage_args(parser, options_type, argv):

@@ -113,7 +113,7 @@ class VocabOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
-        object.__setattr__(self, "out", storage.absolute(self.out))
+        running.absolute_paths(self, "out")
         if self.min_count < 1:
             raise SnmInputError("--min_count must be at least 1")
 
