@@ -31,6 +31,7 @@ from pipelines import count_directory, running
 from snm_core import model as model_lib
 from snm_core import storage, tables
 from snm_core.errors import SnmInputError
+from snm_core.runlock import run_lock
 from snm_core.metafeatures import MetaFeatureSpec
 
 
@@ -108,7 +109,9 @@ def main(argv=None):
     parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
     parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
     parser.add_argument("--out", required=True, help="model directory")
-    return run(*running.parse_stage_args(parser, ApplyOptions, argv))
+    options, beam_args = running.parse_stage_args(parser, ApplyOptions, argv)
+    with run_lock(options.out, "snm apply"):
+        return run(options, beam_args)
 
 
 def run(args, beam_args=()):

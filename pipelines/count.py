@@ -41,6 +41,7 @@ from pipelines.shuffle import MODES, ArrayShuffle
 from snm_core import counting, hashing, storage, tables
 from snm_core.config import load_config, parse_config
 from snm_core.errors import SnmInputError
+from snm_core.runlock import run_lock
 from snm_core.features import FeatureExtractor
 from snm_core.text import tokenize
 from snm_core.textfile import DEFAULT_BATCH_BYTES
@@ -500,7 +501,9 @@ def main(argv=None):
                              "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
-    return run(*running.parse_stage_args(parser, CountOptions, argv))
+    options, beam_args = running.parse_stage_args(parser, CountOptions, argv)
+    with run_lock(options.out, "snm count"):
+        return run(options, beam_args)
 
 
 def run(args, beam_args=()):

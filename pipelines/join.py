@@ -36,6 +36,7 @@ from pipelines import count_directory, reading, running
 from snm_core import hashing, heldout, storage, tables, textfile
 from snm_core.arrays import sorted_distinct
 from snm_core.errors import SnmInputError
+from snm_core.runlock import run_lock
 from snm_core.text import tokenize
 
 HELDOUT_STATS = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
@@ -171,7 +172,9 @@ def main(argv=None):
     parser.add_argument("--heldout", required=True, help="held-out text file or glob")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--batch_bytes", type=int, default=textfile.DEFAULT_BATCH_BYTES)
-    return run(*running.parse_stage_args(parser, JoinOptions, argv))
+    options, beam_args = running.parse_stage_args(parser, JoinOptions, argv)
+    with run_lock(options.out, "snm join"):
+        return run(options, beam_args)
 
 
 def run(args, beam_args=()):

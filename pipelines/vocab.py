@@ -26,6 +26,7 @@ import pyarrow as pa
 from pipelines import reading, running, training_sources
 from snm_core import storage, tables
 from snm_core.errors import SnmInputError
+from snm_core.runlock import run_lock
 from snm_core.textfile import DEFAULT_BATCH_BYTES
 from snm_core.text import TokenizeStats, count_words, sum_word_counts
 from snm_core.vocab import Vocabulary
@@ -127,7 +128,9 @@ def main(argv=None):
                         help="keep words seen at least this often (default %(default)s)")
     parser.add_argument("--max_size", type=int, default=None,
                         help="keep at most this many words")
-    return run(*running.parse_stage_args(parser, VocabOptions, argv))
+    options, beam_args = running.parse_stage_args(parser, VocabOptions, argv)
+    with run_lock(options.out, "snm vocab"):
+        return run(options, beam_args)
 
 
 def run(args, beam_args=()):

@@ -7,6 +7,7 @@ import time
 from snm_core import metafeatures, trainer
 from snm_core.fit import (AUTO, DEFAULT_MAX_EPOCHS, PATIENCE, RACE_EPOCHS, RACE_MARGIN,
                           SELECTIONS, FitOptions, fit_directory)
+from snm_core.runlock import run_lock
 
 
 def _epochs(text):
@@ -122,7 +123,9 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output directory (theta.npy, ...)")
     add_fit_args(parser)
     args = parser.parse_args(argv)
-    manifest = fit_directory(args.small_m, args.out, options_from(args), progress=Progress())
+    with run_lock(args.out, "snm fit"):
+        manifest = fit_directory(args.small_m, args.out, options_from(args),
+                                 progress=Progress())
     print(f"== snm fit: {manifest['metafeatures']['variant']}, "
           f"{manifest['training']['epochs']} epoch(s): held-out perplexity "
           f"{manifest['heldout_perplexity_unadjusted']:.3f} unadjusted -> "

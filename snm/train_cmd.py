@@ -43,6 +43,7 @@ from snm_core.config import load_config
 from snm_core.errors import SnmInputError
 from snm_core.fit import fit_directory
 from snm_core.model import write_model_card
+from snm_core.runlock import run_lock
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
 STATE = "stages.json"
@@ -153,7 +154,12 @@ def main(argv=None):
     parser.add_argument("--force", action="store_true", help="redo every stage")
     add_fit_args(parser)
     args, beam_args = parser.parse_known_args(argv)
+    with run_lock(storage.absolute(args.out), "snm train"):
+        return _train(args, beam_args)
 
+
+def _train(args, beam_args):
+    """The stages of ``snm train``, in order, each skipped when current."""
     config = load_config(args.config)
     sources = training_sources.parse_sources(args.train, pooled=not args.tagged)
     if args.tagged and training_sources.source_tags(sources) == [""]:

@@ -119,3 +119,27 @@ def test_add_to_trains_on_the_sum_of_old_and_new_counts(tmp_path, capsys):
     assert run(tmp_path / "new", "--train", str(second),
                "--add_to", str(tmp_path / "old" / "counts")) == 0
     assert capsys.readouterr().out.count("up to date, skipped") == 5
+
+
+def test_a_second_run_on_one_directory_is_refused_until_the_first_is_gone(corpus, tmp_path):
+    """A held lock names its holder and leaves the directory alone; a dead holder's
+    lock is taken over."""
+    from snm_core.errors import SnmInputError
+    from snm_core.runlock import LOCK_NAME, run_lock
+
+    out = tmp_path / "locked"
+    with run_lock(str(out), "snm train (the first)"):
+        with pytest.raises(SnmInputError, match=r"in use by snm train \(the first\) "
+                                                r"\(host .*, pid %d" % os.getpid()):
+            main(args(corpus, out))
+        assert os.listdir(out) == [LOCK_NAME]  # nothing else written
+    assert not (out / LOCK_NAME).exists()
+
+    # A lock left by a process that is gone (a finished child's pid) is taken over.
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    import socket
+    (out / LOCK_NAME).write_text(json.dumps({"host": socket.gethostname(),
+                                             "pid": int(child.stdout), "started": 0}))
+    assert main(args(corpus, out)) == 0
+    assert not (out / LOCK_NAME).exists()
