@@ -8,26 +8,26 @@ imports (``dag`` is None), so its commands and functions can be tested.
 
 Tasks::
 
-    plan ─┬─> train_all ──────────────────────┬─> switch
-          ├─> count_added ─> train_added ─────┘
+    plan ─┬─> train_all ───┬─> switch
+          ├─> train_added ─┘
           └─> no_new_shards
 
 * ``plan`` lists the training shards matching ``INCOMING`` that are not in
   ``ROOT/counted.txt``, links them into ``ROOT/runs/RUN/shards/`` and picks
   the branch: ``train_all`` the first time (or with ``FULL``), the additive
-  ``count_added`` after that, ``no_new_shards`` when nothing is new (every
+  ``train_added`` after that, ``no_new_shards`` when nothing is new (every
   other task is then skipped).
 * ``train_all``: ``python -m snm train --train 'RUN/shards/*' --out RUN``,
   every stage (vocab, count, join, fit, apply, eval) as ``snm train`` runs
   them, with the Beam options that ``python -m snm.launchers LAUNCHER``
   prints (computed when the task runs).
-* ``count_added``: ``snm count --add_to OLD/counts --train 'RUN/shards/*'
-  --out RUN/counts``: counts are additive, only the new shards are read.
-  ``snm train`` has no ``--add_to`` of its own, hence this separate task.
-* ``train_added``: ``launch/train_on_counts.py``, i.e. ``python -m snm
-  train`` with the same arguments as ``train_all`` but ``--vocab
-  RUN/counts/vocab.txt``, going on from the added counts (join, fit, apply,
-  eval; the script explains how it makes ``snm train`` take them).
+* ``train_added``: ``python -m snm train --add_to OLD/counts --train
+  'RUN/shards/*' --out RUN``, OLD being the current model's run: counts are
+  additive, so ``snm train`` counts only the new shards, adds OLD's counts
+  into ``RUN/counts`` and goes on from the sum (join, fit, apply, eval).  The
+  same arguments and Beam options as ``train_all``, but no ``--vocab``,
+  ``--min_count`` or ``--num_buckets``: the vocabulary and buckets are
+  OLD's.
 * ``switch`` (only after a successful ``train_*``): checks that the counts,
   the model and ``eval.json`` are complete, then ``ROOT/previous`` -> the
   old model, ``ROOT/current`` -> the new one (each symlink replaced
@@ -63,7 +63,7 @@ except ImportError:
     except ImportError:  # no Airflow: the commands and functions below still import
         DAG = None
 
-#: The snm source tree (for launch/train_on_counts.py): this file's ../ by default.
+#: The snm source tree (for the default SNM_PYTHON): this file's ../ by default.
 REPO = os.environ.get("SNM_REPO",
                       os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 #: The Python that has snm installed.
@@ -136,19 +136,11 @@ def train_all_command(run=RUN):
         + ["--num_buckets", NUM_BUCKETS], EXTRA_AND_BEAM)
 
 
-def count_added_command(run=RUN, old=OLD):
-    """``count_added``: the new shards added to the counts of ``old``."""
-    spec = f"{run}/shards/*"
+def train_added_command(run=RUN, old=OLD):
+    """``train_added``: ``snm train`` on the new shards' counts added to those of ``old``."""
     return _prelude() + _command(
-        [PYTHON, "-m", "snm", "count", "--config", CONFIG, "--add_to", f"{old}/counts",
-         "--train", f"{TAG}={spec}" if TAG else spec, "--out", f"{run}/counts"], '"${beam[@]}"')
-
-
-def train_added_command(run=RUN):
-    """``train_added``: ``snm train`` from the added counts (launch/train_on_counts.py)."""
-    return _prelude() + _command(
-        [PYTHON, os.path.join(REPO, "launch", "train_on_counts.py")] + _train_args(run)
-        + ["--vocab", f"{run}/counts/vocab.txt"], EXTRA_AND_BEAM)
+        [PYTHON, "-m", "snm", "train"] + _train_args(run) + ["--add_to", f"{old}/counts"],
+        EXTRA_AND_BEAM)
 
 
 # --- plan and switch ------------------------------------------------------------------------
@@ -183,7 +175,7 @@ def plan_run(root, incoming, full, **context):
     context["ti"].xcom_push(key="run", value=run)
     context["ti"].xcom_push(key="old", value=old)
     print(f"run {run}: {len(shards)} new shard(s)" + (f", adding to {old}/counts" if old else ""))
-    return "count_added" if old else "train_all"
+    return "train_added" if old else "train_all"
 
 
 def _replace_symlink(target, link):
@@ -247,13 +239,11 @@ def build_dag():
                                     op_kwargs={"root": ROOT, "incoming": INCOMING, "full": FULL})
         no_new_shards = EmptyOperator(task_id="no_new_shards")
         train_all = BashOperator(task_id="train_all", bash_command=train_all_command())
-        count_added = BashOperator(task_id="count_added", bash_command=count_added_command())
         train_added = BashOperator(task_id="train_added", bash_command=train_added_command())
         switch = PythonOperator(task_id="switch", python_callable=switch_current,
                                 op_kwargs={"root": ROOT, "run": RUN},
                                 trigger_rule="none_failed_min_one_success")
-        plan >> [train_all, count_added, no_new_shards]
-        count_added >> train_added
+        plan >> [train_all, train_added, no_new_shards]
         [train_all, train_added] >> switch
     return retrain
 

@@ -9,13 +9,15 @@
 # Counts are additive (C(f,w) and C(f,*) of old plus new text are sums), so
 # a retraining reads only the new shards:
 #   first run, or FULL=1   snm train --train 'RUN/shards/*' --out RUN [--vocab|--min_count]
-#   later runs             snm count --add_to OLD/counts --train 'RUN/shards/*' --out RUN/counts
-#                          launch/train_on_counts.py (snm train --vocab RUN/counts/vocab.txt
-#                            --train 'RUN/shards/*' --out RUN: join, fit, apply, eval)
-# `snm train` has no --add_to of its own, hence the separate `snm count`;
-# train_on_counts.py makes `snm train` take RUN/counts as its finished count
-# stage (it explains how).  The vocabulary, configuration and buckets stay
-# those of the first run; to change them, start afresh: FULL=1.
+#                            --num_buckets N
+#   later runs             snm train --add_to OLD/counts --train 'RUN/shards/*' --out RUN
+# where OLD is ROOT/current.  With --add_to, `snm train` counts only the new
+# shards into RUN/counts, adding OLD/counts, and goes on from their sum (join,
+# fit, apply, eval): the same model as counting every shard at once.  The
+# configuration must stay that of the first run, and the shards of the same
+# kind (all tagged or none); the vocabulary and buckets are OLD/counts' (so
+# VOCAB, MIN_COUNT and NUM_BUCKETS apply to a first run only, and a later run
+# passes neither --vocab nor --min_count).  To change them, start afresh: FULL=1.
 #
 # Layout under ROOT:
 #   runs/YYYYMMDDTHHMMSSZ/  one retraining: shards/ (symlinks to the shards it
@@ -52,7 +54,8 @@
 #   LAUNCHER     arguments of `python -m snm.launchers` for the Beam stages
 #                ['local --workers 2'], e.g. 'flink --flink_master jm:8081'
 #   FIT_ARGS     more `snm train` arguments, word-split: its fit options, e.g.
-#                '--epochs 3' (not --force: it would recount) []
+#                '--epochs 3' (not --vocab, --min_count, --num_buckets or
+#                --add_to: the script chooses them) []
 #   MAX_PPL_RATIO  refuse to switch when the new test perplexity exceeds the
 #                current one times this, e.g. 1.02 [empty: always switch]
 #   FULL         1: count every shard afresh instead of adding to current [0]
@@ -132,12 +135,9 @@ train_args=(--config "$CONFIG" --train "$spec" --heldout "$HELDOUT" --test "$TES
 train_args+=(${fit_extra[@]+"${fit_extra[@]}"})
 set -x
 if [[ -n "$OLD" ]]; then
-  # The new shards added to the current counts (snm train cannot do this) ...
-  "$PYTHON" -m snm count --config "$CONFIG" --add_to "$OLD/counts" --train "$spec" \
-    --out "$RUN/counts" "${BEAM_OPTS[@]}"
-  # ... and snm train from there: join, fit, apply, eval.
-  "$PYTHON" "$REPO/launch/train_on_counts.py" "${train_args[@]}" --vocab "$RUN/counts/vocab.txt" \
-    "${BEAM_OPTS[@]}"
+  # The new shards counted and added to the current counts, then join, fit,
+  # apply, eval on the sum; vocabulary, tags and buckets are OLD's.
+  "$PYTHON" -m snm train "${train_args[@]}" --add_to "$OLD/counts" "${BEAM_OPTS[@]}"
 else
   if [[ -n "$VOCAB" ]]; then vocab_args=(--vocab "$(absolute "$VOCAB")"); else vocab_args=(--min_count "$MIN_COUNT"); fi
   "$PYTHON" -m snm train "${train_args[@]}" "${vocab_args[@]}" --num_buckets "$NUM_BUCKETS" \

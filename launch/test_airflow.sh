@@ -16,12 +16,16 @@
 #    20000 --heldout_sentences 1000`), its training text cut into three
 #    shards, two of them in WORK/incoming;
 # 4. `airflow dags test snm_retrain`: plan -> train_all (`snm train`) ->
-#    switch; checks that ROOT/current is a complete model (counts, model,
-#    eval.json, every stage in stages.json) and counted.txt;
+#    switch; checks the run's tasks (exactly plan, train_all, train_added,
+#    no_new_shards, switch) and their states, that ROOT/current is a complete
+#    model (counts, model, eval.json, every stage in stages.json) and
+#    counted.txt;
 # 5. the third shard added, `airflow dags test snm_retrain` again: plan ->
-#    count_added (`snm count --add_to`) -> train_added -> switch; checks the
-#    new current model as in 4, previous -> the first, counted.txt, and that
-#    its counts equal counting all three shards at once;
+#    train_added (one `snm train --add_to FIRST/counts`) -> switch; checks
+#    the new current model as in 4, previous -> the first, counted.txt, that
+#    the task ran `snm train --add_to` with the first run's counts and kept
+#    their vocabulary, and that its counts equal counting all three shards at
+#    once;
 # 6. `airflow dags test snm_retrain` once more with nothing new: the branch
 #    no_new_shards, current unchanged.
 # Prints "test_airflow.sh: PASSED" and exits 0 when every check held;
@@ -133,8 +137,12 @@ EOF
     || fail "DAG run $n is not successful (see $WORK/dags-test-$n.log)"
 }
 task_state() { awk -v t="$2" '$1 == t { print $2 }' "$WORK/dags-test-$1.states"; }
-expect_tasks() {  # N TASK STATE ...
+expect_tasks() {  # N TASK STATE ...: exactly these tasks, in these states
   local n="$1"; shift
+  local tasks
+  tasks="$(tail -n +2 "$WORK/dags-test-$n.states" | awk '{ print $1 }' | sort | tr '\n' ' ')"
+  [[ "$tasks" == "$(printf '%s\n' "$@" | awk 'NR % 2' | sort | tr '\n' ' ')" ]] \
+    || fail "run $n: the DAG's tasks are $tasks"
   while (( $# )); do
     [[ "$(task_state "$n" "$1")" == "$2" ]] \
       || fail "run $n: task $1 is '$(task_state "$n" "$1")', expected $2"
@@ -166,23 +174,31 @@ counted_shards() { sort "$ROOT/counted.txt" | xargs -n 1 basename | tr '\n' ' ';
 
 # 4. First run: train_all.
 dags_test 1
-expect_tasks 1 plan success train_all success count_added skipped train_added skipped \
-  no_new_shards skipped switch success
+expect_tasks 1 plan success train_all success train_added skipped no_new_shards skipped \
+  switch success
 first="$(check_current)"
 [[ ! -e "$ROOT/previous" ]] || fail "previous exists after the first run"
 [[ "$(counted_shards)" == "shard-00.txt shard-01.txt " ]] || fail "counted.txt: $(counted_shards)"
 
-# 5. A new shard: count_added, train_added.
+# 5. A new shard: train_added (snm train --add_to).
 cp "$WORK/corpus/shard-02.txt" "$WORK/incoming/"
 dags_test 2
-expect_tasks 2 plan success train_all skipped count_added success train_added success \
-  no_new_shards skipped switch success
+expect_tasks 2 plan success train_all skipped train_added success no_new_shards skipped \
+  switch success
 second="$(check_current)"
 [[ "$second" != "$first" ]] || fail "current did not change"
 [[ "$(readlink -f "$ROOT/previous")" == "$first" ]] || fail "previous is not the first model"
 [[ "$(counted_shards)" == "shard-00.txt shard-01.txt shard-02.txt " ]] \
   || fail "counted.txt: $(counted_shards)"
 grep -q '"count": {' "$second/stages.json" || fail "no count stage in $second/stages.json"
+# The task's command as bash traced it (set -x): one snm train adding to the first counts.
+grep -- '+ .* -m snm train ' "$WORK/dags-test-2.log" | grep -qF -- "--add_to $first/counts " \
+  || fail "train_added did not run snm train --add_to $first/counts (see $WORK/dags-test-2.log)"
+! grep -q -- '+ .* -m snm count ' "$WORK/dags-test-2.log" \
+  || fail "run 2 ran a separate snm count (see $WORK/dags-test-2.log)"
+[[ ! -e "$second/vocab" ]] || fail "$second/vocab exists: snm train built a new vocabulary"
+cmp -s "$first/counts/vocab.txt" "$second/counts/vocab.txt" \
+  || fail "$second/counts/vocab.txt is not the first run's vocabulary"
 log "checking the added counts against counting all three shards at once"
 read -r -a launcher_args <<< "$LAUNCHER"
 options="$("$PY" -m snm.launchers "${launcher_args[@]}")"
@@ -198,8 +214,8 @@ done
 
 # 6. Nothing new: no_new_shards.
 dags_test 3
-expect_tasks 3 plan success no_new_shards success train_all skipped count_added skipped \
-  train_added skipped switch skipped
+expect_tasks 3 plan success no_new_shards success train_all skipped train_added skipped \
+  switch skipped
 [[ "$(readlink -f "$ROOT/current")" == "$second" ]] || fail "current changed without new shards"
 
 echo "test_airflow.sh: PASSED (Airflow $("$PY" -c 'import airflow; print(airflow.__version__)');" \

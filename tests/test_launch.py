@@ -16,13 +16,11 @@ import importlib.util
 import json
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-import types
 
 from apache_beam.options.pipeline_options import (DirectOptions, FlinkRunnerOptions,
                                                   GoogleCloudOptions, PipelineOptions,
@@ -224,21 +222,24 @@ def test_script_syntax(script):
     assert "-m snm.launchers" in text
 
 
-@pytest.mark.parametrize("script", ("dataflow.sh", "cron_retrain.sh"))
+@pytest.mark.parametrize("script", ("dataflow.sh", "cron_retrain.sh", "airflow_dag.py"))
 def test_scripts_no_longer_spell_out_the_stages(script):
-    """The chain is `snm train`'s: no script runs join, fit, apply or eval itself."""
+    """The chain is `snm train`'s: no script runs vocab, count, join, fit, apply or eval
+    itself (the retraining's additive count is `snm train --add_to`)."""
     with open(os.path.join(LAUNCH, script), encoding="utf-8") as f:
         text = f.read()
-    assert "-m snm train" in text
-    for stage in ("join", "fit", "apply", "eval"):
-        assert f"-m snm {stage} " not in text, stage
+    assert "-m snm train" in text or '"-m", "snm", "train"' in text
+    for stage in ("vocab", "count", "join", "fit", "apply", "eval"):
+        assert f"-m snm {stage} " not in text and f'"snm", "{stage}"' not in text, stage
+    assert "train_on_counts" not in text
+    assert not os.path.exists(os.path.join(LAUNCH, "train_on_counts.py"))
 
 
 FAKE_PYTHON = """#!@PYTHON@
 # Stands in for PYTHON in the scripts: runs snm.launchers and scripts on stdin for
 # real, records every other command (one JSON list a line) and pretends it
 # succeeded, leaving under a local --out the files the real command writes last.
-#   FAKE_FAIL=WORD       the command WORD (train, count, train_on_counts.py) fails
+#   FAKE_FAIL=WORD       the command `snm WORD` (train) fails
 #   FAKE_INCOMPLETE=1    snm train succeeds but writes no eval.json
 #   FAKE_PPL=X           test perplexity in eval.json [10.0]
 import json, os, runpy, sys
@@ -268,19 +269,14 @@ def write(name, text):
         f.write(text)
 
 
-if out and "://" not in out:
-    if word == "count":
-        write("vocab.txt", "a\\n")
-        write("manifest.json", json.dumps({"kind": "count", "add_to": "--add_to" in args}))
-    elif word in ("train", "train_on_counts.py"):
-        if word == "train":
-            write("counts/vocab.txt", "a\\n")
-            write("counts/manifest.json", json.dumps({"kind": "count"}))
-        write("model/manifest.json", json.dumps({"kind": "model"}))
-        if not os.environ.get("FAKE_INCOMPLETE"):
-            ppl = float(os.environ.get("FAKE_PPL", "10"))
-            write("eval.json", json.dumps({"adjusted": {"perplexity": ppl},
-                                           "unadjusted": {"perplexity": 2 * ppl}}))
+if out and "://" not in out and word == "train":
+    write("counts/vocab.txt", "a\\n")
+    write("counts/manifest.json", json.dumps({"kind": "count", "add_to": "--add_to" in args}))
+    write("model/manifest.json", json.dumps({"kind": "model"}))
+    if not os.environ.get("FAKE_INCOMPLETE"):
+        ppl = float(os.environ.get("FAKE_PPL", "10"))
+        write("eval.json", json.dumps({"adjusted": {"perplexity": ppl},
+                                       "unadjusted": {"perplexity": 2 * ppl}}))
 """
 FAKE_GSUTIL = """#!/usr/bin/env bash
 printf '%s\\n' "$*" | sed 's/^/gsutil /' >> {log}
@@ -462,7 +458,18 @@ def test_cron_retrain_first_run_is_snm_train(retrain, tmp_path):
     assert not os.path.lexists(root / "previous")
 
 
-def test_cron_retrain_adds_the_new_shards_then_runs_snm_train_from_them(retrain):
+def assert_added_training(train, run, old):
+    """``train`` is one ``snm train --add_to OLD/counts`` of ``run``'s new shards."""
+    assert train[:3] == ["-m", "snm", "train"]
+    assert option(train, "add_to") == f"{old}/counts"
+    assert option(train, "out") == run
+    assert option_values(train, "train") in ([f"{run}/shards/*"], [f"web={run}/shards/*"])
+    # The vocabulary and buckets are OLD's: --add_to excludes --vocab and --min_count.
+    for name in ("vocab", "min_count", "num_buckets", "force"):
+        assert option(train, name) is None and f"--{name}" not in train, name
+
+
+def test_cron_retrain_adds_the_new_shards_with_snm_train_add_to(retrain, tmp_path):
     run, root, incoming, read_log = retrain
     shards = [add_shard(incoming, "shard-0.txt")]
     run()
@@ -470,21 +477,15 @@ def test_cron_retrain_adds_the_new_shards_then_runs_snm_train_from_them(retrain)
     first = os.path.realpath(root / "current")
     shards.append(add_shard(incoming, "shard-1.txt"))
     assert "1 new shard(s), adding to" in run()
-    count, train = read_log()
+    (train,) = read_log()  # one command: no separate count
     second = os.path.realpath(root / "current")
     assert second != first and os.path.realpath(root / "previous") == first
-    assert count[:3] == ["-m", "snm", "count"]
-    assert option(count, "add_to") == f"{first}/counts"
-    assert option_values(count, "train") == [f"{second}/shards/*"]
+    assert_added_training(train, second, first)
     assert [os.path.realpath(p) for p in glob.glob(f"{second}/shards/*")] == shards[1:]
-    assert option(count, "out") == f"{second}/counts"
-    assert_local_beam_options(count, 3)
-    assert train[0] == os.path.join(LAUNCH, "train_on_counts.py")
-    assert option(train, "out") == second
-    assert option_values(train, "train") == [f"{second}/shards/*"]
-    assert option(train, "vocab") == f"{second}/counts/vocab.txt"
-    assert option(train, "min_count") is None and option(train, "num_buckets") is None
-    assert option(train, "epochs") == "1"
+    assert option(train, "heldout") == f"{tmp_path}/dev.txt"
+    assert option(train, "test") == "/data/test.txt"
+    assert option(train, "config") == "5gram" and "--tagged" not in train
+    assert (option(train, "metafeatures"), option(train, "epochs")) == ("unlexicalized", "1")
     assert_local_beam_options(train, 3)
     assert counted(root) == shards
     # Nothing new: nothing runs, nothing changes.
@@ -500,8 +501,7 @@ def test_cron_retrain_adds_the_new_shards_then_runs_snm_train_from_them(retrain)
         os.path.basename(p) for p in (second, third))  # older runs pruned
 
 
-@pytest.mark.parametrize("failure", [{"FAKE_FAIL": "train_on_counts.py"},
-                                     {"FAKE_FAIL": "count"},
+@pytest.mark.parametrize("failure", [{"FAKE_FAIL": "train"},
                                      {"FAKE_INCOMPLETE": "1"},
                                      {"FAKE_PPL": "10.5", "MAX_PPL_RATIO": "1.02"}])
 def test_cron_retrain_switches_current_only_after_a_complete_better_model(retrain, failure):
@@ -520,8 +520,8 @@ def test_cron_retrain_switches_current_only_after_a_complete_better_model(retrai
         assert "test perplexity: current 10.000, new 10.500" in stderr
     read_log()
     run(FAKE_PPL="9.5", MAX_PPL_RATIO="1.02")  # the next run retries the shard
-    assert [c[0] if c[0] != "-m" else c[2] for c in read_log()] == [
-        "count", os.path.join(LAUNCH, "train_on_counts.py")]
+    (train,) = read_log()
+    assert_added_training(train, os.path.realpath(root / "current"), first)
     assert os.path.realpath(root / "previous") == first
     assert counted(root) == sorted(shards + [str(incoming / "shard-1.txt")])
 
@@ -535,12 +535,11 @@ def test_cron_retrain_tagged_shards(retrain):
     assert option_values(train, "train") == [f"web={current}/shards/*"] and "--tagged" in train
     assert option(train, "vocab").endswith("/vocab.txt") and option(train, "min_count") is None
     add_shard(incoming, "shard-1.txt")
-    run(TAG="web")
-    count, train = read_log()
+    run(TAG="web", VOCAB="vocab.txt")  # VOCAB is for a first run only
+    (train,) = read_log()
     second = os.path.realpath(root / "current")
-    assert option_values(count, "train") == option_values(train, "train") == [
-        f"web={second}/shards/*"]
-    assert "--tagged" in train and "--tagged" not in count
+    assert_added_training(train, second, current)
+    assert option_values(train, "train") == [f"web={second}/shards/*"] and "--tagged" in train
 
 
 @pytest.fixture(scope="module")
@@ -654,76 +653,6 @@ def test_portable_runner_with_relative_paths(corpus, worker_pool, tmp_path, monk
                                                  worker_pool=worker_pool["address"]))
 
 
-# --- launch/train_on_counts.py: snm train from counts made outside it ------------------------
-
-def copy_counts(reference_run, run):
-    """``run/counts``: the reference run's counts, as ``snm count --add_to`` would leave them."""
-    shutil.copytree(reference_run / "counts", run / "counts")
-    return run / "counts"
-
-
-def train_on_counts_argv(corpus, run):
-    return ["--config", "5gram", "--train", corpus["train"], "--heldout", corpus["dev"],
-            "--test", corpus["test"], "--out", str(run),
-            "--vocab", str(run / "counts" / "vocab.txt"),
-            "--metafeatures", "unlexicalized", "--epochs", "2"]
-
-
-def run_train_on_counts(argv):
-    return subprocess.run([sys.executable, os.path.join(LAUNCH, "train_on_counts.py"), *argv],
-                          capture_output=True, text=True, cwd=REPO, check=False)
-
-
-def test_train_on_counts_goes_on_from_the_given_counts(corpus, reference_run, tmp_path):
-    run = tmp_path / "run"
-    counts = copy_counts(reference_run, run)
-    manifest = (counts / "manifest.json").read_bytes()
-    argv = train_on_counts_argv(corpus, run)
-    proc = run_train_on_counts(argv)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "count: up to date, skipped" in proc.stdout  # the real `snm train` run
-    assert (counts / "manifest.json").read_bytes() == manifest
-    with open(run / "stages.json", encoding="utf-8") as f:
-        assert set(json.load(f)) == {"count", "join", "fit", "apply", "eval"}
-    assert_same_run(reference_run, run, stages=("heldout", "adjust", "model"))
-    # A retry finds everything done: plain `snm train` skips every stage.
-    proc = run_train_on_counts(argv)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "already records a count stage" in proc.stdout
-    assert proc.stdout.count("up to date, skipped") == 5
-
-
-def test_train_on_counts_refuses_what_would_recount(corpus, tmp_path):
-    run = tmp_path / "run"
-    argv = train_on_counts_argv(corpus, run)
-    proc = run_train_on_counts(argv)
-    assert proc.returncode == 2 and "counts/manifest.json: no such file" in proc.stderr
-    run.joinpath("counts").mkdir(parents=True)
-    run.joinpath("counts", "manifest.json").write_text("{}")
-    proc = run_train_on_counts(argv + ["--force"])
-    assert proc.returncode == 2 and "--force would count the new shards afresh" in proc.stderr
-    proc = run_train_on_counts([a for a in argv if a != "--vocab" and not a.endswith("vocab.txt")])
-    assert proc.returncode == 2 and "give --vocab" in proc.stderr
-
-
-def test_train_on_counts_fails_when_snm_train_would_count_afresh(corpus, reference_run,
-                                                                  tmp_path, monkeypatch, capsys):
-    """If snm train stopped running its count through ``pipelines.count.run`` (so the
-    script cannot stand in for it), it must fail rather than train on new counts."""
-    run = tmp_path / "run"
-    copy_counts(reference_run, run)
-    spec = importlib.util.spec_from_file_location("train_on_counts",
-                                                  os.path.join(LAUNCH, "train_on_counts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    unpatchable = types.ModuleType("count_copy")  # keeps the real run whatever is patched
-    unpatchable.__dict__.update(vars(count_stage))
-    monkeypatch.setattr(train_cmd, "count_stage", unpatchable)
-    assert module.main(train_on_counts_argv(corpus, run)) == 1
-    assert "did not take" in capsys.readouterr().err
-    assert not (run / "model").exists()
-
-
 # --- the scripts end to end (SNM_TEST_SCRIPTS=1) --------------------------------------------
 
 @SLOW_SCRIPTS
@@ -767,8 +696,12 @@ def test_cron_retrain_adds_new_shards_and_switches_current(corpus, tmp_path):
     os.rename(shards[2] + ".later", shards[2])
     output = retrain()
     assert "1 new shard(s), adding to" in output
-    assert "count: up to date, skipped" in output  # snm train took the added counts
     second = os.path.realpath(root / "current")
+    # One snm train added the new shard to the first run's counts, with their vocabulary.
+    assert f"--add_to {first}/counts" in output and " -m snm count " not in output
+    assert "vocab   given" in output and not os.path.exists(os.path.join(second, "vocab"))
+    with open(os.path.join(second, "stages.json"), encoding="utf-8") as f:
+        assert set(json.load(f)) == {"count", "join", "fit", "apply", "eval"}
     assert second != first and os.path.realpath(root / "previous") == first
     assert os.readlink(root / "current").startswith("runs/")
     with open(root / "counted.txt", encoding="utf-8") as f:
@@ -862,16 +795,11 @@ def test_airflow_dag_tasks_run_snm_train(fake_tools, tmp_path, monkeypatch):
 
     shards.append(add_shard(incoming, "shard-2.txt"))
     branch, second, old = plan()
-    assert (branch, old) == ("count_added", run)
-    count = task(module.count_added_command(run=second, old=old))
-    assert count[:3] == ["-m", "snm", "count"]
-    assert (option(count, "add_to"), option(count, "out")) == (f"{run}/counts",
-                                                               f"{second}/counts")
-    assert option_values(count, "train") == [f"{second}/shards/*"]
-    train = task(module.train_added_command(run=second))
-    assert train[0] == os.path.join(LAUNCH, "train_on_counts.py")
-    assert (option(train, "out"), option(train, "vocab")) == (second,
-                                                              f"{second}/counts/vocab.txt")
+    assert (branch, old) == ("train_added", run)
+    train = task(module.train_added_command(run=second, old=old))
+    assert_added_training(train, second, run)
+    assert (option(train, "heldout"), option(train, "test")) == ("/data/dev.txt",
+                                                                 "/data/test.txt")
     module.switch_current(str(root), second)
     assert os.path.realpath(root / "current") == second
     assert os.path.realpath(root / "previous") == run
@@ -884,8 +812,10 @@ def test_airflow_dag_tagged_commands(tmp_path, monkeypatch):
     train_all = shlex.split(module.train_all_command(run="/r/x").splitlines()[-1])
     assert option_values(train_all, "train") == ["web=/r/x/shards/*"] and "--tagged" in train_all
     assert option(train_all, "vocab") == "/data/vocab.txt"
-    count = shlex.split(module.count_added_command(run="/r/x", old="/r/w").splitlines()[-1])
-    assert option_values(count, "train") == ["web=/r/x/shards/*"] and "--tagged" not in count
+    added = shlex.split(module.train_added_command(run="/r/x", old="/r/w").splitlines()[-1])
+    assert added[0] == module.PYTHON
+    assert_added_training(added[1:], "/r/x", "/r/w")
+    assert option_values(added, "train") == ["web=/r/x/shards/*"] and "--tagged" in added
 
 
 def test_airflow_dag(tmp_path, monkeypatch):
@@ -893,15 +823,12 @@ def test_airflow_dag(tmp_path, monkeypatch):
     module = load_dag(tmp_path, monkeypatch)
     dag = module.dag
     assert dag.dag_id == "snm_retrain"
-    assert set(dag.task_ids) == {"plan", "no_new_shards", "train_all", "count_added",
-                                 "train_added", "switch"}
+    assert set(dag.task_ids) == {"plan", "no_new_shards", "train_all", "train_added", "switch"}
     upstream = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
-    assert upstream["train_all"] == upstream["count_added"] == upstream["no_new_shards"] == {
+    assert upstream["train_all"] == upstream["train_added"] == upstream["no_new_shards"] == {
         "plan"}
-    assert upstream["train_added"] == {"count_added"}
     assert upstream["switch"] == {"train_all", "train_added"}
     assert dag.get_task("switch").trigger_rule == "none_failed_min_one_success"
     assert dag.get_task("train_all").bash_command == module.train_all_command()
-    assert dag.get_task("count_added").bash_command == module.count_added_command()
     assert dag.get_task("train_added").bash_command == module.train_added_command()
     assert "python -m snm train" in dag.doc_md or "snm train" in dag.doc_md
