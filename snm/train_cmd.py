@@ -32,9 +32,9 @@ import sys
 import time
 
 from pipelines import apply as apply_stage
-from pipelines import training_sources
 from pipelines import count as count_stage
 from pipelines import join as join_stage
+from pipelines import training_sources
 from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from

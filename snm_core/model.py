@@ -369,11 +369,11 @@ class Model:
         load (:func:`snm_core.storage.local_copy`) and memory-mapped from there.
         """
         manifest = tables.read_manifest(model_dir, "model")
-        remote_compact = storage.join(model_dir, COMPACT)
-        if not storage.isfile(storage.join(remote_compact, tables.MANIFEST)):
+        stored_compact = storage.join(model_dir, COMPACT)
+        if not storage.isfile(storage.join(stored_compact, tables.MANIFEST)):
             compile_model(model_dir)
-        tables.read_manifest(remote_compact, "compact")
-        compact_dir = storage.local_copy(remote_compact, [n + ".npy" for n in COMPACT_FILES],
+        tables.read_manifest(stored_compact, "compact")
+        compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in COMPACT_FILES],
                                          tables.MANIFEST)
         # np.asarray keeps the memory map but drops np.memmap's per-index overhead.
         arrays = {name: np.asarray(np.load(os.path.join(compact_dir, name + ".npy"),
