@@ -41,6 +41,14 @@ def record(benchmark, rows):
                                sort_keys=True) + "\n")
 
 
+def read_train_run(out):
+    """``(stages.json, the fit's manifest, eval.json)`` of a finished ``snm train --out out``."""
+    def load(*parts):
+        with open(os.path.join(out, *parts)) as f:
+            return json.load(f)
+    return load("stages.json"), load("adjust", "manifest.json"), load("eval.json")
+
+
 def print_table(rows, columns):
     widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))

@@ -21,7 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (WORK, corpus, print_table, read_train_run, record,  # noqa: E402
+                               run_measured)
 
 KN5_POOLED = 93.63
 KN5_LINEAR_MIXTURE = 68.40
@@ -54,12 +55,8 @@ def main(argv=None):
             if tagged:
                 cmd.append("--tagged")
             seconds, rss = run_measured(cmd, log=out + ".log")
-            with open(os.path.join(out, "eval.json")) as f:
-                report = json.load(f)
-            with open(os.path.join(out, "adjust", "manifest.json")) as f:
-                fit = json.load(f)
-            with open(os.path.join(out, "stages.json")) as f:
-                stages = {name: stage["seconds"] for name, stage in json.load(f).items()}
+            stages, fit, report = read_train_run(out)
+            stages = {name: stage["seconds"] for name, stage in stages.items()}
             results[tagged] = report
             for bulky in ("counts", "model"):  # tens of GB for the skip-gram configurations
                 shutil.rmtree(os.path.join(out, bulky), ignore_errors=True)

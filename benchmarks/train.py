@@ -26,7 +26,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (WORK, corpus, print_table, read_train_run, record,  # noqa: E402
+                               run_measured)
 from benchmarks.count import OOV_PLACEHOLDER, setup_files, unk_text  # noqa: E402
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
@@ -41,12 +42,7 @@ def snm_train(setup, config, extra):
            "--vocab", vocab, "--heldout", corpus(setup, "dev.txt"),
            "--test", corpus(setup, "test.txt"), "--out", out, "--direct_num_workers=2", *extra]
     seconds, rss = run_measured(cmd, log=out + ".log")
-    with open(os.path.join(out, "stages.json")) as f:
-        stages = json.load(f)
-    with open(os.path.join(out, "adjust", "manifest.json")) as f:
-        fit = json.load(f)
-    with open(os.path.join(out, "eval.json")) as f:
-        evaluation = json.load(f)
+    stages, fit, evaluation = read_train_run(out)
     return {"wall_s": seconds, "peak_rss_mib": rss,
             **{f"{s}_s": stages[s]["seconds"] for s in STAGES if s in stages},
             "fit_select_s": fit["seconds"]["selection"], "fit_final_s": fit["seconds"]["final"],

@@ -83,9 +83,9 @@ def filesystem(path):
             else:
                 fs = pafs.FileSystem.from_uri(f"{scheme}://{authority}")[0]
             _REMOTE[(scheme, authority)] = fs
-    if scheme in ("s3", "gs", "gcs"):
+    if scheme in ("s3", "gs", "gcs"):  # paths inside are "bucket/key"
         return fs, rest.rstrip("/")
-    return fs, pafs.FileSystem.from_uri(path)[1]
+    return fs, "/" + (rest.split("/", 1)[1] if "/" in rest else "")  # hdfs://host:port/path
 
 
 def join(directory, *names):
