@@ -28,7 +28,11 @@ setup(
     extras_require={
         # kenlm: the tests load our ARPA export with KenLM and compare perplexities.
         # moto[server]: a real S3-protocol server on localhost for the storage tests.
-        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5"],
+        # apache-beam[dask]: Beam's DaskRunner and dask/distributed, whose scheduler and
+        # worker processes the cluster tests start on localhost.
+        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5", "apache-beam[dask]"],
+        # --runner dask: Beam's DaskRunner against a Dask cluster (launch/dask.sh).
+        "dask": ["apache-beam[dask]"],
     },
     # The fit's and apply's loops in C, called through ctypes: numba, which
     # compiles scoring, costs ~150 MiB of RSS a process, twice what the whole

@@ -29,7 +29,7 @@ import numpy as np
 
 from pipelines import count_directory, running
 from snm_core import model as model_lib
-from snm_core import storage, tables
+from snm_core import losscheck, storage, tables
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
 from snm_core.metafeatures import MetaFeatureSpec
@@ -43,7 +43,7 @@ class AdjustBucket(beam.DoFn):
         self.theta_path = theta_path
         self.spec = spec
         self.out = out
-        self.links_counter = running.counter("model_links")
+        self.links_counter = running.counter("links")
 
     def setup(self):
         import io
@@ -64,11 +64,21 @@ class AdjustBucket(beam.DoFn):
         storage.write_parquet(model_features, storage.join(
             self.out, tables.bucket_file("features", bucket, num_buckets)))
         self.links_counter.inc(matrix.num_rows)
-        yield {"links": matrix.num_rows, "features": model_features.num_rows}
+        yield {"links": matrix.num_rows, "features": model_features.num_rows, "bucket": bucket}
+
+
+def check_apply(totals, counts):
+    """What apply read (the count's manifest) against what it wrote (:mod:`snm_core.losscheck`)."""
+    losscheck.check_each_once("apply", "buckets", range(counts["num_buckets"]),
+                              [t["bucket"] for t in totals])
+    for name in ("links", "features"):
+        losscheck.check_equal("apply", f"{name} counted", counts["totals"][name],
+                              f"{name} applied", sum(t[name] for t in totals))
 
 
 def write_manifest(totals, out, settings, fit_manifest):
     counts = settings.manifest
+    check_apply(totals, counts)
     files = [tables.bucket_file(prefix, b, settings.num_buckets)
              for prefix in ("features", "matrix") for b in range(settings.num_buckets)]
     manifest = {
@@ -139,12 +149,12 @@ def run(args, beam_args=()):
              | "Adjust" >> beam.ParDo(AdjustBucket(settings, theta_path, spec, args.out))
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, settings, fit_manifest))
 
-    metrics = running.run_pipeline(beam_args, build)
+    metrics = running.run_pipeline(beam_args, build, "apply", shared_paths=[args.out])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     model_lib.compile_model(args.out)  # the scoring arrays (a remote model's built here)
     model_lib.write_model_card(args.out, manifest)
     running.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
-                         metrics)
+                          manifest["totals"], metrics)
     return manifest
 
 

@@ -30,15 +30,14 @@ import logging
 from typing import Optional
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines import count_directory, reading, running, training_sources
-from pipelines.shuffle import MODES, ArrayShuffle
-from snm_core import counting, hashing, storage, tables
+from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
+from snm_core import counting, hashing, losscheck, storage, tables
+from snm_core.checkpoints import checkpoint
 from snm_core.config import load_config, parse_config
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
@@ -64,8 +63,9 @@ STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines
 
 
 def _add(total, stats):
+    """Sum ``stats`` into ``total``: numbers add, lists (the shards read) concatenate."""
     for k, v in stats.items():
-        total[k] = total.get(k, 0) + v
+        total[k] = total.get(k, [] if isinstance(v, list) else 0) + v
     return total
 
 
@@ -86,20 +86,23 @@ class _Extractor:
 
 
 class ExtractLinkPartials(beam.DoFn):
-    """LineBatch -> ``(bucket, ("part", payload))`` and ``(0, ("stats", totals))``.
+    """TextShard -> ``(bucket, ("part", payload))`` and ``(0, ("stats", totals))``.
 
     Each batch's links are summed at once (:func:`snm_core.counting.batch_partials`);
-    a bundle holds the results until ``flush_links`` links are pending (and at
-    the end of the bundle), then cuts them into buckets and sends one part per
-    bucket through ``shuffle``.  Summing across batches is left to the merge:
-    it would cost more than the smaller shuffle saves.
+    the results are held until ``flush_links`` links are pending (and at the end
+    of the shard), then cut into buckets, one part per bucket sent through
+    ``shuffle``.  Summing across batches is left to the merge: it would cost
+    more than the smaller shuffle saves.  Everything is emitted from
+    ``process``, never from ``finish_bundle``: Beam's Dask runner drops what a
+    DoFn emits there (``tests/upstream/beam_dask_finish_bundle.py``).
     """
 
-    def __init__(self, settings, num_buckets, flush_links, shuffle):
+    def __init__(self, settings, num_buckets, flush_links, shuffle, batch_bytes):
         self.settings = settings
         self.num_buckets = num_buckets
         self.flush_links = flush_links
         self.shuffle = shuffle
+        self.reader = reading.ShardReader(batch_bytes)
         self.counters = {name: running.counter(name) for name in STAT_NAMES}
 
     def setup(self):
@@ -110,45 +113,42 @@ class ExtractLinkPartials(beam.DoFn):
         self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
                               // self.extractor.max_windows_per_type)
 
-    def start_bundle(self):
-        self.links, self.features, self.stats, self.pending = [], [], {}, 0
-
-    def process(self, batch):
-        sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
-        stats = vars(sentence_stats)
-        for chunk in sentences.chunks(self.max_events):
-            _add(stats, {"events": chunk.num_events})
-            # One feature type at a time: its arrays are a fraction of the chunk's
-            # (kernel 5-gram: a 512 KiB batch peaked at 50 MiB whole, 27 MiB by type).
-            for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
-                links, features = counting.batch_partials(events)
-                _add(stats, {"feature_occurrences": events.num_pairs})
-                self.links.append(links)
-                self.features.append(features)
-                self.pending += len(links["feature"])
-                if self.pending >= self.flush_links:
-                    yield from self._flush()
-        for name, value in stats.items():
-            self.counters[name].inc(value)
-        _add(self.stats, stats)
-
-    def finish_bundle(self):
-        for element in self._flush():
-            yield WindowedValue(element, MIN_TIMESTAMP, [GlobalWindow()])
+    def process(self, shard):
+        links, features, pending = [], [], 0
+        stats = {"shards": [shard.name]}
+        for batch in self.reader.batches(shard):
+            sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
+            batch_stats = vars(sentence_stats)
+            for chunk in sentences.chunks(self.max_events):
+                _add(batch_stats, {"events": chunk.num_events})
+                # One feature type at a time: its arrays are a fraction of the chunk's
+                # (kernel 5-gram: a 512 KiB batch peaked at 50 MiB whole, 27 MiB by type).
+                for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
+                    batch_links, batch_features = counting.batch_partials(events)
+                    _add(batch_stats, {"feature_occurrences": events.num_pairs})
+                    links.append(batch_links)
+                    features.append(batch_features)
+                    pending += len(batch_links["feature"])
+                    if pending >= self.flush_links:
+                        yield from self._send(links, features)
+                        links, features, pending = [], [], 0
+                        checkpoint("count.flushed")  # fault tests stop a worker here
+            for name, value in batch_stats.items():
+                self.counters[name].inc(value)
+            _add(stats, batch_stats)
+        yield from self._send(links, features)
+        yield 0, ("stats", stats)
         running.release_memory()
 
-    def _flush(self):
-        if self.links:
+    def _send(self, links, features):
+        if links:
             # Each partial is sorted by key, so its buckets are row ranges; the
             # shuffle writes every bucket's rows of all partials into one file.
             payloads = self.shuffle.send_cut({
                 group: [counting.cut_by_bucket(p, self.num_buckets) for p in partials]
-                for group, partials in (("links", self.links), ("features", self.features))})
+                for group, partials in (("links", links), ("features", features))})
             for bucket, payload in payloads.items():
                 yield bucket, ("part", payload)
-        if self.stats:
-            yield 0, ("stats", self.stats)
-        self.links, self.features, self.stats, self.pending = [], [], {}, 0
 
 
 class MergeBucket(beam.DoFn):
@@ -231,7 +231,8 @@ class WriteLinks(beam.DoFn):
         storage.write_parquet(links.cast(tables.LINKS), storage.join(
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))
         self.links_counter.inc(links.num_rows)
-        _add(totals, {"links": links.num_rows})
+        _add(totals, {"links": links.num_rows,
+                      "link_count_sum": int(pc.sum(links["count"]).as_py() or 0)})
         yield {"totals": totals, "buckets": [bucket]}
 
     def finish_bundle(self):
@@ -240,19 +241,22 @@ class WriteLinks(beam.DoFn):
 
 # --- the reference path: one Beam element per feature occurrence ----------------------
 
-def _reference_pairs(batch, settings):
+def _reference_pairs(shard, settings, batch_bytes):
     """Yield one ("link", ((key, word), 1)) and one ("feature", ...) element per occurrence."""
     vocab, extractor = settings.build()
-    sentences, _, sentence_stats = tokenize(batch.lines, vocab)
-    events = extractor.extract(sentences, tags=[batch.source])
-    words = events.context_words()
-    targets = events.target[events.event]
-    for p in range(events.num_pairs):
-        key = int(events.key[p])
-        yield "link", ((key, int(targets[p])), 1)
-        yield "feature", (key, (int(events.type[p]), tuple(int(w) for w in words[p])))
-    yield "stats", {**vars(sentence_stats), "events": events.num_events,
-                    "feature_occurrences": events.num_pairs}
+    stats = {"shards": [shard.name]}
+    for batch in reading.ShardReader(batch_bytes).batches(shard):
+        sentences, _, sentence_stats = tokenize(batch.lines, vocab)
+        events = extractor.extract(sentences, tags=[batch.source])
+        words = events.context_words()
+        targets = events.target[events.event]
+        for p in range(events.num_pairs):
+            key = int(events.key[p])
+            yield "link", ((key, int(targets[p])), 1)
+            yield "feature", (key, (int(events.type[p]), tuple(int(w) for w in words[p])))
+        _add(stats, {**vars(sentence_stats), "events": events.num_events,
+                     "feature_occurrences": events.num_pairs})
+    yield "stats", stats
 
 
 def _reference_part(element, num_buckets):
@@ -276,13 +280,15 @@ def _reference_part(element, num_buckets):
 class ReferenceLinkPartials(beam.PTransform):
     """The slow, obviously correct count: ``CombinePerKey(sum)`` over single occurrences."""
 
-    def __init__(self, settings, num_buckets):
+    def __init__(self, settings, num_buckets, batch_bytes):
         super().__init__()
         self.settings = settings
         self.num_buckets = num_buckets
+        self.batch_bytes = batch_bytes
 
-    def expand(self, batches):
-        tagged = batches | "Occurrences" >> beam.FlatMap(_reference_pairs, self.settings)
+    def expand(self, shards):
+        tagged = shards | "Occurrences" >> beam.FlatMap(_reference_pairs, self.settings,
+                                                        self.batch_bytes)
         links = (tagged
                  | "Links" >> beam.Filter(lambda kv: kv[0] == "link") | "LinkKV" >> beam.Values()
                  | "SumLinks" >> beam.CombinePerKey(sum)
@@ -323,35 +329,37 @@ class ReadCountBucket(beam.DoFn):
 
 
 class CountLinks(beam.PTransform):
-    """Line batches -> count files in ``out``; output: each bucket's totals dict.
+    """TextShard s -> count files in ``out``; output: each bucket's totals dict.
 
     Parameters
     ----------
     settings : _Extractor
     out : str, output directory
-    num_buckets, flush_links : int
-    shuffle_mode : str, see :mod:`pipelines.shuffle`
+    num_buckets, flush_links, batch_bytes : int
+    shuffle : ArrayShuffle, see :mod:`pipelines.shuffle`
     reference : bool, use the per-occurrence ``CombinePerKey`` path
     """
 
-    def __init__(self, settings, out, num_buckets, flush_links, shuffle_mode, reference=False,
-                 add_to=None):
+    def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
+                 reference=False, add_to=None):
         super().__init__()
         self.settings, self.out = settings, out
         self.num_buckets, self.flush_links = num_buckets, flush_links
-        self.shuffle = ArrayShuffle("beam" if reference else shuffle_mode, out)
+        self.batch_bytes = batch_bytes
+        self.shuffle = ArrayShuffle("beam", shuffle.scratch) if reference else shuffle
         self.reference = reference
         self.add_to = add_to
 
-    def expand(self, batches):
+    def expand(self, shards):
         if self.reference:
-            partials = batches | "ReferencePartials" >> ReferenceLinkPartials(
-                self.settings, self.num_buckets)
+            partials = shards | "ReferencePartials" >> ReferenceLinkPartials(
+                self.settings, self.num_buckets, self.batch_bytes)
         else:
-            partials = batches | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
-                self.settings, self.num_buckets, self.flush_links, self.shuffle))
+            partials = shards | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
+                self.settings, self.num_buckets, self.flush_links, self.shuffle,
+                self.batch_bytes))
         if self.add_to:
-            existing = (batches.pipeline
+            existing = (shards.pipeline
                         | "ExistingBuckets" >> beam.Create(list(range(self.num_buckets)))
                         | "ReadExisting" >> beam.ParDo(ReadCountBucket(
                             self.settings, self.add_to, self.num_buckets, self.shuffle)))
@@ -386,16 +394,20 @@ def _previous_counts(args, config, tags):
 
 
 def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fingerprint, sources,
-                   previous=None):
-    """Write empty files for buckets that got no data, then the manifest (last).
+                   shards, scratch, previous=None):
+    """Check the totals, write empty files for buckets that got no data, then the
+    manifest (last).
 
-    ``written`` holds WriteLinks' ``{"totals": ..., "buckets": [...]}`` of every bucket.
+    ``written`` holds WriteLinks' ``{"totals": ..., "buckets": [...]}`` of every
+    bucket; ``shards`` the names of the text shards listed (each must have been
+    read once).
     """
     counted, written_buckets = {}, set()
     for part in written:
         _add(counted, part["totals"])
         written_buckets.update(part["buckets"])
-    ArrayShuffle("files", out).cleanup()
+    check_counts(counted, shards, previous)
+    ArrayShuffle("files", scratch).cleanup()
     num_types = len(config.feature_types())
     for bucket in sorted(set(range(num_buckets)) - written_buckets):
         _, features, _ = counting.merge_bucket([], [], num_types)
@@ -406,7 +418,7 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
     files = [tables.bucket_file(prefix, b, num_buckets)
              for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
     totals = {name: counted.get(name, 0)
-              for name in STAT_NAMES + ("links", "features", "key_collisions")}
+              for name in STAT_NAMES + ("links", "features", "key_collisions", "link_count_sum")}
     if previous:  # the new data's statistics plus the old ones (links, features are merged)
         for name in STAT_NAMES:
             totals[name] += previous["totals"].get(name, 0)
@@ -426,6 +438,19 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
     storage.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
     storage.write_json(manifest, storage.join(out, tables.MANIFEST))
     return manifest
+
+
+def check_counts(counted, shards, previous=None):
+    """What the count read against what it wrote (:mod:`snm_core.losscheck`)."""
+    losscheck.check_each_once("count", "text shards", shards, counted.get("shards", []))
+    occurrences = counted.get("feature_occurrences", 0)
+    if previous:
+        occurrences += previous["totals"]["feature_occurrences"]
+    losscheck.check_equal("count", "feature occurrences extracted", occurrences,
+                          "the sum of the link counts written", counted.get("link_count_sum", 0))
+    losscheck.check_equal("count", "words and sentence ends read",
+                          counted.get("tokens", 0) + counted.get("sentences", 0),
+                          "events extracted", counted.get("events", 0))
 
 
 def load_vocabulary(args, beam_args, sources):
@@ -458,12 +483,13 @@ class CountOptions:
     num_buckets: int = DEFAULT_NUM_BUCKETS
     flush_links: int = DEFAULT_FLUSH_LINKS
     shuffle: str = "files"
+    scratch: Optional[str] = None
     reference: bool = False
     batch_bytes: int = DEFAULT_BATCH_BYTES
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
-        running.absolute_paths(self, "out", "vocab", "add_to")
+        running.absolute_paths(self, "out", "vocab", "add_to", "scratch")
         if not 1 <= self.num_buckets <= 65536:
             raise SnmInputError("--num_buckets must be between 1 and 65536")
         if self.min_count is not None and self.min_count < 1:
@@ -499,6 +525,9 @@ def main(argv=None):
     parser.add_argument("--shuffle", choices=MODES, default="files",
                         help="how partial counts reach their bucket: 'files' (scratch "
                              "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
+    parser.add_argument("--scratch", metavar="DIR",
+                        help="where the 'files' shuffle writes its parts (default: OUT/_scratch); "
+                             "on a cluster a path every worker reads, e.g. s3://bucket/tmp")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
     options, beam_args = running.parse_stage_args(parser, CountOptions, argv)
@@ -527,23 +556,28 @@ def run(args, beam_args=()):
     fingerprint = count_directory.share_vocabulary(vocab_path, vocab)
     settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
+    scratch = scratch_directory(args.out, args.scratch)
+
     def build(p):
+        shards = reading.text_shards(files, p.options)
         _ = (p
-             | "ReadText" >> reading.ReadText(files, args.batch_bytes)
+             | "ListShards" >> beam.Create(shards)
              | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
-                                     args.shuffle, args.reference, args.add_to)
+                                     args.batch_bytes, ArrayShuffle(args.shuffle, scratch),
+                                     args.reference, args.add_to)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
-                                                  sources, previous))
+                                                  sources, [s.name for s in shards], scratch,
+                                                  previous))
 
-    metrics = running.run_pipeline(beam_args, build)
+    metrics = running.run_pipeline(beam_args, build, "count", shared_paths=[args.out, scratch])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     if manifest["totals"]["key_collisions"]:
         logging.warning("%d feature keys are shared by two different features (64-bit hash "
                         "collisions, about n**2 / 2**65 expected among n features); their "
                         "counts are merged", manifest["totals"]["key_collisions"])
-    running.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out} "
-                         f"(Beam metrics, namespace '{running.METRICS_NAMESPACE}')", metrics)
+    running.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out}",
+                          manifest["totals"], metrics)
     return manifest
 
 

@@ -33,7 +33,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import count_directory, reading, running
-from snm_core import hashing, heldout, storage, tables, textfile
+from snm_core import hashing, heldout, losscheck, storage, tables, textfile
 from snm_core.arrays import sorted_distinct
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
@@ -44,17 +44,23 @@ HELDOUT_STATS = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_li
 
 
 class ExtractHeldoutEvents(beam.DoFn):
-    """LineBatch -> writes its events file; yields ``("keys", (bucket, keys))`` and stats."""
+    """TextShard -> an events file per batch; yields ``("keys", (bucket, keys))`` and stats."""
 
-    def __init__(self, settings, out):
+    def __init__(self, settings, out, batch_bytes):
         self.settings = settings
         self.out = out
+        self.reader = reading.ShardReader(batch_bytes)
         self.counters = {name: running.counter(name) for name in HELDOUT_STATS}
 
     def setup(self):
         self.vocab, self.extractor = self.settings.build()
 
-    def process(self, batch):
+    def process(self, shard):
+        yield "stats", {"shards": [shard.name]}
+        for batch in self.reader.batches(shard):
+            yield from self._batch(batch)
+
+    def _batch(self, batch):
         sentences, kept, stats = tokenize(batch.lines, self.vocab)
         events = self.extractor.extract(sentences)  # every feature once per training tag
         stats = {**vars(stats), "events": events.num_events,
@@ -69,7 +75,7 @@ class ExtractHeldoutEvents(beam.DoFn):
         bounds = np.searchsorted(buckets, np.arange(self.settings.num_buckets + 1))
         for b in np.flatnonzero(np.diff(bounds)):
             yield "keys", (int(b), keys[bounds[b]:bounds[b + 1]])
-        yield "stats", {**stats, "event_files": [name]}
+        yield "stats", {**stats, "event_files": [name], "event_rows": table.num_rows}
 
 
 class JoinBucket(beam.DoFn):
@@ -93,7 +99,7 @@ class JoinBucket(beam.DoFn):
         self.links_counter.inc(small_m.num_rows)
         yield {"small_m_links": small_m.num_rows,
                "small_m_features": len(sorted_distinct(small_m["feature"].to_numpy())),
-               "heldout_features": len(keys)}
+               "heldout_features": len(keys), "buckets": [bucket]}
 
 
 def _sum_stats(items):
@@ -104,8 +110,22 @@ def _sum_stats(items):
     return total
 
 
-def write_manifest(stats, out, settings, heldout):
+def check_join(stats, shards, num_buckets):
+    """What the join read against what it wrote (:mod:`snm_core.losscheck`)."""
+    losscheck.check_each_once("join", "text shards", shards, stats.get("shards", []))
+    losscheck.check_each_once("join", "buckets", range(num_buckets), stats.get("buckets", []))
+    losscheck.check_equal("join", "held-out words and sentence ends read",
+                          stats.get("tokens", 0) + stats.get("sentences", 0),
+                          "held-out events written", stats.get("event_rows", 0))
+    losscheck.check_equal("join", "held-out events extracted", stats.get("events", 0),
+                          "held-out events written", stats.get("event_rows", 0))
+
+
+def write_manifest(stats, out, settings, heldout, shards):
     stats = _sum_stats(stats)
+    check_join(stats, shards, settings.num_buckets)
+    for name in ("shards", "buckets", "event_rows"):
+        stats.pop(name, None)
     event_files = sorted(stats.pop("event_files", []))
     small_m_files = [tables.bucket_file("small_m", b, settings.num_buckets)
                      for b in range(settings.num_buckets)]
@@ -125,20 +145,21 @@ def write_manifest(stats, out, settings, heldout):
 
 
 class JoinHeldout(beam.PTransform):
-    """Held-out line batches -> events files and small-M files in ``out``; output: stats dicts."""
+    """Held-out TextShard s -> events files and small-M files in ``out``; output: stats dicts."""
 
-    def __init__(self, settings, out):
+    def __init__(self, settings, out, batch_bytes=textfile.DEFAULT_BATCH_BYTES):
         super().__init__()
         self.settings = settings
         self.out = out
+        self.batch_bytes = batch_bytes
 
-    def expand(self, batches):
-        extracted = batches | "ExtractEvents" >> beam.ParDo(
-            ExtractHeldoutEvents(self.settings, self.out))
+    def expand(self, shards):
+        extracted = shards | "ExtractEvents" >> beam.ParDo(
+            ExtractHeldoutEvents(self.settings, self.out, self.batch_bytes))
         heldout_keys = (extracted
                         | "Keys" >> beam.Filter(lambda kv: kv[0] == "keys")
                         | "BucketKeys" >> beam.Values())
-        count_files = (batches.pipeline
+        count_files = (shards.pipeline
                        | "CountBuckets" >> beam.Create(
                            [(b, self.settings.bucket_paths(b))
                             for b in range(self.settings.num_buckets)],
@@ -188,15 +209,18 @@ def run(args, beam_args=()):
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
 
     def build(p):
+        shards = reading.text_shards(list(enumerate(paths)), p.options)
         _ = (p
-             | "ReadText" >> reading.ReadText(list(enumerate(paths)), args.batch_bytes)
-             | "Join" >> JoinHeldout(settings, args.out)
-             | "WriteManifest" >> running.CallOnce(write_manifest, args.out, settings, args.heldout))
+             | "ListShards" >> beam.Create(shards)
+             | "Join" >> JoinHeldout(settings, args.out, args.batch_bytes)
+             | "WriteManifest" >> running.CallOnce(write_manifest, args.out, settings,
+                                                  args.heldout, [s.name for s in shards]))
 
-    metrics = running.run_pipeline(beam_args, build)
-    running.print_summary(f"snm join: {metrics.get('small_m_links', 0):,} small-M links -> "
-                         f"{args.out}", metrics)
-    return storage.read_json(storage.join(args.out, tables.MANIFEST))
+    metrics = running.run_pipeline(beam_args, build, "join", shared_paths=[args.out])
+    manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
+    running.print_summary(f"snm join: {manifest['totals']['small_m_links']:,} small-M links -> "
+                          f"{args.out}", manifest["totals"], metrics)
+    return manifest
 
 
 if __name__ == "__main__":

@@ -1,4 +1,15 @@
-"""Training and held-out text into a pipeline: :class:`ReadText` and its readers.
+"""Training and held-out text into a pipeline: :class:`TextShard` and :class:`ShardReader`.
+
+A stage's first step does not receive lines: it receives :class:`TextShard`
+elements ("reader ``i`` of ``n`` of this file") and reads the shard's line
+batches itself, with a :class:`ShardReader`.  So text is never a shuffled or
+materialised collection, on any runner: Beam's Dask runner holds a bundle's
+outputs in a list before the next step sees them (a whole file's lines), and
+a local runner holds every shuffled byte in memory (spreading one file's
+batches with a reshuffle held ~20x the text's size).  Each of a file's ``n``
+readers decompresses the whole file and decodes only its batches; inflating
+is ~100x as fast as counting, so that costs little.  ``n`` is the runner's
+parallelism (:func:`pipelines.runners.parallelism`); see :func:`text_shards`.
 
 What the text may hold and how each case is treated is
 :mod:`snm_core.textfile`'s rule, the same for every stage: an empty file is
@@ -8,70 +19,28 @@ are not valid UTF-8 are skipped and counted (``empty_lines``,
 """
 
 import dataclasses
-import logging
-import os
 
-import apache_beam as beam
 
+from pipelines import runners
 from pipelines.running import counter
 from snm_core import textfile
 from snm_core.textfile import DEFAULT_BATCH_BYTES
 
 
-_log = logging.getLogger(__name__)
+@dataclasses.dataclass(frozen=True)
+class TextShard:
+    """Reader ``shard`` of ``shards`` of file ``path`` (source ``source``): it keeps the
+    file's batches ``shard, shard + shards, ...``."""
 
+    source: int
+    path: str
+    shard: int = 0
+    shards: int = 1
 
-#: Runners that execute in this process and hold shuffled data in its memory.
-LOCAL_RUNNERS = (None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner",
-                 "SwitchingDirectRunner")
-
-
-def local_read_shards(options):
-    """Readers per file for :class:`ReadText`: the local runner's workers, else 0.
-
-    A local runner holds every shuffled byte in memory: spreading one file's
-    batches with a reshuffle held ~20x the text's size (kernel: 18 MB of text,
-    ~330 MiB).  So there each worker reads the whole file and keeps its share
-    of the batches instead; on a cluster the reshuffle is the better spread.
-    """
-    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
-    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
-        return 0
-    workers = options.view_as(DirectOptions).direct_num_workers
-    return workers if workers > 0 else os.cpu_count() or 1
-
-
-class ReadText(beam.PTransform):
-    """``[(source_index, path), ...]`` -> LineBatch es, spread over the workers.
-
-    On a cluster a file is read by one worker, and a reshuffle of its batches
-    lets every worker process a single large file.  On a local runner
-    (:func:`local_read_shards`) each file is read by as many readers as there
-    are workers, reader ``i`` of ``n`` keeping batches ``i, i + n, ...``: no
-    text is shuffled, at the cost of decompressing each file ``n`` times.
-    """
-
-    def __init__(self, files, batch_bytes=DEFAULT_BATCH_BYTES, shards=None):
-        super().__init__()
-        self.files = list(files)
-        self.batch_bytes = batch_bytes
-        self.shards = shards  # readers per file; 0: one, then a reshuffle; None: by runner
-
-    def expand(self, pbegin):
-        shards = self.shards
-        if shards is None:
-            shards = local_read_shards(pbegin.pipeline.options)
-        readers = max(shards, 1)
-        # Create spreads its elements over the workers itself (a reshuffle when
-        # there are two or more); another reshuffle here was one more stage.
-        batches = (pbegin
-                   | "ListFiles" >> beam.Create([(source, path, reader, readers)
-                                                 for source, path in self.files
-                                                 for reader in range(readers)])
-                   | "ReadLineBatches" >> beam.ParDo(ReadLineBatches(self.batch_bytes)))
-        if shards:
-            return batches
-        return batches | "SpreadBatches" >> beam.Reshuffle()
+    @property
+    def name(self):
+        """Identifies the shard in a stage's totals (each must be read exactly once)."""
+        return f"{self.source}:{self.path}:{self.shard}/{self.shards}"
 
 
 @dataclasses.dataclass
@@ -84,11 +53,27 @@ class LineBatch:
     lines: list
 
 
-class ReadLineBatches(beam.DoFn):
-    """``(source_index, path, shard, shards)`` -> :class:`LineBatch` es of about
-    ``batch_bytes`` of text, read by :func:`snm_core.textfile.line_batches`
-    (a line that is not valid UTF-8 is None: logged, then skipped and counted
-    by :func:`snm_core.text.tokenize`)."""
+def text_shards(files, options):
+    """``[(source_index, path), ...]`` -> every file's :class:`TextShard` s, as many per
+    file as the runner of ``options`` (PipelineOptions) has workers.
+
+    A stage lists them with ``beam.Create`` (which spreads its elements over
+    the workers) and passes them to its last step, which checks that each
+    was read exactly once.
+    """
+    readers = runners.parallelism(options)
+    return [TextShard(source, path, reader, readers)
+            for source, path in files for reader in range(readers)]
+
+
+class ShardReader:
+    """Reads a :class:`TextShard` 's :class:`LineBatch` es inside a DoFn.
+
+    Batches are about ``batch_bytes`` of text, read by
+    :func:`snm_core.textfile.line_batches` (a line that is not valid UTF-8 is
+    None: logged, then skipped and counted by :func:`snm_core.text.tokenize`).
+    Build it in the DoFn's constructor: it holds the DoFn's file counters.
+    """
 
     def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES):
         self.batch_bytes = batch_bytes
@@ -96,16 +81,14 @@ class ReadLineBatches(beam.DoFn):
         self.files = counter("files")
         self.log = textfile.InvalidLineLog()
 
-    def process(self, element):
-        """``(source, path, shard, shards)``: keep batches ``shard, shard + shards, ...``
-        of the file (line numbers stay the file's); ``(source, path, 0, 1)`` keeps all."""
-        source, path, shard, shards = element
-        if shard == 0:
+    def batches(self, shard):
+        """Yield the shard's batches (line numbers stay the file's)."""
+        if shard.shard == 0:
             self.files.inc()
         empty = True
-        for first_line, lines in textfile.line_batches(path, self.batch_bytes, shard, shards,
-                                                        self.log):
+        for first_line, lines in textfile.line_batches(shard.path, self.batch_bytes,
+                                                        shard.shard, shard.shards, self.log):
             empty = False
-            yield LineBatch(source, path, first_line, lines)
-        if empty and shard == 0:  # batch 0 of a file with any byte is reader 0's
+            yield LineBatch(shard.source, shard.path, first_line, lines)
+        if empty and shard.shard == 0:  # batch 0 of a file with any byte is reader 0's
             self.empty_files.inc()

@@ -3,12 +3,15 @@ the command line's parser, and :class:`CallOnce` for a stage's last step."""
 
 import argparse
 import logging
+import re
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 import pyarrow as pa
 
+from pipelines import runners
 from snm_core import memory, storage
+from snm_core.errors import SnmInputError, SnmStageError
 
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -105,29 +108,75 @@ class CallOnce(beam.PTransform):
                                      beam.pvalue.AsList(pcoll)))
 
 
-def run_pipeline(beam_args, build):
-    """Build a pipeline with ``build(pipeline)``, run it to the end, return its snm metrics."""
-    pipeline = beam.Pipeline(options=pipeline_options(beam_args))
+def run_pipeline(beam_args, build, stage, shared_paths=()):
+    """Build a pipeline with ``build(pipeline)`` and run it to the end.
+
+    ``shared_paths``: directories every worker must read and write (checked
+    by :func:`pipelines.runners.prepare`).  Returns the snm Beam metrics, or
+    None on a runner that has none.  An :class:`SnmInputError` or
+    :class:`SnmStageError` raised on a worker reaches the caller as itself,
+    with its one line: runners wrap a worker's exception in their own.
+    """
+    pipeline = beam.Pipeline(options=pipeline_options(
+        runners.prepare(beam_args, shared_paths)))
     build(pipeline)
-    result = pipeline.run()
-    result.wait_until_finish()
+    try:
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            client = getattr(result, "client", None)  # the Dask runner's
+            if client is not None:
+                client.close()
+    except Exception as e:
+        raise _snm_error(e, stage) from None
     return metric_totals(result)
 
 
+_SNM_ERROR = re.compile(r"\b(SnmInputError|SnmStageError): (.+?)(?: \[while running [^\]]*\])*$",
+                        re.MULTILINE)
+
+
+def _snm_error(error, stage):
+    """The :class:`SnmInputError`/:class:`SnmStageError` inside a runner's wrapping of a
+    worker's exception (found by type along the chain, else in the message), or ``error``."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, (SnmInputError, SnmStageError)):
+            return type(seen)(str(seen).split(" [while running")[0].splitlines()[0])
+        seen = seen.__cause__ or seen.__context__
+    match = _SNM_ERROR.search(str(error))
+    if match:
+        kind = SnmInputError if match.group(1) == "SnmInputError" else SnmStageError
+        return kind(match.group(2).strip())
+    return error
+
+
 def metric_totals(result):
-    """``{name: value}`` of the snm counters of a finished pipeline."""
+    """``{name: value}`` of the snm counters of a finished pipeline; None when the runner
+    keeps no metrics (Beam's Dask runner)."""
     totals = {}
-    query = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(METRICS_NAMESPACE))
+    try:
+        query = result.metrics().query(
+            beam.metrics.MetricsFilter().with_namespace(METRICS_NAMESPACE))
+    except NotImplementedError:
+        return None
     for c in query["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + (value or 0)
     return totals
 
 
-def print_summary(title, totals):
+def print_summary(title, totals, metrics=None):
+    """The stage's totals (from its data, as in its manifest) and, where the runner has
+    them, the Beam metric of the same name (namespace ``snm``)."""
     print(f"== {title} ==")
+    if metrics:
+        print(f"  {'':<24}{'total':>16}{'Beam metric':>16}")
     for name in sorted(totals):
-        print(f"  {name:<24}{totals[name]:>16,}")
+        if isinstance(totals[name], (int, float)):
+            shown = f"{metrics[name]:>16,}" if metrics and name in metrics else ""
+            print(f"  {name:<24}{totals[name]:>16,}{shown}")
 
 
 def absolute_paths(options, *names):
@@ -139,12 +188,13 @@ def absolute_paths(options, *names):
 
 def parse_stage_args(parser, options_type, argv):
     """``(options_type(**flags), beam_args)``: the parser's flags (named as the
-    options' fields) and the leftover arguments, which are Beam's."""
+    options' fields) and the leftover arguments, which must be Beam's
+    (:func:`pipelines.runners.check_options`)."""
     args, beam_args = parser.parse_known_args(argv)
+    runners.check_options(beam_args, parser)
     return options_type(**vars(args)), beam_args
 
 
 def stage_parser(description):
-    return argparse.ArgumentParser(description=description,
-                                   epilog="Other arguments are Beam pipeline options "
-                                          "(--runner, --direct_num_workers, ...).")
+    return argparse.ArgumentParser(description=description, epilog=runners.RUNNER_HELP,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -28,6 +28,7 @@ straight into their concatenation, so a merge holds each column once and the
 other group not at all.
 """
 
+import hashlib
 import math
 import uuid
 
@@ -39,6 +40,16 @@ MODES = ("files", "beam")
 SCRATCH = "_scratch"
 
 
+def scratch_directory(out, scratch=None):
+    """Where a stage writing ``out`` keeps its parts: ``out/_scratch``, or with
+    ``scratch`` (``--scratch``, a path every worker reads) a subdirectory of it
+    named after ``out``, so that two stages never share one."""
+    if not scratch:
+        return storage.join(out, SCRATCH)
+    digest = hashlib.sha256(out.encode()).hexdigest()[:16]
+    return storage.join(scratch, f"{storage.basename(out.rstrip('/'))}-{digest}")
+
+
 class ArrayShuffle:
     """``send(part) -> payload`` where parts are made, ``receive(payload) -> part`` in the merge.
 
@@ -47,11 +58,13 @@ class ArrayShuffle:
     buckets' rows of many parts at once.
     """
 
-    def __init__(self, mode, out):
+    def __init__(self, mode, scratch):
+        """``scratch``: the directory of the ``files`` mode's parts (every worker must
+        read it: :func:`scratch_directory`)."""
         if mode not in MODES:
             raise ValueError(f"shuffle mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
-        self.scratch = storage.join(out, SCRATCH)
+        self.scratch = scratch
 
     def send(self, part):
         """One part -> its payload."""

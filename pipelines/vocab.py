@@ -22,9 +22,10 @@ from typing import Optional
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines import reading, running, training_sources
-from snm_core import storage, tables
+from snm_core import losscheck, storage, tables
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
 from snm_core.textfile import DEFAULT_BATCH_BYTES
@@ -37,26 +38,30 @@ COMPACT_ROWS = 1 << 20
 
 
 class CountWordsFn(beam.CombineFn):
-    """Word counts of line batches; accumulator ``(list of count tables, stats dict)``."""
+    """Word counts of text shards; accumulator ``(list of count tables, stats dict)``."""
+
+    def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES):
+        self.reader = reading.ShardReader(batch_bytes)
 
     def create_accumulator(self):
         return [], {}
 
-    def add_input(self, accumulator, batch):
+    def add_input(self, accumulator, shard):
         parts, stats = accumulator
-        counts, batch_stats = count_words(batch.lines)
-        parts.append(counts)
-        _add_stats(stats, batch_stats)
-        if sum(t.num_rows for t in parts) > COMPACT_ROWS:
-            parts[:] = [sum_word_counts(parts)]
+        _add_stats(stats, {"shards": [shard.name]})
+        for batch in self.reader.batches(shard):
+            counts, batch_stats = count_words(batch.lines)
+            parts.append(counts)
+            _add_stats(stats, vars(batch_stats))
+            if sum(t.num_rows for t in parts) > COMPACT_ROWS:
+                parts[:] = [sum_word_counts(parts)]
         return parts, stats
 
     def merge_accumulators(self, accumulators):
         parts, stats = [], {}
         for p, s in accumulators:
             parts += p
-            for k, v in s.items():
-                stats[k] = stats.get(k, 0) + v
+            _add_stats(stats, s)
         return [sum_word_counts(parts)] if parts else [], stats
 
     def extract_output(self, accumulator):
@@ -66,21 +71,30 @@ class CountWordsFn(beam.CombineFn):
         return sum_word_counts(parts), stats
 
 
-def _add_stats(stats, batch_stats):
-    for name, value in vars(batch_stats).items():
-        stats[name] = stats.get(name, 0) + value
+def _add_stats(stats, more):
+    """Numbers add, lists (the shards read) concatenate."""
+    for name, value in more.items():
+        stats[name] = stats.get(name, [] if isinstance(value, list) else 0) + value
 
 
 class WordCounts(beam.PTransform):
-    """Line batches -> one ``(word-count table, totals dict)`` element."""
+    """TextShard s -> one ``(word-count table, totals dict)`` element."""
 
-    def expand(self, batches):
-        return batches | "SumWordCounts" >> beam.CombineGlobally(CountWordsFn())
+    def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES):
+        super().__init__()
+        self.batch_bytes = batch_bytes
+
+    def expand(self, shards):
+        return shards | "SumWordCounts" >> beam.CombineGlobally(CountWordsFn(self.batch_bytes))
 
 
-def write_vocabulary(result, out, min_count, max_size, sources):
-    """Write word_counts.parquet, vocab.txt and the manifest (runs once, on a worker)."""
+def write_vocabulary(result, out, min_count, max_size, sources, shards):
+    """Check the totals, write word_counts.parquet, vocab.txt and the manifest (runs
+    once, on a worker).  ``shards``: the names of the text shards listed."""
     counts, stats = result
+    losscheck.check_each_once("vocab", "text shards", shards, stats.get("shards", []))
+    losscheck.check_equal("vocab", "words read", stats.get("tokens", 0),
+                          "the sum of the word counts", int(pc.sum(counts["count"]).as_py() or 0))
     counts = counts.sort_by([("count", "descending"), ("word", "ascending")])
     vocab = Vocabulary.from_counts(counts["word"].to_pylist(), counts["count"].to_numpy(),
                                    min_count=min_count, max_size=max_size)
@@ -141,16 +155,17 @@ def run(args, beam_args=()):
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
 
     def build(p):
+        shards = reading.text_shards(files, p.options)
         _ = (p
-             | "ReadText" >> reading.ReadText(files, args.batch_bytes)
-             | "CountWords" >> WordCounts()
+             | "ListShards" >> beam.Create(shards)
+             | "CountWords" >> WordCounts(args.batch_bytes)
              | "WriteVocabulary" >> beam.Map(write_vocabulary, args.out, args.min_count,
-                                             args.max_size, sources))
+                                             args.max_size, sources, [s.name for s in shards]))
 
-    running.run_pipeline(beam_args, build)
+    metrics = running.run_pipeline(beam_args, build, "vocab", shared_paths=[args.out])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     running.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
-                         manifest["totals"])
+                          manifest["totals"], metrics)
     return manifest
 
 

@@ -1,6 +1,8 @@
 """The ``snm`` command: one subcommand per stage.
 
-Exit status: 0 on success, 2 for bad usage or input (the reason on stderr).
+Exit status: 0 on success, 2 for bad usage or input, 1 for a stage that could
+not finish (its output did not add up, or a resource ran out); the reason is
+one line on stderr.
 Beam is imported only by the subcommands that run a pipeline, so ``snm
 features`` and ``snm eval`` start quickly.
 """
@@ -12,7 +14,7 @@ import importlib
 import importlib.util
 import sys
 
-from snm_core.errors import SnmInputError
+from snm_core.errors import SnmInputError, SnmStageError
 
 #: Subcommands that are whole Beam pipelines: name -> module with ``main(argv)``.
 PIPELINES = {
@@ -145,6 +147,9 @@ def main(argv=None):
     except SnmInputError as e:
         print(f"snm {command}: error: {e}", file=sys.stderr)
         return 2
+    except SnmStageError as e:
+        print(f"snm {command}: failed: {e}", file=sys.stderr)
+        return 1
 
 
 def entry():

@@ -34,6 +34,7 @@ import time
 from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
+from pipelines import runners
 from pipelines import training_sources
 from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
@@ -132,7 +133,7 @@ def plot_perplexity(fit_dir, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="snm train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Other arguments are Beam pipeline options.")
+                                     epilog=runners.RUNNER_HELP)
     parser.add_argument("--config", required=True, help="preset or configuration file")
     parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB")
     parser.add_argument("--heldout", required=True, help="held-out text (trains theta)")
@@ -154,6 +155,7 @@ def main(argv=None):
     parser.add_argument("--force", action="store_true", help="redo every stage")
     add_fit_args(parser)
     args, beam_args = parser.parse_known_args(argv)
+    runners.check_options(beam_args, parser)
     with run_lock(storage.absolute(args.out), "snm train"):
         return _train(args, beam_args)
 

@@ -3,3 +3,9 @@
 
 class SnmInputError(ValueError):
     """Input that cannot be used (file, option, configuration); the message says what to change."""
+
+
+class SnmStageError(RuntimeError):
+    """A stage that could not finish through no fault of its input: its output does not
+    add up (a runner lost or repeated work) or a resource ran out.  The CLI prints the
+    one-line message and exits 1; the stage wrote no manifest."""

@@ -45,3 +45,38 @@ def test_module_entry_runs_a_command_and_exits_with_its_status(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "snm", "frobnicate"], capture_output=True,
                           text=True)
     assert proc.returncode == 2
+
+
+def _train_args(tmp_path):
+    from snm_core import synthetic
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "c"), 50, 10, 10, seed=1)
+    return ["--config", "5gram", "--train", train, "--heldout", dev, "--test", test,
+            "--out", str(tmp_path / "run")]
+
+
+def test_a_mistyped_option_is_an_error_naming_the_closest(tmp_path, capsys):
+    """Neither snm nor Beam knows it: exit 2 before any stage runs, one line naming the
+    closest option of either (snm's own, or a Beam pipeline option)."""
+    args = _train_args(tmp_path)
+    for typo, meant in (("--min_cout", "--min_count"), ("--direct_num_workrs",
+                                                         "--direct_num_workers")):
+        assert main(["train"] + args + [typo, "2"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"snm train: error: unknown option {typo}; did you mean {meant}?\n"
+    assert main(["count", "--config", "5gram", "--train", args[3], "--min_count", "1",
+                 "--out", str(tmp_path / "c2"), "--runnr", "dask"]) == 2
+    assert "did you mean --runner?" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "vocab").exists()
+
+
+def test_runner_short_names_and_options(tmp_path, capsys):
+    """``--runner dask`` is Beam's DaskRunner, ``--dask_address`` its scheduler option;
+    without an address the stage says what to give; real Beam options pass."""
+    from pipelines import runners
+    assert runners.normalize(["--runner", "Dask", "--dask_address=h:1", "--x"]) == [
+        f"--runner={runners.DASK_RUNNER}", "--dask_client_address=h:1", "--x"]
+    runners.check_options(["--runner=dask", "--dask_address", "h:1",
+                           "--direct_num_workers", "2", "--experiments=a"])
+    assert main(["count", "--config", "5gram", "--train", _train_args(tmp_path)[3],
+                 "--min_count", "1", "--out", str(tmp_path / "c"), "--runner", "dask"]) == 2
+    assert "--runner dask needs --dask_address HOST:PORT" in capsys.readouterr().err

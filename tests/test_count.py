@@ -185,7 +185,7 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
 
 def test_sharded_readers_together_read_every_batch_once(tmp_path):
     """Reader i of n keeps batches i, i + n, ... with the file's own line numbers."""
-    from pipelines.reading import ReadLineBatches
+    from pipelines.reading import ShardReader, TextShard
     lines = [f"line {i} " + "word " * (i % 7) for i in range(60)]
     body = "\n".join(lines).encode() + b"\n\xff bad line\nlast line, no newline"
     plain, packed = str(tmp_path / "t.txt"), str(tmp_path / "t.txt.gz")
@@ -194,30 +194,31 @@ def test_sharded_readers_together_read_every_batch_once(tmp_path):
     with gzip.open(packed, "wb") as f:
         f.write(body)
     for path in (plain, packed):
-        whole = [(b.first_line, b.lines) for b in ReadLineBatches(64).process((0, path, 0, 1))]
+        whole = [(b.first_line, b.lines) for b in ShardReader(64).batches(TextShard(0, path))]
         assert len(whole) > 5 and whole[-1][1][-1] == "last line, no newline"
         for n in (1, 2, 3):
             parts = [(b.first_line, b.lines) for i in range(n)
-                     for b in ReadLineBatches(64).process((0, path, i, n))]
+                     for b in ShardReader(64).batches(TextShard(0, path, i, n))]
             assert sorted(parts) == whole
 
 
-def test_cluster_style_reading_counts_the_same(corpus, tmp_path, monkeypatch):
-    """One reader per file and a reshuffle of its batches (the default off the local
-    runners) gives the files the local default, one reader per worker, gives."""
+def test_readers_per_file_do_not_change_the_count(corpus, tmp_path, monkeypatch):
+    """Each file is read by as many readers as the runner has workers (2 here); one
+    reader per file (a cluster runner without --num_workers) counts the same bytes."""
     from apache_beam.options.pipeline_options import PipelineOptions
-    from pipelines import reading
-    local = reading.local_read_shards(PipelineOptions(["--runner=FnApiRunner",
-                                                      "--direct_num_workers=2"]))
-    assert local == 2
-    assert reading.local_read_shards(PipelineOptions(["--runner=DataflowRunner"])) == 0
+    from pipelines import runners
+    assert runners.parallelism(PipelineOptions(["--runner=FnApiRunner",
+                                                "--direct_num_workers=2"])) == 2
+    assert runners.parallelism(PipelineOptions(["--runner=DataflowRunner"])) == 1
+    assert runners.parallelism(PipelineOptions(["--runner=DataflowRunner",
+                                                "--max_num_workers=5"])) == 5
     specs = [f"man={corpus['a']}", f"web={corpus['b']}"]
     extra = ("--direct_running_mode=multi_threading", "--direct_num_workers=2", "--batch_bytes",
              "2000")
-    run_count(corpus, tmp_path / "local", "5gram", specs, *extra)
-    monkeypatch.setattr(reading, "local_read_shards", lambda options: 0)
-    run_count(corpus, tmp_path / "cluster", "5gram", specs, *extra)
-    assert_same_files(tmp_path / "local", tmp_path / "cluster")
+    run_count(corpus, tmp_path / "two", "5gram", specs, *extra)
+    monkeypatch.setattr(runners, "parallelism", lambda options: 1)
+    run_count(corpus, tmp_path / "one", "5gram", specs, *extra)
+    assert_same_files(tmp_path / "two", tmp_path / "one")
 
 
 @pytest.mark.parametrize("mode", ["files", "beam"])
@@ -226,7 +227,7 @@ def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode):
     the buckets of one send share a file; a group of several payloads reads back as one
     concatenation; a bucket asked for without rows comes back empty but typed."""
     from pipelines.shuffle import ArrayShuffle
-    shuffle = ArrayShuffle(mode, str(tmp_path))
+    shuffle = ArrayShuffle(mode, str(tmp_path / "_scratch"))
     words = np.arange(24, dtype=np.int32).reshape(8, 3)
     keys = np.array([3, 2**63 + 5, 7, 9, 11], np.uint64)
     first = {"feature": keys[:3], "count": np.arange(3)}
@@ -256,7 +257,7 @@ def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode):
 def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
     """Raw bytes of one dtype read as another would be wrong counts: refused on both sides."""
     from pipelines.shuffle import ArrayShuffle
-    shuffle = ArrayShuffle("files", str(tmp_path))
+    shuffle = ArrayShuffle("files", str(tmp_path / "_scratch"))
     wide = {"links": {"count": np.arange(3, dtype=np.int64)}}
     narrow = {"links": {"count": np.arange(3, dtype=np.int32)}}
     with pytest.raises(ValueError, match="links.count"):

@@ -1,0 +1,162 @@
+"""The Beam stages on Beam's DaskRunner, against a real cluster: a ``dask scheduler``
+and two ``dask worker`` processes on localhost (apache-beam[dask], a test extra)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from pipelines import count as count_stage  # noqa: E402
+from snm import cli, train_cmd  # noqa: E402
+from snm_core import checkpoints  # noqa: E402
+from test_launch import (  # noqa: E402,F401
+    assert_same_run, corpus, normalized, reference_run, train_argv)
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+DASK = os.path.join(os.path.dirname(sys.executable), "dask")
+
+
+class DaskCluster:
+    """A scheduler and ``--nworkers 2`` worker processes (each under a nanny, which
+    restarts a worker that dies), started in their own session and killed at the end."""
+
+    def __init__(self, root, env=None):
+        self.root = root
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(env or {})}
+        self.scheduler_file = str(root / "scheduler.json")
+        self.procs = []
+        self.log = open(root / "cluster.log", "wb")
+        self._start([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                     "--no-dashboard", "--scheduler-file", self.scheduler_file])
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.scheduler_file):
+            assert time.monotonic() < deadline, (root / "cluster.log").read_text()
+            time.sleep(0.1)
+        self._start([DASK, "worker", "--scheduler-file", self.scheduler_file,
+                     "--nworkers", "2", "--nthreads", "1", "--no-dashboard",
+                     "--local-directory", str(root / "workers")])
+        with distributed.Client(scheduler_file=self.scheduler_file, timeout=60) as client:
+            client.wait_for_workers(2, timeout=60)
+            self.address = client.scheduler.address
+
+    def _start(self, argv):
+        self.procs.append(subprocess.Popen(argv, cwd=self.root, env=self.env, stdout=self.log,
+                                           stderr=subprocess.STDOUT, start_new_session=True))
+
+    def options(self):
+        return ["--runner", "dask", "--dask_address", self.address]
+
+    def stop(self):
+        for proc in reversed(self.procs):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = DaskCluster(tmp_path_factory.mktemp("dask"))
+    yield started
+    started.stop()
+
+
+def test_train_on_dask_writes_the_local_runners_bytes(corpus, reference_run, cluster, tmp_path):
+    """vocab, count, join and apply on two Dask worker processes: the same files, byte for
+    byte, as on the in-process runner (fit and eval run here either way)."""
+    out = tmp_path / "dask"
+    assert train_cmd.main(train_argv(corpus, out) + cluster.options()) == 0
+    assert_same_run(reference_run, out)
+
+
+@pytest.mark.parametrize("shuffle", ["files", "beam"])
+def test_count_added_to_on_dask_matches_the_local_runner(corpus, cluster, tmp_path, shuffle):
+    """``--add_to`` reads the old buckets on the workers; both shuffles give the local bytes."""
+    base = ["--config", "skip5gram", "--num_buckets", "4", "--shuffle", shuffle,
+            "--batch_bytes", "4000"]
+    for name, extra in (("local", []), ("dask", cluster.options())):
+        count_stage.main(base + ["--train", corpus["dev"], "--min_count", "1",
+                                 "--out", str(tmp_path / name / "old")] + extra)
+        count_stage.main(base + ["--train", corpus["train"], "--add_to",
+                                 str(tmp_path / name / "old"),
+                                 "--out", str(tmp_path / name / "new")] + extra)
+    assert_same_tree(tmp_path / "local", tmp_path / "dask")
+
+
+class EmitsFromFinishBundle(count_stage.ExtractLinkPartials):
+    """The count's extraction as it was: the last flush of a bundle emitted from
+    ``finish_bundle``, which Beam's Dask runner drops."""
+
+    def start_bundle(self):
+        self.held = []
+
+    def process(self, shard):
+        self.held.extend(super().process(shard))
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindow
+        from apache_beam.utils.windowed_value import WindowedValue
+        for element in self.held:
+            yield WindowedValue(element, 0, [GlobalWindow()])
+
+
+def test_a_runner_that_loses_outputs_fails_the_stage(corpus, cluster, tmp_path, monkeypatch,
+                                                     capsys):
+    """On the Dask runner, outputs emitted from finish_bundle vanish: the count that
+    relied on them ends in one line naming the stage (exit 1), with no manifest."""
+    monkeypatch.setattr(count_stage, "ExtractLinkPartials", EmitsFromFinishBundle)
+    out = tmp_path / "lossy"
+    status = cli.main(["count", "--config", "5gram", "--train", corpus["train"], "--min_count",
+                       "1", "--num_buckets", "4", "--out", str(out)] + cluster.options())
+    err = capsys.readouterr().err.strip()
+    assert status == 1
+    assert err.startswith("snm count: failed: count: ") and "never reported" in err, err
+    assert len(err.splitlines()) == 1
+    assert not (out / "manifest.json").exists()
+
+
+def test_a_worker_killed_in_mid_count_leaves_the_right_count(corpus, tmp_path, reference_run):
+    """SIGKILL a worker once it has sent part of its shard: Dask restarts it and re-runs the
+    lost tasks, and the count has the local runner's bytes."""
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    killed = DaskCluster(tmp_path, env={checkpoints.PAUSE_AT: "count.flushed",
+                                        checkpoints.PAUSE_DIR: str(pause)})
+    try:
+        out = tmp_path / "counts"
+        argv = ["--config", "5gram", "--train", corpus["train"], "--vocab",
+                str(reference_run / "vocab" / "vocab.txt"), "--num_buckets", "4",
+                "--batch_bytes", "2000", "--flush_links", "500", "--out", str(out)]
+        proc = subprocess.Popen([sys.executable, "-m", "snm", "count"] + argv
+                                + killed.options(), cwd=REPO, env=killed.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.kill(checkpoints.wait_for(str(pause), "count.flushed"), signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        killed.stop()
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    local = tmp_path / "local"
+    count_stage.main(argv[:-1] + [str(local)])
+    assert_same_tree(local, out)
+
+
+def assert_same_tree(a, b):
+    """The same files under ``a`` and ``b``, byte for byte; manifests up to the paths of
+    ``a`` and ``b`` themselves."""
+    def files(root):
+        return sorted(os.path.relpath(os.path.join(d, n), root)
+                      for d, _, names in os.walk(root) for n in names)
+    assert files(a) == files(b)
+    for name in files(a):
+        if name.endswith("manifest.json"):
+            assert normalized(a / name, a) == normalized(b / name, b), name
+        else:
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
