@@ -333,6 +333,11 @@ class Model:
 
     Use :meth:`load`; then :meth:`score_lines`, :meth:`evaluate_lines`,
     :meth:`prob` or :meth:`distribution`.
+
+    One model may be shared by threads: after ``__init__`` nothing in it
+    changes (its arrays are only read, the vocabulary's lookup table is built
+    here, and every call's work arrays are its own), so concurrent calls give
+    exactly the scores of one thread (``tests/test_model_threads.py``).
     """
 
     def __init__(self, manifest, vocab, arrays):
@@ -340,6 +345,7 @@ class Model:
         self._kernels = compiled
         self.manifest = manifest
         self.vocab = vocab
+        vocab.ids([])  # builds its lookup table now: nothing is built lazily while scoring
         self.config = parse_config(manifest["config"])
         self.extractor = FeatureExtractor(self.config, manifest["tags"])
         self.features = KeyIndex(arrays["feature_keys"], arrays["feature_index"])
@@ -351,6 +357,7 @@ class Model:
         # Unseen words read as <UNK>; the markers keep their ids.
         self.word_map = np.where(seen, np.arange(len(seen)), UNK_ID).astype(np.int32)
         self.word_map[[BOS_ID, EOS_ID]] = [BOS_ID, EOS_ID]
+        self.word_map.flags.writeable = False
         # Type id of each n-gram type's suffix one word shorter (same tag), else -1:
         # an n-gram (and its link) can be in the model only if that suffix is.
         types = self.extractor.feature_types

@@ -1,10 +1,25 @@
-"""Text to word ids, a batch of lines at a time (pyarrow string kernels, no Python loop).
+r"""Text to word ids, a batch of lines at a time (pyarrow string kernels, no Python loop).
 
 A line is one sentence; tokens are separated by whitespace.  Empty (or
 whitespace-only) lines are not sentences: they are skipped and counted, as are
 lines that could not be decoded (passed as ``None``).  The
 marker words ``<S>`` and ``</S>`` may not appear inside a sentence; where they
 do they are read as ``<UNK>`` and counted.  ``<UNK>`` in the text is ``<UNK>``.
+
+Whitespace is what Python's ``str.split()`` splits on (``str.isspace``):
+ASCII space, tab, ``\r``, ``\v``, ``\f``, the separators U+001C-U+001F,
+and Unicode's spaces and breaks (U+0085, U+00A0 no-break space, U+1680,
+U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).  pyarrow's
+``utf8_split_whitespace`` and ``utf8_trim_whitespace`` use exactly that set
+(``tests/test_input_text.py`` checks every code point), and so do the
+vocabulary file's checks (:meth:`snm_core.vocab.Vocabulary.parse`).
+Zero-width characters (U+200B, U+2060, U+FEFF) are not whitespace.  Words are
+not Unicode-normalised: ``"e\u0301"`` (e + combining acute) and ``"\u00e9"``
+are different words, in the vocabulary, the counts and scoring alike.
+Lines come from :mod:`snm_core.textfile`: one line per ``\n``, so U+2028 or
+U+0085 inside a line is whitespace, not a line end; a NUL byte makes a line
+invalid there (in a string handed to :func:`tokenize` directly it is a
+character of its word).
 """
 
 import dataclasses

@@ -1,15 +1,21 @@
-"""The one text reader: every stage reads sentences through :func:`line_batches`.
+r"""The one text reader: every stage reads sentences through :func:`line_batches`.
 
 Files are plain, ``.gz``, ``.bz2`` or ``.zst`` (by extension), local or in
 object storage (:mod:`snm_core.storage`).  One rule for every stage (count,
 join, eval, score, ``snm features --input``):
 
-* a line is what lies between newlines; a final newline ends the last line,
-  it does not start another;
-* a line that is not valid UTF-8 becomes ``None``: skipped and counted by
-  :func:`snm_core.text.tokenize` (``invalid_lines``), the first few logged
-  with file and line number;
+* a line is what lies between newlines (``\n`` only: ``\r``, U+0085,
+  U+2028 and U+2029 inside a line are whitespace, not line ends); a final
+  newline ends the last line, it does not start another;
+* a ``\r\n`` line end is a newline: its ``\r`` is dropped, so that no
+  stage (nor ``snm score``'s echo of the line) sees it;
+* a UTF-8 byte order mark at the start of a file is dropped;
+* a line that is not valid UTF-8, or that holds a NUL byte (binary data, a
+  UTF-16 file, the zero-filled tail of a file a crash cut short), becomes
+  ``None``: skipped and counted by :func:`snm_core.text.tokenize`
+  (``invalid_lines``), the first few logged with file and line number;
 * empty and whitespace-only lines are skipped and counted by ``tokenize``;
+* a line longer than a batch is read whole (in time linear in its length);
 * a damaged compressed file (truncated, or not compressed at all) is an
   error naming the file and the last line read.
 """
@@ -38,6 +44,8 @@ DEFAULT_BATCH_BYTES = 1 << 19
 MAX_LOGGED_BAD_LINES = 5
 #: Compression by file name ending.
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+#: The UTF-8 byte order mark: dropped at the start of a file.
+BOM = b"\xef\xbb\xbf"
 #: What reading a damaged compressed file raises.
 DECOMPRESSION_ERRORS = (EOFError, OSError, zlib.error, _isal_error, pa.ArrowInvalid)
 
@@ -90,29 +98,38 @@ class InvalidLineLog:
         self.limit = limit
         self.logged = 0
 
-    def __call__(self, path, line_no, error):
+    def __call__(self, path, line_no, problem):
+        """``problem``: what is wrong with the line, e.g. ``"not valid UTF-8 (...)"``."""
         if self.logged < self.limit:
             self.logged += 1
-            _log.warning("%s, line %d: not valid UTF-8 (%s at byte %d); line skipped",
-                         path, line_no, error.reason, error.start)
+            _log.warning("%s, line %d: %s; line skipped", path, line_no, problem)
 
 
 def decode_lines(data, path, first_line, log=None):
-    """Lines of ``data``; a line that is not valid UTF-8 becomes None (and is logged)."""
+    """Lines of ``data`` (whole lines); a line that is not valid UTF-8 or that holds a
+    NUL byte becomes None (and is logged)."""
+    if b"\r" in data:  # a memchr (a two-byte search costs as much as the decoding)
+        data = data.replace(b"\r\n", b"\n")
     if data.endswith(b"\n"):
         data = data[:-1]
-    try:
-        return data.decode("utf-8").split("\n")
-    except UnicodeDecodeError:
-        pass
+    if b"\0" not in data:
+        try:
+            return data.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            pass
     lines = []
     for i, line in enumerate(data.split(b"\n")):
         try:
-            lines.append(line.decode("utf-8"))
+            text = line.decode("utf-8")
+            problem = None
         except UnicodeDecodeError as e:
-            if log is not None:
-                log(path, first_line + i, e)
-            lines.append(None)  # counted and skipped by tokenize(); keeps the numbering
+            text, problem = None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+        nul = line.find(b"\0")
+        if text is not None and nul >= 0:
+            text, problem = None, f"a NUL byte at byte {nul} (binary data or UTF-16 text?)"
+        if problem is not None and log is not None:
+            log(path, first_line + i, problem)
+        lines.append(text)  # None: counted and skipped by tokenize(); keeps the numbering
     return lines
 
 
@@ -122,11 +139,14 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
     Only batches ``shard, shard + shards, ...`` are decoded and yielded (line
     numbers stay the file's, 1-based), so ``shards`` readers of one file
     share its lines without exchanging them.  ``lines`` holds None for a
-    line that is not valid UTF-8.
+    line that is not valid UTF-8 or holds a NUL byte.
+
+    A line longer than a batch makes one batch, however long: its pieces are
+    kept apart until its newline arrives, then joined once.
     """
     line_no = 1
     batch = 0
-    pending = b""
+    pending = []  # what was read since the last newline (no newline in it)
     with open_text(path) as f:
         while True:
             try:
@@ -137,15 +157,18 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
                     f"({type(e).__name__}: {e}); is it a complete "
                     f"{compression_of(path)} file?") from None
             if chunk:
-                pending += chunk
-                cut = pending.rfind(b"\n")
+                cut = chunk.rfind(b"\n")
                 if cut < 0:
-                    continue  # a line longer than a batch: keep reading
-                data, pending = pending[:cut + 1], pending[cut + 1:]
+                    pending.append(chunk)  # a line longer than a batch: keep reading
+                    continue
+                data = b"".join(pending + [chunk[:cut + 1]]) if pending else chunk[:cut + 1]
+                pending = [chunk[cut + 1:]] if cut + 1 < len(chunk) else []
             else:
-                data, pending = pending, b""
+                data, pending = b"".join(pending), []
                 if not data:
                     break
+            if batch == 0 and data.startswith(BOM):
+                data = data[len(BOM):]
             if batch % shards == shard:
                 lines = decode_lines(data, path, line_no, log)
                 yield line_no, lines
@@ -158,6 +181,6 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
 
 
 def read_lines(path, log=None):
-    """All lines of a text file (None for a line that is not valid UTF-8)."""
+    """All lines of a text file (None for a line that is not valid UTF-8 or holds a NUL)."""
     log = log if log is not None else InvalidLineLog()
     return [line for _, lines in line_batches(path, log=log) for line in lines]
