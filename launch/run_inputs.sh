@@ -1,4 +1,4 @@
-# Sourced by local.sh and flink.sh (not run on its own): turns the input
+# Sourced by local.sh, dask.sh and flink.sh (not run on its own): turns the input
 # variables into `snm train` arguments.  Both launchers run `snm train` on a
 # machine that sees the same paths as the Beam workers (this machine, or a
 # volume shared with the Flink task managers), so the rules are the same.

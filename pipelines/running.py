@@ -89,11 +89,14 @@ def release_memory():
 
 
 class CallOnce(beam.PTransform):
-    """``fn(elements, *args)`` once, with the list of all the input's elements.
+    """``fn(elements, *args)`` once, with the list of all the input's elements (in no
+    particular order).
 
     For a stage's last step (its manifest), given the small per-bucket results:
-    also runs when the input is empty.  The elements reach ``fn`` as a side
-    input (``CombineGlobally`` then ``Map`` would take one stage more).
+    also runs when the input is empty.  The elements and one marker meet in a
+    ``GroupByKey`` on a single key, so it runs as an ordinary step on every
+    runner: a side input would make Beam's Dask runner compute the whole
+    pipeline from inside one task, holding one worker idle while it waits.
     """
 
     def __init__(self, fn, *args):
@@ -102,10 +105,13 @@ class CallOnce(beam.PTransform):
 
     def expand(self, pcoll):
         fn, args = self.fn, self.args
-        return (pcoll.pipeline
-                | "Once" >> beam.Create([None])
-                | "Call" >> beam.Map(lambda _, elements: fn(list(elements), *args),
-                                     beam.pvalue.AsList(pcoll)))
+        marker = pcoll.pipeline | "Once" >> beam.Create([(0, (True, None))])
+        keyed = pcoll | "Key" >> beam.Map(lambda element: (0, (False, element)))
+        return ((marker, keyed)
+                | "WithMarker" >> beam.Flatten()
+                | "Gather" >> beam.GroupByKey()
+                | "Call" >> beam.MapTuple(lambda _, items: fn(
+                    [element for is_marker, element in items if not is_marker], *args)))
 
 
 def run_pipeline(beam_args, build, stage, shared_paths=()):

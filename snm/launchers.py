@@ -1,4 +1,4 @@
-"""Beam pipeline options for each way of running snm: local, Dataflow, Flink, portable.
+"""Beam pipeline options for each way of running snm: local, Dataflow, Flink, portable, Dask.
 
 Each function takes explicit keyword arguments, checks them and returns the
 list of ``--flag=value`` strings to append to a Beam stage's command line
@@ -13,6 +13,7 @@ call::
     python -m snm.launchers flink --flink_master HOST:PORT [--parallelism N] \\
         [--environment_type EXTERNAL] [--environment_config HOST:PORT] [--flink_version 1.19]
     python -m snm.launchers portable --job_endpoint HOST:PORT|embed --worker_pool HOST:PORT
+    python -m snm.launchers dask --address HOST:PORT
 
 which print the options one per line (exit status 2 and the reason on stderr
 for bad input).
@@ -308,6 +309,38 @@ def portable_options(*, job_endpoint, worker_pool):
             + _environment("EXTERNAL", worker_pool))
 
 
+def dask_options(*, address):
+    """Options for Beam's DaskRunner against a running Dask scheduler.
+
+    Every Dask worker needs ``snm`` installed and must see the run directory
+    under the same path (object storage, or a shared mount); each stage
+    checks the latter before it starts.
+
+    Parameters
+    ----------
+    address : str
+        The scheduler's ``HOST:PORT`` or ``tcp://HOST:PORT``.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    ValueError
+        If ``address`` is not ``HOST:PORT``.
+
+    Examples
+    --------
+    >>> dask_options(address="tcp://10.0.0.5:8786")
+    ['--runner=dask', '--dask_address=tcp://10.0.0.5:8786']
+    """
+    bare = address[len("tcp://"):] if isinstance(address, str) and \
+        address.startswith("tcp://") else address
+    _host_port(bare, "address")
+    return ["--runner=dask", f"--dask_address={address}"]
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m snm.launchers",
@@ -339,11 +372,14 @@ def _parser():
     portable = sub.add_parser("portable", help="PortableRunner with an SDK worker pool")
     portable.add_argument("--job_endpoint", required=True, help="HOST:PORT or embed")
     portable.add_argument("--worker_pool", required=True, help="HOST:PORT")
+
+    dask = sub.add_parser("dask", help="DaskRunner against a Dask scheduler")
+    dask.add_argument("--address", required=True, help="the scheduler's HOST:PORT")
     return parser
 
 
 def main(argv=None):
-    """Print the options of ``argv[0]`` (local, dataflow, flink, portable), one per line."""
+    """Print the options of ``argv[0]`` (local, dataflow, flink, portable, dask), one a line."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -364,6 +400,8 @@ def main(argv=None):
                                     environment_type=args.environment_type,
                                     environment_config=args.environment_config,
                                     flink_version=args.flink_version)
+        elif args.kind == "dask":
+            options = dask_options(address=args.address)
         else:
             options = portable_options(job_endpoint=args.job_endpoint,
                                        worker_pool=args.worker_pool)

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -13,58 +12,24 @@ distributed = pytest.importorskip("distributed")
 
 from pipelines import count as count_stage  # noqa: E402
 from snm import cli, train_cmd  # noqa: E402
+from snm.dask_cluster import LocalDaskCluster  # noqa: E402
 from snm_core import checkpoints  # noqa: E402
 from test_launch import (  # noqa: E402,F401
-    assert_same_run, corpus, normalized, reference_run, train_argv)
+    SLOW_SCRIPTS, assert_same_run, corpus, normalized, reference_run, train_argv)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
-DASK = os.path.join(os.path.dirname(sys.executable), "dask")
 
 
-class DaskCluster:
-    """A scheduler and ``--nworkers 2`` worker processes (each under a nanny, which
-    restarts a worker that dies), started in their own session and killed at the end."""
-
-    def __init__(self, root, env=None):
-        self.root = root
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(env or {})}
-        self.scheduler_file = str(root / "scheduler.json")
-        self.procs = []
-        self.log = open(root / "cluster.log", "wb")
-        self._start([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                     "--no-dashboard", "--scheduler-file", self.scheduler_file])
-        deadline = time.monotonic() + 60
-        while not os.path.exists(self.scheduler_file):
-            assert time.monotonic() < deadline, (root / "cluster.log").read_text()
-            time.sleep(0.1)
-        self._start([DASK, "worker", "--scheduler-file", self.scheduler_file,
-                     "--nworkers", "2", "--nthreads", "1", "--no-dashboard",
-                     "--local-directory", str(root / "workers")])
-        with distributed.Client(scheduler_file=self.scheduler_file, timeout=60) as client:
-            client.wait_for_workers(2, timeout=60)
-            self.address = client.scheduler.address
-
-    def _start(self, argv):
-        self.procs.append(subprocess.Popen(argv, cwd=self.root, env=self.env, stdout=self.log,
-                                           stderr=subprocess.STDOUT, start_new_session=True))
-
-    def options(self):
-        return ["--runner", "dask", "--dask_address", self.address]
-
-    def stop(self):
-        for proc in reversed(self.procs):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        self.log.close()
+def start_cluster(directory, env=None):
+    """Two worker processes of one thread; the workers import this test module too."""
+    return LocalDaskCluster(directory, workers=2, threads=1,
+                            env={"PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(env or {})})
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    started = DaskCluster(tmp_path_factory.mktemp("dask"))
+    started = start_cluster(tmp_path_factory.mktemp("dask"))
     yield started
     started.stop()
 
@@ -73,7 +38,7 @@ def test_train_on_dask_writes_the_local_runners_bytes(corpus, reference_run, clu
     """vocab, count, join and apply on two Dask worker processes: the same files, byte for
     byte, as on the in-process runner (fit and eval run here either way)."""
     out = tmp_path / "dask"
-    assert train_cmd.main(train_argv(corpus, out) + cluster.options()) == 0
+    assert train_cmd.main(train_argv(corpus, out) + cluster.runner_options()) == 0
     assert_same_run(reference_run, out)
 
 
@@ -82,7 +47,7 @@ def test_count_added_to_on_dask_matches_the_local_runner(corpus, cluster, tmp_pa
     """``--add_to`` reads the old buckets on the workers; both shuffles give the local bytes."""
     base = ["--config", "skip5gram", "--num_buckets", "4", "--shuffle", shuffle,
             "--batch_bytes", "4000"]
-    for name, extra in (("local", []), ("dask", cluster.options())):
+    for name, extra in (("local", []), ("dask", cluster.runner_options())):
         count_stage.main(base + ["--train", corpus["dev"], "--min_count", "1",
                                  "--out", str(tmp_path / name / "old")] + extra)
         count_stage.main(base + ["--train", corpus["train"], "--add_to",
@@ -115,7 +80,7 @@ def test_a_runner_that_loses_outputs_fails_the_stage(corpus, cluster, tmp_path, 
     monkeypatch.setattr(count_stage, "ExtractLinkPartials", EmitsFromFinishBundle)
     out = tmp_path / "lossy"
     status = cli.main(["count", "--config", "5gram", "--train", corpus["train"], "--min_count",
-                       "1", "--num_buckets", "4", "--out", str(out)] + cluster.options())
+                       "1", "--num_buckets", "4", "--out", str(out)] + cluster.runner_options())
     err = capsys.readouterr().err.strip()
     assert status == 1
     assert err.startswith("snm count: failed: count: ") and "never reported" in err, err
@@ -128,15 +93,15 @@ def test_a_worker_killed_in_mid_count_leaves_the_right_count(corpus, tmp_path, r
     lost tasks, and the count has the local runner's bytes."""
     pause = tmp_path / "pause"
     pause.mkdir()
-    killed = DaskCluster(tmp_path, env={checkpoints.PAUSE_AT: "count.flushed",
-                                        checkpoints.PAUSE_DIR: str(pause)})
+    killed = start_cluster(tmp_path, env={checkpoints.PAUSE_AT: "count.flushed",
+                                          checkpoints.PAUSE_DIR: str(pause)})
     try:
         out = tmp_path / "counts"
         argv = ["--config", "5gram", "--train", corpus["train"], "--vocab",
                 str(reference_run / "vocab" / "vocab.txt"), "--num_buckets", "4",
                 "--batch_bytes", "2000", "--flush_links", "500", "--out", str(out)]
         proc = subprocess.Popen([sys.executable, "-m", "snm", "count"] + argv
-                                + killed.options(), cwd=REPO, env=killed.env,
+                                + killed.runner_options(), cwd=REPO, env=killed.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         os.kill(checkpoints.wait_for(str(pause), "count.flushed"), signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=300)
@@ -160,3 +125,25 @@ def assert_same_tree(a, b):
             assert normalized(a / name, a) == normalized(b / name, b), name
         else:
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def run_dask_script(env, tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "run"),
+           "SYNTH_SENTENCES": "2000",
+           "EXTRA_ARGS": "--num_buckets 4 --metafeatures unlexicalized --epochs 2", **env}
+    proc = subprocess.run(["bash", os.path.join(REPO, "launch", "dask.sh")], env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--runner=dask" in proc.stderr
+    assert (tmp_path / "run" / "eval.json").exists()
+    return proc
+
+
+def test_dask_script_joins_a_running_cluster(cluster, tmp_path):
+    run_dask_script({"DASK_ADDRESS": cluster.address}, tmp_path)
+
+
+@SLOW_SCRIPTS
+def test_dask_script_starts_and_stops_its_own_cluster(tmp_path):
+    proc = run_dask_script({}, tmp_path)
+    assert "a local Dask cluster: 2 worker(s)" in proc.stderr

@@ -29,13 +29,15 @@ from apache_beam.options.pipeline_options import (DirectOptions, FlinkRunnerOpti
 import pytest
 
 from pipelines import count as count_stage
+from pipelines import runners
 from pipelines import vocab as vocab_stage
 from snm import launchers, train_cmd
 from snm_core import synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(REPO, "launch")
-SCRIPTS = ("local.sh", "dataflow.sh", "flink.sh", "cron_retrain.sh", "test_airflow.sh")
+SCRIPTS = ("local.sh", "dask.sh", "dataflow.sh", "flink.sh", "cron_retrain.sh",
+           "test_airflow.sh")
 SLOW_SCRIPTS = pytest.mark.skipif(not os.environ.get("SNM_TEST_SCRIPTS"),
                                   reason="real script runs take ~10 s each: SNM_TEST_SCRIPTS=1")
 
@@ -59,6 +61,15 @@ def test_local_options():
     options = beam_view(launchers.local_options(workers=5, mode="multi_threading"))
     assert options.view_as(DirectOptions).direct_num_workers == 5
     assert options.view_as(DirectOptions).direct_running_mode == "multi_threading"
+
+
+def test_dask_options():
+    options = beam_view(runners.normalize(launchers.dask_options(address="10.0.0.5:8786")))
+    assert options.view_as(StandardOptions).runner == runners.DASK_RUNNER
+    assert options.get_all_options()["address"] == "10.0.0.5:8786"
+    assert launchers.dask_options(address="tcp://h:1")[-1] == "--dask_address=tcp://h:1"
+    with pytest.raises(ValueError, match="address must be HOST:PORT"):
+        launchers.dask_options(address="no-port")
 
 
 def test_dataflow_options():
