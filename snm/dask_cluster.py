@@ -30,9 +30,13 @@ class LocalDaskCluster:
     workers, threads : int
     env : dict, optional
         Extra environment of every process (e.g. PYTHONPATH, fault-test settings).
+    worker_prefix : list of str, optional
+        A command the worker command is run under (the tests use ``unshare`` to
+        give the workers a filesystem view of their own).
     """
 
-    def __init__(self, directory, workers=2, threads=1, env=None, timeout=60):
+    def __init__(self, directory, workers=2, threads=1, env=None, timeout=60,
+                 worker_prefix=()):
         import distributed
         self.directory = str(directory)
         self.env = {**os.environ, **(env or {})}
@@ -50,7 +54,7 @@ class LocalDaskCluster:
                 if time.monotonic() > deadline or self.procs[0].poll() is not None:
                     raise RuntimeError(f"the Dask scheduler did not start; see {self.log.name}")
                 time.sleep(0.1)
-            self._start([dask, "worker", "--scheduler-file", scheduler_file,
+            self._start(list(worker_prefix) + [dask, "worker", "--scheduler-file", scheduler_file,
                          "--nworkers", str(workers), "--nthreads", str(threads),
                          "--no-dashboard", "--local-directory",
                          os.path.join(self.directory, "workers")])

@@ -147,3 +147,33 @@ def test_dask_script_joins_a_running_cluster(cluster, tmp_path):
 def test_dask_script_starts_and_stops_its_own_cluster(tmp_path):
     proc = run_dask_script({}, tmp_path)
     assert "a local Dask cluster: 2 worker(s)" in proc.stderr
+
+
+def private_mount_prefix(directory):
+    """A command prefix that runs a process with an empty tmpfs over ``directory``
+    (a mount namespace of its own), or None where this user cannot (not root)."""
+    prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+              f'mount -t tmpfs none "{directory}" && exec "$@"', "sh"]
+    probe = subprocess.run(prefix + ["true"], capture_output=True, check=False)
+    return prefix if probe.returncode == 0 else None
+
+
+def test_an_output_path_the_workers_cannot_see_is_refused(corpus, tmp_path, capsys):
+    """Workers whose /tmp/... is not this machine's (their own mount of it, as on other
+    machines): the stage refuses before it starts, naming the path and the workers."""
+    shared = tmp_path / "seen-only-here"
+    shared.mkdir()
+    prefix = private_mount_prefix(shared)
+    if prefix is None:
+        pytest.skip("needs unshare and mount (root) to give the workers their own view")
+    with LocalDaskCluster(tmp_path, workers=2, threads=1, worker_prefix=prefix,
+                          env={"PYTHONPATH": os.pathsep.join([REPO, TESTS])}) as blind:
+        out = shared / "counts"
+        status = cli.main(["count", "--config", "5gram", "--train", corpus["train"],
+                           "--min_count", "1", "--out", str(out)] + blind.runner_options())
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.startswith(f"snm count: error: {out / 'vocab'} is not visible from Dask "
+                          "worker(s) tcp://"), err
+    assert "give --out in object storage" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "vocab" / "manifest.json").exists()
