@@ -47,6 +47,7 @@ class AdjustBucket(beam.DoFn):
 
     def setup(self):
         import io
+        running.configure_allocators()
         self.theta = np.load(io.BytesIO(storage.read_bytes(self.theta_path)))
         _, extractor = self.settings.build()
         self.type_salts = extractor.type_salts

@@ -53,6 +53,7 @@ class ExtractHeldoutEvents(beam.DoFn):
         self.counters = {name: running.counter(name) for name in HELDOUT_STATS}
 
     def setup(self):
+        running.configure_allocators()
         self.vocab, self.extractor = self.settings.build()
 
     def process(self, shard):

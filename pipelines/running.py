@@ -4,6 +4,7 @@ the command line's parser, and :class:`CallOnce` for a stage's last step."""
 import argparse
 import logging
 import re
+import sys
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -73,12 +74,28 @@ def configure_allocators():
       heaps (the measurements: benchmarks/README.md, "Counting").
       :func:`release_memory` still trims at the end of a bundle;
       ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` in the environment
-      win.
+      win, except in a Dask worker: Dask's nanny sets
+      ``MALLOC_TRIM_THRESHOLD_=65536`` for every worker it starts, which made
+      the kernel 5-gram count take 1.7x as long (benchmarks/README.md,
+      "Counting on Dask").
 
     Process-wide, so stage DoFns call it in ``setup``.
     """
     pa.set_memory_pool(pa.system_memory_pool())
-    memory.set_thresholds(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+    memory.set_thresholds(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD,
+                          override_environment=_in_dask_worker())
+
+
+def _in_dask_worker():
+    """Whether this code runs in a task of a Dask worker."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return False
+    try:
+        distributed.get_worker()
+        return True
+    except ValueError:
+        return False
 
 
 def release_memory():

@@ -12,6 +12,7 @@ import collections
 import gc
 import importlib
 import importlib.util
+import logging
 import sys
 
 from snm_core.errors import SnmInputError, SnmStageError
@@ -122,6 +123,43 @@ def synth_main(argv):
 COMMANDS = {"features": features_main, "synth": synth_main}
 
 
+class _QuietFilter(logging.Filter):
+    """Drops log records that would put a traceback or noise before snm's own one line.
+
+    * A worker's :class:`SnmInputError`/:class:`SnmStageError`: Beam logs it
+      with its traceback (and, from worker processes, as text) before the
+      pipeline fails; the CLI then prints its one line.
+    * Beam's import-time warning that the BigQuery client libraries are
+      missing (snm uses none).
+    """
+
+    MARKERS = ("SnmInputError: ", "SnmStageError: ",
+               "apitools not found, and bigquery client libraries")
+
+    def filter(self, record):
+        if record.exc_info and isinstance(record.exc_info[1], (SnmInputError, SnmStageError)):
+            return False
+        message = record.getMessage()
+        return not any(marker in message for marker in self.MARKERS)
+
+
+def configure_logging():
+    """Warnings and errors on stderr, as Beam's default, through :class:`_QuietFilter`.
+
+    Called before Beam is imported: its first warning would otherwise install
+    the root handler itself (``logging.basicConfig``)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+        root.addHandler(handler)
+        if root.level == logging.NOTSET or root.level > logging.WARNING:
+            root.setLevel(logging.WARNING)
+    for handler in root.handlers:
+        if not any(isinstance(f, _QuietFilter) for f in handler.filters):
+            handler.addFilter(_QuietFilter())
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     available = sorted(set(COMMANDS) | {k for k, v in {**PIPELINES, **TOOLS}.items()
@@ -139,6 +177,7 @@ def main(argv=None):
             print(f"snm: unknown command {command!r}; commands: {', '.join(available)}",
                   file=sys.stderr)
             return 2
+        configure_logging()
         entry = importlib.import_module(module)
         if command in PIPELINES:
             entry.main(rest)

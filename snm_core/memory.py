@@ -38,15 +38,16 @@ FIT_MMAP_THRESHOLD = 256 << 10
 FIT_TRIM_THRESHOLD = 1 << 20
 
 
-def set_thresholds(mmap_threshold, trim_threshold):
+def set_thresholds(mmap_threshold, trim_threshold, override_environment=False):
     """Fix glibc's thresholds (process-wide): blocks above ``mmap_threshold`` are
     mapped from the system and unmapped when freed; the top of a heap above
     ``trim_threshold`` is given back.  ``MALLOC_MMAP_THRESHOLD_`` or
-    ``MALLOC_TRIM_THRESHOLD_`` in the environment win."""
+    ``MALLOC_TRIM_THRESHOLD_`` in the environment win, unless
+    ``override_environment``."""
     import os
 
-    if LIBC is not None and hasattr(LIBC, "mallopt") and not any(
-            name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+    if LIBC is not None and hasattr(LIBC, "mallopt") and (override_environment or not any(
+            name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))):
         LIBC.mallopt(M_MMAP_THRESHOLD, mmap_threshold)
         LIBC.mallopt(M_TRIM_THRESHOLD, trim_threshold)
 
