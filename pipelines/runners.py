@@ -14,6 +14,7 @@
 
 import difflib
 import os
+import textwrap
 import uuid
 
 from snm_core import storage
@@ -32,10 +33,11 @@ REMOTE_ONLY_RUNNERS = ("DataflowRunner",)
 #: Where Beam's pipeline options are documented (``--help`` epilogs, errors).
 BEAM_OPTIONS_URL = ("https://beam.apache.org/releases/pydoc/current/"
                     "apache_beam.options.pipeline_options.html")
-RUNNER_HELP = ("Other arguments are Beam pipeline options: --runner (FnApiRunner by default; "
-               "dask with --dask_address HOST:PORT for a Dask cluster; dataflow, flink, ...), "
-               "--direct_num_workers, --direct_running_mode; see " + BEAM_OPTIONS_URL +
-               " and the README's \"Running on a cluster\".")
+RUNNER_HELP = textwrap.fill(
+    "Other arguments are Beam pipeline options: --runner (FnApiRunner by default; dask with "
+    "--dask_address HOST:PORT for a Dask cluster; dataflow, flink, ...), --direct_num_workers, "
+    "--direct_running_mode; see the README's \"Running on a cluster\" and "
+    + BEAM_OPTIONS_URL, width=79, break_on_hyphens=False, break_long_words=False)
 
 
 def normalize(beam_args):
