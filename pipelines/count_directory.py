@@ -4,7 +4,7 @@ vocabulary (read once per worker process)."""
 import collections
 import threading
 
-from snm_core import storage, tables
+from snm_core import storage, tables, validation
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
@@ -67,13 +67,11 @@ class CountDirectory:
 
     @classmethod
     def load(cls, counts_dir):
-        manifest = tables.read_manifest(counts_dir, "count")
-        path = storage.join(counts_dir, "vocab.txt")
-        if Vocabulary.parse(storage.read_bytes(path).decode("utf-8"), path).fingerprint() != \
-                manifest["vocabulary_fingerprint"]:
-            raise SnmInputError(f"{counts_dir}/vocab.txt does not match its manifest; "
-                                "re-run snm count")
-        return cls(counts_dir, manifest)
+        """Check the count directory (:func:`snm_core.validation.validate_directory`:
+        manifest, Parquet footers, vocab.txt against its fingerprint) and load its manifest."""
+        checked = validation.validate_directory(counts_dir, "count")
+        share_vocabulary(storage.join(counts_dir, "vocab.txt"), checked.vocabulary)
+        return cls(counts_dir, checked.manifest)
 
     def vocabulary(self):
         return shared_vocabulary(storage.join(self.counts_dir, "vocab.txt"),
@@ -89,5 +87,6 @@ class CountDirectory:
         return self.vocabulary(), extractor
 
     def bucket_paths(self, bucket):
-        return {prefix: storage.join(self.counts_dir, tables.bucket_file(prefix, bucket, self.num_buckets))
+        return {prefix: storage.join(self.counts_dir,
+                                     tables.bucket_file(prefix, bucket, self.num_buckets))
                 for prefix in ("features", "links")}

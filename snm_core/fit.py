@@ -34,7 +34,7 @@ import time
 
 import pyarrow as pa
 
-from snm_core import kernels, memory, storage, tables, trainer
+from snm_core import kernels, memory, storage, tables, trainer, validation
 from snm_core import metafeatures as mf
 from snm_core.errors import SnmInputError
 
@@ -218,7 +218,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     started = time.perf_counter()
     log_entries = []
     problems = {}
-    join_manifest = tables.read_manifest(join_dir, "join")
+    join_manifest = validation.validate_directory(join_dir, "join").manifest
     # A directory without a manifest is not a finished fit: never old settings
     # beside a new theta if this run is cut short.
     storage.remove_file(storage.join(out_dir, tables.MANIFEST))
@@ -309,10 +309,10 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
 
 def load_theta(fit_dir):
     """``(theta float32 (hash_size,), MetaFeatureSpec, manifest)`` of a fit directory."""
-    manifest = tables.read_manifest(fit_dir, "fit")
-    theta = storage.read_npy(storage.join(fit_dir, "theta.npy"))
-    spec = mf.MetaFeatureSpec(**manifest["metafeatures"])
-    if theta.shape != (spec.hash_size,):
-        raise SnmInputError(f"{fit_dir}/theta.npy has shape {theta.shape}, expected "
-                            f"({spec.hash_size},)")
-    return theta, spec, manifest
+    manifest = validation.validate_directory(fit_dir, "fit").manifest  # theta's header too
+    path = storage.join(fit_dir, "theta.npy")
+    try:
+        theta = storage.read_npy(path)
+    except (OSError, ValueError, EOFError) as e:
+        raise SnmInputError(f"{path}: cannot read ({tables.one_line(e)}); re-run snm fit") from None
+    return theta, mf.MetaFeatureSpec(**manifest["metafeatures"]), manifest

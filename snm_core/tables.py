@@ -56,18 +56,51 @@ SMALL_M = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", p
                      ("diversity", pa.int64()), ("tag", pa.int16()), ("type", pa.int16())])
 
 
+def one_line(error, limit=300):
+    """``str(error)`` on one line of printable characters, at most ``limit`` long: a
+    library's message (pyarrow's may hold newlines and control bytes) inside ours."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in str(error)).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def bucket_file(prefix, bucket, num_buckets):
     return f"{prefix}-{bucket:05d}-of-{num_buckets:05d}.parquet"
 
 
+#: What each manifest kind is, and the command that writes it (for error messages).
+KINDS = {"vocab": ("a vocabulary directory", "snm vocab"),
+         "count": ("a count directory", "snm count"),
+         "join": ("a join directory", "snm join"),
+         "fit": ("a fit directory", "snm fit"),
+         "model": ("a model directory", "snm apply"),
+         "compact": ("a model's compact/ directory", "snm apply")}
+
+
+def writer(kind):
+    """The command that writes a ``kind`` directory: ``"snm apply"`` for ``"model"``."""
+    return KINDS.get(kind, (None, f"snm {kind}"))[1]
+
+
 def check_manifest(manifest, path, kind):
     """Raise :class:`SnmInputError` unless ``manifest`` (from ``path``) is a current ``kind``'s."""
-    if manifest.get("kind") != kind:
-        raise SnmInputError(f"{path}: this is the output of 'snm {manifest.get('kind')}', "
-                            f"expected 'snm {kind}'")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise SnmInputError(f"{path}: format version {manifest.get('format_version')}, this "
-                            f"release reads version {FORMAT_VERSION}; re-run 'snm {kind}'")
+    name, command = KINDS.get(kind, (f"a {kind} directory", writer(kind)))
+    found = manifest.get("kind") if isinstance(manifest, dict) else None
+    if found != kind:
+        if found in KINDS:
+            what = f"{KINDS[found][0]} (the output of '{KINDS[found][1]}')"
+        else:
+            what = "not an snm stage's manifest" if found is None else \
+                f"of unknown kind {found!r}"
+        raise SnmInputError(f"{path}: this is {what}, expected '{command}' output "
+                            f"({name}); check the path")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise SnmInputError(f"{path}: format version {version} is newer than this release "
+                                f"reads ({FORMAT_VERSION}); upgrade snm, or re-run "
+                                f"'{command}' with this release")
+        raise SnmInputError(f"{path}: format version {version}, this release reads version "
+                            f"{FORMAT_VERSION}; re-run '{command}'")
 
 
 def read_manifest(directory, kind):
@@ -84,7 +117,7 @@ def read_manifest(directory, kind):
         data = storage.read_bytes(path)
     except FileNotFoundError:
         raise SnmInputError(f"{directory}: no {MANIFEST}; not the output of a finished "
-                            f"'snm {kind}' run (re-run that stage)") from None
+                            f"'{writer(kind)}' run (re-run that stage)") from None
     except OSError as e:
         raise SnmInputError(f"{path}: cannot read ({e})") from None
     try:
@@ -95,7 +128,8 @@ def read_manifest(directory, kind):
     present = set(storage.listdir(directory))
     for name in manifest.get("files", []):
         if name not in present and not storage.isfile(storage.join(directory, name)):
-            raise SnmInputError(f"{directory}: {name} is listed in {MANIFEST} but missing")
+            raise SnmInputError(f"{storage.join(directory, name)} is listed in {MANIFEST} but "
+                                f"missing; re-run '{writer(kind)}'")
     return manifest
 
 
@@ -103,8 +137,8 @@ def read_table(path, schema, columns=None):
     """Read a Parquet file and check it has ``schema``'s columns with their types."""
     try:
         table = storage.read_parquet(path, columns=columns)
-    except (OSError, pa.ArrowInvalid) as e:
-        raise SnmInputError(f"{path}: cannot read as Parquet ({e})") from None
+    except (OSError, pa.ArrowException) as e:
+        raise SnmInputError(f"{path}: cannot read as Parquet ({one_line(e)})") from None
     for name in columns or schema.names:
         want = schema.field(name).type
         if name not in table.column_names:

@@ -1,0 +1,265 @@
+"""Damaged stage directories: each consumer refuses them with one line naming the file.
+
+One small ``snm train`` run gives real count, join, fit and model directories;
+each test copies the one it damages and runs the command that reads it
+(``snm.cli.main``, in this process, and two through a real ``python -m snm``).
+"""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from snm import cli
+from snm.train_cmd import main as train
+from snm_core import synthetic, tables, validation
+from snm_core.errors import SnmInputError
+
+HASH_SIZE = 1024
+BUCKETS = 2
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """``{"corpus": (train, dev, test), "counts": DIR, "heldout": DIR, "adjust": DIR,
+    "model": DIR}`` of one small run."""
+    root = tmp_path_factory.mktemp("validation")
+    corpus = synthetic.write_corpus(str(root / "corpus"), num_train=300, num_dev=60,
+                                    num_test=30, seed=5)
+    out = root / "run"
+    assert train(["--config", "5gram", "--train", corpus[0], "--heldout", corpus[1],
+                  "--test", corpus[2], "--out", str(out), "--metafeatures", "unlexicalized",
+                  "--epochs", "1", "--hash_size", str(HASH_SIZE),
+                  "--num_buckets", str(BUCKETS)]) == 0
+    return {"corpus": corpus, **{name: str(out / name)
+                                 for name in ("counts", "heldout", "adjust", "model")}}
+
+
+# --- damage -------------------------------------------------------------------------------
+
+def truncate(path):
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:len(data) // 2])
+
+
+def garbage(path):
+    size = os.path.getsize(path)
+    open(path, "wb").write(random.Random(7).randbytes(size))
+
+
+def damage_first_page(path):
+    """Overwrite the first data page's header: the footer stays readable, reading fails."""
+    data = bytearray(open(path, "rb").read())
+    data[4:40] = b"\xff" * 36
+    open(path, "wb").write(bytes(data))
+
+
+def float64_theta(path):
+    np.save(path, np.zeros(HASH_SIZE, np.float64))
+
+
+def edit_vocabulary(path):
+    words = open(path, encoding="utf-8").read().split("\n")
+    words[10] += "x"  # one word changed
+    open(path, "w", encoding="utf-8").write("\n".join(words))
+
+
+def future_version(path):
+    manifest = json.load(open(path))
+    manifest["format_version"] = tables.FORMAT_VERSION + 1
+    json.dump(manifest, open(path, "w"))
+
+
+def remove(path):
+    os.unlink(path)
+
+
+def other_schema(path):
+    """A valid Parquet file of another table (the count's links) in its place."""
+    pq.write_table(pq.read_table(path).select(["feature", "word", "count", "continuation"]), path)
+
+
+def fewer_rows(path):
+    """A valid file of the right schema that lost its last row."""
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, table.num_rows - 1), path)
+
+
+# --- the commands that read each directory ----------------------------------------------
+
+def join(run, dirs, out):
+    return ["join", "--counts", dirs.get("counts", run["counts"]),
+            "--heldout", run["corpus"][1], "--out", out]
+
+
+def fit(run, dirs, out):
+    return ["fit", "--small_m", dirs.get("heldout", run["heldout"]), "--out", out,
+            "--metafeatures", "unlexicalized", "--epochs", "1", "--hash_size", str(HASH_SIZE)]
+
+
+def apply(run, dirs, out):
+    return ["apply", "--counts", dirs.get("counts", run["counts"]),
+            "--theta", dirs.get("adjust", run["adjust"]), "--out", out]
+
+
+def evaluate(run, dirs, out):
+    return ["eval", "--model", dirs.get("model", run["model"]), run["corpus"][2]]
+
+
+def export_arpa(run, dirs, out):
+    return ["export-arpa", "--model", dirs.get("model", run["model"]),
+            "--out", os.path.join(out, "model.arpa")]
+
+
+def add_to(run, dirs, out):
+    return ["count", "--config", "5gram", "--train", run["corpus"][0],
+            "--add_to", dirs.get("counts", run["counts"]), "--out", out]
+
+
+#: (directory damaged, file in it, damage, command, what the message says)
+CASES = {
+    "count links truncated": ("counts", "links-00001-of-00002.parquet", truncate, join,
+                              "not a readable Parquet file"),
+    "count features garbage": ("counts", "features-00000-of-00002.parquet", garbage, apply,
+                               "not a readable Parquet file"),
+    "count links data page damaged": ("counts", "links-00000-of-00002.parquet",
+                                      damage_first_page, join, "cannot read as Parquet"),
+    "count vocab edited": ("counts", "vocab.txt", edit_vocabulary, join,
+                           "does not match its manifest"),
+    "count vocab edited, add_to": ("counts", "vocab.txt", edit_vocabulary, add_to,
+                                   "does not match its manifest"),
+    "count links truncated, add_to": ("counts", "links-00000-of-00002.parquet", truncate,
+                                      add_to, "not a readable Parquet file"),
+    "count features missing": ("counts", "features-00001-of-00002.parquet", remove, apply,
+                               "is listed in manifest.json but missing"),
+    "count from the future": ("counts", "manifest.json", future_version, join,
+                              "upgrade snm"),
+    "join small_m garbage": ("heldout", "small_m-00000-of-00002.parquet", garbage, fit,
+                             "not a readable Parquet file"),
+    "join events truncated": ("heldout", "events-0000-000000001.parquet", truncate, fit,
+                              "not a readable Parquet file"),
+    "join small_m data page damaged": ("heldout", "small_m-00001-of-00002.parquet",
+                                       damage_first_page, fit, "cannot read as Parquet"),
+    "join small_m of another schema": ("heldout", "small_m-00000-of-00002.parquet",
+                                       other_schema, fit, "column 'feature_count' is missing"),
+    "join from the future": ("heldout", "manifest.json", future_version, fit, "upgrade snm"),
+    "fit theta truncated": ("adjust", "theta.npy", truncate, apply, "truncated or damaged"),
+    "fit theta float64": ("adjust", "theta.npy", float64_theta, apply,
+                          "float64 of shape (1024,), expected float32"),
+    "fit theta garbage": ("adjust", "theta.npy", garbage, apply, "not a readable .npy array"),
+    "fit theta missing": ("adjust", "theta.npy", remove, apply, "is listed"),
+    "model vocab edited, eval": ("model", "vocab.txt", edit_vocabulary, evaluate,
+                                 "does not match its manifest"),
+    "model vocab edited, export": ("model", "vocab.txt", edit_vocabulary, export_arpa,
+                                   "does not match its manifest"),
+    "model from the future": ("model", "manifest.json", future_version, evaluate,
+                              "upgrade snm"),
+    "model matrix truncated": ("model", "matrix-00000-of-00002.parquet", truncate,
+                               export_arpa, "not a readable Parquet file"),
+    "model features missing": ("model", "features-00001-of-00002.parquet", remove,
+                               export_arpa, "is listed"),
+    "model theta float64": ("model", "theta.npy", float64_theta, evaluate,
+                            "expected float32"),
+    "model compact array truncated": ("model", "compact/link_m.npy", truncate, evaluate,
+                                      "to have it built again"),
+    "model compact array garbage": ("model", "compact/feature_keys.npy", garbage, evaluate,
+                                    "cannot load"),
+}
+
+
+def damaged_copy(run, tmp_path, kind, name, damage):
+    directory = str(tmp_path / kind)
+    shutil.copytree(run[kind], directory)
+    damage(os.path.join(directory, name))
+    return directory
+
+
+def refused(args, capsys, out):
+    """Run the CLI; its one stderr line (it must exit 2 and write no manifest)."""
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"snm {args[0]}: error: ")
+    assert not os.path.exists(os.path.join(out, tables.MANIFEST))
+    assert not os.path.exists(os.path.join(out, "model.arpa"))
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_damaged_input_is_one_line_naming_the_file(run, tmp_path, capsys, case):
+    kind, name, damage, command, says = CASES[case]
+    directory = damaged_copy(run, tmp_path, kind, name, damage)
+    out = str(tmp_path / "out")
+    line = refused(command(run, {kind: directory}, out), capsys, out)
+    assert os.path.join(directory, name) in line
+    assert says in line
+
+
+def test_rows_that_do_not_add_up_name_the_files(run, tmp_path, capsys):
+    directory = damaged_copy(run, tmp_path, "counts", "links-00001-of-00002.parquet",
+                             fewer_rows)
+    out = str(tmp_path / "out")
+    line = refused(join(run, {"counts": directory}, out), capsys, out)
+    assert f"{directory}: its links-*.parquet files hold" in line
+    assert "re-run it" in line
+
+
+@pytest.mark.parametrize("command, option, given, found", [
+    (join, "counts", "model", "a model directory (the output of 'snm apply'), expected "
+                              "'snm count' output"),
+    (fit, "heldout", "counts", "a count directory (the output of 'snm count'), expected "
+                               "'snm join' output"),
+    (apply, "adjust", "heldout", "a join directory (the output of 'snm join'), expected "
+                                 "'snm fit' output"),
+    (evaluate, "model", "adjust", "a fit directory (the output of 'snm fit'), expected "
+                                  "'snm apply' output (a model directory)"),
+])
+def test_another_stage_s_directory_is_named_as_such(run, tmp_path, capsys, command, option,
+                                                     given, found):
+    out = str(tmp_path / "out")
+    line = refused(command(run, {option: run[given]}, out), capsys, out)
+    assert f"{os.path.join(run[given], 'manifest.json')}: this is {found}" in line
+
+
+def test_a_model_without_compact_checks_its_tables_before_building_it(run, tmp_path, capsys):
+    directory = damaged_copy(run, tmp_path, "model", "features-00000-of-00002.parquet",
+                             truncate)
+    shutil.rmtree(os.path.join(directory, "compact"))
+    line = refused(evaluate(run, {"model": directory}, ""), capsys, str(tmp_path))
+    assert os.path.join(directory, "features-00000-of-00002.parquet") in line
+    assert not os.path.exists(os.path.join(directory, "compact", tables.MANIFEST))
+
+
+def test_undamaged_directories_pass_and_return_their_vocabulary(run):
+    for kind, directory in (("count", run["counts"]), ("join", run["heldout"]),
+                            ("fit", run["adjust"]), ("model", run["model"])):
+        checked = validation.validate_directory(directory, kind)
+        assert checked.manifest["kind"] == kind
+        assert (checked.vocabulary is not None) == (kind in ("count", "model"))
+    vocab = os.path.join(os.path.dirname(run["counts"]), "vocab")
+    assert len(validation.validate_directory(vocab, "vocab").vocabulary) > 3
+    with pytest.raises(SnmInputError, match="expected 'snm count' output"):
+        validation.validate_directory(run["model"], "count")
+
+
+@pytest.mark.parametrize("kind, name, damage, command", [
+    ("counts", "links-00000-of-00002.parquet", damage_first_page, join),  # in a Beam worker
+    ("model", "compact/link_keys.npy", truncate, evaluate),
+])
+def test_the_command_prints_one_line_and_exits_2(run, tmp_path, kind, name, damage, command):
+    """The real command line: nothing but snm's line on stderr (no Beam log, no traceback)."""
+    directory = damaged_copy(run, tmp_path, kind, name, damage)
+    out = str(tmp_path / "out")
+    proc = subprocess.run([sys.executable, "-m", "snm", *command(run, {kind: directory}, out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and os.path.join(directory, name) in lines[0], proc.stderr
+    assert not os.path.exists(os.path.join(out, tables.MANIFEST))
