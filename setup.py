@@ -30,9 +30,13 @@ setup(
         # moto[server]: a real S3-protocol server on localhost for the storage tests.
         # apache-beam[dask]: Beam's DaskRunner and dask/distributed, whose scheduler and
         # worker processes the cluster tests start on localhost.
-        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5", "apache-beam[dask]"],
+        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5", "apache-beam[dask]",
+                 "boto3>=1.35"],
         # --runner dask: Beam's DaskRunner against a Dask cluster (launch/dask.sh).
         "dask": ["apache-beam[dask]"],
+        # boto3: the run lock of an s3:// directory is a conditional write (If-None-Match),
+        # which pyarrow.fs cannot make.
+        "s3": ["boto3>=1.35"],
     },
     # The fit's and apply's loops in C, called through ctypes: numba, which
     # compiles scoring, costs ~150 MiB of RSS a process, twice what the whole

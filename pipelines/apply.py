@@ -30,6 +30,7 @@ import numpy as np
 from pipelines import count_directory, running
 from snm_core import model as model_lib
 from snm_core import losscheck, storage, tables
+from snm_core.checkpoints import checkpoint
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
 from snm_core.metafeatures import MetaFeatureSpec
@@ -62,6 +63,7 @@ class AdjustBucket(beam.DoFn):
         num_buckets = self.settings.num_buckets
         storage.write_parquet(matrix, storage.join(self.out, tables.bucket_file("matrix", bucket,
                                                                              num_buckets)))
+        checkpoint("apply.bucket")  # fault tests stop a worker here, mid-write
         storage.write_parquet(model_features, storage.join(
             self.out, tables.bucket_file("features", bucket, num_buckets)))
         self.links_counter.inc(matrix.num_rows)
@@ -127,9 +129,10 @@ def main(argv=None):
 
 def run(args, beam_args=()):
     """Run the apply pipeline, then build the scoring arrays; returns the model's manifest."""
+    from snm_core.validation import validate_directory
     beam_args = list(beam_args)
-    settings = count_directory.CountDirectory.load(args.counts)
-    fit_manifest = tables.read_manifest(args.theta, "fit")
+    settings = count_directory.CountDirectory.load(args.counts)  # validated
+    fit_manifest = validate_directory(args.theta, "fit").manifest  # theta.npy's header too
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
         raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
                             f"{args.counts}; run snm join and snm fit on these counts")

@@ -188,6 +188,7 @@ class MergeBucket(beam.DoFn):
             len(self.extractor.feature_types))
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
+        checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
         self.features_counter.inc(features.num_rows)
         yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions})
         yield bucket, ("links", self.shuffle.send(
@@ -570,7 +571,12 @@ def run(args, beam_args=()):
                                                   sources, [s.name for s in shards], scratch,
                                                   previous))
 
-    metrics = running.run_pipeline(beam_args, build, "count", shared_paths=[args.out, scratch])
+    try:
+        metrics = running.run_pipeline(beam_args, build, "count",
+                                       shared_paths=[args.out, scratch])
+    except BaseException:
+        ArrayShuffle("files", scratch).cleanup()  # a failed count's parts are of no use
+        raise
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
     if manifest["totals"]["key_collisions"]:
         logging.warning("%d feature keys are shared by two different features (64-bit hash "

@@ -35,6 +35,7 @@ import numpy as np
 from pipelines import count_directory, reading, running
 from snm_core import hashing, heldout, losscheck, storage, tables, textfile
 from snm_core.arrays import sorted_distinct
+from snm_core.checkpoints import checkpoint
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
 from snm_core.text import tokenize
@@ -97,6 +98,7 @@ class JoinBucket(beam.DoFn):
         small_m = heldout.select_rows(features, links, keys)
         name = tables.bucket_file("small_m", bucket, self.num_buckets)
         storage.write_parquet(small_m, storage.join(self.out, name))
+        checkpoint("join.bucket")  # fault tests stop a worker here
         self.links_counter.inc(small_m.num_rows)
         yield {"small_m_links": small_m.num_rows,
                "small_m_features": len(sorted_distinct(small_m["feature"].to_numpy())),

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from pipelines import runners
 from snm_core import memory, storage
-from snm_core.errors import SnmInputError, SnmStageError
+from snm_core.errors import OUT_OF_MEMORY, SnmInputError, SnmStageError
 
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -156,22 +156,48 @@ def run_pipeline(beam_args, build, stage, shared_paths=()):
     return metric_totals(result)
 
 
+#: A worker's full disk or exhausted memory, as runners render it in their wrapping.
+_RESOURCE_TEXT = re.compile(r"\[Errno (%s)\][^\n\[]*?(?:: '([^']+)')?(?: \[while|$)"
+                            % "|".join(str(n) for n in storage.RESOURCE_ERRNOS), re.MULTILINE)
+
+
 _SNM_ERROR = re.compile(r"\b(SnmInputError|SnmStageError): (.+?)(?: \[while running [^\]]*\])*$",
                         re.MULTILINE)
 
 
 def _snm_error(error, stage):
-    """The :class:`SnmInputError`/:class:`SnmStageError` inside a runner's wrapping of a
-    worker's exception (found by type along the chain, else in the message), or ``error``."""
+    """What a runner's wrapping of a worker's exception holds, as snm's own error: an
+    :class:`SnmInputError`/:class:`SnmStageError` (found by type along the chain, else in
+    the message), a full disk or memory exhausted (an :class:`SnmStageError` naming the
+    stage); else ``error`` itself."""
+    def staged(message):
+        message = message.split(" [while running")[0].splitlines()[0].strip()
+        return message if message.startswith(f"{stage}: ") else f"{stage}: {message}"
+
     seen = error
     while seen is not None:
-        if isinstance(seen, (SnmInputError, SnmStageError)):
-            return type(seen)(str(seen).split(" [while running")[0].splitlines()[0])
+        if isinstance(seen, SnmInputError):
+            return SnmInputError(str(seen).split(" [while running")[0].splitlines()[0])
+        if isinstance(seen, SnmStageError):
+            return SnmStageError(staged(str(seen)))
+        if storage.resource_error_message(seen):
+            return SnmStageError(staged(storage.resource_error_message(seen)))
+        if isinstance(seen, MemoryError):
+            return SnmStageError(staged(OUT_OF_MEMORY))
         seen = seen.__cause__ or seen.__context__
-    match = _SNM_ERROR.search(str(error))
+    text = str(error)
+    match = _SNM_ERROR.search(text)
     if match:
-        kind = SnmInputError if match.group(1) == "SnmInputError" else SnmStageError
-        return kind(match.group(2).strip())
+        if match.group(1) == "SnmInputError":
+            return SnmInputError(match.group(2).strip())
+        return SnmStageError(staged(match.group(2)))
+    match = _RESOURCE_TEXT.search(text)
+    if match:
+        what = storage.RESOURCE_ERRNOS[int(match.group(1))]
+        return SnmStageError(staged(f"writing {match.group(2)}: {what}" if match.group(2)
+                                    else what))
+    if re.search(r"\bMemoryError\b", text):
+        return SnmStageError(staged(OUT_OF_MEMORY))
     return error
 
 

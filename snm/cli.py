@@ -15,7 +15,7 @@ import importlib.util
 import logging
 import sys
 
-from snm_core.errors import SnmInputError, SnmStageError
+from snm_core.errors import OUT_OF_MEMORY, SnmInputError, SnmStageError
 
 #: Subcommands that are whole Beam pipelines: name -> module with ``main(argv)``.
 PIPELINES = {
@@ -126,18 +126,22 @@ COMMANDS = {"features": features_main, "synth": synth_main}
 class _QuietFilter(logging.Filter):
     """Drops log records that would put a traceback or noise before snm's own one line.
 
-    * A worker's :class:`SnmInputError`/:class:`SnmStageError`: Beam logs it
-      with its traceback (and, from worker processes, as text) before the
-      pipeline fails; the CLI then prints its one line.
+    * A worker's :class:`SnmInputError`/:class:`SnmStageError`, full disk or
+      exhausted memory: Beam logs it with its traceback (and, from worker
+      processes, as text) before the pipeline fails; the CLI then prints its
+      one line.
     * Beam's import-time warning that the BigQuery client libraries are
       missing (snm uses none).
     """
 
-    MARKERS = ("SnmInputError: ", "SnmStageError: ",
-               "apitools not found, and bigquery client libraries")
+    MARKERS = ("SnmInputError: ", "SnmStageError: ", "MemoryError: ", "[Errno 28] ",
+               "[Errno 27] ", "[Errno 122] ", "apitools not found, and bigquery client libraries")
 
     def filter(self, record):
-        if record.exc_info and isinstance(record.exc_info[1], (SnmInputError, SnmStageError)):
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (SnmInputError, SnmStageError, MemoryError)):
+            return False
+        if isinstance(error, OSError) and error.errno in (28, 27, 122):  # disk full, quota
             return False
         message = record.getMessage()
         return not any(marker in message for marker in self.MARKERS)
@@ -188,6 +192,16 @@ def main(argv=None):
         return 2
     except SnmStageError as e:
         print(f"snm {command}: failed: {e}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"snm {command}: failed: {OUT_OF_MEMORY}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        from snm_core.storage import resource_error_message
+        message = resource_error_message(e)
+        if message is None:
+            raise
+        print(f"snm {command}: failed: {message}", file=sys.stderr)
         return 1
 
 

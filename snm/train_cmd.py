@@ -40,8 +40,9 @@ from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
 from snm_core import memory, storage, tables
+from snm_core.checkpoints import checkpoint
 from snm_core.config import load_config
-from snm_core.errors import SnmInputError
+from snm_core.errors import SnmInputError, SnmStageError
 from snm_core.fit import fit_directory
 from snm_core.model import write_model_card
 from snm_core.runlock import run_lock
@@ -82,7 +83,12 @@ class Runner:
             return
         print(f"=== {number}/{len(STAGES)} {name} ===", flush=True)
         start = time.perf_counter()
-        run()
+        try:
+            run()
+        except SnmStageError as e:  # a fault: name the stage it stopped
+            message = str(e)
+            raise SnmStageError(message if message.startswith(f"{name}: ")
+                                else f"{name}: {message}") from None
         memory.release_memory()  # what the stage left in the allocators, before the next
         seconds = round(time.perf_counter() - start, 3)
         summary = describe()
@@ -237,10 +243,11 @@ def _train(args, beam_args):
 
     def evaluate():
         reports = evaluate_text(dirs["model"], args.test)
-        storage.write_json(reports, eval_path)
+        checkpoint("eval.scored")  # fault tests stop the run here
         write_model_card(dirs["model"], manifest("model"),
                          {storage.basename(args.test): reports})
         plot_perplexity(dirs["adjust"], storage.join(out, "heldout_perplexity.png"))
+        storage.write_json(reports, eval_path)  # last: it marks the stage done
         for name in ("adjusted", "unadjusted"):
             print(format_report(name.capitalize(), reports[name]))
 

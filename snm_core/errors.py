@@ -9,3 +9,8 @@ class SnmStageError(RuntimeError):
     """A stage that could not finish through no fault of its input: its output does not
     add up (a runner lost or repeated work) or a resource ran out.  The CLI prints the
     one-line message and exits 1; the stage wrote no manifest."""
+
+
+#: What a stage that ran out of memory reports (an :class:`SnmStageError`'s message).
+OUT_OF_MEMORY = ("out of memory: an allocation failed (a memory limit or RLIMIT_AS); DESIGN.md "
+                 "7.3 says what bounds each stage's memory")

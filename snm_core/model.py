@@ -36,14 +36,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
-from snm_core import kernels, memory, storage, tables
+from snm_core import kernels, memory, storage, tables, validation
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.arrays import group_rows
 from snm_core.features import FeatureExtractor
 from snm_core.hashing import link_key
 from snm_core.text import SentenceBatch, tokenize
-from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
+from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID
 
 #: Lines scored per batch: big enough to amortise numpy's per-call cost.
 SCORE_BATCH_LINES = 2048
@@ -220,9 +220,12 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
     memory.limit_heap_retention()  # its 20-50 MB temporaries: 1.7 -> 0.9 GiB on mix skip-5-gram
     manifest = tables.read_manifest(model_dir, "model")
     if not storage.is_remote(model_dir):
-        return _compile(model_dir, manifest, os.path.join(model_dir, COMPACT), partition_links)
+        local = os.path.join(model_dir, COMPACT)
+        with storage.resource_errors(local):
+            return _compile(model_dir, manifest, local, partition_links)
     os.makedirs(storage.cache_directory(), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging:
+    with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging, \
+            storage.resource_errors(staging):
         compact = _compile(model_dir, manifest, staging, partition_links)
         remote = storage.join(model_dir, COMPACT)
         storage.remove_tree(remote)
@@ -375,21 +378,17 @@ class Model:
         A remote model's scoring arrays are copied to a local cache on first
         load (:func:`snm_core.storage.local_copy`) and memory-mapped from there.
         """
-        manifest = tables.read_manifest(model_dir, "model")
         stored_compact = storage.join(model_dir, COMPACT)
-        if not storage.isfile(storage.join(stored_compact, tables.MANIFEST)):
+        built = storage.isfile(storage.join(stored_compact, tables.MANIFEST))
+        # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
+        checked = validation.validate_directory(model_dir, "model", parquet=not built)
+        if not built:
             compile_model(model_dir)
-        tables.read_manifest(stored_compact, "compact")
+        compact = tables.read_manifest(stored_compact, "compact")
         compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in COMPACT_FILES],
                                          tables.MANIFEST)
-        # np.asarray keeps the memory map but drops np.memmap's per-index overhead.
-        arrays = {name: np.asarray(np.load(os.path.join(compact_dir, name + ".npy"),
-                                           mmap_mode="r" if mmap else None))
-                  for name in COMPACT_FILES}
-        vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
-        if vocab.fingerprint() != manifest["vocabulary_fingerprint"]:
-            raise SnmInputError(f"{model_dir}/vocab.txt does not match the model's manifest")
-        return cls(manifest, vocab, arrays)
+        arrays = _load_compact(compact_dir, compact, checked.manifest["vocabulary_size"], mmap)
+        return cls(checked.manifest, checked.vocabulary, arrays)
 
     @property
     def scored_words(self):
@@ -469,6 +468,32 @@ class Model:
             totals["adjusted"].add(scores.prob, oov)
             totals["unadjusted"].add(scores.prob_unadjusted, oov)
         return {name: t.report(sentences) for name, t in totals.items()}
+
+
+def _load_compact(compact_dir, compact, vocabulary_size, mmap):
+    """The arrays of a local ``compact/`` directory, each checked against its manifest
+    (dtype, length): a damaged one is an :class:`SnmInputError` naming it."""
+    n_features, n_links = compact["features"], compact["links"]
+    expected = {"feature_keys": (np.uint64, n_features), "feature_m_star": (np.float64, n_features),
+                "link_keys": (np.uint64, n_links), "link_m": (np.float32, n_links),
+                "link_c": (np.float32, n_links), "seen_words": (np.bool_, vocabulary_size)}
+    for name, n in (("feature_index", n_features), ("link_index", n_links)):
+        expected[name] = (np.int32 if n < 2 ** 31 else np.int64, (1 << index_bits(n)) + 1)
+    arrays = {}
+    for name in COMPACT_FILES:
+        path = os.path.join(compact_dir, name + ".npy")
+        remedy = f"delete {compact_dir} to have it built again"
+        try:
+            array = np.load(path, mmap_mode="r" if mmap else None)
+        except (OSError, ValueError, EOFError) as e:
+            raise SnmInputError(f"{path}: cannot load ({tables.one_line(e)}); {remedy}") from None
+        dtype, length = np.dtype(expected[name][0]), expected[name][1]
+        if array.dtype != dtype or array.shape != (length,):
+            raise SnmInputError(f"{path}: {array.dtype} of shape {array.shape}, expected {dtype} "
+                                f"of shape ({length},); {remedy}")
+        # np.asarray keeps the memory map but drops np.memmap's per-index overhead.
+        arrays[name] = np.asarray(array)
+    return arrays
 
 
 def _ratios(m_star_sum, link_m_sum, link_c_sum, n_features, unadjusted=True):
@@ -557,7 +582,7 @@ def write_model_card(model_dir, manifest, evaluation=None):
 
 def read_model_tables(model_dir):
     """``(features, matrix, manifest)`` of a model directory as whole tables (for export)."""
-    manifest = tables.read_manifest(model_dir, "model")
+    manifest = validation.validate_directory(model_dir, "model").manifest
     feats = tables.read_tables(model_dir, manifest, "features", tables.MODEL_FEATURES)
     matrix = tables.read_tables(model_dir, manifest, "matrix", tables.MATRIX)
     return feats, matrix, manifest

@@ -20,6 +20,7 @@ second, as ``pyarrow.parquet.write_table`` and ``json.dump`` do.
 """
 
 import contextlib
+import errno
 import fnmatch
 import glob as globlib
 import hashlib
@@ -27,6 +28,7 @@ import io
 import json
 import os
 import posixpath
+import re
 import shutil
 import tempfile
 import threading
@@ -35,6 +37,8 @@ import uuid
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from snm_core.errors import SnmStageError
 
 #: Parquet compression for the columns that are compressed at all (zstd: ~3x
 #: smaller than uncompressed on strings and floats, fast to decode).
@@ -180,20 +184,71 @@ def open_input(path, seekable=False):
     return fs.open_input_stream(inner, compression=None)
 
 
+#: errno -> what ran out, for :func:`resource_errors`.
+RESOURCE_ERRNOS = {errno.ENOSPC: "no space left on the device",
+                   errno.EFBIG: "the file size limit was reached (ulimit -f)",
+                   errno.EDQUOT: "the disk quota was exceeded"}
+
+
+#: numpy's ``tofile`` reports a short write without its errno.
+_SHORT_WRITE = re.compile(r"^\d+ requested and \d+ written$")
+
+
+def resource_error_message(error, path=None):
+    """``"writing PATH: what ran out"`` for an OSError that means a full disk, a file
+    size limit or a quota (or a short write, which is one of them); None for any other
+    error."""
+    if not isinstance(error, OSError):
+        return None
+    if error.errno in RESOURCE_ERRNOS:
+        what = RESOURCE_ERRNOS[error.errno]
+    elif error.errno is None and _SHORT_WRITE.match(str(error)):
+        what = "a write stopped short (the disk is full or a file size limit was reached)"
+    else:
+        return None
+    where = path or error.filename
+    return (f"writing {where}: " if where else "") + what
+
+
+@contextlib.contextmanager
+def resource_errors(path):
+    """Turn a full disk (or file size limit, or quota) while writing ``path`` into an
+    :class:`SnmStageError` naming the path: a fault, not a bug."""
+    try:
+        yield
+    except OSError as e:
+        message = resource_error_message(e, path)
+        if message is None:
+            raise
+        raise SnmStageError(message) from None
+
+
+@contextlib.contextmanager
 def open_output(path):
     """``path`` open for binary writing in place (for scratch files that nothing
     names until they are complete; everything else goes through :func:`atomic_output`)."""
-    if not is_remote(path):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return open(path, "wb")
-    fs, inner = filesystem(path)
-    return fs.open_output_stream(inner, compression=None)
+    with resource_errors(path):
+        if not is_remote(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "wb") as f:
+                yield f
+            return
+        fs, inner = filesystem(path)
+        with fs.open_output_stream(inner, compression=None) as f:
+            yield f
 
 
 @contextlib.contextmanager
 def atomic_output(path):
     """A binary file open for writing whose content appears at ``path`` only when
-    the block completes (temporary name in the same directory, then a move)."""
+    the block completes (temporary name in the same directory, then a move); a full
+    disk is an :class:`SnmStageError` naming ``path``."""
+    with resource_errors(path), _atomic_output(path) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _atomic_output(path):
     if not is_remote(path):
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
@@ -305,10 +360,18 @@ def write_parquet(table, path):
 
 def read_parquet(path, columns=None):
     """One Parquet file as a table (``ParquetFile.read``: the dataset layer of
-    ``pq.read_table`` held ~15 MiB more for nothing here)."""
-    fs, inner = filesystem(path)
-    with fs.open_input_file(inner) as f:
-        return pq.ParquetFile(f).read(columns=columns, use_threads=False)
+    ``pq.read_table`` held ~15 MiB more for nothing here).  A file that cannot be
+    read (missing, truncated, damaged) is an ``SnmInputError`` naming it, one line."""
+    from snm_core.errors import SnmInputError
+
+    try:
+        fs, inner = filesystem(path)
+        with fs.open_input_file(inner) as f:
+            return pq.ParquetFile(f).read(columns=columns, use_threads=False)
+    except (OSError, pa.ArrowException) as e:
+        reason = " ".join("".join(c if c.isprintable() else " " for c in str(e)).split())
+        raise SnmInputError(f"{path}: cannot read as Parquet ({reason[:300]}); the file is "
+                            "damaged: re-run the stage that wrote it") from None
 
 
 def remove_file(path):

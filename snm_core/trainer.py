@@ -55,6 +55,7 @@ import pyarrow as pa
 
 from snm_core import hashing, kernels
 from snm_core.arrays import sorted_distinct
+from snm_core.checkpoints import checkpoint
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
 
@@ -666,6 +667,7 @@ def run_epochs(problem, settings, state, epochs, train_events, valid_events=None
         for b in range(0, len(order), settings.batch_size):
             problem.step(state.theta, state.acc, grad, order[b:b + settings.batch_size],
                          settings.gamma, stale)
+            checkpoint("fit.batch")  # fault tests stop the fit here, mid-epoch
             if progress:
                 progress(state.epoch, min(b + settings.batch_size, len(order)), len(order))
         record(time.perf_counter() - start)

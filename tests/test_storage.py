@@ -199,3 +199,33 @@ def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypat
                        "--out", f"{s3}/scores.tsv"]) == 0
     scored = storage.read_text(f"{s3}/scores.tsv").splitlines()
     assert len(scored) == 150 and all(len(line.split("\t")) == 4 for line in scored)
+
+
+def test_a_run_directory_in_s3_is_locked_by_a_conditional_write(s3):
+    """Two runs on one s3:// --out: the second is refused naming the holder, whose lock
+    object (created with If-None-Match) is left alone; released at the end; a dead
+    holder's lock (this host, no such process) is taken over."""
+    import json
+    import socket
+
+    from snm_core.errors import SnmInputError
+    from snm_core.runlock import LOCK_NAME, run_lock
+
+    out = f"{s3}/locked-run"
+    lock = storage.join(out, LOCK_NAME)
+    with run_lock(out, "snm train (the first)"):
+        held = storage.read_bytes(lock)
+        assert json.loads(held)["command"] == "snm train (the first)"
+        with pytest.raises(SnmInputError, match=r"locked-run is in use by snm train \(the "
+                                                r"first\) \(host .*, pid %d" % os.getpid()):
+            with run_lock(out, "snm train (the second)"):
+                pass
+        assert storage.read_bytes(lock) == held
+    assert not storage.exists(lock)
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    storage.write_text(json.dumps({"host": socket.gethostname(), "pid": int(child.stdout),
+                                   "command": "snm count", "started": 0}), lock)
+    with run_lock(out, "snm train (after a crash)"):
+        assert json.loads(storage.read_bytes(lock))["command"] == "snm train (after a crash)"
+    assert not storage.exists(lock)

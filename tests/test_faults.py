@@ -1,0 +1,126 @@
+"""Faults during ``snm train``: a run killed anywhere, a full disk.
+
+A run is killed at named checkpoints (:mod:`snm_core.checkpoints`) that the test waits
+for, never after a sleep; the file size limit (RLIMIT_FSIZE) stands in for a full disk.
+"""
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from snm_core import checkpoints
+from test_launch import (  # noqa: F401
+    assert_same_run, corpus, reference_run, train_argv)
+
+#: checkpoint -> the ``snm train`` stage it is in.
+CHECKPOINTS = {"count.merged": "count", "join.bucket": "join", "fit.batch": "fit",
+               "apply.bucket": "apply", "eval.scored": "eval"}
+
+
+def snm(*argv, env=None, limit_file_bytes=None):
+    def limit():
+        if limit_file_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_bytes, limit_file_bytes))
+    return subprocess.run([sys.executable, "-m", "snm", *argv], env=env, capture_output=True,
+                          text=True, check=False, preexec_fn=limit)
+
+
+@pytest.mark.parametrize("point", CHECKPOINTS)
+def test_a_run_killed_anywhere_resumes_to_the_same_bytes(point, corpus, reference_run,
+                                                         tmp_path):
+    """SIGKILL ``snm train`` inside a stage; the re-run runs that stage again (never
+    "skipped") and its every output is byte-identical to an uninterrupted run's."""
+    out = tmp_path / "run"
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = {**os.environ, checkpoints.PAUSE_AT: point, checkpoints.PAUSE_DIR: str(pause)}
+    proc = subprocess.Popen([sys.executable, "-m", "snm", "train"] + train_argv(corpus, out),
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    checkpoints.wait_for(str(pause), point)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and any worker it started
+    assert proc.wait() == -signal.SIGKILL
+    stage = CHECKPOINTS[point]
+    rerun = snm("train", *train_argv(corpus, out))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"{stage}: up to date, skipped" not in rerun.stdout
+    number = ("vocab", "count", "join", "fit", "apply", "eval").index(stage) + 1
+    assert f"=== {number}/6 {stage} ===" in rerun.stdout
+    assert_same_run(reference_run, out)
+
+
+def test_a_full_disk_in_count_is_one_line_and_leaves_no_manifest(corpus, tmp_path):
+    out = tmp_path / "counts"
+    proc = snm("count", "--config", "5gram", "--train", corpus["train"], "--min_count", "1",
+               "--num_buckets", "4", "--shuffle", "beam", "--out", str(out),
+               limit_file_bytes=20_000)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"snm count: failed: count: writing {out}/")
+    assert proc.stderr.rstrip().endswith("the file size limit was reached (ulimit -f)")
+    assert not (out / "manifest.json").exists()
+    assert not (out / "_scratch").exists()
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp")]  # nothing half-written
+
+
+def test_a_full_disk_in_fit_leaves_the_earlier_stages_and_names_the_stage(corpus, tmp_path):
+    """The fit's theta (16 MiB) does not fit under the limit: one line naming the stage and
+    the file; the finished stages keep their manifests, the fit writes none, and the run
+    completes once there is room, skipping what was done."""
+    out = tmp_path / "run"
+    proc = snm("train", *train_argv(corpus, out), limit_file_bytes=4_000_000)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"snm train: failed: fit: writing {out}/adjust/theta.npy: ")
+    for stage in ("vocab", "counts", "heldout"):
+        assert (out / stage / "manifest.json").exists()
+    assert not (out / "adjust" / "manifest.json").exists()
+    assert not (out / "model").exists()
+    rerun = snm("train", *train_argv(corpus, out))
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "count: up to date, skipped" in rerun.stdout
+
+
+def test_worker_faults_reach_the_user_as_one_line_naming_the_stage():
+    """How runners hand back a worker's exception (itself, chained, or as text in their
+    own): snm's errors, a full disk and exhausted memory become one line with the stage."""
+    import errno
+
+    from pipelines.running import _snm_error
+    from snm_core.errors import OUT_OF_MEMORY, SnmInputError, SnmStageError
+
+    def wrapped(inner):
+        try:
+            raise inner
+        except Exception as e:
+            try:
+                raise RuntimeError(f"{type(e).__name__}: {e} [while running 'Count/X']") from e
+            except RuntimeError as outer:
+                return outer
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/out/links-00001-of-00004.parquet")
+    cases = [
+        (wrapped(SnmInputError("/c/x.gz: cannot decompress")), SnmInputError,
+         "/c/x.gz: cannot decompress"),
+        (wrapped(full), SnmStageError,
+         "count: writing /out/links-00001-of-00004.parquet: no space left on the device"),
+        (wrapped(MemoryError()), SnmStageError, f"count: {OUT_OF_MEMORY}"),
+        # text only (a worker process's exception, rendered by the runner)
+        (RuntimeError("Traceback ...\nsnm_core.errors.SnmStageError: count: 1 of 2 text "
+                      "shards never reported (a) [while running 'WriteManifest/Call']"),
+         SnmStageError, "count: 1 of 2 text shards never reported (a)"),
+        (RuntimeError("OSError: [Errno 28] No space left on device: '/out/_scratch/p.arrays' "
+                      "[while running 'Count/ExtractLinkPartials']"), SnmStageError,
+         "count: writing /out/_scratch/p.arrays: no space left on the device"),
+        (RuntimeError("numpy._core._exceptions._ArrayMemoryError: Unable to allocate 4 MiB\n"
+                      "MemoryError"), SnmStageError, f"count: {OUT_OF_MEMORY}"),
+    ]
+    for error, kind, message in cases:
+        converted = _snm_error(error, "count")
+        assert type(converted) is kind and str(converted) == message, (error, converted)
+    bug = RuntimeError("ZeroDivisionError: division by zero [while running 'Count/X']")
+    assert _snm_error(bug, "count") is bug  # a bug keeps its traceback
