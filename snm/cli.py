@@ -30,6 +30,7 @@ TOOLS = {
     "eval": "snm.eval_cmd",
     "score": "snm.eval_cmd",
     "export-arpa": "snm.export_cmd",
+    "prune": "snm.prune_cmd",
     "train": "snm.train_cmd",
 }
 

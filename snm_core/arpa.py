@@ -21,6 +21,8 @@ and the text is formatted by pyarrow string kernels.
 """
 
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,20 +50,37 @@ def _context_keys(plain, lengths, words):
     return keys
 
 
-def export_arpa(model_dir, out_path, say=print):
-    """Write the ARPA file of an n-gram model; returns the n-gram count of each order."""
-    features, matrix, manifest = read_model_tables(model_dir)
-    config = parse_config(manifest["config"])
+@dataclasses.dataclass
+class BackoffForm:
+    """An n-gram model's back-off form (see the module docstring); arrays by context
+    (``ctx_*``, sorted by key) and by distinct n-gram entry ``(context, word)``
+    (``l_*``, sorted by link key), tags summed away.
+
+    ``row_link``: the entry of each row of the model's matrix (its tag copies share
+    one).  ``suffix_link``: the entry ``(h', w)`` of entry ``(h, w)`` (-1 for
+    unigrams); ``prefix_link``: the entry whose n-gram is the context ``h`` (-1 for
+    the empty context).
+    """
+
+    order: int
+    plain: FeatureExtractor
+    ctx_keys: np.ndarray
+    ctx_len: np.ndarray
+    ctx_words: np.ndarray
+    ctx_index: KeyIndex
+    z: np.ndarray
+    l_ctx: np.ndarray
+    l_word: np.ndarray
+    n_self: np.ndarray
+    n_total: np.ndarray
+    row_link: np.ndarray
+    suffix_link: np.ndarray
+    prefix_link: np.ndarray
+
+
+def backoff_form(features, matrix, config, model_dir):
+    """The :class:`BackoffForm` of a model's tables (an n-gram ``config``)."""
     order = config.ngram_order
-    if order is None:
-        raise SnmInputError(
-            f"{model_dir}: ARPA holds only n-gram models; this configuration "
-            f"({', '.join(manifest['feature_types'])}) is not the n-grams of lengths 0..N "
-            "without skip-grams, so it has no exact back-off form")
-    vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
-    for word in vocab.words[3:]:
-        if word in ("<s>", "</s>", "<unk>"):
-            raise SnmInputError(f"the vocabulary has the word {word!r}, which ARPA reserves")
     plain = FeatureExtractor(config)  # untagged: tags are summed away
 
     # Contexts: one per distinct word sequence, S summed over tags.
@@ -92,10 +111,12 @@ def export_arpa(model_dir, out_path, say=print):
     l_ctx, l_word = l_ctx[l_order], l_word[l_order]
     n_self, l_keys = n_self[l_order], l_keys[l_order]
     link_index = KeyIndex(l_keys)
+    row_link = np.argsort(l_order)[link_ids]
 
     # Z and N, shortest contexts first: the suffix's values are final by then.
     z = s_ctx.copy()
     n_total = n_self.copy()
+    suffix_link = np.full(len(l_keys), -1, np.int64)
     suffix_key = np.zeros(len(ctx_keys), np.uint64)
     for n in range(1, order):
         ctx = np.flatnonzero(ctx_len == n)
@@ -112,12 +133,47 @@ def export_arpa(model_dir, out_path, say=print):
         if np.any(lower < 0):
             raise SnmInputError(f"{model_dir}: an n-gram's suffix is missing")
         n_total[links] += n_total[lower]
+        suffix_link[links] = lower
 
-    log_prob = np.log10(n_total / z[l_ctx])
+    # The entry (h[:-1], h[-1]) of each context h.
+    prefix_ctx = np.full(len(ctx_keys), -1, np.int64)
+    for n in range(1, order):
+        ctx = np.flatnonzero(ctx_len == n)
+        if len(ctx):
+            prefix_ctx[ctx] = ctx_index.find(_context_keys(
+                plain, np.full(len(ctx), n - 1), ctx_words[ctx][:, :n - 1]))
+    prefix_link = np.full(len(l_keys), -1, np.int64)
+    has_prefix = (ctx_len[l_ctx] > 0) & (prefix_ctx[l_ctx] >= 0)
+    rows = np.flatnonzero(has_prefix)
+    last_word = ctx_words[l_ctx[rows], np.maximum(ctx_len[l_ctx[rows]] - 1, 0)]
+    prefix_link[rows] = link_index.find(link_key(ctx_keys[prefix_ctx[l_ctx[rows]]], last_word))
+    return BackoffForm(order, plain, ctx_keys, ctx_len, ctx_words, ctx_index, z, l_ctx, l_word,
+                       n_self, n_total, row_link, suffix_link, prefix_link)
+
+
+def export_arpa(model_dir, out_path, say=print):
+    """Write the ARPA file of an n-gram model; returns the n-gram count of each order."""
+    features, matrix, manifest = read_model_tables(model_dir)
+    config = parse_config(manifest["config"])
+    if config.ngram_order is None:
+        raise SnmInputError(
+            f"{model_dir}: ARPA holds only n-gram models; this configuration "
+            f"({', '.join(manifest['feature_types'])}) is not the n-grams of lengths 0..N "
+            "without skip-grams, so it has no exact back-off form")
+    vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
+    for word in vocab.words[3:]:
+        if word in ("<s>", "</s>", "<unk>"):
+            raise SnmInputError(f"the vocabulary has the word {word!r}, which ARPA reserves")
+    form = backoff_form(features, matrix, config, model_dir)
+    order, plain, ctx_index = form.order, form.plain, form.ctx_index
+    ctx_len, ctx_words, z, l_ctx, l_word = (form.ctx_len, form.ctx_words, form.z, form.l_ctx,
+                                            form.l_word)
+
+    log_prob = np.log10(form.n_total / z[l_ctx])
     # Back-off of entry (h, w) used as a context g = h + w: log10 Z(g') / Z(g).
     entry_len = ctx_len[l_ctx] + 1
-    backoff = np.zeros(len(l_keys))
-    has_bo = np.zeros(len(l_keys), bool)
+    backoff = np.zeros(len(l_ctx))
+    has_bo = np.zeros(len(l_ctx), bool)
     for n in range(1, order):
         rows = np.flatnonzero(entry_len == n)
         g_words = np.concatenate([ctx_words[l_ctx[rows], :n - 1], l_word[rows, None]], axis=1)

@@ -428,7 +428,9 @@ class Model:
     def distribution(self, context, words=None, unadjusted=False):
         """P(w | context) for the given words (default: every word the model predicts)."""
         ids = self.scored_words if words is None else self.word_map[self.vocab.ids(words)]
-        sentence = list(self.word_map[self.vocab.ids(list(context))]) + [EOS_ID]
+        # The sentence is the context alone: its last event, the one predicting </S>,
+        # has the whole context (an EOS token appended would be a context word).
+        sentence = list(self.word_map[self.vocab.ids(list(context))])
         events = self.extractor.extract(SentenceBatch.from_lists([sentence]))
         keys = events.key[events.event == events.num_events - 1]
         rows = self.features.find(keys)
@@ -567,6 +569,25 @@ def write_model_card(model_dir, manifest, evaluation=None):
         f"{fit.get('heldout_perplexity_unadjusted', float('nan')):.2f} unadjusted, "
         f"{fit.get('heldout_perplexity', float('nan')):.2f} adjusted",
     ]
+    pruning = manifest.get("pruning")
+    if pruning:
+        before = pruning["links_before"]
+        lines += ["", "## Pruning",
+                  f"- {manifest['totals']['links']:,} of {before:,} links kept "
+                  f"({manifest['totals']['links'] / max(before, 1):.1%}), "
+                  f"{manifest['totals']['features']:,} of {pruning['features_before']:,} "
+                  "features",
+                  f"- criterion: {pruning['criterion']}; target "
+                  f"{pruning['target_links'] or '-'} links, score threshold "
+                  f"{pruning['threshold']:.3g}",
+                  f"- pruned from: {pruning['source']}"]
+    compact = storage.join(model_dir, COMPACT, tables.MANIFEST)
+    if storage.isfile(compact):
+        stored = storage.read_json(compact)
+        links = max(manifest["totals"]["links"], 1)
+        lines += ["", "## Storage",
+                  f"- compact/: {stored['bytes']:,} bytes, {stored['bytes'] / links:.1f} bytes "
+                  "a link (memory-mapped for scoring)"]
     if evaluation:
         lines += ["", "## Evaluation", "",
                   "| model | text | perplexity | excluding OOV | OOV | words | sentences |",

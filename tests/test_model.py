@@ -59,6 +59,22 @@ def tagged_skip_model(tmp_path_factory):
 
 
 @pytest.mark.parametrize("which", ["ngram_model", "tagged_skip_model"])
+def test_distribution_agrees_with_scoring_the_sentence(which, request):
+    """P(w | context) from ``distribution`` is what scoring ``context w`` gives its last
+    word (the compiled scoring path)."""
+    model_dir, test = request.getfixturevalue(which)
+    model = Model.load(str(model_dir))
+    for line in test[:6]:
+        words = line.split()
+        for cut in range(len(words)):
+            context, word = words[:cut], words[cut]
+            (_, _, scores), = list(model.score_lines([" ".join(words[:cut + 1])]))
+            for unadjusted, probs in ((False, scores.prob), (True, scores.prob_unadjusted)):
+                got = model.distribution(context, [word], unadjusted=unadjusted)[0]
+                assert got == pytest.approx(probs[cut], rel=1e-9), (context, word)
+
+
+@pytest.mark.parametrize("which", ["ngram_model", "tagged_skip_model"])
 def test_probabilities_sum_to_one(which, request):
     model_dir, test = request.getfixturevalue(which)
     model = Model.load(str(model_dir))

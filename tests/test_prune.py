@@ -1,0 +1,111 @@
+"""``snm prune``: a complete, normalised, ARPA-exportable model of the size asked for,
+its links scored by the relative entropy that removing each one causes."""
+
+import numpy as np
+import pytest
+
+from snm.cli import main
+from snm_core import prune, tables
+from snm_core.arpa import backoff_form
+from snm_core.config import parse_config
+from snm_core.model import Model, read_model_tables
+from snm_core.vocab import BOS_ID
+from test_model import build_model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    pooled, test = build_model(tmp_path_factory.mktemp("pooled"), "5gram", tagged=False)
+    tagged, _ = build_model(tmp_path_factory.mktemp("tagged"), "5gram", tagged=True)
+    return {"pooled": pooled, "tagged": tagged, "test": test}
+
+
+def links_of(model_dir):
+    return tables.read_manifest(str(model_dir), "model")["totals"]["links"]
+
+
+@pytest.mark.parametrize("which", ["pooled", "tagged"])
+def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_path):
+    source = models[which]
+    before = links_of(source)
+    target = before // 4
+    out = tmp_path / "pruned"
+    assert main(["prune", "--model", str(source), "--out", str(out),
+                 "--target_links", str(target)]) == 0
+    after = links_of(out)
+    assert abs(after - target) <= max(target // 100, 2)  # an n-gram's tag copies go together
+    model = Model.load(str(out))
+    rng = np.random.default_rng(1)
+    words = model.vocab.words[3:]
+    for context in [[], ["begin1"], models["test"][0].split()[:3]] + [
+            list(rng.choice(words, size=rng.integers(1, 6))) for _ in range(6)]:
+        assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-6), context
+    card = (out / "model_card.md").read_text()
+    assert "## Pruning" in card and f"{after:,} of {before:,} links kept" in card
+    assert "bytes a link" in card
+    # what is left is still a complete n-gram model: ARPA holds it, and KenLM scores
+    # the export as snm does
+    kenlm = pytest.importorskip("kenlm")
+    arpa = tmp_path / "pruned.arpa"
+    assert main(["export-arpa", "--model", str(out), "--out", str(arpa)]) == 0
+    lm = kenlm.Model(str(arpa))
+    test = models["test"]
+    kenlm_ppl = 10 ** (-sum(lm.score(s, bos=True, eos=True) for s in test)
+                       / sum(len(s.split()) + 1 for s in test))
+    ours = model.evaluate_lines(test)["adjusted"]["perplexity"]
+    assert abs(kenlm_ppl - ours) / ours < 1e-4
+    unpruned = Model.load(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
+    assert ours > unpruned  # pruning costs something, and is deterministic:
+    again = tmp_path / "again"
+    assert main(["prune", "--model", str(source), "--out", str(again),
+                 "--target_links", str(target)]) == 0
+    for name in sorted(p.name for p in out.glob("*.parquet")):
+        assert (out / name).read_bytes() == (again / name).read_bytes()
+
+
+def test_the_score_is_the_relative_entropy_of_removing_the_link(models, tmp_path):
+    """Oracle: the model with one link removed, scored by the SNM itself; the KL divergence
+    of its distribution from the full model's, in that link's context, is D(h, w)."""
+    source = models["pooled"]
+    features, matrix, manifest = read_model_tables(str(source))
+    form = backoff_form(features, matrix, parse_config(manifest["config"]), str(source))
+    counts = np.ones(len(form.ctx_keys))  # every context weighted alike: D itself
+    scores = prune.entry_scores(form, counts) * counts.sum()
+    full = Model.load(str(source))
+    vocab = full.vocab
+    rng = np.random.default_rng(3)
+    # Contexts of the longest order: Model.distribution puts <S> before a context, which
+    # is then out of the window.
+    candidates = np.flatnonzero(form.ctx_len[form.l_ctx] == form.order - 1)
+    for entry in rng.choice(candidates, size=4, replace=False):
+        keep_row = form.row_link != entry
+        pruned_features, pruned_matrix = prune._pruned_tables(features, matrix, keep_row)
+        out = tmp_path / f"minus-{entry}"
+        prune._write_model(str(source), str(out), manifest, pruned_features, pruned_matrix,
+                           {"criterion": "one link", "target_links": None, "threshold": 0.0,
+                            "links_before": matrix.num_rows,
+                            "features_before": features.num_rows, "source": str(source)})
+        ids = form.ctx_words[form.l_ctx[entry], :form.ctx_len[form.l_ctx[entry]]]
+        context = [vocab.word(int(w)) for w in ids if w != BOS_ID]  # distribution adds <S>
+        p = full.distribution(context).astype(np.float64)
+        q = Model.load(str(out)).distribution(context).astype(np.float64)
+        kl = float(np.sum(p * np.log(p / q)))
+        assert kl == pytest.approx(scores[entry], rel=2e-3, abs=1e-9), context
+
+
+def test_a_threshold_keeps_the_links_scored_at_least_that(models, tmp_path):
+    out_low, out_high = tmp_path / "low", tmp_path / "high"
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(out_low),
+                 "--threshold", "1e-7"]) == 0
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(out_high),
+                 "--threshold", "1e-5"]) == 0
+    assert links_of(models["pooled"]) > links_of(out_low) > links_of(out_high)
+
+
+def test_bad_requests_are_one_line_errors(models, tmp_path, capsys):
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(models["pooled"]),
+                 "--target_links", "10"]) == 2
+    assert "--out must differ from --model" in capsys.readouterr().err
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(tmp_path / "x"),
+                 "--target_links", "0"]) == 2
+    assert "--target_links must be at least 1" in capsys.readouterr().err
