@@ -1,0 +1,152 @@
+"""Pruned kernel 5-gram models: test perplexity against size, beside KenLM and pocolm.
+
+    python benchmarks/prune.py                   # kernel 5-gram, 50 .. 1% and pocolm's sizes
+    LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/prune.py   # lmplz --prune in this run
+
+`snm train --config 5gram` on kernel (train.txt.gz, dev.txt, test.txt, the corpus's
+vocab.txt; made once under benchmarks/work/prune/), then `snm prune --target_links N`
+for 50, 20, 10, 5, 2 and 1% of its links and for the n-gram counts of pocolm's two
+pruned models.  Each pruned model is scored by `snm eval` on test.txt and exported
+with `snm export-arpa`, whose test perplexity under the `kenlm` module is reported too
+(they agree: the export is exact).  KenLM's count pruning (`lmplz -o 5 --prune 0 N N N
+N`) runs here when LMPLZ names the binary; pocolm's figures (`prune_lm_dir.py
+--target-num-ngrams`) and lmplz's otherwise are from ../shared/benchmarks/reference.md.
+Prints a table, writes benchmarks/plots/prune_kernel_5gram.png and appends to
+benchmarks/results.jsonl.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+
+FRACTIONS = (0.5, 0.2, 0.1, 0.05, 0.02, 0.01)
+#: ../shared/benchmarks/reference.md, "Pruned n-gram models on kernel".
+POCOLM = {1_116_762: 88.94, 202_890: 123.05}
+LMPLZ_REFERENCE = {1: (1_095_624, 96.75), 2: (508_154, 112.77), 3: (330_471, 127.55),
+                   5: (197_026, 148.62), 10: (108_836, 181.86), 20: (69_452, 223.82)}
+GOALS = {1_116_762: 80.0, 202_890: 110.7}
+
+
+def snm(*args):
+    return [sys.executable, "-m", "snm", *args]
+
+
+def kenlm_perplexity(arpa, test_path):
+    import kenlm
+    model = kenlm.Model(arpa)
+    with open(test_path, encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    total = sum(model.score(line, bos=True, eos=True) for line in lines)
+    return 10 ** (-total / sum(len(line.split()) + 1 for line in lines))
+
+
+def snm_perplexity(model, test_path):
+    out = subprocess.run(snm("eval", "--model", model, "--json", test_path),
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["perplexity"]  # the adjusted model's
+
+
+def lmplz_rows(lmplz, work, test_path):
+    """lmplz --prune 0 N N N N on the text with OOV words as one placeholder, scored on
+    the test text written the same way."""
+    from benchmarks.count import unk_text
+    from benchmarks.train import unk_test
+    text, test_path = unk_text("kernel"), unk_test("kernel")  # OOVs as lmplz's placeholder
+    rows = []
+    for n in LMPLZ_REFERENCE:
+        arpa = os.path.join(work, f"lmplz-prune{n}.arpa")
+        if not os.path.exists(arpa):
+            with open(text, "rb") as src, open(arpa + ".tmp", "wb") as dst:
+                subprocess.run([lmplz, "-o", "5", "-S", "1G", "--prune", "0", str(n), str(n),
+                                str(n), str(n)], stdin=src, stdout=dst, check=True,
+                               stderr=subprocess.DEVNULL)
+            os.replace(arpa + ".tmp", arpa)
+        with open(arpa, encoding="utf-8") as f:
+            ngrams = sum(int(line.split("=")[1]) for line in f if line.startswith("ngram "))
+        rows.append({"model": f"lmplz --prune 0 {n} {n} {n} {n}", "links": ngrams,
+                     "test_ppl": round(kenlm_perplexity(arpa, test_path), 2)})
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
+    work = os.path.join(WORK, "prune")
+    os.makedirs(work, exist_ok=True)
+    test_path = corpus("kernel", "test.txt")
+    run = os.path.join(work, "kernel-5gram")
+    if not os.path.exists(os.path.join(run, "eval.json")):
+        run_measured(snm("train", "--config", "5gram", "--train",
+                         corpus("kernel", "train.txt.gz"), "--heldout", corpus("kernel", "dev.txt"),
+                         "--test", test_path, "--vocab", corpus("kernel", "vocab.txt"),
+                         "--out", run), log=run + ".log")
+    model = os.path.join(run, "model")
+    with open(os.path.join(model, "manifest.json")) as f:
+        total = json.load(f)["totals"]["links"]
+    rows = [{"model": "snm 5-gram, unpruned", "links": total,
+             "test_ppl": round(snm_perplexity(model, test_path), 2)}]
+    targets = [round(total * f) for f in FRACTIONS] + sorted(POCOLM)
+    for target in sorted(set(targets), reverse=True):
+        out = os.path.join(work, f"pruned-{target}")
+        seconds, rss = run_measured(snm("prune", "--model", model, "--out", out,
+                                        "--target_links", str(target)), log=out + ".log")
+        arpa = out + ".arpa"
+        subprocess.run(snm("export-arpa", "--model", out, "--out", arpa), check=True,
+                       capture_output=True)
+        with open(os.path.join(out, "manifest.json")) as f:
+            links = json.load(f)["totals"]["links"]
+        row = {"model": f"snm prune --target_links {target:,}", "links": links,
+               "test_ppl": round(snm_perplexity(out, test_path), 2),
+               "arpa_ppl_kenlm": round(kenlm_perplexity(arpa, test_path), 2),
+               "prune_seconds": round(seconds, 1), "prune_peak_rss_mib": round(rss)}
+        if target in POCOLM:
+            row["pocolm_ppl"] = POCOLM[target]
+            row["goal_ppl"] = GOALS[target]
+        rows.append(row)
+        os.remove(arpa)
+        print(row, flush=True)
+    lmplz = os.environ.get("LMPLZ")
+    if lmplz:
+        baseline = lmplz_rows(lmplz, work, test_path)
+    else:
+        baseline = [{"model": f"lmplz --prune 0 {n} {n} {n} {n} (reference.md)", "links": c,
+                     "test_ppl": p} for n, (c, p) in LMPLZ_REFERENCE.items()]
+    baseline += [{"model": "pocolm prune_lm_dir.py (reference.md)", "links": c, "test_ppl": p}
+                 for c, p in POCOLM.items()]
+    print_table(rows + baseline, ["model", "links", "test_ppl", "arpa_ppl_kenlm", "pocolm_ppl",
+                                  "goal_ppl", "prune_seconds", "prune_peak_rss_mib"])
+    record("prune", rows + baseline)
+    plot(rows, baseline, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                      "prune_kernel_5gram.png"))
+
+
+def plot(rows, baseline, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ours = sorted((r["links"], r["test_ppl"]) for r in rows)
+    ax.plot(*zip(*ours), "o-", label="snm prune (relative entropy)")
+    for name, marker in (("lmplz", "s--"), ("pocolm", "^")):
+        points = sorted((r["links"], r["test_ppl"]) for r in baseline if name in r["model"])
+        if points:
+            ax.plot(*zip(*points), marker, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("n-grams (links)")
+    ax.set_ylabel("test perplexity (kernel)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()
