@@ -12,7 +12,9 @@ Stages, each in its own directory under ``--out``::
     3 join    heldout/    held-out events and small M                 (Beam)
     4 fit     adjust/     theta, train_log.jsonl                      (one worker)
     5 apply   model/      the adjusted model, compact arrays          (Beam)
+   (+ prune   pruned/     with --prune_to N: the model pruned to N links)
     6 eval    eval.json, heldout_perplexity.png, model/model_card.md
+              (of pruned/ with --prune_to)
 
 A stage is skipped when its complete output (its manifest) exists and was
 made from the same inputs and settings: ``stages.json`` keeps, per stage, a
@@ -45,9 +47,12 @@ from snm_core.config import load_config
 from snm_core.errors import SnmInputError, SnmStageError
 from snm_core.fit import fit_directory
 from snm_core.model import write_model_card
+from snm_core.prune import prune_model
 from snm_core.runlock import run_lock
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
+#: With --prune_to, between apply and eval.
+PRUNE_STAGES = ("vocab", "count", "join", "fit", "apply", "prune", "eval")
 STATE = "stages.json"
 
 
@@ -62,9 +67,10 @@ def _digest(obj):
 class Runner:
     """Runs the stages in order, skipping those whose output is complete and current."""
 
-    def __init__(self, out, force):
+    def __init__(self, out, force, stages=STAGES):
         self.out = out
         self.force = force
+        self.total = len(stages)
         self.state_path = storage.join(out, STATE)
         self.state = {}
         if storage.isfile(self.state_path) and not force:
@@ -78,10 +84,10 @@ class Runner:
         if (not self.force and storage.exists(done_marker)
                 and previous.get("signature") == signature):
             self.rows.append((name, "skipped", previous.get("seconds"), describe()))
-            print(f"=== {number}/{len(STAGES)} {name}: up to date, skipped "
+            print(f"=== {number}/{self.total} {name}: up to date, skipped "
                   f"({describe()}) ===", flush=True)
             return
-        print(f"=== {number}/{len(STAGES)} {name} ===", flush=True)
+        print(f"=== {number}/{self.total} {name} ===", flush=True)
         start = time.perf_counter()
         try:
             run()
@@ -95,7 +101,7 @@ class Runner:
         self.state[name] = {"signature": signature, "seconds": seconds, "summary": summary}
         storage.write_json(self.state, self.state_path)
         self.rows.append((name, "ran", seconds, summary))
-        print(f"=== {number}/{len(STAGES)} {name}: {summary} ({seconds:.1f} s) ===", flush=True)
+        print(f"=== {number}/{self.total} {name}: {summary} ({seconds:.1f} s) ===", flush=True)
 
     def summary(self):
         print("\n== snm train summary ==")
@@ -159,6 +165,9 @@ def main(argv=None):
                              "without it the sources are pooled")
     parser.add_argument("--num_buckets", type=int, default=count_stage.DEFAULT_NUM_BUCKETS)
     parser.add_argument("--force", action="store_true", help="redo every stage")
+    parser.add_argument("--prune_to", type=int, metavar="LINKS",
+                        help="also prune the model to this many links (snm prune; n-gram "
+                             "configurations) into pruned/, which eval then evaluates")
     add_fit_args(parser)
     args, beam_args = parser.parse_known_args(argv)
     runners.check_options(beam_args, parser)
@@ -185,10 +194,16 @@ def _train(args, beam_args):
                                 "rewritten); give the previous run's")
     storage.makedirs(out)
     dirs = {name: storage.join(out, name) for name in ("vocab", "counts", "heldout", "adjust",
-                                                       "model")}
+                                                       "model", "pruned")}
     train_specs = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
     stamps = [storage.file_stamp(p) for _, p in files]
-    runner = Runner(out, args.force)
+    if args.prune_to is not None:
+        if args.prune_to < 1:
+            raise SnmInputError("--prune_to must be at least 1")
+        if config.ngram_order is None:
+            raise SnmInputError("--prune_to prunes n-gram configurations only (for now)")
+    stage_names = PRUNE_STAGES if args.prune_to else STAGES
+    runner = Runner(out, args.force, stage_names)
 
     def manifest(name):
         return storage.read_json(storage.join(dirs[name], tables.MANIFEST))
@@ -239,12 +254,22 @@ def _train(args, beam_args):
                  lambda: apply_stage.run(apply_stage.ApplyOptions(
                      counts=dirs["counts"], theta=dirs["adjust"], out=dirs["model"]), beam_args),
                  lambda: f"{manifest('model')['totals']['links']:,} links")
+    final = "model"
+    if args.prune_to:
+        final = "pruned"
+        runner.stage(6, "prune", {"model": _manifest_digest(dirs["model"]),
+                                  "target_links": args.prune_to},
+                     storage.join(dirs["pruned"], tables.MANIFEST),
+                     lambda: prune_model(dirs["model"], dirs["pruned"],
+                                         target_links=args.prune_to),
+                     lambda: f"{manifest('pruned')['totals']['links']:,} of "
+                             f"{manifest('model')['totals']['links']:,} links")
     eval_path = storage.join(out, "eval.json")
 
     def evaluate():
-        reports = evaluate_text(dirs["model"], args.test)
+        reports = evaluate_text(dirs[final], args.test)
         checkpoint("eval.scored")  # fault tests stop the run here
-        write_model_card(dirs["model"], manifest("model"),
+        write_model_card(dirs[final], manifest(final),
                          {storage.basename(args.test): reports})
         plot_perplexity(dirs["adjust"], storage.join(out, "heldout_perplexity.png"))
         storage.write_json(reports, eval_path)  # last: it marks the stage done
@@ -256,11 +281,11 @@ def _train(args, beam_args):
         return (f"test perplexity {reports['adjusted']['perplexity']:.2f} adjusted, "
                 f"{reports['unadjusted']['perplexity']:.2f} unadjusted")
 
-    runner.stage(6, "eval", {"model": _manifest_digest(dirs["model"]),
-                             "test": storage.file_stamp(args.test)},
+    runner.stage(len(stage_names), "eval", {"model": _manifest_digest(dirs[final]),
+                                            "test": storage.file_stamp(args.test)},
                  eval_path, evaluate, describe_eval)
     runner.summary()
-    print(f"model: {dirs['model']}  (card: {storage.join(dirs['model'], 'model_card.md')}); "
+    print(f"model: {dirs[final]}  (card: {storage.join(dirs[final], 'model_card.md')}); "
           f"eval: {eval_path}; plot: {storage.join(out, 'heldout_perplexity.png')}")
     return 0
 

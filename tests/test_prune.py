@@ -109,3 +109,29 @@ def test_bad_requests_are_one_line_errors(models, tmp_path, capsys):
     assert main(["prune", "--model", str(models["pooled"]), "--out", str(tmp_path / "x"),
                  "--target_links", "0"]) == 2
     assert "--target_links must be at least 1" in capsys.readouterr().err
+
+
+def test_train_prunes_to_a_size_and_evaluates_the_pruned_model(tmp_path, capsys):
+    from test_launch import train_argv
+    from snm_core import synthetic
+    root = tmp_path / "corpus"
+    train, dev, test = synthetic.write_corpus(str(root), 600, 80, 80, seed=4)
+    corpus = {"train": train, "dev": dev, "test": test}
+    out = tmp_path / "run"
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "3000"]) == 0
+    printed = capsys.readouterr().out
+    assert "=== 6/7 prune: 3,000 of" in printed and "=== 7/7 eval" in printed
+    assert links_of(out / "pruned") == 3000
+    evaluated = Model.load(str(out / "pruned")).evaluate_lines(
+        [line.strip() for line in open(test) if line.strip()])
+    import json
+    reports = json.loads((out / "eval.json").read_text())
+    assert reports["adjusted"]["perplexity"] == pytest.approx(
+        evaluated["adjusted"]["perplexity"], rel=1e-12)
+    assert "## Pruning" in (out / "pruned" / "model_card.md").read_text()
+    # a re-run skips everything; another size re-runs prune and eval only
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "3000"]) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 7
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "2000"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("up to date, skipped") == 5 and links_of(out / "pruned") == 2000
