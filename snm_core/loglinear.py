@@ -1,0 +1,449 @@
+r"""Log-linear n-gram language model with tree-structured penalties (Nelakanti et al. 2013).
+
+The model core only (no command line): training positions, the sparse
+non-negative parameters, exact sparse normalisation, the loss and its gradient,
+and a mini-batch proximal-gradient fit using the proximal operators of
+:mod:`snm_core.penalties`.
+
+Model
+-----
+A position predicts a word y (every token and ``</S>``) from its history,
+which starts with ``<S>`` as in :mod:`snm_core.features`.  Its *active nodes*
+are the suffixes of the history of length 0..N-1 (N the order) that are nodes
+of one suffix trie built from all training histories (:class:`ContextTree`);
+suffixes never seen in training are inactive (so are all longer ones).  The
+score of a word is
+
+    s_y(x) = Σ_{j active in x} w_{j,y},        p(y|x) = exp(s_y(x)) / Z(x),
+
+with W >= 0 and w_{j,y} a parameter only for the (node, word) *pairs* seen in
+training (a position with active node j and target y); every other w_{j,y} is
+0 (the paper's positivity argument: an unseen pair would only be pushed down,
+and W >= 0 holds it at 0).  The outcomes are all vocabulary ids except
+``<S>`` (never predicted): V - 1 words for a vocabulary of V ids.
+
+Exact sparse normalisation (Wu & Khudanpur 2000 style)
+------------------------------------------------------
+Split the score into the root (empty-context, "unigram") row u_y = w_{root,y}
+and the rest t_y(x) = Σ_{j active, j ≠ root} w_{j,y}.  t_y(x) is 0 except for
+the words S'_x that have a pair under some active non-root node, so
+
+    Z(x) = Σ_y exp(u_y) + Σ_{y ∈ S'_x} exp(u_y) (exp(t_y(x)) − 1),
+
+where Zu = Σ_y exp(u_y) (words without a root pair contribute exp(0) = 1 each)
+is computed once per parameter value, not per position.  The cost of a
+position is the number of pairs under its non-root active nodes, never V.
+(Equivalently Z(x) = (V − 1 − |S_x|) + Σ_{y ∈ S_x} exp(s_y(x)) with S_x the
+words with a pair under any active node.)
+
+Gradient of the mean negative log-likelihood over P positions, per pair:
+grad_{j,y} = (1/P) Σ_{positions with j active} (p(y|x) − [y = target]).  For
+the root row the sum over *all* positions is again split:
+Σ_x p(y|x) = exp(u_y) Σ_x 1/Z(x) + Σ_{x : y ∈ S'_x} exp(u_y) (exp(t_y) − 1)/Z(x).
+
+Parameters and the pair forest
+------------------------------
+Pairs are stored CSR-like by node (``ptr``, ``word``, ``weight``), nodes in
+the trie's order (parents first), words ascending within a node.  The
+penalties' groups are per target word: the vector (w_{j,y})_j over the nodes
+j for fixed y.  A word's pairs form a subtree of the trie (if (j, y) is seen
+then so is (suffix(j), y): the shorter suffix is active at the same
+position).  So all words' trees form one forest over the pairs, the parent of
+pair (j, y) being the pair (parent(j), y), its depth the depth of j; with the
+pairs ordered by node, a parent pair always comes before its children, as
+:class:`snm_core.penalties.SuffixTree` requires.  One call to
+:func:`snm_core.penalties.prox` on that forest is the prox of the penalty
+summed over all words (the groups of different words are disjoint).
+
+Fitting
+-------
+:func:`fit` minimises (1/P) Σ NLL + λ Ω(W) over W >= 0 by mini-batch proximal
+gradient: W ← prox_{ηλΩ, W>=0}(W − η ∇f_B(W)), with ∇f_B the gradient of the
+batch's mean NLL.  The step η is chosen by backtracking on the batch loss (the
+standard sufficient-decrease test f_B(W⁺) <= f_B(W) + ⟨∇f_B, W⁺ − W⟩ +
+‖W⁺ − W‖²/(2η), halving η on failure) and then grown by ``grow`` for the next
+batch, so it tracks the local curvature; ``grow=1`` and ``backtrack=False``
+give a constant step.  Not accelerated (no FISTA momentum).
+"""
+
+import dataclasses
+
+import numba
+import numpy as np
+
+from snm_core import penalties
+from snm_core.vocab import BOS_ID, EOS_ID
+
+
+# --- positions -----------------------------------------------------------------------------------
+
+def histories(batch, order):
+    """The histories and targets of every predicted word of a batch of sentences.
+
+    Parameters
+    ----------
+    batch : snm_core.text.SentenceBatch
+        S sentences, T tokens.
+    order : int >= 1
+        N: contexts of up to N - 1 words.
+
+    Returns
+    -------
+    history : ndarray of int32, shape (P, N - 1), P = T + S
+        ``history[p, k - 1]`` is the word k positions before the target
+        (``<S>`` included), -1 beyond the start of the sentence.
+    target : ndarray of int32, shape (P,)
+        The predicted word: each token, and ``</S>`` after each sentence.
+    """
+    if order < 1:
+        raise ValueError(f"order must be >= 1, got {order}")
+    offsets = np.asarray(batch.offsets, np.int64)
+    tokens = np.asarray(batch.tokens, np.int32)
+    num_sentences = len(offsets) - 1
+    num_positions = len(tokens) + num_sentences
+    starts = offsets[:-1] + np.arange(num_sentences)  # of <S> in the padded sequence
+    sequence = np.empty(num_positions, np.int32)  # <S> w1 .. wn per sentence
+    sequence[starts] = BOS_ID
+    is_token = np.ones(num_positions, np.bool_)
+    is_token[starts] = False
+    sequence[is_token] = tokens
+    target = np.empty(num_positions, np.int32)
+    target[:-1] = sequence[1:]
+    ends = starts + (offsets[1:] - offsets[:-1])  # last slot of each sentence
+    target[ends] = EOS_ID
+    local = np.arange(num_positions) - np.repeat(starts, np.diff(offsets) + 1)
+    history = np.full((num_positions, order - 1), -1, np.int32)
+    for k in range(1, order):
+        ok = local >= k - 1
+        index = np.flatnonzero(ok)
+        history[index, k - 1] = sequence[index - (k - 1)]
+    return history, target
+
+
+@dataclasses.dataclass
+class ContextTree:
+    """The suffix trie of the training histories, as arrays (node 0 is the empty context).
+
+    Attributes
+    ----------
+    parent : ndarray of int64, shape (n,)
+        Parent node (the context without its oldest word), -1 for the root;
+        nodes ordered by depth, so ``parent[i] < i``.
+    depth : ndarray of int64, shape (n,)
+        Context length.
+    word : ndarray of int64, shape (n,)
+        Oldest word of the context (-1 for the root).
+    keys : ndarray of int64, shape (n - 1,)
+        ``parent * vocab_size + word`` of nodes 1..n-1, ascending (node i has
+        key ``keys[i - 1]``): the lookup of a child.
+    vocab_size : int
+    """
+
+    parent: np.ndarray
+    depth: np.ndarray
+    word: np.ndarray
+    keys: np.ndarray
+    vocab_size: int
+
+    @classmethod
+    def build(cls, history, vocab_size):
+        """The trie of all suffixes of some histories (shape (P, N - 1), -1 padded)."""
+        history = np.asarray(history, np.int64)
+        parents, depths, words, keys = [np.array([-1])], [np.array([0])], [np.array([-1])], []
+        node = np.zeros(len(history), np.int64)  # current node of each history
+        alive = np.ones(len(history), np.bool_)
+        count = 1
+        for k in range(1, history.shape[1] + 1):
+            alive &= history[:, k - 1] >= 0
+            index = np.flatnonzero(alive)
+            key = node[index] * vocab_size + history[index, k - 1]
+            unique, inverse = np.unique(key, return_inverse=True)
+            node[index] = count + inverse
+            parents.append(unique // vocab_size)
+            words.append(unique % vocab_size)
+            depths.append(np.full(len(unique), k))
+            keys.append(unique)
+            count += len(unique)
+        return cls(np.concatenate(parents), np.concatenate(depths), np.concatenate(words),
+                   np.concatenate(keys) if keys else np.zeros(0, np.int64), int(vocab_size))
+
+    @property
+    def size(self):
+        """Number of nodes n."""
+        return len(self.parent)
+
+    def suffix_tree(self):
+        """The same trie as a :class:`snm_core.penalties.SuffixTree` (no contexts)."""
+        return penalties.SuffixTree(self.parent, self.depth)
+
+    def active(self, history):
+        """Active nodes of each history, shape (P, N) int64: column k the suffix of length k.
+
+        Column 0 is the root (0); -1 where the suffix is not in the trie (or
+        the history is shorter), and then for all longer suffixes.  Histories
+        longer than the trie's depth use only their first columns.
+        """
+        history = np.asarray(history, np.int64)
+        result = np.full((len(history), history.shape[1] + 1), -1, np.int64)
+        result[:, 0] = 0
+        node = np.zeros(len(history), np.int64)
+        alive = np.ones(len(history), np.bool_)
+        for k in range(1, history.shape[1] + 1):
+            alive &= history[:, k - 1] >= 0
+            index = np.flatnonzero(alive)
+            key = node[index] * self.vocab_size + history[index, k - 1]
+            where = np.searchsorted(self.keys, key)
+            found = where < len(self.keys)
+            found[found] = self.keys[where[found]] == key[found]
+            alive[index[~found]] = False
+            node[index[found]] = where[found] + 1
+            result[index[found], k] = where[found] + 1
+        return result
+
+
+# --- the model -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class LogLinearModel:
+    """Sparse non-negative weights w_{j,y} on the (node, word) pairs seen in training.
+
+    Attributes
+    ----------
+    tree : ContextTree
+        n nodes.
+    vocab_size : int
+        V ids; the outcomes are the V - 1 ids other than ``<S>``.
+    ptr : ndarray of int64, shape (n + 1,)
+        Pairs of node j are ``ptr[j]:ptr[j + 1]``.
+    word : ndarray of int32, shape (m,)
+        Word of each pair, ascending within a node.
+    weight : ndarray of float64, shape (m,)
+        w_{j,y} >= 0.
+    pair_parent : ndarray of int64, shape (m,)
+        Pair (parent(j), y) of pair (j, y), -1 for root pairs (the pair forest).
+    pair_depth : ndarray of int64, shape (m,)
+        Depth of the pair's node.
+    """
+
+    tree: ContextTree
+    vocab_size: int
+    ptr: np.ndarray
+    word: np.ndarray
+    weight: np.ndarray
+    pair_parent: np.ndarray
+    pair_depth: np.ndarray
+
+    @classmethod
+    def from_positions(cls, tree, active, target):
+        """All pairs (active node, target) of the training positions, weights 0.
+
+        Parameters
+        ----------
+        tree : ContextTree
+        active : ndarray of int64, shape (P, N)
+            From ``tree.active``.
+        target : ndarray of int, shape (P,)
+        """
+        V = tree.vocab_size
+        rows, cols = np.nonzero(active >= 0)
+        keys = np.unique(active[rows, cols] * V + np.asarray(target, np.int64)[rows])
+        node = keys // V
+        word = (keys % V).astype(np.int32)
+        ptr = np.zeros(tree.size + 1, np.int64)
+        np.cumsum(np.bincount(node, minlength=tree.size), out=ptr[1:])
+        parent_node = tree.parent[node]
+        has_parent = parent_node >= 0
+        pair_parent = np.full(len(keys), -1, np.int64)
+        parent_keys = parent_node[has_parent] * V + word[has_parent]
+        pair_parent[has_parent] = np.searchsorted(keys, parent_keys)
+        if not (keys[pair_parent[has_parent]] == parent_keys).all():
+            raise AssertionError("a pair's parent pair is missing: positions not from this tree")
+        return cls(tree, V, ptr, word, np.zeros(len(keys)), pair_parent, tree.depth[node])
+
+    @property
+    def num_pairs(self):
+        """Number of parameters m."""
+        return len(self.word)
+
+    def forest(self):
+        """The pair forest (one suffix tree per word) for :func:`snm_core.penalties.prox`."""
+        return penalties.SuffixTree(self.pair_parent, self.pair_depth)
+
+    def log_prob(self, active, target, weight=None):
+        """log p(target | x) of each position, float64 (P,); ``active`` is (P, N)."""
+        w = self.weight if weight is None else weight
+        logp, _ = _loss_grad(self.ptr, self.word, w, np.ascontiguousarray(active, np.int64),
+                             np.asarray(target, np.int64), self.vocab_size, False)
+        return logp
+
+    def loss_grad(self, active, target, weight=None):
+        """Mean negative log-likelihood and its gradient w.r.t. the pair weights.
+
+        Returns
+        -------
+        loss : float
+        grad : ndarray of float64, shape (m,)
+        """
+        w = self.weight if weight is None else weight
+        logp, grad = _loss_grad(self.ptr, self.word, w, np.ascontiguousarray(active, np.int64),
+                                np.asarray(target, np.int64), self.vocab_size, True)
+        n = max(len(logp), 1)
+        return -float(logp.sum()) / n, grad / n
+
+    def perplexity(self, active, target):
+        """exp of the mean negative log-likelihood."""
+        return float(np.exp(-self.log_prob(active, target).mean()))
+
+
+@numba.njit(cache=True, nogil=True)
+def _loss_grad(ptr, word, weight, active, target, V, want_grad):
+    """log p(target|x) per position (P,) and the summed gradient (m,) (zeros if not wanted)."""
+    P, N = active.shape
+    u = np.zeros(V)
+    for q in range(ptr[0], ptr[1]):
+        u[word[q]] = weight[q]
+    eu = np.exp(u)
+    Zu = eu.sum() - eu[BOS_ID]  # <S> is not an outcome (and has no pair)
+    t = np.zeros(V)
+    stamp = np.full(V, -1, np.int64)
+    touched = np.empty(V, np.int64)
+    logp = np.empty(P)
+    grad = np.zeros(len(weight))
+    inv_z_sum = 0.0
+    extra = np.zeros(V)  # Σ_x exp(u_y)(exp(t_y) − 1)/Z(x) for the root row
+    for p in range(P):
+        ntouched = 0
+        for k in range(1, N):
+            j = active[p, k]
+            if j < 0:
+                break
+            for q in range(ptr[j], ptr[j + 1]):
+                y = word[q]
+                if stamp[y] != p:
+                    stamp[y] = p
+                    t[y] = 0.0
+                    touched[ntouched] = y
+                    ntouched += 1
+                t[y] += weight[q]
+        Z = Zu
+        for i in range(ntouched):
+            y = touched[i]
+            Z += eu[y] * np.expm1(t[y])
+        y0 = target[p]
+        s0 = u[y0] + (t[y0] if stamp[y0] == p else 0.0)
+        logp[p] = s0 - np.log(Z)
+        if want_grad:
+            inv_z_sum += 1.0 / Z
+            for i in range(ntouched):
+                y = touched[i]
+                extra[y] += eu[y] * np.expm1(t[y]) / Z
+            for k in range(1, N):
+                j = active[p, k]
+                if j < 0:
+                    break
+                for q in range(ptr[j], ptr[j + 1]):
+                    y = word[q]
+                    grad[q] += np.exp(u[y] + t[y]) / Z
+                    if y == y0:
+                        grad[q] -= 1.0
+            for q in range(ptr[0], ptr[1]):
+                if word[q] == y0:
+                    grad[q] -= 1.0
+                    break
+    if want_grad:
+        for q in range(ptr[0], ptr[1]):
+            y = word[q]
+            grad[q] += eu[y] * inv_z_sum + extra[y]
+    return logp, grad
+
+
+# --- fitting -------------------------------------------------------------------------------------
+
+def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batch_size=1000,
+        step=10.0, backtrack=True, grow=1.25, seed=0, callback=None):
+    """Mini-batch proximal gradient on (1/P) Σ NLL + λ Ω(W), W >= 0; updates ``model.weight``.
+
+    Parameters
+    ----------
+    model : LogLinearModel
+    active : ndarray of int64, shape (P, N)
+    target : ndarray of int, shape (P,)
+    penalty : str, one of :data:`snm_core.penalties.PENALTIES`
+        Applied per word over its tree of pairs (the pair forest).
+    lam : float >= 0
+        λ.
+    alpha : float >= 0
+        Depth weight of the weighted penalties (1.0 for the others).
+    epochs : int
+        Passes over the positions, shuffled each pass.
+    batch_size : int
+    step : float
+        Initial (or, without backtracking, constant) step size η.
+    backtrack : bool
+        Halve η until the sufficient-decrease test on the batch holds.
+    grow : float >= 1
+        η is multiplied by ``grow`` after each batch (1: never grows).
+    seed : int
+    callback : callable(epoch, model), optional
+        Called after each epoch.
+
+    Returns
+    -------
+    model : LogLinearModel
+        The same object.
+    """
+    forest = model.forest()
+    active = np.ascontiguousarray(active, np.int64)
+    target = np.asarray(target, np.int64)
+    rng = np.random.default_rng(seed)
+    eta = float(step)
+    w = model.weight.copy()
+    for epoch in range(epochs):
+        order = rng.permutation(len(target))
+        for start in range(0, len(order), batch_size):
+            rows = np.sort(order[start:start + batch_size])
+            batch_active, batch_target = active[rows], target[rows]
+            loss, grad = model.loss_grad(batch_active, batch_target, w)
+            for _ in range(60):
+                new = penalties.prox(penalty, forest, w - eta * grad, eta * lam, alpha)
+                if not backtrack:
+                    break
+                d = new - w
+                new_loss, _ = model.loss_grad(batch_active, batch_target, new)
+                if new_loss <= loss + grad @ d + (d @ d) / (2 * eta) + 1e-12:
+                    break
+                eta *= 0.5
+            w = new
+            eta *= grow
+        model.weight = w
+        if callback is not None:
+            callback(epoch, model)
+    model.weight = w
+    return model
+
+
+def objective(model, active, target, penalty, lam, alpha=1.0):
+    """(1/P) Σ NLL + λ Ω(W) of the current weights."""
+    loss, _ = model.loss_grad(active, target)
+    return loss + lam * penalties.value(penalty, model.forest(), model.weight, alpha)
+
+
+def prepare(train_batch, order, vocab_size):
+    """Tree, model (W = 0) and the training positions from a training batch.
+
+    Returns
+    -------
+    model : LogLinearModel
+    active : ndarray of int64, shape (P, N)
+    target : ndarray of int32, shape (P,)
+    """
+    history, target = histories(train_batch, order)
+    tree = ContextTree.build(history, vocab_size)
+    active = tree.active(history)
+    return LogLinearModel.from_positions(tree, active, target), active, target
+
+
+def positions(model, batch, order):
+    """Active nodes (P, N) and targets (P,) of any batch under a trained model's trie."""
+    history, target = histories(batch, order)
+    return model.tree.active(history), target
