@@ -300,8 +300,10 @@ def _loss_grad(ptr, word, weight, active, target, V, want_grad):
     """log p(target|x) per position (P,) and the summed gradient (m,) (zeros if not wanted)."""
     P, N = active.shape
     u = np.zeros(V)
+    root_pair = np.full(V, -1, np.int64)  # the root pair of each word, -1 if none
     for q in range(ptr[0], ptr[1]):
         u[word[q]] = weight[q]
+        root_pair[word[q]] = q
     eu = np.exp(u)
     Zu = eu.sum() - eu[BOS_ID]  # <S> is not an outcome (and has no pair)
     t = np.zeros(V)
@@ -346,10 +348,8 @@ def _loss_grad(ptr, word, weight, active, target, V, want_grad):
                     grad[q] += np.exp(u[y] + t[y]) / Z
                     if y == y0:
                         grad[q] -= 1.0
-            for q in range(ptr[0], ptr[1]):
-                if word[q] == y0:
-                    grad[q] -= 1.0
-                    break
+            if root_pair[y0] >= 0:
+                grad[root_pair[y0]] -= 1.0
     if want_grad:
         for q in range(ptr[0], ptr[1]):
             y = word[q]
