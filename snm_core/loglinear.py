@@ -63,7 +63,29 @@ batch's mean NLL.  The step η is chosen by backtracking on the batch loss (the
 standard sufficient-decrease test f_B(W⁺) <= f_B(W) + ⟨∇f_B, W⁺ − W⟩ +
 ‖W⁺ − W‖²/(2η), halving η on failure) and then grown by ``grow`` for the next
 batch, so it tracks the local curvature; ``grow=1`` and ``backtrack=False``
-give a constant step.  Not accelerated (no FISTA momentum).
+give a constant step.  This is ``optimizer="pgd"``; two more are offered:
+
+``"adagrad"``
+    Diagonal AdaGrad: G_i accumulates the squared batch gradient of pair i and
+    η_i = η / (ε + √G_i) per pair.  The gradient step is per pair; the prox is
+    then the prox in the metric diag(1/η_i).  For the separable penalties (l2,
+    l1, wl2, wl1) that is exact, coordinate by coordinate.  The tree penalties
+    (t2, tinf, wt2, wtinf) have no closed form for per-coordinate steps, so
+    the prox uses one step per *word* (per tree of the pair forest): η̄_y, the
+    mean of η_i over the word's pairs, i.e. the exact prox of η̄_y λ Ω_y for
+    each word y (group radii λ η̄_y α^depth).  No backtracking.
+``"fista"``
+    The accelerated stochastic proximal gradient of the paper's Algorithm 1
+    (Hu, Kwok & Pan's SAGE): W̄ = (1−τ)W + τZ; W = prox_{λ/ρ}(W̄ − ∇f_B(W̄)/ρ);
+    Z = (ρτZ + μW̄ + ρ(W − W̄))/(ρτ + μ) (written so that μ = 0 gives FISTA's
+    Z + (W − W̄)/τ and a fixed point stays fixed); ρ = L + μ/δ,
+    τ = (√(4δ + δ²) − δ)/2, δ = (1 − τ)δ, from W = Z = 0, τ = δ = 1, ρ = L + μ,
+    with L = 1/``step``.  With ``mu = 0`` (default) the step 1/ρ = ``step`` is
+    *fixed*; with μ > 0 it *decreases* (ρ grows like μ/δ, δ ~ 4/t²).
+
+Early stopping: with ``dev`` positions given, the held-out loss is computed
+after every epoch; the best weights are kept and the fit stops when it has
+not improved for ``patience`` epochs.
 """
 
 import dataclasses
@@ -360,7 +382,8 @@ def _loss_grad(ptr, word, weight, active, target, V, want_grad):
 # --- fitting -------------------------------------------------------------------------------------
 
 def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batch_size=1000,
-        step=10.0, backtrack=True, grow=1.25, seed=0, callback=None):
+        step=10.0, backtrack=True, grow=1.25, seed=0, callback=None, optimizer="pgd",
+        eps=1e-8, mu=0.0, dev=None, patience=None):
     """Mini-batch proximal gradient on (1/P) Σ NLL + λ Ω(W), W >= 0; updates ``model.weight``.
 
     Parameters
@@ -375,34 +398,79 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     alpha : float >= 0
         Depth weight of the weighted penalties (1.0 for the others).
     epochs : int
-        Passes over the positions, shuffled each pass.
+        Most passes over the positions, shuffled each pass.
     batch_size : int
     step : float
-        Initial (or, without backtracking, constant) step size η.
+        pgd: initial (or, without backtracking, constant) step size η;
+        adagrad: base step η (η_i = η / (ε + √G_i)); fista: 1/L.
     backtrack : bool
-        Halve η until the sufficient-decrease test on the batch holds.
+        pgd: halve η until the sufficient-decrease test on the batch holds.
     grow : float >= 1
-        η is multiplied by ``grow`` after each batch (1: never grows).
+        pgd: η is multiplied by ``grow`` after each batch (1: never grows).
     seed : int
     callback : callable(epoch, model), optional
-        Called after each epoch.
+        Called after each epoch (``model.weight`` the current weights).
+    optimizer : {"pgd", "adagrad", "fista"}
+        See the module docstring.
+    eps : float
+        adagrad: ε.
+    mu : float >= 0
+        fista: strong-convexity coefficient μ (0: fixed step).
+    dev : (active, target), optional
+        Held-out positions for early stopping (best weights kept).
+    patience : int, optional
+        Epochs without a held-out improvement before stopping (needs ``dev``;
+        None: run all epochs, still keeping the best weights).
 
     Returns
     -------
     model : LogLinearModel
-        The same object.
+        The same object; ``model.fit_log`` lists (epoch, held-out loss or None).
     """
+    if optimizer not in ("pgd", "adagrad", "fista"):
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose pgd, adagrad or fista")
     forest = model.forest()
     active = np.ascontiguousarray(active, np.int64)
     target = np.asarray(target, np.int64)
     rng = np.random.default_rng(seed)
     eta = float(step)
     w = model.weight.copy()
+    if optimizer == "adagrad":
+        sq = np.zeros_like(w)
+        pair_word = model.word.astype(np.int64)
+        word_count = np.maximum(np.bincount(pair_word, minlength=model.vocab_size), 1)
+    elif optimizer == "fista":
+        z = w.copy()
+        tau = delta = 1.0
+        L = 1.0 / float(step)
+        rho = L + mu
+    if dev is not None:
+        dev_active = np.ascontiguousarray(dev[0], np.int64)
+        dev_target = np.asarray(dev[1], np.int64)
+    best_loss, best_w, since = np.inf, w, 0
+    model.fit_log = []
     for epoch in range(epochs):
         order = rng.permutation(len(target))
         for start in range(0, len(order), batch_size):
             rows = np.sort(order[start:start + batch_size])
             batch_active, batch_target = active[rows], target[rows]
+            if optimizer == "adagrad":
+                _, grad = model.loss_grad(batch_active, batch_target, w)
+                sq += grad * grad
+                steps = np.where(sq > 0, eta / (eps + np.sqrt(sq)), 0.0)  # unseen: no move
+                word_step = np.bincount(pair_word, steps, model.vocab_size) / word_count
+                w = _prox_steps(penalty, forest, w - steps * grad, lam * steps,
+                                lam * word_step[pair_word], alpha)
+                continue
+            if optimizer == "fista":
+                w_bar = (1.0 - tau) * w + tau * z
+                _, grad = model.loss_grad(batch_active, batch_target, w_bar)
+                w = penalties.prox(penalty, forest, w_bar - grad / rho, lam / rho, alpha)
+                z = (rho * tau * z + mu * w_bar + rho * (w - w_bar)) / (rho * tau + mu)
+                rho = L + mu / delta
+                tau = (np.sqrt(4.0 * delta + delta * delta) - delta) / 2.0
+                delta = (1.0 - tau) * delta
+                continue
             loss, grad = model.loss_grad(batch_active, batch_target, w)
             for _ in range(60):
                 new = penalties.prox(penalty, forest, w - eta * grad, eta * lam, alpha)
@@ -416,10 +484,40 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
             w = new
             eta *= grow
         model.weight = w
+        held = None
+        if dev is not None:
+            held = -float(model.log_prob(dev_active, dev_target).mean())
+            if held < best_loss:
+                best_loss, best_w, since = held, w.copy(), 0
+            else:
+                since += 1
+        model.fit_log.append((epoch, held))
         if callback is not None:
             callback(epoch, model)
-    model.weight = w
+        if dev is not None and patience is not None and since >= patience:
+            break
+    model.weight = best_w if dev is not None else w
     return model
+
+
+def _prox_steps(penalty, forest, v, pair_lam, word_lam, alpha):
+    """Prox with a step per pair: exact for l2/l1/wl2/wl1 (``pair_lam`` = λη_i per pair);
+    the tree penalties use one step per word (``word_lam`` = λη̄_y on each of its pairs)."""
+    kind, weighted = penalties._check_penalty(penalty, alpha)
+    depth_weight = penalties._depth_weights(forest.depth, float(alpha) if weighted else 1.0)
+    u = np.maximum(v, 0.0)
+    if kind == "l2":
+        return u / (1.0 + 2.0 * pair_lam * depth_weight)
+    if kind == "l1":
+        return np.maximum(u - pair_lam * depth_weight, 0.0)
+    radius = word_lam * depth_weight
+    u = u[:, None]
+    out = np.empty_like(u)
+    if kind == "t2":
+        penalties._prox_t2(forest.parent, radius, u, out)
+    else:
+        penalties._prox_tinf(forest.parent, np.ones(len(u)), radius, u, out)
+    return out[:, 0]
 
 
 def objective(model, active, target, penalty, lam, alpha=1.0):

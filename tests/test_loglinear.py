@@ -184,3 +184,46 @@ def test_strong_tree_penalty_zeroes_subtrees():
     child = model.pair_parent >= 0
     # a zero pair has zero children (groups are subtrees of a word's tree)
     assert not (zero[model.pair_parent[child]] & ~zero[child]).any()
+
+
+@pytest.mark.parametrize("optimizer,penalty,step", [("adagrad", "t2", 1.0), ("adagrad", "l2", 1.0),
+                                                    ("adagrad", "wt2", 1.0), ("fista", "t2", 1.0)])
+def test_new_optimizers_lower_heldout_loss(optimizer, penalty, step):
+    vocab, train, dev = _corpus(300, 100)
+    model, active, target = loglinear.prepare(train, 3, len(vocab))
+    dev_active, dev_target = loglinear.positions(model, dev, 3)
+    uniform = model.loss_grad(dev_active, dev_target)[0]
+    alpha = 0.8 if penalty == "wt2" else 1.0
+    start = loglinear.objective(model, active, target, penalty, 1e-4, alpha)
+    loglinear.fit(model, active, target, penalty, lam=1e-4, alpha=alpha, epochs=6,
+                  batch_size=200, optimizer=optimizer, step=step)
+    assert (model.weight >= 0).all() and np.isfinite(model.weight).all()
+    assert loglinear.objective(model, active, target, penalty, 1e-4, alpha) < start - 1.0
+    assert model.loss_grad(dev_active, dev_target)[0] < uniform - 1.0
+
+
+def test_adagrad_separable_prox_is_exact_per_coordinate():
+    forest = SuffixTree(np.array([-1, 0, 0]), np.array([0, 1, 1]))
+    v = np.array([1.0, -0.5, 2.0])
+    steps = np.array([0.1, 0.2, 0.4])
+    got = loglinear._prox_steps("l1", forest, v, 0.5 * steps, None, 1.0)
+    np.testing.assert_allclose(got, [0.95, 0.0, 1.8])
+    got = loglinear._prox_steps("l2", forest, v, 0.5 * steps, None, 1.0)
+    np.testing.assert_allclose(got, [1.0 / 1.1, 0.0, 2.0 / 1.4])
+    # the tree penalties with one step for the whole tree are the usual prox
+    from snm_core import penalties
+    got = loglinear._prox_steps("t2", forest, v, None, np.full(3, 0.3), 1.0)
+    np.testing.assert_allclose(got, penalties.prox("t2", forest, v, 0.3))
+
+
+def test_early_stopping_keeps_best_weights():
+    vocab, train, dev = _corpus(300, 100)
+    model, active, target = loglinear.prepare(train, 3, len(vocab))
+    dev_active, dev_target = loglinear.positions(model, dev, 3)
+    loglinear.fit(model, active, target, "t2", lam=1e-6, epochs=12, batch_size=100,
+                  optimizer="adagrad", step=3.0, dev=(dev_active, dev_target), patience=2)
+    held = [h for _, h in model.fit_log]
+    assert len(held) <= 12 and min(held) == pytest.approx(
+        model.loss_grad(dev_active, dev_target)[0])
+    if len(held) < 12:  # stopped: the last `patience` epochs did not improve
+        assert min(held[-2:]) >= min(held)
