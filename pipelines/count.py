@@ -62,13 +62,6 @@ STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines
               "marker_tokens", "events", "feature_occurrences")
 
 
-def _add(total, stats):
-    """Sum ``stats`` into ``total``: numbers add, lists (the shards read) concatenate."""
-    for k, v in stats.items():
-        total[k] = total.get(k, [] if isinstance(v, list) else 0) + v
-    return total
-
-
 class _Extractor:
     """Vocabulary and feature extractor, built once per worker from picklable settings.
 
@@ -120,12 +113,13 @@ class ExtractLinkPartials(beam.DoFn):
             sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
             batch_stats = vars(sentence_stats)
             for chunk in sentences.chunks(self.max_events):
-                _add(batch_stats, {"events": chunk.num_events})
+                losscheck.add_totals(batch_stats, {"events": chunk.num_events})
                 # One feature type at a time: its arrays are a fraction of the chunk's
                 # (kernel 5-gram: a 512 KiB batch peaked at 50 MiB whole, 27 MiB by type).
                 for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
                     batch_links, batch_features = counting.batch_partials(events)
-                    _add(batch_stats, {"feature_occurrences": events.num_pairs})
+                    losscheck.add_totals(batch_stats,
+                                         {"feature_occurrences": events.num_pairs})
                     links.append(batch_links)
                     features.append(batch_features)
                     pending += len(batch_links["feature"])
@@ -135,7 +129,7 @@ class ExtractLinkPartials(beam.DoFn):
                         checkpoint("count.flushed")  # fault tests stop a worker here
             for name, value in batch_stats.items():
                 self.counters[name].inc(value)
-            _add(stats, batch_stats)
+            losscheck.add_totals(stats, batch_stats)
         yield from self._send(links, features)
         yield 0, ("stats", stats)
         running.release_memory()
@@ -221,7 +215,7 @@ class WriteLinks(beam.DoFn):
         links, extensions, totals = None, [], {}
         for kind, payload in parts:
             if kind == "stats":
-                _add(totals, payload)
+                losscheck.add_totals(totals, payload)
             elif kind == "links":
                 links = pa.table(self.shuffle.receive(payload)["links"])
             else:
@@ -232,8 +226,9 @@ class WriteLinks(beam.DoFn):
         storage.write_parquet(links.cast(tables.LINKS), storage.join(
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))
         self.links_counter.inc(links.num_rows)
-        _add(totals, {"links": links.num_rows,
-                      "link_count_sum": int(pc.sum(links["count"]).as_py() or 0)})
+        losscheck.add_totals(totals, {
+            "links": links.num_rows,
+            "link_count_sum": int(pc.sum(links["count"]).as_py() or 0)})
         yield {"totals": totals, "buckets": [bucket]}
 
     def finish_bundle(self):
@@ -255,8 +250,8 @@ def _reference_pairs(shard, settings, batch_bytes):
             key = int(events.key[p])
             yield "link", ((key, int(targets[p])), 1)
             yield "feature", (key, (int(events.type[p]), tuple(int(w) for w in words[p])))
-        _add(stats, {**vars(sentence_stats), "events": events.num_events,
-                     "feature_occurrences": events.num_pairs})
+        losscheck.add_totals(stats, {**vars(sentence_stats), "events": events.num_events,
+                                     "feature_occurrences": events.num_pairs})
     yield "stats", stats
 
 
@@ -405,7 +400,7 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
     """
     counted, written_buckets = {}, set()
     for part in written:
-        _add(counted, part["totals"])
+        losscheck.add_totals(counted, part["totals"])
         written_buckets.update(part["buckets"])
     check_counts(counted, shards, previous)
     ArrayShuffle("files", scratch).cleanup()

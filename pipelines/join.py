@@ -105,14 +105,6 @@ class JoinBucket(beam.DoFn):
                "heldout_features": len(keys), "buckets": [bucket]}
 
 
-def _sum_stats(items):
-    total = {}
-    for item in items:
-        for k, v in item.items():
-            total[k] = total.get(k, []) + v if isinstance(v, list) else total.get(k, 0) + v
-    return total
-
-
 def check_join(stats, shards, num_buckets):
     """What the join read against what it wrote (:mod:`snm_core.losscheck`)."""
     losscheck.check_each_once("join", "text shards", shards, stats.get("shards", []))
@@ -124,8 +116,10 @@ def check_join(stats, shards, num_buckets):
                           "held-out events written", stats.get("event_rows", 0))
 
 
-def write_manifest(stats, out, settings, heldout, shards):
-    stats = _sum_stats(stats)
+def write_manifest(results, out, settings, heldout, shards):
+    stats = {}
+    for result in results:
+        losscheck.add_totals(stats, result)
     check_join(stats, shards, settings.num_buckets)
     for name in ("shards", "buckets", "event_rows"):
         stats.pop(name, None)

@@ -48,11 +48,11 @@ class CountWordsFn(beam.CombineFn):
 
     def add_input(self, accumulator, shard):
         parts, stats = accumulator
-        _add_stats(stats, {"shards": [shard.name]})
+        losscheck.add_totals(stats, {"shards": [shard.name]})
         for batch in self.reader.batches(shard):
             counts, batch_stats = count_words(batch.lines)
             parts.append(counts)
-            _add_stats(stats, vars(batch_stats))
+            losscheck.add_totals(stats, vars(batch_stats))
             if sum(t.num_rows for t in parts) > COMPACT_ROWS:
                 parts[:] = [sum_word_counts(parts)]
         return parts, stats
@@ -61,7 +61,7 @@ class CountWordsFn(beam.CombineFn):
         parts, stats = [], {}
         for p, s in accumulators:
             parts += p
-            _add_stats(stats, s)
+            losscheck.add_totals(stats, s)
         return [sum_word_counts(parts)] if parts else [], stats
 
     def extract_output(self, accumulator):
@@ -69,12 +69,6 @@ class CountWordsFn(beam.CombineFn):
         if not parts:
             return tables.WORD_COUNTS.empty_table(), stats
         return sum_word_counts(parts), stats
-
-
-def _add_stats(stats, more):
-    """Numbers add, lists (the shards read) concatenate."""
-    for name, value in more.items():
-        stats[name] = stats.get(name, [] if isinstance(value, list) else 0) + value
 
 
 class WordCounts(beam.PTransform):

@@ -10,6 +10,14 @@ import collections
 from snm_core.errors import SnmStageError
 
 
+def add_totals(total, more):
+    """Sum the totals ``more`` into ``total`` (in place, returned): numbers add, lists
+    (e.g. the text shards read, checked by :func:`check_each_once`) concatenate."""
+    for name, value in more.items():
+        total[name] = total.get(name, [] if isinstance(value, list) else 0) + value
+    return total
+
+
 def check_equal(stage, read_what, read, wrote_what, wrote):
     """``read`` (what the stage's input held) must equal ``wrote`` (what its output holds)."""
     if read != wrote:
