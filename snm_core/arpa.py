@@ -56,8 +56,8 @@ class BackoffForm:
     (``ctx_*``, sorted by key) and by distinct n-gram entry ``(context, word)``
     (``l_*``, sorted by link key), tags summed away.
 
-    ``row_link``: the entry of each row of the model's matrix (its tag copies share
-    one).  ``suffix_link``: the entry ``(h', w)`` of entry ``(h, w)`` (-1 for
+    ``feature_ctx``: the context of each (tagged) feature row.  ``row_link``: the
+    entry of each row of the model's matrix (its tag copies share one).  ``suffix_link``: the entry ``(h', w)`` of entry ``(h, w)`` (-1 for
     unigrams); ``prefix_link``: the entry whose n-gram is the context ``h`` (-1 for
     the empty context).
     """
@@ -68,6 +68,7 @@ class BackoffForm:
     ctx_len: np.ndarray
     ctx_words: np.ndarray
     ctx_index: KeyIndex
+    feature_ctx: np.ndarray
     z: np.ndarray
     l_ctx: np.ndarray
     l_word: np.ndarray
@@ -147,8 +148,8 @@ def backoff_form(features, matrix, config, model_dir):
     rows = np.flatnonzero(has_prefix)
     last_word = ctx_words[l_ctx[rows], np.maximum(ctx_len[l_ctx[rows]] - 1, 0)]
     prefix_link[rows] = link_index.find(link_key(ctx_keys[prefix_ctx[l_ctx[rows]]], last_word))
-    return BackoffForm(order, plain, ctx_keys, ctx_len, ctx_words, ctx_index, z, l_ctx, l_word,
-                       n_self, n_total, row_link, suffix_link, prefix_link)
+    return BackoffForm(order, plain, ctx_keys, ctx_len, ctx_words, ctx_index, ctx_of_feature, z,
+                       l_ctx, l_word, n_self, n_total, row_link, suffix_link, prefix_link)
 
 
 def export_arpa(model_dir, out_path, say=print):

@@ -67,8 +67,7 @@ def entry_scores(form, context_counts):
     with np.errstate(divide="ignore", invalid="ignore"):
         loss = (n / z) * -np.log1p(-m / n) + np.log1p(-m / z)
     weight = context_counts[form.l_ctx] / max(float(context_counts.sum()), 1.0)
-    scores = np.where(unigram, np.inf, np.maximum(loss, 0.0) * weight)
-    return scores
+    return np.where(unigram, np.inf, np.maximum(loss, 0.0) * weight)
 
 
 def effective_scores(form, scores):
@@ -120,8 +119,7 @@ def prune_model(model_dir, out_dir, target_links=None, threshold=None, say=print
     if target_links is not None and target_links < 1:
         raise SnmInputError("--target_links must be at least 1")
     form = backoff_form(features, matrix, config, model_dir)
-    ctx_of_feature = form.ctx_index.find(_feature_context_keys(form, features))
-    context_counts = np.bincount(ctx_of_feature, weights=features["count"].to_numpy(),
+    context_counts = np.bincount(form.feature_ctx, weights=features["count"].to_numpy(),
                                  minlength=len(form.ctx_keys))
     scores = entry_scores(form, context_counts)
     effective = effective_scores(form, scores)
@@ -141,14 +139,6 @@ def prune_model(model_dir, out_dir, target_links=None, threshold=None, say=print
         f"({result.links_after / max(result.links_before, 1):.1%}), "
         f"{result.features_after:,} of {result.features_before:,} features -> {out_dir}")
     return result
-
-
-def _feature_context_keys(form, features):
-    """The untagged context key of every (tagged) feature row."""
-    from snm_core.arpa import _context_keys
-    from snm_core.arrays import padded_lists
-    words, lengths = padded_lists(features["words"], max(form.order - 1, 1))
-    return _context_keys(form.plain, lengths, words)
 
 
 def _pruned_tables(features, matrix, keep_row):
