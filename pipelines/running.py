@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from pipelines import runners
 from snm_core import memory, storage
-from snm_core.errors import OUT_OF_MEMORY, SnmInputError, SnmStageError
+from snm_core.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
 
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -158,7 +158,7 @@ def run_pipeline(beam_args, build, stage, shared_paths=()):
 
 #: A worker's full disk or exhausted memory, as runners render it in their wrapping.
 _RESOURCE_TEXT = re.compile(r"\[Errno (%s)\][^\n\[]*?(?:: '([^']+)')?(?: \[while|$)"
-                            % "|".join(str(n) for n in storage.RESOURCE_ERRNOS), re.MULTILINE)
+                            % "|".join(str(n) for n in RESOURCE_ERRNOS), re.MULTILINE)
 
 
 _SNM_ERROR = re.compile(r"\b(SnmInputError|SnmStageError): (.+?)(?: \[while running [^\]]*\])*$",
@@ -180,8 +180,9 @@ def _snm_error(error, stage):
             return SnmInputError(str(seen).split(" [while running")[0].splitlines()[0])
         if isinstance(seen, SnmStageError):
             return SnmStageError(staged(str(seen)))
-        if storage.resource_error_message(seen):
-            return SnmStageError(staged(storage.resource_error_message(seen)))
+        resource = storage.resource_error_message(seen)
+        if resource:
+            return SnmStageError(staged(resource))
         if isinstance(seen, MemoryError):
             return SnmStageError(staged(OUT_OF_MEMORY))
         seen = seen.__cause__ or seen.__context__
@@ -193,7 +194,7 @@ def _snm_error(error, stage):
         return SnmStageError(staged(match.group(2)))
     match = _RESOURCE_TEXT.search(text)
     if match:
-        what = storage.RESOURCE_ERRNOS[int(match.group(1))]
+        what = RESOURCE_ERRNOS[int(match.group(1))]
         return SnmStageError(staged(f"writing {match.group(2)}: {what}" if match.group(2)
                                     else what))
     if re.search(r"\bMemoryError\b", text):

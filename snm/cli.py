@@ -15,7 +15,7 @@ import importlib.util
 import logging
 import sys
 
-from snm_core.errors import OUT_OF_MEMORY, SnmInputError, SnmStageError
+from snm_core.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
 
 #: Subcommands that are whole Beam pipelines: name -> module with ``main(argv)``.
 PIPELINES = {
@@ -135,14 +135,15 @@ class _QuietFilter(logging.Filter):
       missing (snm uses none).
     """
 
-    MARKERS = ("SnmInputError: ", "SnmStageError: ", "MemoryError: ", "[Errno 28] ",
-               "[Errno 27] ", "[Errno 122] ", "apitools not found, and bigquery client libraries")
+    MARKERS = ("SnmInputError: ", "SnmStageError: ", "MemoryError: ",
+               "apitools not found, and bigquery client libraries") + tuple(
+        f"[Errno {number}] " for number in RESOURCE_ERRNOS)
 
     def filter(self, record):
         error = record.exc_info[1] if record.exc_info else None
         if isinstance(error, (SnmInputError, SnmStageError, MemoryError)):
             return False
-        if isinstance(error, OSError) and error.errno in (28, 27, 122):  # disk full, quota
+        if isinstance(error, OSError) and error.errno in RESOURCE_ERRNOS:
             return False
         message = record.getMessage()
         return not any(marker in message for marker in self.MARKERS)

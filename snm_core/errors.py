@@ -1,4 +1,12 @@
-"""The one exception type for bad user input: the CLI turns it into exit status 2."""
+"""snm's errors: bad input (:class:`SnmInputError`, exit 2) and a stage that could not
+finish (:class:`SnmStageError`, exit 1)."""
+
+import errno
+
+#: errno -> what ran out: a write that fails so is a fault (SnmStageError), not a bug.
+RESOURCE_ERRNOS = {errno.ENOSPC: "no space left on the device",
+                   errno.EFBIG: "the file size limit was reached (ulimit -f)",
+                   errno.EDQUOT: "the disk quota was exceeded"}
 
 
 class SnmInputError(ValueError):

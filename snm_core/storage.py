@@ -20,7 +20,6 @@ second, as ``pyarrow.parquet.write_table`` and ``json.dump`` do.
 """
 
 import contextlib
-import errno
 import fnmatch
 import glob as globlib
 import hashlib
@@ -38,7 +37,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from snm_core.errors import SnmStageError
+from snm_core.errors import RESOURCE_ERRNOS, SnmStageError
 
 #: Parquet compression for the columns that are compressed at all (zstd: ~3x
 #: smaller than uncompressed on strings and floats, fast to decode).
@@ -182,12 +181,6 @@ def open_input(path, seekable=False):
     if seekable:
         return fs.open_input_file(inner)
     return fs.open_input_stream(inner, compression=None)
-
-
-#: errno -> what ran out, for :func:`resource_errors`.
-RESOURCE_ERRNOS = {errno.ENOSPC: "no space left on the device",
-                   errno.EFBIG: "the file size limit was reached (ulimit -f)",
-                   errno.EDQUOT: "the disk quota was exceeded"}
 
 
 #: numpy's ``tofile`` reports a short write without its errno.
