@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 
-from snm_core import storage
+from snm_core import loglinear_model, storage
+from snm_core.errors import SnmInputError
 from snm_core.model import SCORE_BATCH_LINES, Model
 from snm_core.textfile import read_lines
 
@@ -28,9 +29,17 @@ def format_report(name, report):
          if report["zero_probability"] else []))
 
 
+def load(model_dir):
+    """An SNM :class:`Model` or a :class:`LogLinearScorer`, by the directory's manifest."""
+    if loglinear_model.is_loglinear(model_dir):
+        return loglinear_model.LogLinearScorer.load(model_dir)
+    return Model.load(model_dir)
+
+
 def evaluate(model_dir, path):
-    """``{"adjusted": report, "unadjusted": report}`` of a text file."""
-    return Model.load(model_dir).evaluate_lines(read_lines(path))
+    """A report per model of a text file: ``{"adjusted": .., "unadjusted": ..}`` for an SNM,
+    ``{"loglinear": ..}`` for a log-linear model."""
+    return load(model_dir).evaluate_lines(read_lines(path))
 
 
 def eval_main(argv):
@@ -43,6 +52,13 @@ def eval_main(argv):
                         help="report the unadjusted model (theta = 0) first / at the top level")
     args = parser.parse_args(argv)
     reports = evaluate(args.model, args.file)
+    if "loglinear" in reports:
+        if args.unadjusted:
+            raise SnmInputError(f"{args.model}: a log-linear model has no unadjusted form")
+        report = reports["loglinear"]
+        print(json.dumps({**report, "model": "loglinear"}, sort_keys=True) if args.json
+              else format_report("Log-linear", report))
+        return 0
     first, second = ("unadjusted", "adjusted") if args.unadjusted else ("adjusted", "unadjusted")
     if args.json:
         print(json.dumps({**reports[first], "model": first, second: reports[second]},
@@ -63,7 +79,9 @@ def score_main(argv):
     parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
     parser.add_argument("--out", help="output file (default: standard output)")
     args = parser.parse_args(argv)
-    model = Model.load(args.model)
+    model = load(args.model)
+    if args.unadjusted and "unadjusted" not in model.REPORTS:
+        raise SnmInputError(f"{args.model}: a log-linear model has no unadjusted form")
     lines = read_lines(args.file)
     with contextlib.ExitStack() as stack:
         if args.out:  # written whole or not at all, local or remote

@@ -2,6 +2,7 @@
 
 import argparse
 
+from snm_core import loglinear_model
 from snm_core.arpa import export_arpa
 
 
@@ -10,5 +11,8 @@ def main(argv=None):
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
     parser.add_argument("--out", required=True, help="ARPA file to write")
     args = parser.parse_args(argv)
-    export_arpa(args.model, args.out)
+    if loglinear_model.is_loglinear(args.model):
+        loglinear_model.export_arpa(args.model, args.out)
+    else:
+        export_arpa(args.model, args.out)
     return 0

@@ -3,6 +3,7 @@
     snm train --config 5gram --train 'corpus/*.gz' --heldout dev.txt --test test.txt \\
         --out run/ [--vocab FILE | --min_count N | --add_to OLD/counts] [--tagged]
         [fit options] [Beam options]
+    snm train --family loglinear --penalty wt2 --config 5gram ... (the same inputs)
 
 Stages, each in its own directory under ``--out``::
 
@@ -16,6 +17,10 @@ Stages, each in its own directory under ``--out``::
     6 eval    eval.json, heldout_perplexity.png, model/model_card.md
               (of pruned/ with --prune_to)
 
+With ``--family loglinear`` (a log-linear model with a tree-structured
+penalty, Nelakanti et al. 2013, on the same counts) the stages are vocab,
+count, fit (``loglinear/``: λ and α chosen on --heldout) and eval.
+
 A stage is skipped when its complete output (its manifest) exists and was
 made from the same inputs and settings: ``stages.json`` keeps, per stage, a
 digest of its settings, its input files (path, size, time) and the manifests
@@ -26,6 +31,7 @@ the Beam stages.
 """
 
 import argparse
+import dataclasses
 import hashlib
 import io
 import json
@@ -41,16 +47,19 @@ from pipelines import training_sources
 from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
-from snm_core import memory, storage, tables
+from snm_core import loglinear_model, memory, penalties, storage, tables
 from snm_core.checkpoints import checkpoint
 from snm_core.config import load_config
 from snm_core.errors import SnmInputError, SnmStageError
 from snm_core.fit import fit_directory
+from snm_core.loglinear_model import LogLinearOptions
 from snm_core.model import write_model_card
 from snm_core.prune import prune_model
 from snm_core.runlock import run_lock
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
+#: With --family loglinear.
+LOGLINEAR_STAGES = ("vocab", "count", "fit", "eval")
 #: With --prune_to, between apply and eval.
 PRUNE_STAGES = ("vocab", "count", "join", "fit", "apply", "prune", "eval")
 STATE = "stages.json"
@@ -169,15 +178,57 @@ def main(argv=None):
                         help="also prune the model to this many links (snm prune; n-gram "
                              "configurations) into pruned/, which eval then evaluates")
     add_fit_args(parser)
+    family = parser.add_argument_group("log-linear family (--family loglinear)")
+    family.add_argument("--family", choices=("snm", "loglinear"), default="snm",
+                        help="snm (default) or loglinear: a log-linear n-gram model with a "
+                             "tree-structured penalty on the same counts")
+    family.add_argument("--penalty", default="t2", choices=penalties.PENALTIES,
+                        help="the penalty (default %(default)s); w* weight depth d by alpha^d")
+    family.add_argument("--lam", type=_floats, default=LogLinearOptions.lams, metavar="L[,L..]",
+                        help="penalty strength(s) lambda; each is fitted and the best on "
+                             "--heldout kept (default %(default)s)")
+    family.add_argument("--alpha", type=_floats, default=None, metavar="A[,A..]",
+                        help="depth weight(s) of wl2 wl1 wt2 wtinf (default 0.8)")
+    family.add_argument("--optimizer", choices=("adagrad", "fista", "pgd"), default="adagrad",
+                        help="stochastic proximal gradient variant (default %(default)s)")
+    family.add_argument("--batches_per_epoch", type=int, default=25)
+    family.add_argument("--step", type=float, default=1.0, help="base step size")
     args, beam_args = parser.parse_known_args(argv)
     runners.check_options(beam_args, parser)
     with run_lock(storage.absolute(args.out), "snm train"):
         return _train(args, beam_args)
 
 
+def _floats(text):
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
+    return values
+
+
+def _loglinear_options(args):
+    weighted = args.penalty.startswith("w")
+    alphas = args.alpha if args.alpha is not None else ((0.8,) if weighted else (1.0,))
+    epochs = args.epochs if isinstance(args.epochs, int) else LogLinearOptions.epochs
+    return LogLinearOptions(penalty=args.penalty, lams=args.lam, alphas=alphas,
+                            optimizer=args.optimizer, epochs=epochs,
+                            batches_per_epoch=args.batches_per_epoch, step=args.step,
+                            patience=args.patience, seed=args.seed)
+
+
 def _train(args, beam_args):
     """The stages of ``snm train``, in order, each skipped when current."""
     config = load_config(args.config)
+    loglinear = args.family == "loglinear"
+    if loglinear:
+        options = _loglinear_options(args)
+        if config.ngram_order is None:
+            raise SnmInputError("--family loglinear takes n-gram configurations (5gram, or a "
+                                "file with one ngram_extractor); skip-grams are SNM only")
+        if args.tagged or args.prune_to:
+            raise SnmInputError("--family loglinear trains on pooled sources, unpruned: "
+                                "drop --tagged and --prune_to")
     sources = training_sources.parse_sources(args.train, pooled=not args.tagged)
     if args.tagged and training_sources.source_tags(sources) == [""]:
         raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
@@ -194,7 +245,7 @@ def _train(args, beam_args):
                                 "rewritten); give the previous run's")
     storage.makedirs(out)
     dirs = {name: storage.join(out, name) for name in ("vocab", "counts", "heldout", "adjust",
-                                                       "model", "pruned")}
+                                                       "model", "pruned", "loglinear")}
     train_specs = [f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources]
     stamps = [storage.file_stamp(p) for _, p in files]
     if args.prune_to is not None:
@@ -202,7 +253,8 @@ def _train(args, beam_args):
             raise SnmInputError("--prune_to must be at least 1")
         if config.ngram_order is None:
             raise SnmInputError("--prune_to prunes n-gram configurations only (for now)")
-    stage_names = PRUNE_STAGES if args.prune_to else STAGES
+    stage_names = (LOGLINEAR_STAGES if loglinear else PRUNE_STAGES if args.prune_to
+                   else STAGES)
     runner = Runner(out, args.force, stage_names)
 
     def manifest(name):
@@ -231,6 +283,8 @@ def _train(args, beam_args):
                      num_buckets=args.num_buckets), beam_args),
                  lambda: f"{manifest('counts')['totals']['tokens']:,} words -> "
                          f"{manifest('counts')['totals']['links']:,} links")
+    if loglinear:
+        return _loglinear_stages(runner, args, dirs, out, options)
     runner.stage(3, "join", {"counts": _manifest_digest(dirs["counts"]),
                              "heldout": storage.file_stamp(args.heldout)},
                  storage.join(dirs["heldout"], tables.MANIFEST),
@@ -287,6 +341,39 @@ def _train(args, beam_args):
     runner.summary()
     print(f"model: {dirs[final]}  (card: {storage.join(dirs[final], 'model_card.md')}); "
           f"eval: {eval_path}; plot: {storage.join(out, 'heldout_perplexity.png')}")
+    return 0
+
+
+def _loglinear_stages(runner, args, dirs, out, options):
+    """fit and eval of --family loglinear, after the shared vocab and count stages."""
+    model_dir = dirs["loglinear"]
+
+    def manifest():
+        return storage.read_json(storage.join(model_dir, tables.MANIFEST))
+
+    runner.stage(3, "fit", {"counts": _manifest_digest(dirs["counts"]),
+                            "heldout": storage.file_stamp(args.heldout),
+                            "options": dataclasses.asdict(options)},
+                 storage.join(model_dir, tables.MANIFEST),
+                 lambda: loglinear_model.train(dirs["counts"], args.heldout, model_dir, options),
+                 lambda: f"{options.penalty} lambda {manifest()['lam']:g} alpha "
+                         f"{manifest()['alpha']:g}: held-out perplexity "
+                         f"{manifest()['heldout_perplexity']:.2f}, "
+                         f"{manifest()['totals']['nonzero_pairs']:,} of "
+                         f"{manifest()['totals']['pairs']:,} weights nonzero")
+    eval_path = storage.join(out, "eval.json")
+
+    def evaluate():
+        reports = evaluate_text(model_dir, args.test)
+        storage.write_json(reports, eval_path)  # last: it marks the stage done
+        print(format_report("Log-linear", reports["loglinear"]))
+
+    runner.stage(4, "eval", {"model": _manifest_digest(model_dir),
+                             "test": storage.file_stamp(args.test)}, eval_path, evaluate,
+                 lambda: f"test perplexity "
+                         f"{storage.read_json(eval_path)['loglinear']['perplexity']:.2f}")
+    runner.summary()
+    print(f"model: {model_dir}; eval: {eval_path}")
     return 0
 
 

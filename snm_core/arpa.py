@@ -162,9 +162,7 @@ def export_arpa(model_dir, out_path, say=print):
             f"({', '.join(manifest['feature_types'])}) is not the n-grams of lengths 0..N "
             "without skip-grams, so it has no exact back-off form")
     vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
-    for word in vocab.words[3:]:
-        if word in ("<s>", "</s>", "<unk>"):
-            raise SnmInputError(f"the vocabulary has the word {word!r}, which ARPA reserves")
+    check_vocabulary(vocab)
     form = backoff_form(features, matrix, config, model_dir)
     order, plain, ctx_index = form.order, form.plain, form.ctx_index
     ctx_len, ctx_words, z, l_ctx, l_word = (form.ctx_len, form.ctx_words, form.z, form.l_ctx,
@@ -185,46 +183,55 @@ def export_arpa(model_dir, out_path, say=print):
         backoff[rows[found]] = np.log10(z[g_suffix] / z[g[found]])
         has_bo[rows[found]] = True
 
-    counts = _write(out_path, order, vocab, ctx_len, ctx_words, ctx_index, plain, z,
-                    l_ctx, l_word, entry_len, log_prob, backoff, has_bo)
+    sections = []
+    for n in range(1, order + 1):
+        rows = np.flatnonzero(entry_len == n)
+        words = np.concatenate([ctx_words[l_ctx[rows], :n - 1], l_word[rows, None]], axis=1)
+        prob = log_prob[rows]
+        bo = np.where(has_bo[rows], backoff[rows], 0.0) if n < order else None
+        if n == 1:  # <s> (never predicted, with its back-off) and <unk> if training had none
+            bos = ctx_index.find(_context_keys(plain, np.array([1]), np.array([[BOS_ID]])))[0]
+            empty = ctx_index.find(_context_keys(plain, np.array([0]),
+                                                 np.zeros((1, 1), np.int64)))[0]
+            extra = [(BOS_ID, np.log10(z[empty] / z[bos]) if bos >= 0 else 0.0)]
+            if not np.any(l_word[rows] == UNK_ID):
+                extra.append((UNK_ID, 0.0))
+            words = np.concatenate([[[w] for w, _ in extra], words]).astype(np.int64)
+            prob = np.concatenate([[NEVER] * len(extra), prob])
+            if bo is not None:
+                bo = np.concatenate([[b for _, b in extra], bo])
+        sections.append((n, words, prob, bo))
+    counts = write_sections(out_path, vocab, sections)
     say(f"wrote {out_path}: " + ", ".join(f"{n}-grams {c:,}" for n, c in counts.items()))
     return counts
 
 
-def _write(out_path, order, vocab, ctx_len, ctx_words, ctx_index, plain, z, l_ctx, l_word,
-           entry_len, log_prob, backoff, has_bo):
+def check_vocabulary(vocab):
+    """ARPA reserves ``<s>``, ``</s>`` and ``<unk>``: a vocabulary word spelt so is refused."""
+    for word in vocab.words[3:]:
+        if word in ("<s>", "</s>", "<unk>"):
+            raise SnmInputError(f"the vocabulary has the word {word!r}, which ARPA reserves")
+
+
+def write_sections(out_path, vocab, sections):
+    """Write an ARPA file; returns the n-gram count of each order.
+
+    ``sections``: per order n, ``(n, words, log10_prob, backoff)`` with ``words``
+    int (k, n) (oldest word first), ``log10_prob`` (k,) and ``backoff`` (k,) or
+    None (the highest order).
+    """
     names = [ARPA_MARKERS.get(i, w) for i, w in enumerate(vocab.words)]
     word_strings = pa.array(names, pa.string())
     counts = {}
-    sections = []
-    bos = ctx_index.find(_context_keys(plain, np.array([1]), np.array([[BOS_ID]])))[0]
-    empty = ctx_index.find(_context_keys(plain, np.array([0]), np.zeros((1, 1), np.int64)))[0]
-    for n in range(1, order + 1):
-        rows = np.flatnonzero(entry_len == n)
-        parts = [word_strings.take(pa.array(ctx_words[l_ctx[rows], j])) for j in range(n - 1)]
-        parts.append(word_strings.take(pa.array(l_word[rows])))
+    body = []
+    for n, words, log_prob, backoff in sections:
+        parts = [word_strings.take(pa.array(words[:, j])) for j in range(n)]
         text = pc.binary_join_element_wise(*parts, " ") if n > 1 else parts[0]
-        prob = pc.cast(pa.array(log_prob[rows].astype(np.float32)), pa.string())
-        columns = [prob, text]
-        if n < order:
-            bo = pc.cast(pa.array(np.where(has_bo[rows], backoff[rows], 0.0).astype(np.float32)),
-                         pa.string())
-            columns.append(bo)
-        lines = pc.binary_join_element_wise(*columns, "\t").to_pylist()
-        if n == 1:
-            extra = []
-            if bos >= 0:
-                extra.append(f"{NEVER:g}\t<s>\t{np.float32(np.log10(z[empty] / z[bos]))}")
-            if not np.any(l_word[rows] == UNK_ID):
-                extra.append(f"{NEVER:g}\t<unk>\t0")
-            lines = extra + lines
-        counts[n] = len(lines)
-        sections.append((n, lines))
-    body = ["\\data\\"] + [f"ngram {n}={c}" for n, c in counts.items()] + [""]
-    for n, lines in sections:
-        body.append(f"\\{n}-grams:")
-        body.extend(lines)
-        body.append("")
-    body.append("\\end\\")
-    storage.write_text("\n".join(body) + "\n", out_path)
+        columns = [pc.cast(pa.array(np.asarray(log_prob, np.float32)), pa.string()), text]
+        if backoff is not None:
+            columns.append(pc.cast(pa.array(np.asarray(backoff, np.float32)), pa.string()))
+        counts[n] = len(words)
+        body += [f"\\{n}-grams:"] + pc.binary_join_element_wise(*columns, "\t").to_pylist() + [""]
+    header = ["\\data\\"] + [f"ngram {n}={c}" for n, c in counts.items()] + [""]
+    storage.write_text("\n".join(header + body + ["\\end\\"]) + "\n", out_path)
     return counts

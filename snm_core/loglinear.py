@@ -268,7 +268,14 @@ class LogLinearModel:
         """
         V = tree.vocab_size
         rows, cols = np.nonzero(active >= 0)
-        keys = np.unique(active[rows, cols] * V + np.asarray(target, np.int64)[rows])
+        return cls.from_pairs(tree, active[rows, cols], np.asarray(target, np.int64)[rows])
+
+    @classmethod
+    def from_pairs(cls, tree, node, word):
+        """The pairs (node[i], word[i]) (repeats allowed), weights 0; every pair's parent
+        pair must be among them."""
+        V = tree.vocab_size
+        keys = np.unique(np.asarray(node, np.int64) * V + np.asarray(word, np.int64))
         node = keys // V
         word = (keys % V).astype(np.int32)
         ptr = np.zeros(tree.size + 1, np.int64)
@@ -277,7 +284,8 @@ class LogLinearModel:
         has_parent = parent_node >= 0
         pair_parent = np.full(len(keys), -1, np.int64)
         parent_keys = parent_node[has_parent] * V + word[has_parent]
-        pair_parent[has_parent] = np.searchsorted(keys, parent_keys)
+        pair_parent[has_parent] = np.minimum(np.searchsorted(keys, parent_keys),
+                                             max(len(keys) - 1, 0))
         if not (keys[pair_parent[has_parent]] == parent_keys).all():
             raise AssertionError("a pair's parent pair is missing: positions not from this tree")
         return cls(tree, V, ptr, word, np.zeros(len(keys)), pair_parent, tree.depth[node])
@@ -291,12 +299,50 @@ class LogLinearModel:
         """The pair forest (one suffix tree per word) for :func:`snm_core.penalties.prox`."""
         return penalties.SuffixTree(self.pair_parent, self.pair_depth)
 
+    @property
+    def pair_node(self):
+        """Node of each pair, int64 (m,)."""
+        return _pair_nodes(self.ptr)
+
+    def pair_of(self, node, word):
+        """Index of pair (node, word) for each element, -1 where it is not a pair."""
+        node = np.asarray(node, np.int64)
+        word = np.asarray(word, np.int64)
+        keys = self.pair_node * self.vocab_size + self.word
+        query = node * self.vocab_size + word
+        where = np.minimum(np.searchsorted(keys, query), max(len(keys) - 1, 0))
+        found = (node >= 0) & (len(keys) > 0)
+        found[found] = keys[where[found]] == query[found]
+        return np.where(found, where, -1)
+
+    def normalisers(self, weight=None):
+        """(S, Z): each pair's score s_y(j), float64 (m,), and each node's Z(j), (n,)."""
+        w = self.weight if weight is None else weight
+        return _scores_and_normalisers(self.ptr, self.pair_parent, self.tree.parent,
+                                       np.asarray(w, np.float64), float(self.vocab_size - 1))
+
     def log_prob(self, active, target, weight=None):
         """log p(target | x) of each position, float64 (P,); ``active`` is (P, N)."""
+        S, Z = self.normalisers(weight)
+        return _lookup_log_prob(self.ptr, self.word, self.tree.parent, S, np.log(Z),
+                                deepest_nodes(active), np.asarray(target, np.int64))
+
+    def objective(self, own, weight=None, level=1):
+        """Mean NLL of the positions counted by ``own`` (see :func:`own_counts`), with its
+        gradient (level >= 1) and Hessian diagonal (level 2) w.r.t. the pair weights.
+
+        Returns
+        -------
+        loss : float
+        grad : ndarray of float64, shape (m,), or empty (level 0)
+        hess : ndarray of float64, shape (m,), or empty (level < 2)
+        """
         w = self.weight if weight is None else weight
-        logp, _ = _loss_grad(self.ptr, self.word, w, np.ascontiguousarray(active, np.int64),
-                             np.asarray(target, np.int64), self.vocab_size, False)
-        return logp
+        total = max(float(own.sum()), 1.0)
+        loss, grad, hess, _, _ = _tree_objective(
+            self.ptr, self.pair_parent, self.tree.parent, np.asarray(w, np.float64),
+            np.asarray(own, np.float64), float(self.vocab_size - 1), level)
+        return loss / total, grad / total, hess / total
 
     def loss_grad(self, active, target, weight=None):
         """Mean negative log-likelihood and its gradient w.r.t. the pair weights.
@@ -379,11 +425,162 @@ def _loss_grad(ptr, word, weight, active, target, V, want_grad):
     return logp, grad
 
 
+def deepest_nodes(active):
+    """The deepest active node of each position (its longest context in the trie), (P,)."""
+    active = np.asarray(active, np.int64)
+    return active[np.arange(len(active)), (active >= 0).sum(axis=1) - 1]
+
+
+# --- the whole training set in O(pairs) ----------------------------------------------------------
+
+def own_counts(model, active, target):
+    """How many positions have each pair as their *deepest* (node, target) pair, float64 (m,).
+
+    A training position's deepest active node h is its whole (clipped) history,
+    and (h, target) is a pair, so these counts are the N-gram counts of the
+    training text and hold everything the full-batch objective needs.
+    """
+    pairs = model.pair_of(deepest_nodes(active), target)
+    if np.any(pairs < 0):
+        raise ValueError("a position's (deepest node, target) is not a pair: not training "
+                         "positions of this model")
+    return np.bincount(pairs, minlength=model.num_pairs).astype(np.float64)
+
+
+def own_counts_from_totals(model, total):
+    """Own counts from the n-gram counts N(j, y) of every pair (the count stage's C(f, w)):
+    N of a pair minus N of its child pairs (the positions one word longer)."""
+    own = np.asarray(total, np.float64).copy()
+    has_parent = model.pair_parent >= 0
+    np.subtract.at(own, model.pair_parent[has_parent], np.asarray(total, np.float64)[has_parent])
+    if own.min(initial=0.0) < -1e-9:
+        raise ValueError("n-gram counts are not consistent: a pair is counted less often than "
+                         "the pairs one word longer")
+    return np.maximum(own, 0.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _pair_nodes(ptr):
+    node = np.empty(ptr[-1], np.int64)
+    for j in range(len(ptr) - 1):
+        node[ptr[j]:ptr[j + 1]] = j
+    return node
+
+
+@numba.njit(cache=True, nogil=True)
+def _scores_and_normalisers(ptr, pair_parent, node_parent, weight, num_outcomes):
+    """S (m,): s_y(j) of each pair (j, y), the sum of w over the pair and its ancestors;
+    Z (n,): the normaliser of each node's context.
+
+    Z(root) = Σ_y exp(u_y) over the outcomes, and one word longer only the words
+    with a pair at the node change score:
+    Z(j) = Z(parent(j)) + Σ_{(j,y)} exp(S_(j,y)) − exp(S_(parent(j),y)).
+    All terms are >= 0 (W >= 0), so there is no cancellation.
+    """
+    n = len(ptr) - 1
+    S = np.empty(len(weight))
+    Z = np.empty(n)
+    for j in range(n):
+        z = num_outcomes if j == 0 else Z[node_parent[j]]
+        for q in range(ptr[j], ptr[j + 1]):
+            pq = pair_parent[q]
+            base = S[pq] if pq >= 0 else 0.0
+            S[q] = base + weight[q]
+            z += np.exp(base) * np.expm1(weight[q])
+        Z[j] = z
+    return S, Z
+
+
+@numba.njit(cache=True, nogil=True)
+def _tree_objective(ptr, pair_parent, node_parent, weight, own, num_outcomes, level):
+    """Summed NLL of the positions that ``own`` counts, and (level >= 1) its gradient,
+    (level 2) the diagonal of its Hessian; O(m + n), whatever the vocabulary.
+
+    With n(h) the positions whose deepest node is h and D(j) = Σ_{h in subtree(j)}
+    n(h)/Z(h), the expected count of pair q = (j, y) is
+    A_q = exp(S_q) (D(j) − Σ_{child pairs q'} D(node q')) + Σ_{child pairs q'} A_q':
+    the positions below j whose deepest y-pair is q, plus those below each child
+    pair.  Gradient A_q − N_q (N_q: targets y below j); Hessian diagonal
+    Σ p(1 − p), the same recursion with exp(2 S_q) and 1/Z².
+    """
+    n, m = len(ptr) - 1, len(weight)
+    S, Z = _scores_and_normalisers(ptr, pair_parent, node_parent, weight, num_outcomes)
+    node_count = np.zeros(n)
+    loss = 0.0
+    for j in range(n):
+        logz = np.log(Z[j])
+        for q in range(ptr[j], ptr[j + 1]):
+            if own[q] != 0.0:
+                loss += own[q] * (logz - S[q])
+                node_count[j] += own[q]
+    grad = np.zeros(m if level >= 1 else 0)
+    hess = np.zeros(m if level >= 2 else 0)
+    if level == 0:
+        return loss, grad, hess, S, Z
+    D = node_count / Z
+    D2 = D / Z
+    for j in range(n - 1, 0, -1):
+        D[node_parent[j]] += D[j]
+        D2[node_parent[j]] += D2[j]
+    rest = np.empty(m)  # D(j) minus the D of the nodes of the child pairs
+    rest2 = np.empty(m)
+    below = np.zeros(m)  # Σ A of the child pairs
+    below2 = np.zeros(m)
+    targets = own.copy()  # N_q once the child pairs are added
+    for j in range(n):
+        for q in range(ptr[j], ptr[j + 1]):
+            rest[q] = D[j]
+            rest2[q] = D2[j]
+    for j in range(n - 1, -1, -1):
+        for q in range(ptr[j + 1] - 1, ptr[j] - 1, -1):
+            e = np.exp(S[q])
+            a = e * rest[q] + below[q]
+            grad[q] = a - targets[q]
+            if level >= 2:
+                a2 = e * e * rest2[q] + below2[q]
+                hess[q] = max(a - a2, 0.0)
+            pq = pair_parent[q]
+            if pq >= 0:
+                rest[pq] -= D[j]
+                below[pq] += a
+                targets[pq] += targets[q]
+                if level >= 2:
+                    rest2[pq] -= D2[j]
+                    below2[pq] += a2
+    return loss, grad, hess, S, Z
+
+
+@numba.njit(cache=True, nogil=True)
+def _lookup_log_prob(ptr, word, node_parent, S, log_z, deepest, target):
+    """log p(target | x) of positions given their deepest active node: the score is
+    S of the deepest pair (j, target) on the way up from that node, 0 if none."""
+    out = np.empty(len(deepest))
+    for p in range(len(deepest)):
+        h = deepest[p]
+        y = target[p]
+        s = 0.0
+        j = h
+        while j >= 0:
+            lo, hi = ptr[j], ptr[j + 1]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if word[mid] < y:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < ptr[j + 1] and word[lo] == y:
+                s = S[lo]
+                break
+            j = node_parent[j]
+        out[p] = s - log_z[h]
+    return out
+
+
 # --- fitting -------------------------------------------------------------------------------------
 
 def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batch_size=1000,
         step=10.0, backtrack=True, grow=1.25, seed=0, callback=None, optimizer="pgd",
-        eps=1e-8, mu=0.0, dev=None, patience=None):
+        eps=1e-8, mu=0.0, dev=None, patience=None, gradient="positions", position_pairs=None):
     """Mini-batch proximal gradient on (1/P) Σ NLL + λ Ω(W), W >= 0; updates ``model.weight``.
 
     Parameters
@@ -421,6 +618,18 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     patience : int, optional
         Epochs without a held-out improvement before stopping (needs ``dev``;
         None: run all epochs, still keeping the best weights).
+    gradient : {"positions", "tree"}
+        How a batch's loss and gradient are computed: "positions" walks each
+        position's active nodes and their pairs (cost: the batch's positions
+        times the pairs of their contexts, large for frequent contexts);
+        "tree" counts the batch's positions per pair and runs
+        :meth:`LogLinearModel.objective` (cost O(pairs) whatever the batch).
+        The results agree to rounding; "tree" is faster for batches of more
+        than a few thousand positions.
+    position_pairs : ndarray of int, shape (P,), optional
+        Instead of ``active`` and ``target`` (pass None): each training
+        position's deepest pair (``model.pair_of`` of its deepest node and
+        target); implies ``gradient="tree"``.
 
     Returns
     -------
@@ -429,9 +638,26 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     """
     if optimizer not in ("pgd", "adagrad", "fista"):
         raise ValueError(f"unknown optimizer {optimizer!r}; choose pgd, adagrad or fista")
+    if gradient not in ("positions", "tree"):
+        raise ValueError(f"unknown gradient {gradient!r}; choose positions or tree")
     forest = model.forest()
-    active = np.ascontiguousarray(active, np.int64)
-    target = np.asarray(target, np.int64)
+    if position_pairs is not None:
+        gradient = "tree"
+        position_pair = np.asarray(position_pairs, np.int64)
+        num_positions = len(position_pair)
+    else:
+        active = np.ascontiguousarray(active, np.int64)
+        target = np.asarray(target, np.int64)
+        num_positions = len(target)
+        if gradient == "tree":
+            position_pair = model.pair_of(deepest_nodes(active), target)
+
+    def batch_loss_grad(rows, weight):
+        if gradient == "tree":
+            own = np.bincount(position_pair[rows], minlength=model.num_pairs).astype(np.float64)
+            loss, grad, _ = model.objective(own, weight, level=1)
+            return loss, grad
+        return model.loss_grad(active[rows], target[rows], weight)
     rng = np.random.default_rng(seed)
     eta = float(step)
     w = model.weight.copy()
@@ -450,12 +676,11 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     best_loss, best_w, since = np.inf, w, 0
     model.fit_log = []
     for epoch in range(epochs):
-        order = rng.permutation(len(target))
+        order = rng.permutation(num_positions)
         for start in range(0, len(order), batch_size):
             rows = np.sort(order[start:start + batch_size])
-            batch_active, batch_target = active[rows], target[rows]
             if optimizer == "adagrad":
-                _, grad = model.loss_grad(batch_active, batch_target, w)
+                _, grad = batch_loss_grad(rows, w)
                 sq += grad * grad
                 steps = np.where(sq > 0, eta / (eps + np.sqrt(sq)), 0.0)  # unseen: no move
                 word_step = np.bincount(pair_word, steps, model.vocab_size) / word_count
@@ -464,20 +689,20 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
                 continue
             if optimizer == "fista":
                 w_bar = (1.0 - tau) * w + tau * z
-                _, grad = model.loss_grad(batch_active, batch_target, w_bar)
+                _, grad = batch_loss_grad(rows, w_bar)
                 w = penalties.prox(penalty, forest, w_bar - grad / rho, lam / rho, alpha)
                 z = (rho * tau * z + mu * w_bar + rho * (w - w_bar)) / (rho * tau + mu)
                 rho = L + mu / delta
                 tau = (np.sqrt(4.0 * delta + delta * delta) - delta) / 2.0
                 delta = (1.0 - tau) * delta
                 continue
-            loss, grad = model.loss_grad(batch_active, batch_target, w)
+            loss, grad = batch_loss_grad(rows, w)
             for _ in range(60):
                 new = penalties.prox(penalty, forest, w - eta * grad, eta * lam, alpha)
                 if not backtrack:
                     break
                 d = new - w
-                new_loss, _ = model.loss_grad(batch_active, batch_target, new)
+                new_loss, _ = batch_loss_grad(rows, new)
                 if new_loss <= loss + grad @ d + (d @ d) / (2 * eta) + 1e-12:
                     break
                 eta *= 0.5
@@ -498,6 +723,176 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
             break
     model.weight = best_w if dev is not None else w
     return model
+
+
+def fit_full(model, own, penalty="t2", lam=1e-6, alpha=1.0, optimizer="newton",
+             max_iter=100, tol=1e-5, dev=None, patience=3, callback=None, max_depth=None):
+    """Full-batch proximal fit of (1/P) Σ NLL + λ Ω(W), W >= 0, from own counts.
+
+    Each iteration computes the exact loss, gradient and Hessian diagonal of
+    all P positions in O(pairs) (:meth:`LogLinearModel.objective`), so one
+    iteration costs about one pass of :func:`fit` over a batch of a few
+    thousand positions.
+
+    Parameters
+    ----------
+    model : LogLinearModel
+        Warm-started from ``model.weight``; updated in place.
+    own : ndarray of float64, shape (m,)
+        :func:`own_counts` (or :func:`own_counts_from_totals`).
+    penalty, lam, alpha
+        As in :func:`fit`.
+    optimizer : {"newton", "fista"}
+        ``"newton"``: proximal steps scaled by the inverse Hessian diagonal
+        (η/H_q per pair), η halved until the objective decreases, doubled (to
+        at most 1) after each success.  Exact prox for l2, l1, wl2, wl1; the
+        tree penalties use, for the group rooted at pair q, the step of q (a
+        tree prox has no closed form with a step per coordinate).
+        ``"fista"``: Beck & Teboulle's accelerated proximal gradient with
+        backtracking on the Lipschitz constant; one step for all pairs, so the
+        exact prox of every penalty, but slow on the rare pairs (their
+        curvature is ~1/P of the frequent ones').
+    max_iter : int
+    tol : float
+        Stop when an iteration lowers the objective by less than ``tol`` (relative).
+    dev : (active, target), optional
+        Held-out positions: evaluated after each iteration, the best weights
+        kept, and the fit stops after ``patience`` iterations without improvement.
+    patience : int or None
+    callback : callable(iteration, model, info dict), optional
+
+    Returns
+    -------
+    model : LogLinearModel
+        ``model.fit_log``: one dict per iteration (objective, held-out loss).
+    """
+    if optimizer not in ("newton", "fista"):
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose newton or fista")
+    forest = model.forest()
+    own = np.asarray(own, np.float64)
+    total = max(float(own.sum()), 1.0)
+    floor = 1e-4 / total  # keeps η/H finite for pairs whose p(1 − p) vanishes
+    below, targets = _subtree_counts(model, own)
+    frozen = None if max_depth is None else np.flatnonzero(model.pair_depth > max_depth)
+
+    def penalised(w):
+        return model.objective(own, w, level=0)[0] + lam * penalties.value(penalty, forest, w,
+                                                                             alpha)
+
+    if dev is not None:
+        dev_deepest = deepest_nodes(dev[0])
+        dev_target = np.asarray(dev[1], np.int64)
+
+    def held_out(w):
+        S, Z = model.normalisers(w)
+        return -float(_lookup_log_prob(model.ptr, model.word, model.tree.parent, S, np.log(Z),
+                                       dev_deepest, dev_target).mean())
+
+    w = np.asarray(model.weight, np.float64).copy()
+    value = penalised(w)
+    best_w, best_held, since = w, np.inf, 0
+    eta = 1.0
+    lipschitz = 1.0
+    momentum_w, previous, t = w, w, 1.0
+    model.fit_log = []
+    for iteration in range(max_iter):
+        if optimizer == "newton":
+            # From the extrapolated point y (momentum), restarted at w when it fails.
+            t_next = (1.0 + np.sqrt(1.0 + 4.0 * t * t)) / 2.0
+            y = w + ((t - 1.0) / t_next) * (w - previous) if iteration else w
+            accepted = False
+            for start in (y, w) if y is not w else (w,):
+                _, grad, hess = model.objective(own, start, level=2)
+                if frozen is not None:
+                    grad[frozen] = 0.0
+                scale = _pair_steps(grad, hess, below, targets, floor)
+                for _ in range(40 if start is w else 1):
+                    steps = eta * scale
+                    new = _prox_steps(penalty, forest, start - steps * grad, lam * steps,
+                                      lam * steps, alpha)
+                    new_value = penalised(new)
+                    if new_value <= value:
+                        accepted = True
+                        break
+                    if start is w:
+                        eta *= 0.5
+                if accepted:
+                    break
+                t_next = 1.0  # restart the momentum
+            if not accepted:
+                break  # no step lowers the objective: converged as far as it can
+            t = t_next
+            previous = w
+            eta = min(1.0, 2.0 * eta)
+        else:
+            y = momentum_w
+            loss_y, grad, _ = model.objective(own, y, level=1)
+            for _ in range(60):
+                new = penalties.prox(penalty, forest, y - grad / lipschitz, lam / lipschitz,
+                                     alpha)
+                d = new - y
+                if model.objective(own, new, level=0)[0] <= (loss_y + grad @ d
+                                                             + 0.5 * lipschitz * (d @ d)):
+                    break
+                lipschitz *= 2.0
+            t_next = (1.0 + np.sqrt(1.0 + 4.0 * t * t)) / 2.0
+            momentum_w = new + ((t - 1.0) / t_next) * (new - w)
+            t = t_next
+            new_value = penalised(new)
+        change = (value - new_value) / max(abs(value), 1e-300)
+        w, value = new, new_value
+        info = {"iteration": iteration + 1, "objective": value, "heldout_loss": None,
+                "step": eta}
+        if dev is not None:
+            info["heldout_loss"] = held = held_out(w)
+            if held < best_held - 1e-9:
+                best_w, best_held, since = w, held, 0
+            else:
+                since += 1
+        model.fit_log.append(info)
+        model.weight = w
+        if callback is not None:
+            callback(iteration + 1, model, info)
+        if dev is not None and patience is not None and since >= patience:
+            break
+        if optimizer == "newton" and 0 <= change < tol:
+            break
+    model.weight = best_w if dev is not None else w
+    return model
+
+
+def _subtree_counts(model, own):
+    """Per pair q = (j, y), normalised like the objective: the positions below node j
+    (C_q) and those among them with target y (N_q)."""
+    total = max(float(own.sum()), 1.0)
+    node_count = np.bincount(model.pair_node, own, model.tree.size)
+    for depth in range(int(model.tree.depth.max(initial=0)), 0, -1):
+        nodes = np.flatnonzero(model.tree.depth == depth)
+        np.add.at(node_count, model.tree.parent[nodes], node_count[nodes])
+    targets = own.copy()
+    for depth in range(int(model.pair_depth.max(initial=0)), 0, -1):
+        pairs = np.flatnonzero(model.pair_depth == depth)
+        np.add.at(targets, model.pair_parent[pairs], targets[pairs])
+    return node_count[model.pair_node] / total, targets / total
+
+
+def _pair_steps(grad, hess, below, targets, floor):
+    """The step s_q of each pair such that −s_q g_q minimises a one-pair model of the loss:
+    its C positions all with the same p = A/C, of which N have its word as target,
+    −NΔ + C log(1 − p + p e^Δ), minimised at Δ = log(N (C − A) / (A (C − N))).
+
+    Unlike Newton's −g/H this stays right when p ≪ N/C (the loss is nearly linear
+    there and Newton's step is far too long).  Pairs with N = C (every position below
+    their node has their word) get the Newton step, where the model has no minimum.
+    """
+    expected = grad + targets  # A
+    newton = 1.0 / (hess + floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = (np.log(targets) - np.log(expected) + np.log(below - expected)
+                 - np.log(below - targets))
+        step = delta / -grad
+    good = np.isfinite(step) & (step > 0) & (targets < below) & (expected > 0)
+    return np.where(good, np.minimum(step, newton), newton)
 
 
 def _prox_steps(penalty, forest, v, pair_lam, word_lam, alpha):

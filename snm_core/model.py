@@ -328,10 +328,47 @@ class Scores:
     target: np.ndarray  # int32 (n_events,)
     sentence: np.ndarray  # int32 (n_events,)
     prob: np.ndarray  # float64 (n_events,)
-    prob_unadjusted: np.ndarray  # float64 (n_events,)
+    prob_unadjusted: np.ndarray = None  # float64 (n_events,); None for a log-linear model
 
 
-class Model:
+class LineScoring:
+    """Scoring of text lines for a model with ``vocab`` and ``score_batch(batch, unadjusted)``
+    returning :class:`Scores`; ``REPORTS`` names its models (their ``Scores`` fields)."""
+
+    #: Report name -> the :class:`Scores` field holding that model's probabilities.
+    REPORTS = {"adjusted": "prob", "unadjusted": "prob_unadjusted"}
+
+    def score_lines(self, lines, batch_lines=SCORE_BATCH_LINES, threads=None, unadjusted=True):
+        """Yield ``(first line, kept line offsets, Scores)`` per batch of lines, in order.
+
+        Batches are scored on ``threads`` threads (default: one per core); numpy
+        releases the GIL in the lookups, so they run in parallel.
+        """
+        def score(start):
+            batch, kept, _ = tokenize(lines[start:start + batch_lines], self.vocab)
+            return start, kept, self.score_batch(batch, unadjusted)
+
+        starts = range(0, len(lines), batch_lines)
+        threads = threads or os.cpu_count() or 1
+        if threads == 1 or len(starts) == 1:
+            yield from map(score, starts)
+            return
+        with ThreadPoolExecutor(threads) as pool:
+            yield from pool.map(score, starts)
+
+    def evaluate_lines(self, lines, threads=None):
+        """KenLM-style perplexity report of each of ``REPORTS``."""
+        totals = {name: PerplexityTotals() for name in self.REPORTS}
+        sentences = 0
+        for _, kept, scores in self.score_lines(lines, threads=threads):
+            sentences += len(kept)
+            oov = scores.target == UNK_ID
+            for name, field in self.REPORTS.items():
+                totals[name].add(getattr(scores, field), oov)
+        return {name: t.report(sentences) for name, t in totals.items()}
+
+
+class Model(LineScoring):
     """A trained model loaded for scoring, without Beam.
 
     Use :meth:`load`; then :meth:`score_lines`, :meth:`evaluate_lines`,
@@ -440,38 +477,6 @@ class Model:
         probs = self._probabilities(pair_event, np.tile(rows, len(ids)), links, len(ids))
         return probs[1 if unadjusted else 0]
 
-    def score_lines(self, lines, batch_lines=SCORE_BATCH_LINES, threads=None, unadjusted=True):
-        """Yield ``(first line, kept line offsets, Scores)`` per batch of lines, in order.
-
-        Batches are scored on ``threads`` threads (default: one per core); numpy
-        releases the GIL in the lookups, so they run in parallel.
-        """
-        from concurrent.futures import ThreadPoolExecutor
-
-        def score(start):
-            batch, kept, _ = tokenize(lines[start:start + batch_lines], self.vocab)
-            return start, kept, self.score_batch(batch, unadjusted)
-
-        starts = range(0, len(lines), batch_lines)
-        threads = threads or os.cpu_count() or 1
-        if threads == 1 or len(starts) == 1:
-            yield from map(score, starts)
-            return
-        with ThreadPoolExecutor(threads) as pool:
-            yield from pool.map(score, starts)
-
-    def evaluate_lines(self, lines, threads=None):
-        """KenLM-style perplexity report, adjusted and unadjusted."""
-        totals = {name: _Totals() for name in ("adjusted", "unadjusted")}
-        sentences = 0
-        for _, kept, scores in self.score_lines(lines, threads=threads):
-            sentences += len(kept)
-            oov = scores.target == UNK_ID
-            totals["adjusted"].add(scores.prob, oov)
-            totals["unadjusted"].add(scores.prob_unadjusted, oov)
-        return {name: t.report(sentences) for name, t in totals.items()}
-
-
 def _load_compact(compact_dir, compact, vocabulary_size, mmap):
     """The arrays of a local ``compact/`` directory, each checked against its manifest
     (dtype, length): a damaged one is an :class:`SnmInputError` naming it."""
@@ -504,7 +509,9 @@ def _ratios(m_star_sum, link_m_sum, link_c_sum, n_features, unadjusted=True):
         return link_m_sum / m_star_sum, link_c_sum / n_features if unadjusted else None
 
 
-class _Totals:
+class PerplexityTotals:
+    """Log-probability sums of scored words, and the KenLM-style report they give."""
+
     def __init__(self):
         self.logprob = self.logprob_in_vocab = 0.0
         self.words = self.oov = self.zero = self.zero_in_vocab = 0

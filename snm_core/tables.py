@@ -73,6 +73,7 @@ KINDS = {"vocab": ("a vocabulary directory", "snm vocab"),
          "join": ("a join directory", "snm join"),
          "fit": ("a fit directory", "snm fit"),
          "model": ("a model directory", "snm apply"),
+         "loglinear": ("a log-linear model directory", "snm train --family loglinear"),
          "compact": ("a model's compact/ directory", "snm apply")}
 
 
