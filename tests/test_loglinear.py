@@ -227,3 +227,61 @@ def test_early_stopping_keeps_best_weights():
         model.loss_grad(dev_active, dev_target)[0])
     if len(held) < 12:  # stopped: the last `patience` epochs did not improve
         assert min(held[-2:]) >= min(held)
+
+
+def _brute_own_counts(model, active, target):
+    """{(deepest node, target): positions} by a Python dict over the positions."""
+    counts = {}
+    for row, y in zip(active.tolist(), target.tolist()):
+        deepest = [j for j in row if j >= 0][-1]
+        counts[(deepest, y)] = counts.get((deepest, y), 0) + 1
+    return counts
+
+
+def test_own_counts_count_each_positions_whole_history():
+    model, active, target, _ = _random_model(order=4, seed=3)
+    own = loglinear.own_counts(model, active, target)
+    pair_node = model.pair_node
+    got = {(int(pair_node[q]), int(model.word[q])): own[q] for q in np.flatnonzero(own)}
+    assert got == _brute_own_counts(model, active, target)
+    # N-gram totals (positions whose history *ends* with the context) give them back
+    totals = np.zeros(model.num_pairs)
+    for row, y in zip(active.tolist(), target.tolist()):
+        for j in row:
+            if j >= 0:
+                totals[model.pair_of([j], [y])[0]] += 1
+    np.testing.assert_array_equal(loglinear.own_counts_from_totals(model, totals), own)
+
+
+def test_full_objective_matches_dense_softmax_and_finite_differences():
+    model, active, target, _ = _random_model(order=4, seed=3)
+    own = loglinear.own_counts(model, active, target)
+    loss, grad, hess = model.objective(own, level=2)
+    expected = -np.mean([_dense_log_probs(model, active[p])[target[p]]
+                         for p in range(len(target))])
+    assert np.isclose(loss, expected, rtol=1e-12)
+    rng = np.random.default_rng(4)
+    check = np.concatenate([np.arange(model.ptr[0], model.ptr[1])[:8],
+                            rng.choice(np.flatnonzero(model.pair_depth >= 1), 25,
+                                       replace=False)])
+    h = 1e-5
+    for q in check:
+        plus, minus = model.weight.copy(), model.weight.copy()
+        plus[q] += h
+        minus[q] -= h
+        f_plus, g_plus, _ = model.objective(own, plus)
+        f_minus, g_minus, _ = model.objective(own, minus)
+        assert np.isclose(grad[q], (f_plus - f_minus) / (2 * h), rtol=1e-5, atol=1e-9), q
+        assert np.isclose(hess[q], (g_plus[q] - g_minus[q]) / (2 * h), rtol=1e-4,
+                          atol=1e-9), q
+
+
+def test_tree_gradient_fit_follows_the_position_gradient_fit():
+    vocab, train, dev = _corpus(200, 60)
+    runs = []
+    for gradient in ("positions", "tree"):
+        model, active, target = loglinear.prepare(train, 3, len(vocab))
+        loglinear.fit(model, active, target, "wt2", 1e-4, 0.8, epochs=2, batch_size=300,
+                      optimizer="adagrad", step=1.0, gradient=gradient)
+        runs.append(model.weight)
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-9, atol=1e-12)
