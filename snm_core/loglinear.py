@@ -266,7 +266,6 @@ class LogLinearModel:
             From ``tree.active``.
         target : ndarray of int, shape (P,)
         """
-        V = tree.vocab_size
         rows, cols = np.nonzero(active >= 0)
         return cls.from_pairs(tree, active[rows, cols], np.asarray(target, np.int64)[rows])
 

@@ -40,7 +40,7 @@ from snm_core.loglinear import (ContextTree, LogLinearModel, _lookup_log_prob, d
 from snm_core.model import LineScoring, Scores
 from snm_core.text import SentenceBatch, tokenize
 from snm_core.textfile import read_lines
-from snm_core.vocab import BOS_ID, Vocabulary
+from snm_core.vocab import BOS_ID
 
 KIND = "loglinear"
 ARRAYS = {"node_parent": np.int64, "node_word": np.int64, "pair_ptr": np.int64,
