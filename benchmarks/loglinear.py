@@ -1,0 +1,231 @@
+"""Log-linear LMs with structured penalties beside Kneser-Ney and SNM (issue 20).
+
+    python benchmarks/loglinear.py figure2 [--orders 2,3,4] [--penalties t2,wt2]
+    python benchmarks/loglinear.py kernel [--penalty t2] [--lam 3e-8,1e-7]
+
+``figure2``: the paper's Figure 2 on ../shared/corpora/kernel-100k (100K-word train,
+dev.txt for lambda and alpha, 20K-word test, its 5,224-word vocab.txt).  For each order
+and penalty a grid of lambda (and alpha for the weighted penalties) is fitted in this
+process with :func:`snm_core.loglinear.fit` (AdaGrad proximal steps, the O(pairs) tree
+gradient, 25 batches an epoch, early stopping on dev, each lambda warm-started from the
+next larger) and the best on dev kept; reported: test perplexity, parameters (pairs,
+non-zero pairs, nodes of the collapsed pair forest: the paper's Figure 2c), seconds.
+KenLM's interpolated KN (``lmplz --discount_fallback``) is from
+../shared/benchmarks/reference.md; SNM with the same n-gram features runs here
+(``snm train --config`` an n-gram file of that order).  Writes
+benchmarks/plots/loglinear_kernel100k.png.
+
+``kernel``: full kernel 5-gram, ``snm train --family loglinear`` against ``snm train``
+(SNM) on the same files: test perplexity, fit seconds, seconds an epoch (one pass over
+the 3.3M training words), peak RSS and bytes per parameter, model size on disk.
+
+Both print a table and append to benchmarks/results.jsonl.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+
+ORDERS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 12)
+#: ../shared/benchmarks/reference.md, "kernel-100k": lmplz -o N --discount_fallback.
+KN = {2: 115.44, 3: 100.06, 4: 98.03, 5: 97.53, 6: 97.49, 7: 97.50, 8: 97.51, 9: 97.52,
+      10: 97.40, 12: 97.39}
+#: KenLM KN5 on full kernel (reference.md), the goal of the kernel run.
+KN5_KERNEL = 73.43
+PENALTIES = ("l2", "l1", "t2", "tinf", "wl2", "wl1", "wt2", "wtinf")
+#: lambda grids (mean-loss units) on kernel-100k, from a calibration at order 3.
+LAMS = {"l2": (1e-6, 2e-6, 4e-6), "l1": (1e-6, 3e-6, 6e-6), "t2": (2e-6, 4e-6, 8e-6),
+        "tinf": (2e-6, 4e-6, 8e-6)}
+ALPHAS = (0.7, 1.4)
+
+
+def snm(*args):
+    return [sys.executable, "-m", "snm", *args]
+
+
+def ngram_config(order, directory):
+    path = os.path.join(directory, f"{order}gram.txt")
+    with open(path, "w") as f:
+        f.write(f"ngram_extractor {{\n  min_n: 0\n  max_n: {order - 1}\n}}\n")
+    return path
+
+
+def figure2(orders, penalties, work):
+    import numpy as np
+
+    from snm_core import loglinear
+    from snm_core.text import tokenize
+    from snm_core.vocab import Vocabulary
+
+    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
+
+    def read(name):
+        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
+            return tokenize(f.read().splitlines(), vocab)[0]
+
+    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    rows = []
+    for order in orders:
+        model, active, target = loglinear.prepare(train, order, len(vocab))
+        pairs = model.pair_of(loglinear.deepest_nodes(active), target)
+        dev_pos = loglinear.positions(model, dev, order)
+        test_pos = loglinear.positions(model, test, order)
+        collapsed = model.forest().collapse().size
+        for penalty in penalties:
+            kind = penalty.lstrip("w")
+            alphas = ALPHAS if penalty.startswith("w") else (1.0,)
+            best = None
+            start = time.perf_counter()
+            for alpha in alphas:
+                model.weight = np.zeros(model.num_pairs)
+                for lam in sorted(LAMS[kind], reverse=True):
+                    loglinear.fit(model, None, None, penalty, lam, alpha, epochs=20,
+                                  batch_size=len(pairs) // 25 + 1, step=1.0,
+                                  optimizer="adagrad", dev=dev_pos, patience=2,
+                                  position_pairs=pairs)
+                    held = model.perplexity(*dev_pos)
+                    if best is None or held < best[0]:
+                        best = (held, lam, alpha, model.weight.copy())
+            model.weight = best[3]
+            row = {"order": order, "penalty": penalty, "lam": best[1], "alpha": best[2],
+                   "dev_ppl": round(best[0], 2),
+                   "test_ppl": round(model.perplexity(*test_pos), 2),
+                   "kn_test_ppl": KN.get(order), "pairs": model.num_pairs,
+                   "nonzero": int(np.count_nonzero(model.weight)),
+                   "collapsed_nodes": collapsed,
+                   "seconds": round(time.perf_counter() - start, 1)}
+            rows.append(row)
+            print(row, flush=True)
+        rows.append(snm_row(order, work))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def snm_row(order, work):
+    """SNM with the n-gram features of this order on kernel-100k."""
+    out = os.path.join(work, f"snm-{order}gram")
+    seconds, _ = run_measured(snm("train", "--config", ngram_config(order, work),
+                                  "--train", corpus("kernel-100k", "train.txt"),
+                                  "--heldout", corpus("kernel-100k", "dev.txt"),
+                                  "--test", corpus("kernel-100k", "test.txt"),
+                                  "--vocab", corpus("kernel-100k", "vocab.txt"),
+                                  "--out", out, "--force"), log=out + ".log")
+    with open(os.path.join(out, "eval.json")) as f:
+        ppl = json.load(f)["adjusted"]["perplexity"]
+    return {"order": order, "penalty": "snm", "test_ppl": round(ppl, 2),
+            "kn_test_ppl": KN.get(order), "seconds": round(seconds, 1)}
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in PENALTIES + ("snm",):
+        points = sorted((r["order"], r["test_ppl"]) for r in rows if r["penalty"] == name)
+        if points:
+            ax.plot(*zip(*points), "o-" if name != "snm" else "s-", label=name, markersize=3)
+    kn = sorted((o, p) for o, p in KN.items() if any(r["order"] == o for r in rows))
+    ax.plot(*zip(*kn), "k--", label="KN (lmplz)")
+    ax.set_xlabel("order")
+    ax.set_ylabel("test perplexity")
+    ax.set_title("kernel-100k: log-linear penalties, SNM, KN")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    for name in ("tinf", "wtinf", "t2"):
+        points = sorted((r["order"], r["collapsed_nodes"], r["pairs"]) for r in rows
+                        if r["penalty"] == name)
+        if points:
+            orders, collapsed, pairs = zip(*points)
+            bx.plot(orders, pairs, "o-", color="gray", label="pairs (trie parameters)")
+            bx.plot(orders, collapsed, "o-", label="collapsed suffix-tree nodes (tinf)")
+            break
+    bx.set_xlabel("order")
+    bx.set_ylabel("parameters")
+    bx.set_title("parameters against order (Figure 2c)")
+    bx.grid(alpha=0.3)
+    bx.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def kernel(penalty, lams, work):
+    """Full kernel 5-gram: the log-linear family against SNM, each with `snm train`."""
+    common = ["--config", "5gram", "--train", corpus("kernel", "train.txt.gz"),
+              "--heldout", corpus("kernel", "dev.txt"), "--test", corpus("kernel", "test.txt"),
+              "--vocab", corpus("kernel", "vocab.txt")]
+    rows = []
+    out = os.path.join(work, f"kernel-{penalty}")
+    seconds, rss = run_measured(snm("train", *common, "--out", out, "--family", "loglinear",
+                                    "--penalty", penalty, "--lam", lams), log=out + ".log")
+    with open(os.path.join(out, "loglinear", "manifest.json")) as f:
+        manifest = json.load(f)
+    with open(os.path.join(out, "eval.json")) as f:
+        ppl = json.load(f)["loglinear"]["perplexity"]
+    with open(os.path.join(out, "stages.json")) as f:
+        stages = json.load(f)
+    trials = manifest["trials"]
+    epochs = sum(t["epochs"] for t in trials)
+    pairs = manifest["totals"]["pairs"]
+    rows.append({"model": f"loglinear {penalty} (lambda {manifest['lam']:g})",
+                 "test_ppl": round(ppl, 2), "kn5_test_ppl": KN5_KERNEL,
+                 "fit_seconds": stages["fit"]["seconds"],
+                 "seconds_per_epoch": round(sum(t["seconds"] for t in trials) / epochs, 1),
+                 "train_seconds": round(seconds, 1), "peak_rss_mib": round(rss),
+                 "bytes_per_parameter": round(rss * 2 ** 20 / pairs),
+                 "parameters": pairs, "model_mb": round(_size(os.path.join(out, "loglinear"))
+                                                        / 1e6)})
+    out = os.path.join(work, "kernel-snm")
+    seconds, rss = run_measured(snm("train", *common, "--out", out), log=out + ".log")
+    with open(os.path.join(out, "eval.json")) as f:
+        ppl = json.load(f)["adjusted"]["perplexity"]
+    with open(os.path.join(out, "stages.json")) as f:
+        stages = json.load(f)
+    rows.append({"model": "snm 5-gram", "test_ppl": round(ppl, 2), "kn5_test_ppl": KN5_KERNEL,
+                 "fit_seconds": stages["fit"]["seconds"], "train_seconds": round(seconds, 1),
+                 "peak_rss_mib": round(rss), "model_mb": round(_size(os.path.join(out, "model"))
+                                                               / 1e6)})
+    return rows
+
+
+def _size(directory):
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(directory) for name in names)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("figure2", "kernel"))
+    parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
+    parser.add_argument("--penalties", default=",".join(PENALTIES))
+    parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
+    parser.add_argument("--lam", default="3e-8,1e-7", help="kernel: the lambda grid")
+    args = parser.parse_args(argv)
+    work = os.path.join(WORK, "loglinear")
+    os.makedirs(work, exist_ok=True)
+    if args.what == "figure2":
+        rows = figure2([int(o) for o in args.orders.split(",")], args.penalties.split(","), work)
+        print_table(rows, ["order", "penalty", "lam", "alpha", "dev_ppl", "test_ppl",
+                           "kn_test_ppl", "pairs", "nonzero", "collapsed_nodes", "seconds"])
+        record("loglinear-figure2", rows)
+        plot(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                "loglinear_kernel100k.png"))
+    else:
+        rows = kernel(args.penalty, args.lam, work)
+        print_table(rows, ["model", "test_ppl", "kn5_test_ppl", "fit_seconds",
+                           "seconds_per_epoch", "train_seconds", "peak_rss_mib",
+                           "bytes_per_parameter", "parameters", "model_mb"])
+        record("loglinear-kernel", rows)
+
+
+if __name__ == "__main__":
+    main()
