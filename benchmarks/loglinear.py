@@ -1,7 +1,7 @@
 """Log-linear LMs with structured penalties beside Kneser-Ney and SNM (issue 20).
 
     python benchmarks/loglinear.py figure2 [--orders 2,3,4] [--penalties t2,wt2]
-    python benchmarks/loglinear.py kernel [--penalty t2] [--lam 3e-8,1e-7]
+    python benchmarks/loglinear.py kernel [--penalty t2] [--lam 1e-7] [--alpha 1.4]
 
 ``figure2``: the paper's Figure 2 on ../shared/corpora/kernel-100k (100K-word train,
 dev.txt for lambda and alpha, 20K-word test, its 5,224-word vocab.txt).  For each order
@@ -157,7 +157,7 @@ def plot(rows, path):
     plt.close(fig)
 
 
-def kernel(penalty, lams, work):
+def kernel(penalty, lams, alpha, work):
     """Full kernel 5-gram: the log-linear family against SNM, each with `snm train`."""
     common = ["--config", "5gram", "--train", corpus("kernel", "train.txt.gz"),
               "--heldout", corpus("kernel", "dev.txt"), "--test", corpus("kernel", "test.txt"),
@@ -165,7 +165,8 @@ def kernel(penalty, lams, work):
     rows = []
     out = os.path.join(work, f"kernel-{penalty}")
     seconds, rss = run_measured(snm("train", *common, "--out", out, "--family", "loglinear",
-                                    "--penalty", penalty, "--lam", lams), log=out + ".log")
+                                    "--penalty", penalty, "--lam", lams,
+                                    *(["--alpha", alpha] if alpha else [])), log=out + ".log")
     with open(os.path.join(out, "loglinear", "manifest.json")) as f:
         manifest = json.load(f)
     with open(os.path.join(out, "eval.json")) as f:
@@ -208,7 +209,8 @@ def main(argv=None):
     parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
     parser.add_argument("--penalties", default=",".join(PENALTIES))
     parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
-    parser.add_argument("--lam", default="3e-8,1e-7", help="kernel: the lambda grid")
+    parser.add_argument("--lam", default="1e-7", help="kernel: the lambda grid (comma-separated)")
+    parser.add_argument("--alpha", help="kernel: the alpha grid of a weighted penalty")
     args = parser.parse_args(argv)
     work = os.path.join(WORK, "loglinear")
     os.makedirs(work, exist_ok=True)
@@ -220,7 +222,7 @@ def main(argv=None):
         plot(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                 "loglinear_kernel100k.png"))
     else:
-        rows = kernel(args.penalty, args.lam, work)
+        rows = kernel(args.penalty, args.lam, args.alpha, work)
         print_table(rows, ["model", "test_ppl", "kn5_test_ppl", "fit_seconds",
                            "seconds_per_epoch", "train_seconds", "peak_rss_mib",
                            "bytes_per_parameter", "parameters", "model_mb"])

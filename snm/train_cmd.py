@@ -184,9 +184,10 @@ def main(argv=None):
                              "tree-structured penalty on the same counts")
     family.add_argument("--penalty", default="t2", choices=penalties.PENALTIES,
                         help="the penalty (default %(default)s); w* weight depth d by alpha^d")
-    family.add_argument("--lam", type=_floats, default=LogLinearOptions.lams, metavar="L[,L..]",
+    family.add_argument("--lam", type=_floats, default=None, metavar="L[,L..]",
                         help="penalty strength(s) lambda; each is fitted and the best on "
-                             "--heldout kept (default %(default)s)")
+                             "--heldout kept (default: 0.1, 0.3 and 1 over the number of "
+                             "training words and sentence ends)")
     family.add_argument("--alpha", type=_floats, default=None, metavar="A[,A..]",
                         help="depth weight(s) of wl2 wl1 wt2 wtinf (default 0.8)")
     family.add_argument("--optimizer", choices=("adagrad", "fista", "pgd"), default="adagrad",
