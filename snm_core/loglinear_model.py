@@ -220,7 +220,7 @@ class LogLinearOptions:
     lams: tuple = None
     alphas: tuple = (1.0,)
     optimizer: str = "adagrad"
-    epochs: int = 20
+    epochs: int = 30
     batches_per_epoch: int = 25
     step: float = 1.0
     patience: int = 2
