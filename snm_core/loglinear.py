@@ -1,9 +1,10 @@
 r"""Log-linear n-gram language model with tree-structured penalties (Nelakanti et al. 2013).
 
-The model core only (no command line): training positions, the sparse
-non-negative parameters, exact sparse normalisation, the loss and its gradient,
-and a mini-batch proximal-gradient fit using the proximal operators of
-:mod:`snm_core.penalties`.
+The model core: training positions, the sparse non-negative parameters, exact
+sparse normalisation, the loss and its gradient (per position, or over all
+positions in O(pairs)), and a mini-batch proximal-gradient fit using the
+proximal operators of :mod:`snm_core.penalties`.  The model directory, built
+from the count stage, is :mod:`snm_core.loglinear_model`.
 
 Model
 -----
@@ -40,6 +41,20 @@ Gradient of the mean negative log-likelihood over P positions, per pair:
 grad_{j,y} = (1/P) Σ_{positions with j active} (p(y|x) − [y = target]).  For
 the root row the sum over *all* positions is again split:
 Σ_x p(y|x) = exp(u_y) Σ_x 1/Z(x) + Σ_{x : y ∈ S'_x} exp(u_y) (exp(t_y) − 1)/Z(x).
+
+All positions at once, in O(pairs)
+----------------------------------
+A training position's deepest active node is its whole (clipped) history h,
+and its score vector differs from its parent context's only at the words
+with a pair at h.  So with S_q the score of pair q = (j, y) (w summed over q
+and its ancestor pairs), Z(j) = Z(parent j) + Σ_{(j,y)} e^{S_(parent j, y)}
+(e^{w_(j,y)} − 1), and the expected count of pair q over the positions below
+j is A_q = e^{S_q} (D(j) − Σ_{child pairs q'} D(node q')) + Σ_{q'} A_q', with
+D(j) = Σ_{h below j} n(h)/Z(h) and n(h) the positions whose deepest node is h
+(their *own counts*, :func:`own_counts`).  :meth:`LogLinearModel.objective`
+computes the loss, the gradient A − N and the Hessian diagonal that way, in
+one pass over the pairs whatever the vocabulary and the number of positions;
+:func:`fit` uses it for a batch with ``gradient="tree"``.
 
 Parameters and the pair forest
 ------------------------------
