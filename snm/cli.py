@@ -13,6 +13,7 @@ import gc
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 
 from snm_core.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
@@ -198,6 +199,11 @@ def main(argv=None):
     except MemoryError:
         print(f"snm {command}: failed: {OUT_OF_MEMORY}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (`snm score ... | head`): stop quietly, as Unix tools do;
+        # stdout is pointed at /dev/null so the interpreter's final flush cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     except OSError as e:
         from snm_core.storage import resource_error_message
         message = resource_error_message(e)

@@ -112,3 +112,17 @@ def test_loglinear_refuses_skip_grams_and_tags(run, tmp_path):
         train_main(["--config", "skip5gram", *args])
     with pytest.raises(SnmInputError, match="--alpha weights the depths"):
         train_main(["--config", _config(tmp_path), "--penalty", "t2", "--alpha", "0.5", *args])
+
+
+def test_score_into_a_closed_pipe_stops_quietly(run, tmp_path):
+    """`snm score ... | head -1`: no traceback, the shell's status for SIGPIPE."""
+    import subprocess
+    import sys
+    big = tmp_path / "big.txt"
+    big.write_text(open(run["test"]).read() * 60)  # more than a pipe's buffer of scores
+    proc = subprocess.Popen([sys.executable, "-m", "snm", "score", "--model", str(run["model"]),
+                             str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
