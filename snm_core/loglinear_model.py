@@ -256,11 +256,17 @@ def train(count_dir, heldout_path, out_dir, options, say=print):
     for alpha in options.alphas:
         for lam in sorted(lams, reverse=True):  # strongest first, each warm-started
             start = time.perf_counter()
+
+            def progress(epoch, fitted):
+                held_out = fitted.fit_log[-1][1]
+                say(f"    epoch {epoch + 1}: held-out perplexity {np.exp(held_out):.2f} "
+                    f"({time.perf_counter() - start:.1f} s)")
+
             fit(model, None, None, options.penalty, lam, alpha, epochs=options.epochs,
                 batch_size=max(1, -(-len(pair_of_position) // options.batches_per_epoch)),
                 step=options.step, seed=options.seed, optimizer=options.optimizer,
                 dev=dev, patience=options.patience, gradient="tree",
-                position_pairs=pair_of_position)
+                position_pairs=pair_of_position, callback=progress)
             held = -float(model.log_prob(*dev).mean())
             trial = {"lam": lam, "alpha": alpha, "heldout_perplexity": float(np.exp(held)),
                      "epochs": len(model.fit_log), "seconds": round(time.perf_counter() - start, 2)}
