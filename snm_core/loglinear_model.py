@@ -87,7 +87,8 @@ def from_counts(count_dir):
     feature_keys = features["feature"].to_numpy()
     by_key = np.argsort(feature_keys)
     link_features = links["feature"].to_numpy()
-    row = by_key[np.searchsorted(feature_keys, link_features, sorter=by_key)]
+    row = by_key[np.minimum(np.searchsorted(feature_keys, link_features, sorter=by_key),
+                            max(len(by_key) - 1, 0))]
     if not np.array_equal(feature_keys[row], link_features):
         raise SnmInputError(f"{count_dir}: a link's feature is not in the feature table; "
                             "re-run 'snm count'")
@@ -100,8 +101,10 @@ def from_counts(count_dir):
 
 
 def save(model, directory, vocab, info):
-    """Write the model directory; ``info`` (JSON-able) goes into the manifest."""
+    """Write the model directory; ``info`` (JSON-able) goes into the manifest, written last
+    (a previous model's manifest goes first, so a half-written directory has none)."""
     storage.makedirs(directory)
+    storage.remove_file(storage.join(directory, tables.MANIFEST))
     arrays = {"node_parent": model.tree.parent, "node_word": model.tree.word,
               "pair_ptr": model.ptr, "pair_word": model.word, "pair_weight": model.weight}
     for name, dtype in ARRAYS.items():

@@ -126,3 +126,14 @@ def test_score_into_a_closed_pipe_stops_quietly(run, tmp_path):
     proc.stdout.close()
     assert proc.wait(timeout=60) == 141
     assert proc.stderr.read() == b""
+
+
+def test_a_damaged_model_array_is_one_line_naming_it(run, tmp_path, capsys):
+    import shutil
+    copy = tmp_path / "model"
+    shutil.copytree(run["model"], copy)
+    weights = copy / "pair_weight.npy"
+    weights.write_bytes(weights.read_bytes()[:-8])  # one weight short
+    assert cli.main(["eval", "--model", str(copy), run["test"]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "pair_weight.npy" in err
