@@ -8,7 +8,8 @@ dev.txt for lambda and alpha, 20K-word test, its 5,224-word vocab.txt).  For eac
 and penalty a grid of lambda (and alpha for the weighted penalties) is fitted in this
 process with :func:`snm_core.loglinear.fit` (AdaGrad proximal steps, the O(pairs) tree
 gradient, 25 batches an epoch, early stopping on dev, each lambda warm-started from the
-next larger) and the best on dev kept; reported: test perplexity, parameters (pairs,
+next larger: :func:`snm_core.loglinear_model.select`, as ``snm train --family loglinear``
+does) and the best on dev kept; reported: test perplexity, parameters (pairs,
 non-zero pairs, nodes of the collapsed pair forest: the paper's Figure 2c), seconds.
 KenLM's interpolated KN (``lmplz --discount_fallback``) is from
 ../shared/benchmarks/reference.md; SNM with the same n-gram features runs here
@@ -60,6 +61,7 @@ def figure2(orders, penalties, work):
     import numpy as np
 
     from snm_core import loglinear
+    from snm_core.loglinear_model import LogLinearOptions, select
     from snm_core.text import tokenize
     from snm_core.vocab import Vocabulary
 
@@ -79,22 +81,13 @@ def figure2(orders, penalties, work):
         collapsed = model.forest().collapse().size
         for penalty in penalties:
             kind = penalty.lstrip("w")
-            alphas = ALPHAS if penalty.startswith("w") else (1.0,)
-            best = None
+            options = LogLinearOptions(
+                penalty=penalty, lams=LAMS[kind],
+                alphas=ALPHAS if penalty.startswith("w") else (1.0,), epochs=20)
             start = time.perf_counter()
-            for alpha in alphas:
-                model.weight = np.zeros(model.num_pairs)
-                for lam in sorted(LAMS[kind], reverse=True):
-                    loglinear.fit(model, None, None, penalty, lam, alpha, epochs=20,
-                                  batch_size=len(pairs) // 25 + 1, step=1.0,
-                                  optimizer="adagrad", dev=dev_pos, patience=2,
-                                  position_pairs=pairs)
-                    held = model.perplexity(*dev_pos)
-                    if best is None or held < best[0]:
-                        best = (held, lam, alpha, model.weight.copy())
-            model.weight = best[3]
-            row = {"order": order, "penalty": penalty, "lam": best[1], "alpha": best[2],
-                   "dev_ppl": round(best[0], 2),
+            best, _ = select(model, pairs, dev_pos, options, say=lambda line: None)
+            row = {"order": order, "penalty": penalty, "lam": best["lam"],
+                   "alpha": best["alpha"], "dev_ppl": round(best["heldout_perplexity"], 2),
                    "test_ppl": round(model.perplexity(*test_pos), 2),
                    "kn_test_ppl": KN.get(order), "pairs": model.num_pairs,
                    "nonzero": int(np.count_nonzero(model.weight)),

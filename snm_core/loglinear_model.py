@@ -253,11 +253,43 @@ def train(count_dir, heldout_path, out_dir, options, say=print):
     # One entry per training position: the pair of its whole history and target (all
     # the tree gradient needs of it); P int64 values, not the (P, N) active nodes.
     pair_of_position = np.repeat(np.arange(model.num_pairs), own.astype(np.int64))
-    best = None
-    trials = []
-    lams = options.lams or tuple(scale / len(pair_of_position) for scale in LAM_SCALES)
+    best, trials = select(model, pair_of_position, dev, options, say)
+    info = {"order": order, "config": checked.manifest["config"], "penalty": options.penalty,
+            "lam": best["lam"], "alpha": best["alpha"],
+            "heldout_perplexity": best["heldout_perplexity"], "trials": trials,
+            "options": dataclasses.asdict(options),
+            "count_totals": checked.manifest["totals"]}
+    return save(model, out_dir, checked.vocabulary, info)
+
+
+def select(model, position_pairs, dev, options, say=print):
+    """Fit every (α, λ) of the options' grids and keep the best on held-out positions.
+
+    For each α the fit starts from W = 0 and goes through the λ grid strongest
+    first, each fit warm-started from the previous one.
+
+    Parameters
+    ----------
+    model : LogLinearModel
+        Its weights are replaced by the best fit's.
+    position_pairs : ndarray of int64, shape (P,)
+        The deepest pair of each training position (see :func:`loglinear.fit`).
+    dev : (active, target)
+        Held-out positions under the model's trie.
+    options : LogLinearOptions
+
+    Returns
+    -------
+    best : dict
+        The best trial: ``lam``, ``alpha``, ``heldout_perplexity``, ``epochs``, ``seconds``.
+    trials : list of dict
+        Every trial, in the order fitted.
+    """
+    lams = options.lams or tuple(scale / len(position_pairs) for scale in LAM_SCALES)
+    best, best_weight, trials = None, None, []
     for alpha in options.alphas:
-        for lam in sorted(lams, reverse=True):  # strongest first, each warm-started
+        model.weight = np.zeros(model.num_pairs)
+        for lam in sorted(lams, reverse=True):
             start = time.perf_counter()
 
             def progress(epoch, fitted):
@@ -266,26 +298,21 @@ def train(count_dir, heldout_path, out_dir, options, say=print):
                     f"({time.perf_counter() - start:.1f} s)")
 
             fit(model, None, None, options.penalty, lam, alpha, epochs=options.epochs,
-                batch_size=max(1, -(-len(pair_of_position) // options.batches_per_epoch)),
+                batch_size=max(1, -(-len(position_pairs) // options.batches_per_epoch)),
                 step=options.step, seed=options.seed, optimizer=options.optimizer,
                 dev=dev, patience=options.patience, gradient="tree",
-                position_pairs=pair_of_position, callback=progress)
-            held = -float(model.log_prob(*dev).mean())
+                position_pairs=position_pairs, callback=progress)
+            held = min(loss for _, loss in model.fit_log)  # the kept weights'
             trial = {"lam": lam, "alpha": alpha, "heldout_perplexity": float(np.exp(held)),
                      "epochs": len(model.fit_log), "seconds": round(time.perf_counter() - start, 2)}
             trials.append(trial)
             say(f"  lambda {lam:g} alpha {alpha:g}: held-out perplexity "
                 f"{trial['heldout_perplexity']:.2f} after {trial['epochs']} epoch(s), "
                 f"{trial['seconds']:.1f} s")
-            if best is None or held < best[0]:
-                best = (held, model.weight.copy(), trial)
-    model.weight = best[1]
-    info = {"order": order, "config": checked.manifest["config"], "penalty": options.penalty,
-            "lam": best[2]["lam"], "alpha": best[2]["alpha"],
-            "heldout_perplexity": best[2]["heldout_perplexity"], "trials": trials,
-            "options": dataclasses.asdict(options),
-            "count_totals": checked.manifest["totals"]}
-    return save(model, out_dir, checked.vocabulary, info)
+            if best is None or trial["heldout_perplexity"] < best["heldout_perplexity"]:
+                best, best_weight = trial, model.weight.copy()
+    model.weight = best_weight
+    return best, trials
 
 
 def is_loglinear(directory):
