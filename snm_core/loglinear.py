@@ -290,10 +290,23 @@ class LogLinearModel:
         pair must be among them."""
         V = tree.vocab_size
         keys = np.unique(np.asarray(node, np.int64) * V + np.asarray(word, np.int64))
-        node = keys // V
-        word = (keys % V).astype(np.int32)
         ptr = np.zeros(tree.size + 1, np.int64)
-        np.cumsum(np.bincount(node, minlength=tree.size), out=ptr[1:])
+        np.cumsum(np.bincount(keys // V, minlength=tree.size), out=ptr[1:])
+        return cls.from_arrays(tree, ptr, (keys % V).astype(np.int32), np.zeros(len(keys)))
+
+    @classmethod
+    def from_arrays(cls, tree, ptr, word, weight):
+        """The model of pairs stored by node (``ptr``, ``word`` ascending within a node)
+        with their weights; derives the pair forest.
+
+        Raises
+        ------
+        ValueError
+            If a pair's parent pair (parent node, same word) is not among the pairs.
+        """
+        V = tree.vocab_size
+        node = _pair_nodes(ptr)
+        keys = node * V + word
         parent_node = tree.parent[node]
         has_parent = parent_node >= 0
         pair_parent = np.full(len(keys), -1, np.int64)
@@ -301,8 +314,9 @@ class LogLinearModel:
         pair_parent[has_parent] = np.minimum(np.searchsorted(keys, parent_keys),
                                              max(len(keys) - 1, 0))
         if not (keys[pair_parent[has_parent]] == parent_keys).all():
-            raise AssertionError("a pair's parent pair is missing: positions not from this tree")
-        return cls(tree, V, ptr, word, np.zeros(len(keys)), pair_parent, tree.depth[node])
+            raise ValueError("a pair's parent pair (its parent context, the same word) is "
+                             "missing")
+        return cls(tree, V, ptr, word, weight, pair_parent, tree.depth[node])
 
     @property
     def num_pairs(self):

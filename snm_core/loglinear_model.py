@@ -149,16 +149,11 @@ def load_arrays(directory):
     for _ in range(checked.manifest["order"] - 1):  # right up to depth d after d passes
         depth[1:] = depth[parent[1:]] + 1
     tree = ContextTree(parent, depth, word, keys, V)
-    ptr, pair_word = arrays["pair_ptr"], arrays["pair_word"]
-    pair_node = np.repeat(np.arange(n), np.diff(ptr))
-    parent_node = parent[pair_node]
-    pair_keys = pair_node * V + pair_word
-    has_parent = parent_node >= 0
-    pair_parent = np.full(m, -1, np.int64)
-    pair_parent[has_parent] = np.searchsorted(pair_keys, parent_node[has_parent] * V
-                                              + pair_word[has_parent])
-    model = LogLinearModel(tree, V, ptr, pair_word, arrays["pair_weight"], pair_parent,
-                           depth[pair_node])
+    try:
+        model = LogLinearModel.from_arrays(tree, arrays["pair_ptr"], arrays["pair_word"],
+                                           arrays["pair_weight"])
+    except ValueError as e:
+        raise SnmInputError(f"{directory}: {e}; re-run 'snm train --family loglinear'") from None
     return checked.manifest, checked.vocabulary, model
 
 
