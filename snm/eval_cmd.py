@@ -42,6 +42,15 @@ def evaluate(model_dir, path):
     return load(model_dir).evaluate_lines(read_lines(path))
 
 
+def _load_checked(args):
+    """The model of ``--model``, refusing ``--unadjusted`` before any text is read when the
+    model has no unadjusted form."""
+    model = load(args.model)
+    if args.unadjusted and "unadjusted" not in model.REPORTS:
+        raise SnmInputError(f"{args.model}: a log-linear model has no unadjusted form")
+    return model
+
+
 def eval_main(argv):
     parser = argparse.ArgumentParser(prog="snm eval",
                                      description="Perplexity of a text (one sentence a line).")
@@ -51,10 +60,8 @@ def eval_main(argv):
     parser.add_argument("--unadjusted", action="store_true",
                         help="report the unadjusted model (theta = 0) first / at the top level")
     args = parser.parse_args(argv)
-    reports = evaluate(args.model, args.file)
+    reports = _load_checked(args).evaluate_lines(read_lines(args.file))
     if "loglinear" in reports:
-        if args.unadjusted:
-            raise SnmInputError(f"{args.model}: a log-linear model has no unadjusted form")
         report = reports["loglinear"]
         print(json.dumps({**report, "model": "loglinear"}, sort_keys=True) if args.json
               else format_report("Log-linear", report))
@@ -79,9 +86,7 @@ def score_main(argv):
     parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
     parser.add_argument("--out", help="output file (default: standard output)")
     args = parser.parse_args(argv)
-    model = load(args.model)
-    if args.unadjusted and "unadjusted" not in model.REPORTS:
-        raise SnmInputError(f"{args.model}: a log-linear model has no unadjusted form")
+    model = _load_checked(args)
     lines = read_lines(args.file)
     with contextlib.ExitStack() as stack:
         if args.out:  # written whole or not at all, local or remote
