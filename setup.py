@@ -22,6 +22,9 @@ setup(
         "isal>=1.6",
         # numba compiles scoring's key lookups: numpy needs a dozen passes and the GIL.
         "numba>=0.59",
+        # scipy: L-BFGS-B (bounds W >= 0) fits the log-linear family's separable
+        # penalties to their optimum (snm train --family loglinear --optimizer lbfgs).
+        "scipy>=1.11",
         # snm train plots held-out perplexity per epoch as a PNG.
         "matplotlib>=3.5",
     ],

@@ -606,6 +606,9 @@ def _lookup_log_prob(ptr, word, node_parent, S, log_z, deepest, target):
 
 # --- fitting -------------------------------------------------------------------------------------
 
+#: L-BFGS-B iterations per "epoch" of ``fit(optimizer="lbfgs")`` (held-out check, callback).
+LBFGS_EPOCH = 10
+
 def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batch_size=1000,
         step=10.0, backtrack=True, grow=1.25, seed=0, callback=None, optimizer="pgd",
         eps=1e-8, mu=0.0, dev=None, patience=None, gradient="positions", position_pairs=None):
@@ -664,8 +667,8 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     model : LogLinearModel
         The same object; ``model.fit_log`` lists (epoch, held-out loss or None).
     """
-    if optimizer not in ("pgd", "adagrad", "fista"):
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose pgd, adagrad or fista")
+    if optimizer not in ("pgd", "adagrad", "fista", "lbfgs"):
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose pgd, adagrad, fista or lbfgs")
     if gradient not in ("positions", "tree"):
         raise ValueError(f"unknown gradient {gradient!r}; choose positions or tree")
     forest = model.forest()
@@ -679,6 +682,12 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
         num_positions = len(target)
         if gradient == "tree":
             position_pair = model.pair_of(deepest_nodes(active), target)
+
+    if optimizer == "lbfgs":
+        if position_pairs is None:
+            position_pair = model.pair_of(deepest_nodes(active), target)
+        own = np.bincount(position_pair, minlength=model.num_pairs).astype(np.float64)
+        return _fit_lbfgs(model, own, penalty, lam, alpha, epochs, dev, patience, callback)
 
     def batch_loss_grad(rows, weight):
         if gradient == "tree":
@@ -750,6 +759,77 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
         if dev is not None and patience is not None and since >= patience:
             break
     model.weight = best_w if dev is not None else w
+    return model
+
+
+def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, dev, patience, callback):
+    """Full-batch L-BFGS-B for the separable penalties (``fit``'s ``optimizer="lbfgs"``).
+
+    On W >= 0 the l1 penalty is linear and l2 quadratic, so the objective is
+    smooth on the feasible set and L-BFGS-B (bounds W >= 0) reaches its optimum.
+    The variables are scaled by s_i = sqrt(N_i / P + λ Ω''_i), N_i the training
+    positions under pair i: the Hessian diagonal of the loss near the optimum is
+    about N_i p (1 - p) / P, which spans orders of magnitude between frequent and
+    rare contexts; unscaled, L-BFGS needs many times the iterations (kernel-100k
+    order 3, l2: 136 iterations to the optimum scaled, more than 500 not).
+    An "epoch" is :data:`LBFGS_EPOCH` iterations, each one pass over the pairs.
+    """
+    from scipy.optimize import Bounds, minimize  # only this optimiser needs scipy
+
+    kind, weighted = penalties._check_penalty(penalty, alpha)
+    if kind not in ("l2", "l1"):
+        raise ValueError(f"optimizer lbfgs takes the separable penalties (l2 l1 wl2 wl1: "
+                         f"smooth on W >= 0); {penalty} is not smooth, use adagrad")
+    depth_weight = penalties._depth_weights(model.pair_depth,
+                                            float(alpha) if weighted else 1.0)
+    below = own.copy()  # positions under each pair: own counts summed up the forest
+    for depth in range(int(model.pair_depth.max(initial=0)), 0, -1):
+        at = model.pair_depth == depth
+        np.add.at(below, model.pair_parent[at], below[at])
+    curvature = 2.0 * lam * depth_weight if kind == "l2" else 0.0
+    scale = np.sqrt(below / max(float(own.sum()), 1.0) + curvature)
+
+    def loss_and_grad(u):
+        w = u / scale
+        loss, grad, _ = model.objective(own, w, level=1)
+        if kind == "l1":
+            return loss + lam * (depth_weight @ w), (grad + lam * depth_weight) / scale
+        return (loss + lam * (depth_weight @ (w * w)),
+                (grad + 2.0 * lam * depth_weight * w) / scale)
+
+    if dev is not None:
+        dev_active = np.ascontiguousarray(dev[0], np.int64)
+        dev_target = np.asarray(dev[1], np.int64)
+    state = {"iteration": 0, "best": np.inf, "best_w": model.weight, "since": 0}
+    model.fit_log = []
+
+    def check(u):
+        model.weight = u / scale
+        held = None
+        if dev is not None:
+            held = -float(model.log_prob(dev_active, dev_target).mean())
+            if held < state["best"]:
+                state.update(best=held, best_w=model.weight.copy(), since=0)
+            else:
+                state["since"] += 1
+        model.fit_log.append((len(model.fit_log), held))
+        if callback is not None:
+            callback(len(model.fit_log) - 1, model)
+        if dev is not None and patience is not None and state["since"] >= patience:
+            raise StopIteration
+
+    def every_iteration(intermediate_result):
+        state["iteration"] += 1
+        if state["iteration"] % LBFGS_EPOCH == 0:
+            check(intermediate_result.x)
+
+    result = minimize(loss_and_grad, np.maximum(model.weight, 0.0) * scale, jac=True,
+                      method="L-BFGS-B", bounds=Bounds(0.0, np.inf), callback=every_iteration,
+                      options={"maxiter": epochs * LBFGS_EPOCH, "maxcor": 10})
+    if state["iteration"] % LBFGS_EPOCH:
+        check(result.x)
+    if dev is not None:
+        model.weight = state["best_w"]
     return model
 
 

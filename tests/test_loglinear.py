@@ -216,6 +216,36 @@ def test_adagrad_separable_prox_is_exact_per_coordinate():
     np.testing.assert_allclose(got, penalties.prox("t2", forest, v, 0.3))
 
 
+@pytest.mark.parametrize("penalty,alpha,lam", [("l2", 1.0, 3e-3), ("wl1", 1.4, 3e-3)])
+def test_lbfgs_meets_the_optimality_conditions(penalty, alpha, lam):
+    # KKT of min f(W) + λΩ(W) s.t. W >= 0, with f's gradient from the per-position walk
+    # (not the O(pairs) objective the fit uses): zero gradient where w > 0, >= 0 at w = 0.
+    vocab, train, _ = _corpus(300, 1)
+    model, active, target = loglinear.prepare(train, 3, len(vocab))
+    loglinear.fit(model, active, target, penalty, lam=lam, alpha=alpha, epochs=100,
+                  optimizer="lbfgs")
+    w = model.weight
+    _, grad = model.loss_grad(active, target)
+    depth_weight = alpha ** model.pair_depth.astype(float)
+    if penalty.endswith("l2"):
+        grad = grad + 2 * lam * depth_weight * w
+    else:
+        grad = grad + lam * depth_weight
+    positive = w > 1e-6
+    assert positive.any() and (w >= 0).all()
+    assert np.abs(grad[positive]).max() < 2e-5
+    if penalty.endswith("l1"):
+        assert (~positive).any()  # l1 zeroes some pairs
+        assert grad[~positive].min() > -2e-5
+
+
+def test_lbfgs_refuses_tree_penalties():
+    vocab, train, _ = _corpus(50, 1)
+    model, active, target = loglinear.prepare(train, 2, len(vocab))
+    with pytest.raises(ValueError, match="separable penalties"):
+        loglinear.fit(model, active, target, "t2", lam=1e-3, optimizer="lbfgs")
+
+
 def test_early_stopping_keeps_best_weights():
     vocab, train, dev = _corpus(300, 100)
     model, active, target = loglinear.prepare(train, 3, len(vocab))

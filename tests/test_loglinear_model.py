@@ -112,6 +112,9 @@ def test_loglinear_refuses_skip_grams_and_tags(run, tmp_path):
         train_main(["--config", "skip5gram", *args])
     with pytest.raises(SnmInputError, match="--alpha weights the depths"):
         train_main(["--config", _config(tmp_path), "--penalty", "t2", "--alpha", "0.5", *args])
+    with pytest.raises(SnmInputError, match="lbfgs takes the penalties that are smooth"):
+        train_main(["--config", _config(tmp_path), "--penalty", "wt2", "--optimizer", "lbfgs",
+                    *args])
 
 
 def test_score_into_a_closed_pipe_stops_quietly(run, tmp_path):
