@@ -41,8 +41,8 @@ SNM_THREADS = (1, 2)
 FIT_EPOCHS = 3
 MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 DEFAULT_MODEL = os.path.join(WORK, "score-kernel-5gram")
-LINK_ARRAYS = ("link_keys", "link_m", "link_c", "link_index")
-FEATURE_ARRAYS = ("feature_keys", "feature_m_star", "feature_index")
+LINK_ARRAYS = ("link_entries", "link_c", "link_index", "link_overflow")
+FEATURE_ARRAYS = ("feature_entries", "feature_index", "feature_overflow")
 
 
 def snm(*args):

@@ -128,10 +128,88 @@ def find(keys, start, shift, queries):
     return result
 
 
+_STORED_BITS = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+#: _entry_positions' mark of a match that the overflow table must settle.
+TWIN = -2
+
+
+@numba.njit(nogil=True, cache=True)
+def _overflow_row(overflow_keys, overflow_rows, query):
+    """Row of ``query`` in the overflow table (whole keys), or -1."""
+    i = np.searchsorted(overflow_keys, query)
+    if i < len(overflow_keys) and overflow_keys[i] == query:
+        return overflow_rows[i]
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def _entry_positions(words, start, shift, overflow_keys, overflow_rows, queries, n,
+                     position, found):
+    """``found[j]`` = row of ``queries[j]`` in an :class:`snm_core.model.EntryTable`, or -1,
+    for j < n.  ``words`` is the table's entries as uint32 (2n,): entry p's remainder is
+    ``words[2p]`` (a contiguous array: numba indexes a strided field view slower).
+
+    In passes, like :func:`_positions`: the slot bounds, then each slot's first
+    remainder (branch-free, so that the cache misses of many queries are in flight
+    at once), then the matching, where the queries past their slot's first entry
+    scan on.
+    """
+    end = np.empty(n, np.int64)
+    first = np.empty(n, np.uint32)
+    wanted = np.empty(n, np.uint32)
+    low = shift - _STORED_BITS
+    for j in range(n):
+        slot = np.int64(queries[j] >> shift)
+        position[j] = start[slot]
+        end[j] = start[slot + 1]
+        wanted[j] = np.uint32((queries[j] >> low) & _LOW32)
+    last = len(words) // 2 - 1
+    if last < 0:
+        found[:n] = -1
+        return
+    for j in range(n):
+        first[j] = words[2 * min(position[j], last)]
+    twins = 0
+    for j in range(n):
+        found[j] = -1
+        if position[j] >= end[j] or first[j] > wanted[j]:
+            continue
+        for p in range(position[j], end[j]):
+            stored = words[2 * p]
+            if stored >= wanted[j]:
+                if stored == wanted[j]:
+                    twin = p + 1 < end[j] and words[2 * p + 2] == stored
+                    found[j] = TWIN if twin else p
+                    twins += twin
+                break
+    # A match whose next entry has the same stored bits (rare): settled by whole keys.
+    if twins:
+        for j in range(n):
+            if found[j] == TWIN:
+                found[j] = _overflow_row(overflow_keys, overflow_rows, queries[j])
+
+
+@numba.njit(nogil=True, cache=True)
+def find_entries(words, start, shift, overflow_keys, overflow_rows, queries):
+    """:meth:`snm_core.model.EntryTable.find` for an array of queries."""
+    result = np.empty(len(queries), np.int64)
+    position = np.empty(BLOCK, np.int64)
+    for lo in range(0, len(queries), BLOCK):
+        hi = min(lo + BLOCK, len(queries))
+        _entry_positions(words, start, shift, overflow_keys, overflow_rows, queries[lo:hi],
+                         hi - lo, position, result[lo:hi])
+    return result
+
+
 @numba.njit(nogil=True, cache=True)
 def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events,
-               feature_keys, feature_start, feature_shift, m_star,
-               link_keys, link_start, link_shift, link_m, link_c):
+               feature_words, feature_start, feature_shift, feature_overflow_keys,
+               feature_overflow_rows, m_star,
+               link_words, link_start, link_shift, link_overflow_keys, link_overflow_rows,
+               link_m, link_c):
     """Per-event sums over the pairs whose feature (and link) the model holds.
 
     Pairs come grouped by type id.  A pair whose type has a prerequisite type
@@ -147,10 +225,12 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
     type_bounds : int64 (n_types + 1,), pairs of type id t are type_bounds[t]:type_bounds[t+1]
     prerequisite : int64 (n_types,), type id that must be found first, or -1
     target : int32 (n_events,), target word of each event
-    feature_keys, feature_start, feature_shift : the feature :class:`KeyIndex`
-    m_star : float64 (n_features,)
-    link_keys, link_start, link_shift : the link :class:`KeyIndex`
-    link_m, link_c : float32 (n_links,), M_fw and c(w|f)
+    feature_words .. feature_overflow_rows : the feature
+        :class:`snm_core.model.EntryTable` (its ``parts``)
+    m_star : float32 (2 n_features,), the feature entries as float32: M_f* of row r at 2r + 1
+    link_words .. link_overflow_rows : the link table's ``parts``
+    link_m : float32 (2 n_links,), the link entries as float32: M_fw of row r at 2r + 1
+    link_c : float32 (n_links,), c(w|f)
 
     Returns
     -------
@@ -181,10 +261,12 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                     pair[n] = i
                     query[n] = pair_key[i]
                     n += 1
-            _positions(feature_keys, feature_start, feature_shift, query, n, position, row)
+            _entry_positions(feature_words, feature_start, feature_shift,
+                             feature_overflow_keys, feature_overflow_rows, query, n, position,
+                             row)
             # Branch-free gathers first (their cache misses overlap), sums after.
             for j in range(n):
-                value[j] = m_star[max(row[j], 0)]
+                value[j] = m_star[2 * max(row[j], 0) + 1]
             k = 0
             for j in range(n):
                 if row[j] < 0:
@@ -198,9 +280,10 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                     linked[k] = i
                     query[k] = _link_key(pair_key[i], target[event])
                     k += 1
-            _positions(link_keys, link_start, link_shift, query, k, position, link)
+            _entry_positions(link_words, link_start, link_shift, link_overflow_keys,
+                             link_overflow_rows, query, k, position, link)
             for j in range(k):
-                value[j] = link_m[max(link[j], 0)]
+                value[j] = link_m[2 * max(link[j], 0) + 1]
                 value_c[j] = link_c[max(link[j], 0)]
             for j in range(k):
                 if link[j] >= 0:

@@ -6,17 +6,23 @@ Applying the adjustment (the logic of ``snm apply``)
     feature.  A bucket holds whole rows, so M_f* needs no shuffle.
 
 Compact form (``compact/`` in a model directory, memory-mapped on load)
-    Two sorted arrays of random-looking 64-bit keys, each with a direct-address
-    index on the keys' top bits (:class:`KeyIndex`): one to two keys per slot,
-    so a lookup is one index read and a short scan, instead of the ~23
-    dependent cache misses of a binary search.
+    Two tables of random-looking 64-bit keys (:class:`EntryTable`), sorted, each
+    with a direct-address index on the keys' top b bits (one to two keys a
+    slot).  An entry is 8 bytes: the 32 key bits after the slot's b (the slot
+    holds the rest) and a float32 value, so a lookup is one index read and a
+    scan of one cache line that also holds the value, instead of the ~23
+    dependent cache misses of a binary search.  Keys that agree in all b + 32 bits (rare: about n^2 /
+    2^(b+33) pairs) are also kept whole in a small overflow table, which
+    settles a match on them.  An absent key matches a present one with
+    probability about 2^-32 a lookup.
 
-    * features: key -> M_f* (float64)
+    * features: key -> M_f* (float32)
     * links: :func:`snm_core.hashing.link_key` (feature key, word) -> M_fw
-      (float32) and, for the unadjusted model, c(w|f) (float32).
+      (float32), and, for the unadjusted model, c(w|f) (float32, its own array).
 
-    About 18 bytes a link and 20 a feature (kernel 5-gram: 18.3 and 19.6;
-    KenLM: 22.0 bytes an n-gram probing, 10.4 trie).
+    About 15 bytes a link and 11 a feature (kernel 5-gram: 21.7 bytes a link
+    in all; KenLM: 22.0 bytes an n-gram probing, 10.4 trie).  ``compact/`` is a cache of the Parquet tables: one of
+    an older layout is rebuilt on load.
 
 Scoring
     P(w | e) = sum_{f in F(e)} M_fw / sum_{f in F(e)} M_f*, over the event's
@@ -51,8 +57,14 @@ SCORE_BATCH_LINES = 2048
 #: memory each; two are sorted at once).
 COMPILE_PARTITION_LINKS = 1 << 22
 COMPACT = "compact"
-COMPACT_FILES = ("feature_keys", "feature_m_star", "feature_index", "link_keys", "link_m",
-                 "link_c", "link_index", "seen_words")
+#: The layout of ``compact/`` (its manifest's ``layout``); another is rebuilt on load.
+COMPACT_LAYOUT = 2
+COMPACT_FILES = ("feature_entries", "feature_index", "feature_overflow", "link_entries",
+                 "link_c", "link_index", "link_overflow", "seen_words")
+#: An entry of a compact table: the 32 key bits below the slot bits, and the value.
+ENTRY = np.dtype([("remainder", "<u4"), ("value", "<f4")])
+#: The overflow table: whole keys (ascending) whose entries share all stored bits.
+OVERFLOW = np.dtype([("key", "<u8"), ("row", "<i8")])
 
 
 def adjust_bucket(features, links, theta, spec, type_fingerprint, num_feature_types):
@@ -135,11 +147,12 @@ class KeyIndexWriter:
     n : int, the number of keys in all
     out : NpyWriter, optional: the entries are written there as they are
         filled, instead of kept (``finish`` then returns None)
+    bits : int, optional: slot bits (default :func:`index_bits`)
     """
 
-    def __init__(self, n, out=None):
+    def __init__(self, n, out=None, bits=None):
         self.n, self.out = n, out
-        self.bits = index_bits(n)
+        self.bits = index_bits(n) if bits is None else bits
         self.dtype = np.int32 if n < 2 ** 31 else np.int64
         self.done = self.next_slot = 0
         self.parts = []
@@ -166,6 +179,125 @@ class KeyIndexWriter:
 def index_bits(n):
     """Top-bit slots of a KeyIndex over n keys: about two keys a slot."""
     return max(1, int(math.ceil(math.log2(max(n, 1)))) - 1)
+
+
+def table_bits(n):
+    """Top-bit slots of an :class:`EntryTable` over n keys: one to two keys a slot (two
+    to four made lookups ~10% slower for 1.3 bytes a key less); at most 32, so that
+    the 32 stored bits follow the slot's."""
+    return min(32, max(1, int(math.ceil(math.log2(max(n, 1)))) - 1))
+
+
+class EntryTable:
+    """Lookup of 64-bit keys in a compact table (see the module docstring).
+
+    The keys are hashes (bits spread uniformly): a query that differs from a
+    present key only in the bits below the stored ones is taken for it.
+
+    Parameters
+    ----------
+    entries : ENTRY array (n,), sorted by key
+    start : int array (2**bits + 1,), the first entry of each slot
+    overflow : OVERFLOW array, the whole keys of entries sharing all stored bits
+
+    Examples
+    --------
+    >>> table = EntryTable.build(np.array([2**40, 2**63, 2**64 - 1], dtype=np.uint64),
+    ...                          np.array([0.5, 1.5, 2.5], dtype=np.float32))
+    >>> table.find(np.array([2**63, 2**50], dtype=np.uint64)).tolist()
+    [1, -1]
+    """
+
+    def __init__(self, entries, start, overflow):
+        self.entries, self.start, self.overflow = entries, start, overflow
+        self.shift = np.uint64(64 - int(round(math.log2(len(start) - 1))))
+        self.values = entries["value"]
+        # Contiguous views for the compiled loops (numba indexes a field view slower):
+        # entry p is words[2p] (its remainder) and value_words[2p + 1] (its value).
+        self.words = entries.view(np.uint32)
+        self.value_words = entries.view(np.float32)
+        self.overflow_keys = np.ascontiguousarray(overflow["key"])
+        self.overflow_rows = np.ascontiguousarray(overflow["row"])
+
+    @classmethod
+    def build(cls, keys, values):
+        """A table in memory from sorted distinct keys and their values."""
+        writer = EntryTableWriter(len(keys))
+        writer.add(keys, values)
+        return cls(*writer.finish())
+
+    @property
+    def parts(self):
+        """The arrays :func:`snm_core.compiled.find_entries` takes, in its order."""
+        return (self.words, self.start, self.shift, self.overflow_keys, self.overflow_rows)
+
+    def find(self, queries):
+        """Row of each query key, -1 where absent."""
+        from snm_core import compiled  # numba: loaded by scoring only (see its docstring)
+        return compiled.find_entries(*self.parts, np.ascontiguousarray(queries, np.uint64))
+
+
+class EntryTableWriter:
+    """An :class:`EntryTable` built from sorted keys a chunk at a time, written to
+    ``directory/{name}_entries.npy``, ``_index.npy`` and ``_overflow.npy`` (or kept in
+    memory without a directory)."""
+
+    def __init__(self, n, directory=None, name=None):
+        self.n, self.directory, self.name = n, directory, name
+        self.bits = table_bits(n)
+        self.low = np.uint64(64 - self.bits - 32)  # the stored bits' lowest
+        index_dtype = np.int32 if n < 2 ** 31 else np.int64
+        self.entries = self._output("entries", ENTRY, n)
+        self.index = KeyIndexWriter(n, self._output("index", index_dtype,
+                                                    (1 << self.bits) + 1), bits=self.bits)
+        self.overflow = []
+        self.kept = []  # the entries, without a directory
+        self.done = 0
+        self.last = None  # (stored bits, key, already in overflow) of the previous chunk's last
+
+    def _output(self, part, dtype, n):
+        if self.directory is None:
+            return None
+        return NpyWriter(os.path.join(self.directory, f"{self.name}_{part}.npy"), dtype, n)
+
+    def add(self, keys, values):
+        keys = np.ascontiguousarray(keys, np.uint64)
+        stored = keys >> self.low
+        entries = np.empty(len(keys), ENTRY)
+        entries["remainder"] = stored  # the low 32 of the shifted bits
+        entries["value"] = values
+        if self.entries is None:
+            self.kept.append(entries)
+        else:
+            self.entries.append(entries)
+        self.index.add(keys)
+        if len(keys):
+            same = stored[1:] == stored[:-1]
+            shared = np.zeros(len(keys), bool)
+            shared[1:] |= same
+            shared[:-1] |= same
+            if self.last is not None and self.last[0] == stored[0]:
+                shared[0] = True
+                if not self.last[2]:
+                    self.overflow.append((np.array([self.last[1]]), np.array([self.done - 1])))
+            rows = np.flatnonzero(shared)
+            self.overflow.append((keys[rows], rows + self.done))
+            self.last = (stored[-1], keys[-1], bool(shared[-1]))
+        self.done += len(keys)
+
+    def finish(self):
+        """In memory: ``(entries, start, overflow)``; written: the bytes written."""
+        start = self.index.finish()
+        overflow = np.zeros(sum(len(k) for k, _ in self.overflow), OVERFLOW)
+        if len(overflow):
+            overflow["key"] = np.concatenate([k for k, _ in self.overflow])
+            overflow["row"] = np.concatenate([r for _, r in self.overflow])
+        if self.directory is None:
+            entries = np.concatenate(self.kept + [np.zeros(0, ENTRY)])
+            return entries, start, overflow
+        path = os.path.join(self.directory, f"{self.name}_overflow.npy")
+        storage.write_npy(overflow, path)
+        return self.entries.close() + self.index.out.close() + overflow.nbytes
 
 
 class NpyWriter:
@@ -246,11 +378,7 @@ def _compile(model_dir, manifest, directory, partition_links):
     def output(name, dtype, n):
         return NpyWriter(os.path.join(directory, name + ".npy"), dtype, n)
 
-    feature_keys = output("feature_keys", np.uint64, n_features)
-    feature_m_star = output("feature_m_star", np.float64, n_features)
-    feature_index = KeyIndexWriter(n_features, output(
-        "feature_index", np.int32 if n_features < 2 ** 31 else np.int64,
-        (1 << index_bits(n_features)) + 1))
+    feature_table = EntryTableWriter(n_features, directory, "feature")
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
     for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
@@ -259,9 +387,7 @@ def _compile(model_dir, manifest, directory, partition_links):
         matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
                                    tables.MATRIX)
         keys, diversity = feats["feature"].to_numpy(), feats["diversity"].to_numpy()
-        feature_keys.append(keys)
-        feature_m_star.append(feats["m_star"].to_numpy())
-        feature_index.add(keys)
+        feature_table.add(keys, feats["m_star"].to_numpy())
         word = matrix["word"].to_numpy()
         lk = link_key(np.repeat(keys, diversity), word)
         c = (matrix["count"].to_numpy() / np.repeat(feats["count"].to_numpy(), diversity))
@@ -275,13 +401,9 @@ def _compile(model_dir, manifest, directory, partition_links):
         empty = np.isin(feats["type"].to_numpy(), empty_types)
         seen[word[np.repeat(empty, diversity)]] = True
     del feats, matrix, keys, diversity, word, lk, c, arrays, part, order, bounds  # the last file's
-    feature_index.finish()
-    link_keys = output("link_keys", np.uint64, n_links)
-    link_m = output("link_m", np.float32, n_links)
+    sizes = feature_table.finish()
+    link_table = EntryTableWriter(n_links, directory, "link")
     link_c = output("link_c", np.float32, n_links)
-    link_index = KeyIndexWriter(n_links, output(
-        "link_index", np.int32 if n_links < 2 ** 31 else np.int64,
-        (1 << index_bits(n_links)) + 1))
     for files in parts:
         for f in files.values():
             f.close()
@@ -298,22 +420,18 @@ def _compile(model_dir, manifest, directory, partition_links):
                 sorted_parts.append(pool.submit(_sort_partition, scratch, p + 2,
                                                 scratches[p % 2]))
             collisions += int(np.count_nonzero(keys[1:] == keys[:-1]))
-            link_keys.append(keys)
-            link_index.add(keys)
-            link_m.append(m)
+            link_table.add(keys, m)
             link_c.append(c)
             sorted_parts[p] = None
-    link_index.finish()
+    sizes += link_table.finish() + link_c.close()
     shutil.rmtree(scratch)
     if collisions:
         raise SnmInputError(f"{model_dir}: {collisions} pairs of links share a 64-bit link key "
                             "(expected about n**2 / 2**65); please report this")
-    sizes = sum(out.close() for out in (feature_keys, feature_m_star, feature_index.out,
-                                        link_keys, link_m, link_c, link_index.out))
     storage.write_npy(seen, os.path.join(directory, "seen_words.npy"))
     sizes += seen.nbytes
     compact = {"kind": "compact", "format_version": tables.FORMAT_VERSION,
-               "files": [n + ".npy" for n in COMPACT_FILES],
+               "layout": COMPACT_LAYOUT, "files": [n + ".npy" for n in COMPACT_FILES],
                "features": int(n_features), "links": int(n_links), "bytes": int(sizes)}
     storage.write_json(compact, os.path.join(directory, tables.MANIFEST))
     return compact
@@ -388,10 +506,12 @@ class Model(LineScoring):
         vocab.ids([])  # builds its lookup table now: nothing is built lazily while scoring
         self.config = parse_config(manifest["config"])
         self.extractor = FeatureExtractor(self.config, manifest["tags"])
-        self.features = KeyIndex(arrays["feature_keys"], arrays["feature_index"])
-        self.m_star = arrays["feature_m_star"]
-        self.links = KeyIndex(arrays["link_keys"], arrays["link_index"])
-        self.link_m = arrays["link_m"]
+        self.features = EntryTable(arrays["feature_entries"], arrays["feature_index"],
+                                   arrays["feature_overflow"])
+        self.m_star = self.features.values
+        self.links = EntryTable(arrays["link_entries"], arrays["link_index"],
+                                arrays["link_overflow"])
+        self.link_m = self.links.values
         self.link_c = arrays["link_c"]
         seen = np.asarray(arrays["seen_words"])
         # Unseen words read as <UNK>; the markers keep their ids.
@@ -416,7 +536,9 @@ class Model(LineScoring):
         load (:func:`snm_core.storage.local_copy`) and memory-mapped from there.
         """
         stored_compact = storage.join(model_dir, COMPACT)
-        built = storage.isfile(storage.join(stored_compact, tables.MANIFEST))
+        compact_manifest = storage.join(stored_compact, tables.MANIFEST)
+        built = (storage.isfile(compact_manifest)
+                 and storage.read_json(compact_manifest).get("layout") == COMPACT_LAYOUT)
         # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
         checked = validation.validate_directory(model_dir, "model", parquet=not built)
         if not built:
@@ -440,9 +562,8 @@ class Model(LineScoring):
         type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
         sums = self._kernels.event_sums(
             events.key, events.event, type_bounds, self._prerequisite, events.target,
-            events.num_events,
-            self.features.keys, self.features.start, self.features.shift, self.m_star,
-            self.links.keys, self.links.start, self.links.shift, self.link_m, self.link_c)
+            events.num_events, *self.features.parts, self.features.value_words,
+            *self.links.parts, self.links.value_words, self.link_c)
         return Scores(events.target, events.sentence, *_ratios(*sums, unadjusted))
 
     def _probabilities(self, pair_event, row, link, n_events, unadjusted=True):
@@ -481,11 +602,11 @@ def _load_compact(compact_dir, compact, vocabulary_size, mmap):
     """The arrays of a local ``compact/`` directory, each checked against its manifest
     (dtype, length): a damaged one is an :class:`SnmInputError` naming it."""
     n_features, n_links = compact["features"], compact["links"]
-    expected = {"feature_keys": (np.uint64, n_features), "feature_m_star": (np.float64, n_features),
-                "link_keys": (np.uint64, n_links), "link_m": (np.float32, n_links),
-                "link_c": (np.float32, n_links), "seen_words": (np.bool_, vocabulary_size)}
+    expected = {"feature_entries": (ENTRY, n_features), "link_entries": (ENTRY, n_links),
+                "link_c": (np.float32, n_links), "seen_words": (np.bool_, vocabulary_size),
+                "feature_overflow": (OVERFLOW, None), "link_overflow": (OVERFLOW, None)}
     for name, n in (("feature_index", n_features), ("link_index", n_links)):
-        expected[name] = (np.int32 if n < 2 ** 31 else np.int64, (1 << index_bits(n)) + 1)
+        expected[name] = (np.int32 if n < 2 ** 31 else np.int64, (1 << table_bits(n)) + 1)
     arrays = {}
     for name in COMPACT_FILES:
         path = os.path.join(compact_dir, name + ".npy")
@@ -495,11 +616,17 @@ def _load_compact(compact_dir, compact, vocabulary_size, mmap):
         except (OSError, ValueError, EOFError) as e:
             raise SnmInputError(f"{path}: cannot load ({tables.one_line(e)}); {remedy}") from None
         dtype, length = np.dtype(expected[name][0]), expected[name][1]
-        if array.dtype != dtype or array.shape != (length,):
+        if array.dtype != dtype or array.ndim != 1 or length not in (None, len(array)):
             raise SnmInputError(f"{path}: {array.dtype} of shape {array.shape}, expected {dtype} "
-                                f"of shape ({length},); {remedy}")
+                                f"of shape ({'n' if length is None else length},); {remedy}")
         # np.asarray keeps the memory map but drops np.memmap's per-index overhead.
         arrays[name] = np.asarray(array)
+    overflow = arrays["feature_overflow"], arrays["link_overflow"]
+    for name, table, n in (("feature_overflow", overflow[0], n_features),
+                           ("link_overflow", overflow[1], n_links)):
+        if len(table) and (table["row"].min() < 0 or table["row"].max() >= n):
+            raise SnmInputError(f"{os.path.join(compact_dir, name + '.npy')}: a row outside the "
+                                f"table; delete {compact_dir} to have it built again")
     return arrays
 
 

@@ -122,9 +122,9 @@ def test_perplexity_equals_brute_force(which, request):
     reports = Model.load(str(model_dir)).evaluate_lines(test, threads=2)
     for name, adjusted in (("adjusted", True), ("unadjusted", False)):
         expected = brute_force_perplexity(model_dir, test, adjusted)
-        # The model stores c(w|f) in float32; the brute force divides in float64.
-        assert reports[name]["perplexity"] == pytest.approx(expected, rel=1e-9 if adjusted
-                                                            else 1e-6)
+        # compact/ stores M_f*, M_fw and c(w|f) as float32 (relative error < 6e-8 each);
+        # the brute force computes in float64 from the Parquet tables.
+        assert reports[name]["perplexity"] == pytest.approx(expected, rel=1e-6)
     assert reports["adjusted"]["sentences"] == len(test)
     assert reports["adjusted"]["oov"] >= 4  # "never seen words here"
 
@@ -216,6 +216,30 @@ def test_key_index_finds_every_key_and_nothing_else():
         others = rng.integers(0, 2 ** 64, size=1000, dtype=np.uint64)
         others = others[~np.isin(others, keys)]
         assert np.all(index.find(others) == -1)
+
+
+@pytest.mark.parametrize("chunks", [1, 7])
+def test_entry_table_finds_every_key_and_its_value_also_where_stored_bits_coincide(chunks):
+    """compact/'s tables store 32 bits of a key below its slot's; keys that agree in all
+    of those (built here by flipping bits below them) are settled by whole keys."""
+    from snm_core.model import EntryTable, EntryTableWriter, table_bits
+    rng = np.random.default_rng(6)
+    for n in (0, 1, 7, 1000, 50000):
+        keys = rng.integers(0, 2 ** 64, size=n, dtype=np.uint64)
+        below = 64 - table_bits(2 * n) - 32  # how many key bits lie below the stored ones
+        twins = keys[: n // 10] ^ (np.uint64(1) << rng.integers(0, below, n // 10).astype(
+            np.uint64))
+        keys = np.unique(np.concatenate([keys, twins]))
+        values = rng.random(len(keys)).astype(np.float32)
+        truth = dict(zip(keys.tolist(), values.tolist()))
+        writer = EntryTableWriter(len(keys))
+        for part in np.array_split(np.arange(len(keys)), chunks):
+            writer.add(keys[part], values[part])
+        table = EntryTable(*writer.finish())
+        rows = table.find(keys)
+        assert [truth[k] for k in keys.tolist()] == table.values[rows].tolist()
+        others = rng.integers(0, 2 ** 64, size=1000, dtype=np.uint64)
+        assert np.all(table.find(others[~np.isin(others, keys)]) == -1)
 
 
 def test_compiled_link_key_equals_the_numpy_one():

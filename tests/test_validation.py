@@ -166,9 +166,9 @@ CASES = {
                                export_arpa, "is listed"),
     "model theta float64": ("model", "theta.npy", float64_theta, evaluate,
                             "expected float32"),
-    "model compact array truncated": ("model", "compact/link_m.npy", truncate, evaluate,
+    "model compact array truncated": ("model", "compact/link_entries.npy", truncate, evaluate,
                                       "to have it built again"),
-    "model compact array garbage": ("model", "compact/feature_keys.npy", garbage, evaluate,
+    "model compact array garbage": ("model", "compact/feature_entries.npy", garbage, evaluate,
                                     "cannot load"),
 }
 
@@ -251,7 +251,7 @@ def test_undamaged_directories_pass_and_return_their_vocabulary(run):
 
 @pytest.mark.parametrize("kind, name, damage, command", [
     ("counts", "links-00000-of-00002.parquet", damage_first_page, join),  # in a Beam worker
-    ("model", "compact/link_keys.npy", truncate, evaluate),
+    ("model", "compact/link_c.npy", truncate, evaluate),
 ])
 def test_the_command_prints_one_line_and_exits_2(run, tmp_path, kind, name, damage, command):
     """The real command line: nothing but snm's line on stderr (no Beam log, no traceback)."""
