@@ -2,6 +2,11 @@
 
     python benchmarks/prune.py                   # kernel 5-gram, 50 .. 1% and pocolm's sizes
     LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/prune.py   # lmplz --prune in this run
+    POCOLM=/tmp/pocolm python benchmarks/prune.py                 # pocolm in this run
+
+pocolm builds from its public sources: ``git clone https://github.com/danpovey/pocolm
+/tmp/pocolm && make -C /tmp/pocolm/src`` (its scripts need numpy: this process's
+Python runs them).
 
 `snm train --config 5gram` on kernel (train.txt.gz, dev.txt, test.txt, the corpus's
 vocab.txt; made once under benchmarks/work/prune/), then `snm prune --target_links N`
@@ -9,8 +14,11 @@ for 50, 20, 10, 5, 2 and 1% of its links and for the n-gram counts of pocolm's t
 pruned models.  Each pruned model is scored by `snm eval` on test.txt and exported
 with `snm export-arpa`, whose test perplexity under the `kenlm` module is reported too
 (they agree: the export is exact).  KenLM's count pruning (`lmplz -o 5 --prune 0 N N N
-N`) runs here when LMPLZ names the binary; pocolm's figures (`prune_lm_dir.py
---target-num-ngrams`) and lmplz's otherwise are from ../shared/benchmarks/reference.md.
+N`) runs here when LMPLZ names the binary, pocolm (`train_lm.py` on the same files,
+dev.txt for its metaparameters, then `prune_lm_dir.py --target-num-ngrams` to lmplz's
+sizes as in reference.md, `format_arpa_lm.py`, scored by the `kenlm` module) when
+POCOLM names its checkout, and then the SNM is pruned to the n-gram counts pocolm
+reached; otherwise their figures are ../shared/benchmarks/reference.md's.
 Prints a table, writes benchmarks/plots/prune_kernel_5gram.png and appends to
 benchmarks/results.jsonl.
 """
@@ -74,6 +82,67 @@ def lmplz_rows(lmplz, work, test_path):
     return rows
 
 
+#: pocolm's prune targets: lmplz's sizes (reference.md); it lands within 5% of a target.
+POCOLM_TARGETS = (1_095_624, 197_026)
+
+
+def arpa_ngrams(arpa):
+    with open(arpa, encoding="utf-8") as f:
+        total = 0
+        for line in f:
+            if line.startswith("ngram "):
+                total += int(line.split("=")[1])
+            elif line.startswith("\\1-grams"):
+                return total
+    return total
+
+
+def pocolm_rows(pocolm, work, test_path):
+    """pocolm's unpruned 5-gram and its pruned models at POCOLM_TARGETS, built here
+    (each step skipped when its output exists), timed and scored."""
+    import time
+    env = {**os.environ, "PATH": os.pathsep.join(
+        [os.path.dirname(sys.executable), os.path.join(pocolm, "scripts"),
+         os.path.join(pocolm, "src"), os.environ.get("PATH", "")])}
+    root = os.path.join(work, "pocolm")
+    text = os.path.join(root, "text")
+    os.makedirs(text, exist_ok=True)
+    for name, source in (("kernel.txt.gz", corpus("kernel", "train.txt.gz")),
+                         ("dev.txt", corpus("kernel", "dev.txt"))):
+        if not os.path.lexists(os.path.join(text, name)):
+            os.symlink(source, os.path.join(text, name))
+
+    def step(cmd, output, stdout=None):
+        """Seconds to make ``output`` (None: it was there from an earlier run)."""
+        if os.path.exists(output):
+            return None
+        start = time.perf_counter()
+        with open(stdout or os.devnull, "w") as out, open(output + ".log", "w") as log:
+            subprocess.run(cmd, cwd=root, env=env, check=True, stdout=out, stderr=log)
+        if stdout:
+            os.replace(stdout, output)
+        return round(time.perf_counter() - start, 1)
+
+    lm = os.path.join(root, "lm5")
+    train_s = step(["train_lm.py", f"--wordlist={corpus('kernel', 'vocab.txt')}",
+                    "--num-splits=1", "--warm-start-ratio=10", "text", "5", "work", "lm5"], lm)
+    rows = []
+    for target in (None,) + POCOLM_TARGETS:
+        pruned = lm if target is None else f"{lm}_prune{target}"
+        prune_s = 0.0 if target is None else step(
+            ["prune_lm_dir.py", f"--target-num-ngrams={target}", lm, pruned], pruned)
+        arpa = pruned + ".arpa"
+        format_s = step(["format_arpa_lm.py", pruned], arpa, stdout=arpa + ".tmp")
+        rows.append({"model": "pocolm " + ("train_lm.py, unpruned" if target is None else
+                                           f"prune_lm_dir.py --target-num-ngrams={target}"),
+                     "links": arpa_ngrams(arpa),
+                     "test_ppl": round(kenlm_perplexity(arpa, test_path), 2),
+                     "pocolm_seconds": train_s if target is None else
+                     (prune_s or 0) + (format_s or 0)})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,7 +161,14 @@ def main(argv=None):
         total = json.load(f)["totals"]["links"]
     rows = [{"model": "snm 5-gram, unpruned", "links": total,
              "test_ppl": round(snm_perplexity(model, test_path), 2)}]
-    targets = [round(total * f) for f in FRACTIONS] + sorted(POCOLM)
+    pocolm = os.environ.get("POCOLM")
+    if pocolm:
+        pocolm_built = pocolm_rows(pocolm, work, test_path)
+        reached = {r["links"]: r["test_ppl"] for r in pocolm_built[1:]}
+        goals = {links: round(ppl * 0.9, 2) for links, ppl in reached.items()}
+    else:
+        reached, goals = POCOLM, GOALS
+    targets = [round(total * f) for f in FRACTIONS] + sorted(reached)
     for target in sorted(set(targets), reverse=True):
         out = os.path.join(work, f"pruned-{target}")
         seconds, rss = run_measured(snm("prune", "--model", model, "--out", out,
@@ -106,9 +182,9 @@ def main(argv=None):
                "test_ppl": round(snm_perplexity(out, test_path), 2),
                "arpa_ppl_kenlm": round(kenlm_perplexity(arpa, test_path), 2),
                "prune_seconds": round(seconds, 1), "prune_peak_rss_mib": round(rss)}
-        if target in POCOLM:
-            row["pocolm_ppl"] = POCOLM[target]
-            row["goal_ppl"] = GOALS[target]
+        if target in reached:
+            row["pocolm_ppl"] = reached[target]
+            row["goal_ppl"] = goals[target]
         rows.append(row)
         os.remove(arpa)
         print(row, flush=True)
@@ -118,10 +194,14 @@ def main(argv=None):
     else:
         baseline = [{"model": f"lmplz --prune 0 {n} {n} {n} {n} (reference.md)", "links": c,
                      "test_ppl": p} for n, (c, p) in LMPLZ_REFERENCE.items()]
-    baseline += [{"model": "pocolm prune_lm_dir.py (reference.md)", "links": c, "test_ppl": p}
-                 for c, p in POCOLM.items()]
+    if pocolm:
+        baseline += pocolm_built
+    else:
+        baseline += [{"model": "pocolm prune_lm_dir.py (reference.md)", "links": c,
+                      "test_ppl": p} for c, p in POCOLM.items()]
     print_table(rows + baseline, ["model", "links", "test_ppl", "arpa_ppl_kenlm", "pocolm_ppl",
-                                  "goal_ppl", "prune_seconds", "prune_peak_rss_mib"])
+                                  "goal_ppl", "prune_seconds", "prune_peak_rss_mib",
+                                  "pocolm_seconds"])
     record("prune", rows + baseline)
     plot(rows, baseline, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                       "prune_kernel_5gram.png"))

@@ -129,6 +129,7 @@ def find(keys, start, shift, queries):
 
 
 _STORED_BITS = np.uint64(32)
+_BLOCK_BITS = 8  # snm_core.model.SLOT_BLOCK_BITS (model imports this module, not back)
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
@@ -146,7 +147,7 @@ def _overflow_row(overflow_keys, overflow_rows, query):
 
 
 @numba.njit(nogil=True, cache=True)
-def _entry_positions(words, start, shift, overflow_keys, overflow_rows, queries, n,
+def _entry_positions(words, offsets, blocks, shift, overflow_keys, overflow_rows, queries, n,
                      position, found):
     """``found[j]`` = row of ``queries[j]`` in an :class:`snm_core.model.EntryTable`, or -1,
     for j < n.  ``words`` is the table's entries as uint32 (2n,): entry p's remainder is
@@ -163,8 +164,8 @@ def _entry_positions(words, start, shift, overflow_keys, overflow_rows, queries,
     low = shift - _STORED_BITS
     for j in range(n):
         slot = np.int64(queries[j] >> shift)
-        position[j] = start[slot]
-        end[j] = start[slot + 1]
+        position[j] = blocks[slot >> _BLOCK_BITS] + offsets[slot]
+        end[j] = blocks[(slot + 1) >> _BLOCK_BITS] + offsets[slot + 1]
         wanted[j] = np.uint32((queries[j] >> low) & _LOW32)
     last = len(words) // 2 - 1
     if last < 0:
@@ -193,23 +194,23 @@ def _entry_positions(words, start, shift, overflow_keys, overflow_rows, queries,
 
 
 @numba.njit(nogil=True, cache=True)
-def find_entries(words, start, shift, overflow_keys, overflow_rows, queries):
+def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, queries):
     """:meth:`snm_core.model.EntryTable.find` for an array of queries."""
     result = np.empty(len(queries), np.int64)
     position = np.empty(BLOCK, np.int64)
     for lo in range(0, len(queries), BLOCK):
         hi = min(lo + BLOCK, len(queries))
-        _entry_positions(words, start, shift, overflow_keys, overflow_rows, queries[lo:hi],
-                         hi - lo, position, result[lo:hi])
+        _entry_positions(words, offsets, blocks, shift, overflow_keys, overflow_rows,
+                         queries[lo:hi], hi - lo, position, result[lo:hi])
     return result
 
 
 @numba.njit(nogil=True, cache=True)
 def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events,
-               feature_words, feature_start, feature_shift, feature_overflow_keys,
-               feature_overflow_rows, m_star,
-               link_words, link_start, link_shift, link_overflow_keys, link_overflow_rows,
-               link_m, link_c):
+               feature_words, feature_offsets, feature_blocks, feature_shift,
+               feature_overflow_keys, feature_overflow_rows, m_star,
+               link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
+               link_overflow_rows, link_m, link_c):
     """Per-event sums over the pairs whose feature (and link) the model holds.
 
     Pairs come grouped by type id.  A pair whose type has a prerequisite type
@@ -261,7 +262,7 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                     pair[n] = i
                     query[n] = pair_key[i]
                     n += 1
-            _entry_positions(feature_words, feature_start, feature_shift,
+            _entry_positions(feature_words, feature_offsets, feature_blocks, feature_shift,
                              feature_overflow_keys, feature_overflow_rows, query, n, position,
                              row)
             # Branch-free gathers first (their cache misses overlap), sums after.
@@ -280,8 +281,8 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                     linked[k] = i
                     query[k] = _link_key(pair_key[i], target[event])
                     k += 1
-            _entry_positions(link_words, link_start, link_shift, link_overflow_keys,
-                             link_overflow_rows, query, k, position, link)
+            _entry_positions(link_words, link_offsets, link_blocks, link_shift,
+                             link_overflow_keys, link_overflow_rows, query, k, position, link)
             for j in range(k):
                 value[j] = link_m[2 * max(link[j], 0) + 1]
                 value_c[j] = link_c[max(link[j], 0)]

@@ -8,21 +8,22 @@ Applying the adjustment (the logic of ``snm apply``)
 Compact form (``compact/`` in a model directory, memory-mapped on load)
     Two tables of random-looking 64-bit keys (:class:`EntryTable`), sorted, each
     with a direct-address index on the keys' top b bits (one to two keys a
-    slot).  An entry is 8 bytes: the 32 key bits after the slot's b (the slot
+    slot; a slot's first entry is a uint16 offset from its block of 256
+    slots).  An entry is 8 bytes: the 32 key bits after the slot's b (the slot
     holds the rest) and a float32 value, so a lookup is one index read and a
     scan of one cache line that also holds the value, instead of the ~23
-    dependent cache misses of a binary search.  Keys that agree in all b + 32 bits (rare: about n^2 /
-    2^(b+33) pairs) are also kept whole in a small overflow table, which
-    settles a match on them.  An absent key matches a present one with
-    probability about 2^-32 a lookup.
+    dependent cache misses of a binary search.  Keys that agree in all b + 32
+    bits (rare: about n^2 / 2^(b+33) pairs) are also kept whole in a small
+    overflow table, which settles a match on them.  An absent key matches a
+    present one with probability about 2^-32 a lookup.
 
     * features: key -> M_f* (float32)
     * links: :func:`snm_core.hashing.link_key` (feature key, word) -> M_fw
       (float32), and, for the unadjusted model, c(w|f) (float32, its own array).
 
-    About 15 bytes a link and 11 a feature (kernel 5-gram: 21.7 bytes a link
-    in all; KenLM: 22.0 bytes an n-gram probing, 10.4 trie).  ``compact/`` is a cache of the Parquet tables: one of
-    an older layout is rebuilt on load.
+    About 13 bytes a link and 10 a feature (kernel 5-gram: 19.5 bytes a link
+    in all; KenLM: 22.0 bytes an n-gram probing, 10.4 trie).  ``compact/`` is
+    a cache of the Parquet tables: one of an older layout is rebuilt on load.
 
 Scoring
     P(w | e) = sum_{f in F(e)} M_fw / sum_{f in F(e)} M_f*, over the event's
@@ -58,9 +59,13 @@ SCORE_BATCH_LINES = 2048
 COMPILE_PARTITION_LINKS = 1 << 22
 COMPACT = "compact"
 #: The layout of ``compact/`` (its manifest's ``layout``); another is rebuilt on load.
-COMPACT_LAYOUT = 2
-COMPACT_FILES = ("feature_entries", "feature_index", "feature_overflow", "link_entries",
-                 "link_c", "link_index", "link_overflow", "seen_words")
+COMPACT_LAYOUT = 3
+COMPACT_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
+                 "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
+                 "seen_words")
+#: Slots a block of an entry table's index: a slot's first entry is its block's first
+#: (int64) plus the slot's uint16 offset in the block (a block holds ~380 entries).
+SLOT_BLOCK_BITS = 8
 #: An entry of a compact table: the 32 key bits below the slot bits, and the value.
 ENTRY = np.dtype([("remainder", "<u4"), ("value", "<f4")])
 #: The overflow table: whole keys (ascending) whose entries share all stored bits.
@@ -197,7 +202,8 @@ class EntryTable:
     Parameters
     ----------
     entries : ENTRY array (n,), sorted by key
-    start : int array (2**bits + 1,), the first entry of each slot
+    offsets : uint16 array (2**bits + 1,), each slot's first entry less its block's
+    blocks : int64 array (2**bits >> SLOT_BLOCK_BITS) + 1,), each block's first entry
     overflow : OVERFLOW array, the whole keys of entries sharing all stored bits
 
     Examples
@@ -208,9 +214,9 @@ class EntryTable:
     [1, -1]
     """
 
-    def __init__(self, entries, start, overflow):
-        self.entries, self.start, self.overflow = entries, start, overflow
-        self.shift = np.uint64(64 - int(round(math.log2(len(start) - 1))))
+    def __init__(self, entries, offsets, blocks, overflow):
+        self.entries, self.offsets, self.blocks, self.overflow = entries, offsets, blocks, overflow
+        self.shift = np.uint64(64 - int(round(math.log2(len(offsets) - 1))))
         self.values = entries["value"]
         # Contiguous views for the compiled loops (numba indexes a field view slower):
         # entry p is words[2p] (its remainder) and value_words[2p + 1] (its value).
@@ -229,7 +235,8 @@ class EntryTable:
     @property
     def parts(self):
         """The arrays :func:`snm_core.compiled.find_entries` takes, in its order."""
-        return (self.words, self.start, self.shift, self.overflow_keys, self.overflow_rows)
+        return (self.words, self.offsets, self.blocks, self.shift, self.overflow_keys,
+                self.overflow_rows)
 
     def find(self, queries):
         """Row of each query key, -1 where absent."""
@@ -237,19 +244,59 @@ class EntryTable:
         return compiled.find_entries(*self.parts, np.ascontiguousarray(queries, np.uint64))
 
 
+class SlotIndexWriter:
+    """The two-level slot index of an :class:`EntryTable` from its slot starts in order
+    (the ``out`` of a :class:`KeyIndexWriter`): uint16 offsets, written as they come,
+    and the int64 start of each block of ``2**SLOT_BLOCK_BITS`` slots."""
+
+    def __init__(self, offsets_out):
+        self.out = offsets_out  # NpyWriter, or None: kept
+        self.kept, self.blocks = [], []
+        self.pending = np.zeros(0, np.int64)
+
+    def append(self, start):
+        self.pending = np.concatenate([self.pending, np.asarray(start, np.int64)])
+        whole = len(self.pending) >> SLOT_BLOCK_BITS << SLOT_BLOCK_BITS
+        if whole:
+            self._blocks(self.pending[:whole])
+            self.pending = self.pending[whole:]
+
+    def _blocks(self, start):
+        size = 1 << SLOT_BLOCK_BITS
+        block = start.reshape(-1, size) if len(start) % size == 0 else start[None, :]
+        offsets = block - block[:, :1]
+        if offsets.max(initial=0) > np.iinfo(np.uint16).max:
+            raise SnmInputError("a block of the compact index holds more than 65,535 keys: "
+                                "the keys are not hashes; please report this")
+        self.blocks.append(block[:, 0])
+        offsets = offsets.astype(np.uint16).ravel()
+        if self.out is None:
+            self.kept.append(offsets)
+        else:
+            self.out.append(offsets)
+
+    def finish(self):
+        """``(offsets or None when written, blocks)``."""
+        for i in range(0, len(self.pending), 1 << SLOT_BLOCK_BITS):  # the last, short block
+            self._blocks(self.pending[i:i + (1 << SLOT_BLOCK_BITS)])
+        blocks = np.concatenate(self.blocks + [np.zeros(0, np.int64)])
+        if self.out is None:
+            return np.concatenate(self.kept), blocks
+        return None, blocks
+
+
 class EntryTableWriter:
     """An :class:`EntryTable` built from sorted keys a chunk at a time, written to
-    ``directory/{name}_entries.npy``, ``_index.npy`` and ``_overflow.npy`` (or kept in
-    memory without a directory)."""
+    ``directory/{name}_entries.npy``, ``_index.npy``, ``_blocks.npy`` and
+    ``_overflow.npy`` (or kept in memory without a directory)."""
 
     def __init__(self, n, directory=None, name=None):
         self.n, self.directory, self.name = n, directory, name
         self.bits = table_bits(n)
         self.low = np.uint64(64 - self.bits - 32)  # the stored bits' lowest
-        index_dtype = np.int32 if n < 2 ** 31 else np.int64
         self.entries = self._output("entries", ENTRY, n)
-        self.index = KeyIndexWriter(n, self._output("index", index_dtype,
-                                                    (1 << self.bits) + 1), bits=self.bits)
+        self.slots = SlotIndexWriter(self._output("index", np.uint16, (1 << self.bits) + 1))
+        self.index = KeyIndexWriter(n, self.slots, bits=self.bits)
         self.overflow = []
         self.kept = []  # the entries, without a directory
         self.done = 0
@@ -286,18 +333,19 @@ class EntryTableWriter:
         self.done += len(keys)
 
     def finish(self):
-        """In memory: ``(entries, start, overflow)``; written: the bytes written."""
-        start = self.index.finish()
+        """In memory: ``(entries, offsets, blocks, overflow)``; written: the bytes written."""
+        self.index.finish()
+        offsets, blocks = self.slots.finish()
         overflow = np.zeros(sum(len(k) for k, _ in self.overflow), OVERFLOW)
         if len(overflow):
             overflow["key"] = np.concatenate([k for k, _ in self.overflow])
             overflow["row"] = np.concatenate([r for _, r in self.overflow])
         if self.directory is None:
             entries = np.concatenate(self.kept + [np.zeros(0, ENTRY)])
-            return entries, start, overflow
-        path = os.path.join(self.directory, f"{self.name}_overflow.npy")
-        storage.write_npy(overflow, path)
-        return self.entries.close() + self.index.out.close() + overflow.nbytes
+            return entries, offsets, blocks, overflow
+        for part, array in (("overflow", overflow), ("blocks", blocks)):
+            storage.write_npy(array, os.path.join(self.directory, f"{self.name}_{part}.npy"))
+        return self.entries.close() + self.slots.out.close() + overflow.nbytes + blocks.nbytes
 
 
 class NpyWriter:
@@ -506,11 +554,11 @@ class Model(LineScoring):
         vocab.ids([])  # builds its lookup table now: nothing is built lazily while scoring
         self.config = parse_config(manifest["config"])
         self.extractor = FeatureExtractor(self.config, manifest["tags"])
-        self.features = EntryTable(arrays["feature_entries"], arrays["feature_index"],
-                                   arrays["feature_overflow"])
+        self.features, self.links = (
+            EntryTable(*(arrays[f"{table}_{part}"]
+                         for part in ("entries", "index", "blocks", "overflow")))
+            for table in ("feature", "link"))
         self.m_star = self.features.values
-        self.links = EntryTable(arrays["link_entries"], arrays["link_index"],
-                                arrays["link_overflow"])
         self.link_m = self.links.values
         self.link_c = arrays["link_c"]
         seen = np.asarray(arrays["seen_words"])
@@ -605,8 +653,10 @@ def _load_compact(compact_dir, compact, vocabulary_size, mmap):
     expected = {"feature_entries": (ENTRY, n_features), "link_entries": (ENTRY, n_links),
                 "link_c": (np.float32, n_links), "seen_words": (np.bool_, vocabulary_size),
                 "feature_overflow": (OVERFLOW, None), "link_overflow": (OVERFLOW, None)}
-    for name, n in (("feature_index", n_features), ("link_index", n_links)):
-        expected[name] = (np.int32 if n < 2 ** 31 else np.int64, (1 << table_bits(n)) + 1)
+    for table, n in (("feature", n_features), ("link", n_links)):
+        slots = 1 << table_bits(n)
+        expected[table + "_index"] = (np.uint16, slots + 1)
+        expected[table + "_blocks"] = (np.int64, (slots >> SLOT_BLOCK_BITS) + 1)
     arrays = {}
     for name in COMPACT_FILES:
         path = os.path.join(compact_dir, name + ".npy")

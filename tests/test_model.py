@@ -242,6 +242,11 @@ def test_entry_table_finds_every_key_and_its_value_also_where_stored_bits_coinci
         assert np.all(table.find(others[~np.isin(others, keys)]) == -1)
 
 
+def test_compiled_lookups_use_the_slot_blocks_the_compact_arrays_are_written_with():
+    from snm_core import compiled, model
+    assert compiled._BLOCK_BITS == model.SLOT_BLOCK_BITS
+
+
 def test_compiled_link_key_equals_the_numpy_one():
     """Scoring's compiled loop names links exactly as counting and the compact arrays do."""
     from snm_core import compiled
