@@ -772,6 +772,9 @@ def write_model_card(model_dir, manifest, evaluation=None):
         lines += ["", "## Storage",
                   f"- compact/: {stored['bytes']:,} bytes, {stored['bytes'] / links:.1f} bytes "
                   "a link (memory-mapped for scoring)"]
+        if stored.get("layout") == COMPACT_LAYOUT:
+            lines.append(f"- layout {COMPACT_LAYOUT}: hashed keys, 8-byte entries (32 key bits "
+                         "and a float32 M), float32 c(w|f) for the unadjusted model")
     if evaluation:
         lines += ["", "## Evaluation", "",
                   "| model | text | perplexity | excluding OOV | OOV | words | sentences |",
