@@ -48,7 +48,8 @@ LAMS = {"l2": (1e-6, 2e-6, 4e-6), "l1": (1e-6, 3e-6, 6e-6), "t2": (2e-6, 4e-6, 8
 ALPHAS = (0.7, 1.4)
 #: --optimizer lbfgs (the penalised optimum, no early stopping): the separable penalties
 #: want a larger lambda than early-stopped AdaGrad, and alpha 0.7 is far behind there.
-LAMS_LBFGS = {"l2": (2e-6, 4e-6, 8e-6, 1.6e-5), "l1": (2e-6, 4e-6, 6e-6, 8e-6)}
+LAMS_LBFGS = {"l2": (2.5e-7, 5e-7, 1e-6, 2e-6, 4e-6, 8e-6),
+              "l1": (2e-6, 4e-6, 8e-6, 1.6e-5, 3.2e-5)}
 ALPHAS_LBFGS = (1.4, 2.0)
 
 
