@@ -203,7 +203,7 @@ class EntryTable:
     ----------
     entries : ENTRY array (n,), sorted by key
     offsets : uint16 array (2**bits + 1,), each slot's first entry less its block's
-    blocks : int64 array (2**bits >> SLOT_BLOCK_BITS) + 1,), each block's first entry
+    blocks : int64 array ((2**bits >> SLOT_BLOCK_BITS) + 1,), each block's first entry
     overflow : OVERFLOW array, the whole keys of entries sharing all stored bits
 
     Examples
