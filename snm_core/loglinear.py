@@ -475,6 +475,16 @@ def own_counts(model, active, target):
     return np.bincount(pairs, minlength=model.num_pairs).astype(np.float64)
 
 
+def totals_from_own_counts(model, own):
+    """The inverse of :func:`own_counts_from_totals`: each pair's N(j, y), its own count
+    plus those of the pairs below it (parents come before their children)."""
+    total = np.asarray(own, np.float64).copy()
+    for depth in range(int(model.pair_depth.max(initial=0)), 0, -1):
+        at = model.pair_depth == depth
+        np.add.at(total, model.pair_parent[at], total[at])
+    return total
+
+
 def own_counts_from_totals(model, total):
     """Own counts from the n-gram counts N(j, y) of every pair (the count stage's C(f, w)):
     N of a pair minus N of its child pairs (the positions one word longer)."""
@@ -609,6 +619,42 @@ def _lookup_log_prob(ptr, word, node_parent, S, log_z, deepest, target):
 #: L-BFGS-B iterations per "epoch" of ``fit(optimizer="lbfgs")`` (held-out check, callback).
 LBFGS_EPOCH = 10
 
+class _EpochLog:
+    """What ``fit`` does at the end of an epoch, whatever the optimiser: the held-out
+    loss into ``model.fit_log``, the best weights kept, the callback, early stopping."""
+
+    def __init__(self, model, dev, patience, callback):
+        self.model, self.patience, self.callback = model, patience, callback
+        if dev is not None:
+            dev = (np.ascontiguousarray(dev[0], np.int64), np.asarray(dev[1], np.int64))
+        self.dev = dev
+        self.best_loss, self.best_weight, self.since = np.inf, model.weight, 0
+        model.fit_log = []
+
+    def end_epoch(self, weight):
+        """Record the epoch that ended with ``weight``; True if the fit should stop."""
+        model = self.model
+        model.weight = weight
+        held = None
+        if self.dev is not None:
+            held = -float(model.log_prob(*self.dev).mean())
+            if held < self.best_loss:
+                self.best_loss, self.best_weight, self.since = held, weight.copy(), 0
+            else:
+                self.since += 1
+        model.fit_log.append((len(model.fit_log), held))
+        if self.callback is not None:
+            self.callback(len(model.fit_log) - 1, model)
+        return self.dev is not None and self.patience is not None and \
+            self.since >= self.patience
+
+    def finish(self):
+        """The model with the best held-out weights (the last ones without held-out)."""
+        if self.dev is not None:
+            self.model.weight = self.best_weight
+        return self.model
+
+
 def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batch_size=1000,
         step=10.0, backtrack=True, grow=1.25, seed=0, callback=None, optimizer="pgd",
         eps=1e-8, mu=0.0, dev=None, patience=None, gradient="positions", position_pairs=None):
@@ -680,14 +726,12 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
         active = np.ascontiguousarray(active, np.int64)
         target = np.asarray(target, np.int64)
         num_positions = len(target)
-        if gradient == "tree":
+        if gradient == "tree" or optimizer == "lbfgs":
             position_pair = model.pair_of(deepest_nodes(active), target)
-
+    log = _EpochLog(model, dev, patience, callback)
     if optimizer == "lbfgs":
-        if position_pairs is None:
-            position_pair = model.pair_of(deepest_nodes(active), target)
         own = np.bincount(position_pair, minlength=model.num_pairs).astype(np.float64)
-        return _fit_lbfgs(model, own, penalty, lam, alpha, epochs, dev, patience, callback)
+        return _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log)
 
     def batch_loss_grad(rows, weight):
         if gradient == "tree":
@@ -707,12 +751,7 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
         tau = delta = 1.0
         L = 1.0 / float(step)
         rho = L + mu
-    if dev is not None:
-        dev_active = np.ascontiguousarray(dev[0], np.int64)
-        dev_target = np.asarray(dev[1], np.int64)
-    best_loss, best_w, since = np.inf, w, 0
-    model.fit_log = []
-    for epoch in range(epochs):
+    for _ in range(epochs):
         order = rng.permutation(num_positions)
         for start in range(0, len(order), batch_size):
             rows = np.sort(order[start:start + batch_size])
@@ -745,24 +784,12 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
                 eta *= 0.5
             w = new
             eta *= grow
-        model.weight = w
-        held = None
-        if dev is not None:
-            held = -float(model.log_prob(dev_active, dev_target).mean())
-            if held < best_loss:
-                best_loss, best_w, since = held, w.copy(), 0
-            else:
-                since += 1
-        model.fit_log.append((epoch, held))
-        if callback is not None:
-            callback(epoch, model)
-        if dev is not None and patience is not None and since >= patience:
+        if log.end_epoch(w):
             break
-    model.weight = best_w if dev is not None else w
-    return model
+    return log.finish()
 
 
-def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, dev, patience, callback):
+def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log):
     """Full-batch L-BFGS-B for the separable penalties (``fit``'s ``optimizer="lbfgs"``).
 
     On W >= 0 the l1 penalty is linear and l2 quadratic, so the objective is
@@ -782,12 +809,9 @@ def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, dev, patience, callback)
                          f"smooth on W >= 0); {penalty} is not smooth, use adagrad")
     depth_weight = penalties._depth_weights(model.pair_depth,
                                             float(alpha) if weighted else 1.0)
-    below = own.copy()  # positions under each pair: own counts summed up the forest
-    for depth in range(int(model.pair_depth.max(initial=0)), 0, -1):
-        at = model.pair_depth == depth
-        np.add.at(below, model.pair_parent[at], below[at])
     curvature = 2.0 * lam * depth_weight if kind == "l2" else 0.0
-    scale = np.sqrt(below / max(float(own.sum()), 1.0) + curvature)
+    scale = np.sqrt(totals_from_own_counts(model, own) / max(float(own.sum()), 1.0)
+                    + curvature)
 
     def loss_and_grad(u):
         w = u / scale
@@ -797,40 +821,20 @@ def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, dev, patience, callback)
         return (loss + lam * (depth_weight @ (w * w)),
                 (grad + 2.0 * lam * depth_weight * w) / scale)
 
-    if dev is not None:
-        dev_active = np.ascontiguousarray(dev[0], np.int64)
-        dev_target = np.asarray(dev[1], np.int64)
-    state = {"iteration": 0, "best": np.inf, "best_w": model.weight, "since": 0}
-    model.fit_log = []
-
-    def check(u):
-        model.weight = u / scale
-        held = None
-        if dev is not None:
-            held = -float(model.log_prob(dev_active, dev_target).mean())
-            if held < state["best"]:
-                state.update(best=held, best_w=model.weight.copy(), since=0)
-            else:
-                state["since"] += 1
-        model.fit_log.append((len(model.fit_log), held))
-        if callback is not None:
-            callback(len(model.fit_log) - 1, model)
-        if dev is not None and patience is not None and state["since"] >= patience:
-            raise StopIteration
+    iterations = 0
 
     def every_iteration(intermediate_result):
-        state["iteration"] += 1
-        if state["iteration"] % LBFGS_EPOCH == 0:
-            check(intermediate_result.x)
+        nonlocal iterations
+        iterations += 1
+        if iterations % LBFGS_EPOCH == 0 and log.end_epoch(intermediate_result.x / scale):
+            raise StopIteration  # scipy ends the minimisation there
 
     result = minimize(loss_and_grad, np.maximum(model.weight, 0.0) * scale, jac=True,
                       method="L-BFGS-B", bounds=Bounds(0.0, np.inf), callback=every_iteration,
                       options={"maxiter": epochs * LBFGS_EPOCH, "maxcor": 10})
-    if state["iteration"] % LBFGS_EPOCH:
-        check(result.x)
-    if dev is not None:
-        model.weight = state["best_w"]
-    return model
+    if iterations % LBFGS_EPOCH:  # converged within an epoch: its end is still recorded
+        log.end_epoch(result.x / scale)
+    return log.finish()
 
 
 def _prox_steps(penalty, forest, v, pair_lam, word_lam, alpha):

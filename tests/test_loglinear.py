@@ -281,6 +281,8 @@ def test_own_counts_count_each_positions_whole_history():
             if j >= 0:
                 totals[model.pair_of([j], [y])[0]] += 1
     np.testing.assert_array_equal(loglinear.own_counts_from_totals(model, totals), own)
+    # ... and the totals are the own counts summed up the pair forest
+    np.testing.assert_array_equal(loglinear.totals_from_own_counts(model, own), totals)
 
 
 def test_full_objective_matches_dense_softmax_and_finite_differences():
