@@ -671,12 +671,11 @@ def _load_compact(compact_dir, compact, vocabulary_size, mmap):
                                 f"of shape ({'n' if length is None else length},); {remedy}")
         # np.asarray keeps the memory map but drops np.memmap's per-index overhead.
         arrays[name] = np.asarray(array)
-    overflow = arrays["feature_overflow"], arrays["link_overflow"]
-    for name, table, n in (("feature_overflow", overflow[0], n_features),
-                           ("link_overflow", overflow[1], n_links)):
-        if len(table) and (table["row"].min() < 0 or table["row"].max() >= n):
-            raise SnmInputError(f"{os.path.join(compact_dir, name + '.npy')}: a row outside the "
-                                f"table; delete {compact_dir} to have it built again")
+    for table, n in (("feature", n_features), ("link", n_links)):
+        rows = arrays[table + "_overflow"]["row"]
+        if len(rows) and (rows.min() < 0 or rows.max() >= n):
+            raise SnmInputError(f"{os.path.join(compact_dir, table + '_overflow.npy')}: a row "
+                                f"outside the table; delete {compact_dir} to have it built again")
     return arrays
 
 
