@@ -23,6 +23,18 @@ def corpus(*parts):
     return path
 
 
+def arpa_ngrams(path):
+    """Total n-gram count from an ARPA file's \\data\\ header."""
+    total = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("ngram "):
+                total += int(line.split("=")[1])
+            elif line.startswith("\\1-grams"):
+                break
+    return total
+
+
 def git_revision():
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,

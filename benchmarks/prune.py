@@ -31,7 +31,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (WORK, arpa_ngrams, corpus, print_table, record,  # noqa: E402
+                               run_measured)
 
 FRACTIONS = (0.5, 0.2, 0.1, 0.05, 0.02, 0.01)
 #: ../shared/benchmarks/reference.md, "Pruned n-gram models on kernel".
@@ -75,26 +76,13 @@ def lmplz_rows(lmplz, work, test_path):
                                 str(n), str(n)], stdin=src, stdout=dst, check=True,
                                stderr=subprocess.DEVNULL)
             os.replace(arpa + ".tmp", arpa)
-        with open(arpa, encoding="utf-8") as f:
-            ngrams = sum(int(line.split("=")[1]) for line in f if line.startswith("ngram "))
-        rows.append({"model": f"lmplz --prune 0 {n} {n} {n} {n}", "links": ngrams,
+        rows.append({"model": f"lmplz --prune 0 {n} {n} {n} {n}", "links": arpa_ngrams(arpa),
                      "test_ppl": round(kenlm_perplexity(arpa, test_path), 2)})
     return rows
 
 
 #: pocolm's prune targets: lmplz's sizes (reference.md); it lands within 5% of a target.
 POCOLM_TARGETS = (1_095_624, 197_026)
-
-
-def arpa_ngrams(arpa):
-    with open(arpa, encoding="utf-8") as f:
-        total = 0
-        for line in f:
-            if line.startswith("ngram "):
-                total += int(line.split("=")[1])
-            elif line.startswith("\\1-grams"):
-                return total
-    return total
 
 
 def pocolm_rows(pocolm, work, test_path):

@@ -33,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (WORK, arpa_ngrams, corpus, print_table, record,  # noqa: E402
+                               run_measured)
 
 REPEATS = 15
 PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
@@ -71,17 +72,6 @@ def build_model(model):
 def newer(target, *sources):
     return os.path.exists(target) and all(os.path.getmtime(target) >= os.path.getmtime(s)
                                           for s in sources)
-
-
-def arpa_ngrams(path):
-    """Total n-gram count from an ARPA file's \\data\\ header."""
-    total = 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("ngram "):
-                total += int(line.split("=")[1])
-            elif line.startswith("\\1-grams"):
-                return total
 
 
 def best_of_rounds(scorers):
