@@ -24,6 +24,7 @@ PIPELINES = {
     "count": "pipelines.count",
     "join": "pipelines.join",
     "apply": "pipelines.apply",
+    "prune": "pipelines.prune",
 }
 #: Single-worker subcommands: name -> module with ``main(argv)``.
 TOOLS = {
@@ -31,7 +32,6 @@ TOOLS = {
     "eval": "snm.eval_cmd",
     "score": "snm.eval_cmd",
     "export-arpa": "snm.export_cmd",
-    "prune": "snm.prune_cmd",
     "train": "snm.train_cmd",
 }
 

@@ -42,6 +42,7 @@ import time
 from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
+from pipelines import prune as prune_stage
 from pipelines import runners
 from pipelines import training_sources
 from pipelines import vocab as vocab_stage
@@ -54,7 +55,6 @@ from snm_core.errors import SnmInputError, SnmStageError
 from snm_core.fit import fit_directory
 from snm_core.loglinear_model import LogLinearOptions
 from snm_core.model import write_model_card
-from snm_core.prune import prune_model
 from snm_core.runlock import run_lock
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
@@ -175,8 +175,8 @@ def main(argv=None):
     parser.add_argument("--num_buckets", type=int, default=count_stage.DEFAULT_NUM_BUCKETS)
     parser.add_argument("--force", action="store_true", help="redo every stage")
     parser.add_argument("--prune_to", type=int, metavar="LINKS",
-                        help="also prune the model to this many links (snm prune; n-gram "
-                             "configurations) into pruned/, which eval then evaluates")
+                        help="also prune the model to this many links (snm prune, its default "
+                             "criterion) into pruned/, which eval then evaluates")
     add_fit_args(parser)
     family = parser.add_argument_group("log-linear family (--family loglinear)")
     family.add_argument("--family", choices=("snm", "loglinear"), default="snm",
@@ -256,8 +256,6 @@ def _train(args, beam_args):
     if args.prune_to is not None:
         if args.prune_to < 1:
             raise SnmInputError("--prune_to must be at least 1")
-        if config.ngram_order is None:
-            raise SnmInputError("--prune_to prunes n-gram configurations only (for now)")
     stage_names = (LOGLINEAR_STAGES if loglinear else PRUNE_STAGES if args.prune_to
                    else STAGES)
     runner = Runner(out, args.force, stage_names)
@@ -319,8 +317,9 @@ def _train(args, beam_args):
         runner.stage(6, "prune", {"model": _manifest_digest(dirs["model"]),
                                   "target_links": args.prune_to},
                      storage.join(dirs["pruned"], tables.MANIFEST),
-                     lambda: prune_model(dirs["model"], dirs["pruned"],
-                                         target_links=args.prune_to),
+                     lambda: prune_stage.run(prune_stage.PruneOptions(
+                         model=dirs["model"], out=dirs["pruned"], target_links=args.prune_to),
+                         beam_args),
                      lambda: f"{manifest('pruned')['totals']['links']:,} of "
                              f"{manifest('model')['totals']['links']:,} links")
     eval_path = storage.join(out, "eval.json")

@@ -135,3 +135,108 @@ def test_train_prunes_to_a_size_and_evaluates_the_pruned_model(tmp_path, capsys)
     assert main(["train", *train_argv(corpus, out), "--prune_to", "2000"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("up to date, skipped") == 5 and links_of(out / "pruned") == 2000
+
+
+# --- the mass criterion (pipelines/prune.py): any configuration, bucket by bucket ---------
+
+@pytest.fixture(scope="module")
+def skipgram_model(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("skip"), "skip5gram", tagged=True)
+
+
+def test_rank_selection_keeps_the_best_ranked_links(tmp_path):
+    """Oracle: sorting all ranks.  Buckets' histograms add up; a tolerance stops early
+    but stays within it."""
+    rng = np.random.default_rng(5)
+    scores = np.concatenate([rng.lognormal(-12, 3, 40_000), np.full(3_000, 1e-6),
+                             np.full(500, np.inf)])  # ties, and protected links
+    keys = rng.integers(0, 2 ** 63, len(scores), dtype=np.int64).astype(np.uint64)
+    ranks = prune.rank_keys(scores, keys, rng.integers(0, 1000, len(scores)))
+    buckets = np.array_split(rng.permutation(ranks), 7)
+
+    def histogram(level, prefix):
+        return sum(prune.rank_histogram(b, level, prefix) for b in buckets)
+
+    ordered = np.sort(ranks)[::-1]
+    for target in (1, 500, 501, 2_000, 12_345, 41_000, len(ranks) - 1):
+        threshold, kept = prune.select_rank(histogram, target)
+        assert kept == target == np.count_nonzero(ranks >= np.uint64(threshold))
+        assert np.uint64(threshold) <= ordered[target - 1]
+        tolerance = target // 100
+        threshold, kept = prune.select_rank(histogram, target, tolerance)
+        assert abs(kept - target) <= tolerance
+        assert kept == np.count_nonzero(ranks >= np.uint64(threshold))
+    assert prune.select_rank(histogram, 10 ** 9) == (0, len(ranks))
+    # a higher score is a higher rank, whatever the key
+    assert prune.rank_keys([2e-9], [0], [0])[0] > prune.rank_keys([1e-9], [2 ** 63], [7])[0]
+
+
+def test_mass_scores_are_the_feature_frequency_times_the_link_share(skipgram_model):
+    """Oracle: per link from the model's tables, in Python."""
+    features, matrix, manifest = read_model_tables(str(skipgram_model[0]))
+    events = manifest["count_totals"]["events"]
+    empty = manifest["feature_types"].index("0-gram")
+    scores = prune.mass_scores(features, matrix, events, (empty,))
+    rows = features.to_pylist()
+    m = matrix["m"].to_pylist()
+    link = 0
+    for f in rows:
+        for _ in range(f["diversity"]):
+            if f["type"] == empty:
+                assert scores[link] == np.inf
+            else:
+                want = f["count"] / events * m[link] / f["m_star"]
+                assert scores[link] == pytest.approx(want, rel=1e-6)
+            link += 1
+    assert link == len(scores)
+
+
+def test_a_skipgram_model_pruned_by_mass_is_complete_and_normalised(skipgram_model, tmp_path):
+    source, test = skipgram_model
+    before = links_of(source)
+    target = before // 5
+    out = tmp_path / "pruned"
+    assert main(["prune", "--model", str(source), "--out", str(out),
+                 "--target_links", str(target)]) == 0  # mass: the default for skip-grams
+    after = links_of(out)
+    assert abs(after - target) <= target // 100
+    features, matrix, manifest = read_model_tables(str(out))
+    assert manifest["pruning"]["criterion"].startswith("mass")
+    # exact renormalisation: each feature's M_f* is the sum of the links it kept
+    sums = np.add.reduceat(matrix["m"].to_numpy().astype(np.float64),
+                           np.r_[0, np.cumsum(features["diversity"].to_numpy())[:-1]])
+    assert np.allclose(features["m_star"].to_numpy(), sums, rtol=1e-12)
+    assert (features["diversity"].to_numpy() > 0).all()
+    # the empty feature's links all stay
+    source_features, source_matrix, _ = read_model_tables(str(source))
+    empty = manifest["feature_types"].index("0-gram")
+    kept_empty = features.filter(features["type"].to_numpy() == empty)
+    was_empty = source_features.filter(source_features["type"].to_numpy() == empty)
+    assert kept_empty["diversity"].to_pylist() == was_empty["diversity"].to_pylist()
+    model = Model.load(str(out))
+    words = model.vocab.words[3:]
+    rng = np.random.default_rng(2)
+    for context in [[], test[0].split()[:4]] + [
+            list(rng.choice(words, size=rng.integers(1, 8))) for _ in range(4)]:
+        assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-6), context
+    pruned_ppl = model.evaluate_lines(test)["adjusted"]["perplexity"]
+    assert pruned_ppl > Model.load(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
+    # the same bytes from a run on two threads
+    again = tmp_path / "again"
+    assert main(["prune", "--model", str(source), "--out", str(again), "--target_links",
+                 str(target), "--direct_running_mode=multi_threading",
+                 "--direct_num_workers=2"]) == 0
+    for name in sorted(p.name for p in out.glob("*.parquet")):
+        assert (out / name).read_bytes() == (again / name).read_bytes()
+
+
+def test_mass_prunes_ngram_models_too_and_backoff_refuses_skipgrams(models, skipgram_model,
+                                                                     tmp_path, capsys):
+    out = tmp_path / "mass"
+    target = links_of(models["pooled"]) // 3
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(out),
+                 "--target_links", str(target), "--criterion", "mass"]) == 0
+    assert abs(links_of(out) - target) <= target // 100
+    assert main(["prune", "--model", str(skipgram_model[0]), "--out", str(tmp_path / "b"),
+                 "--target_links", "100", "--criterion", "backoff"]) == 2
+    assert "needs an n-gram model" in capsys.readouterr().err

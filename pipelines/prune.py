@@ -1,0 +1,236 @@
+"""snm prune: a model pruned to a number of links, or by a score threshold.
+
+    snm prune --model model/ --out pruned/ (--target_links N | --threshold T)
+              [--criterion backoff|mass]
+
+Reads a model directory (``snm apply`` or ``snm prune``); writes a complete model
+directory of the same buckets (``eval``, ``score`` and, for n-gram models pruned by
+``backoff``, ``export-arpa`` read it), with each feature's M_f*, count and
+diversity recomputed from the links it keeps and features left without links
+dropped.  Its manifest gains ``pruning``; the model card says what was removed.
+
+Two criteria (:mod:`snm_core.prune` has the arithmetic):
+
+* ``backoff`` (default for n-gram configurations): the relative entropy that
+  removing a link causes in the model's back-off form, the pruned model closed
+  under ARPA's rules.  One worker, holding the model's tables.
+* ``mass`` (default otherwise; any configuration): the link's probability
+  mass under its feature weighted by how often the feature fires.  A Beam map
+  over the buckets: up to four passes each build a histogram of the links'
+  ranks, narrowing to the cut that keeps the target (within 1%), then one pass
+  writes the kept links.  A worker holds one bucket.
+"""
+
+import dataclasses
+import io
+import logging
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines import running
+from snm_core import losscheck, storage, tables
+from snm_core import prune as prune_lib
+from snm_core.config import parse_config
+from snm_core.errors import SnmInputError
+from snm_core.model import compile_model, write_model_card
+from snm_core.runlock import run_lock
+
+CRITERIA = ("backoff", "mass")
+#: The histogram a selection pass leaves for the driver, in the output directory.
+HISTOGRAM_FILE = "prune-histogram.npy"
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneOptions:
+    """What ``snm prune`` does; one field per command-line flag."""
+
+    model: str
+    out: str
+    target_links: int = None
+    threshold: float = None
+    criterion: str = None  # None: backoff for n-gram configurations, else mass
+
+    def __post_init__(self):
+        running.absolute_paths(self, "model", "out")
+        if (self.target_links is None) == (self.threshold is None):
+            raise SnmInputError("give --target_links N or --threshold T")
+        if self.target_links is not None and self.target_links < 1:
+            raise SnmInputError("--target_links must be at least 1")
+        if self.criterion not in (None,) + CRITERIA:
+            raise SnmInputError(f"--criterion must be one of {', '.join(CRITERIA)}, "
+                                f"got {self.criterion!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What every worker needs of the model being pruned."""
+
+    model: str
+    num_buckets: int
+    total_events: int
+    protected_types: tuple  # the empty feature's type indices: its links stay
+
+    @classmethod
+    def of(cls, model_dir, manifest):
+        types = manifest["feature_types"]
+        return cls(model_dir, manifest["num_buckets"],
+                   int(manifest["count_totals"]["events"]),
+                   tuple(i for i, name in enumerate(types) if name == "0-gram"))
+
+    def read(self, bucket):
+        """``(features, matrix)`` of one bucket."""
+        return tuple(storage.read_parquet(storage.join(
+            self.model, tables.bucket_file(prefix, bucket, self.num_buckets)))
+            for prefix in ("features", "matrix"))
+
+
+class RankHistogram(beam.DoFn):
+    """Bucket number -> :func:`snm_core.prune.rank_histogram` of its links' ranks."""
+
+    def __init__(self, source, level, prefix):
+        self.source, self.level, self.prefix = source, level, prefix
+
+    def setup(self):
+        running.configure_allocators()
+
+    def process(self, bucket):
+        features, matrix = self.source.read(bucket)
+        scores = prune_lib.mass_scores(features, matrix, self.source.total_events,
+                                       self.source.protected_types)
+        ranks = prune_lib.rank_keys(scores, matrix["feature"].to_numpy(),
+                                    matrix["word"].to_numpy())
+        yield prune_lib.rank_histogram(ranks, self.level, self.prefix)
+
+
+class PruneBucket(beam.DoFn):
+    """Bucket number -> writes its pruned files; yields what it read and kept."""
+
+    def __init__(self, source, threshold_rank, out):
+        self.source, self.threshold_rank, self.out = source, threshold_rank, out
+        self.links_counter = running.counter("links")
+
+    def setup(self):
+        running.configure_allocators()
+
+    def process(self, bucket):
+        features, matrix = self.source.read(bucket)
+        kept_features, kept_matrix = prune_lib.prune_bucket(
+            features, matrix, self.threshold_rank, self.source.total_events,
+            self.source.protected_types)
+        prune_lib.write_bucket(self.out, bucket, self.source.num_buckets, kept_features,
+                               kept_matrix)
+        self.links_counter.inc(kept_matrix.num_rows)
+        yield {"bucket": bucket, "links_read": matrix.num_rows,
+               "features_read": features.num_rows, "links": kept_matrix.num_rows,
+               "features": kept_features.num_rows}
+
+
+def _save_histogram(histograms, path):
+    total = np.zeros(1 << prune_lib.RANK_DIGIT_BITS, np.int64)
+    for histogram in histograms:
+        total += histogram
+    buffer = io.BytesIO()
+    np.save(buffer, total)
+    storage.write_bytes(buffer.getvalue(), path)
+
+
+def write_manifest(totals, out, manifest, pruning):
+    """Checks what was read against the source's totals, then writes the manifest."""
+    losscheck.check_each_once("prune", "buckets", range(manifest["num_buckets"]),
+                              [t["bucket"] for t in totals])
+    for name in ("links", "features"):
+        losscheck.check_equal("prune", f"{name} in the model", manifest["totals"][name],
+                              f"{name} read", sum(t[f"{name}_read"] for t in totals))
+    return prune_lib.finish_output(out, manifest, sum(t["links"] for t in totals),
+                                   sum(t["features"] for t in totals), pruning)
+
+
+def prune_by_mass(options, manifest, beam_args=(), say=print):
+    """The ``mass`` pipeline (see the module docstring); returns the pruned manifest."""
+    source = Source.of(options.model, manifest)
+    buckets = list(range(source.num_buckets))
+    histogram_path = storage.join(options.out, HISTOGRAM_FILE)
+
+    def histogram(level, prefix):
+        def build(p):
+            _ = (p
+                 | "Buckets" >> beam.Create(buckets)
+                 | "Histogram" >> beam.ParDo(RankHistogram(source, level, prefix))
+                 | "Save" >> running.CallOnce(_save_histogram, histogram_path))
+        running.run_pipeline(beam_args, build, "prune", shared_paths=[options.out])
+        counts = np.load(io.BytesIO(storage.read_bytes(histogram_path)))
+        storage.remove_file(histogram_path)
+        return counts
+
+    prune_lib.start_output(options.model, options.out)
+    if options.target_links is not None:
+        threshold_rank, _ = prune_lib.select_rank(histogram, options.target_links,
+                                                  tolerance=options.target_links // 100)
+        threshold = float(np.uint32(threshold_rank >> 32).view(np.float32))
+    else:
+        threshold_rank, threshold = prune_lib.score_rank(options.threshold), options.threshold
+    pruning = {"criterion": "mass: C(f,*)/E x M_fw/M_f* (snm_core/prune.py)",
+               "target_links": options.target_links, "threshold": threshold,
+               "links_before": manifest["totals"]["links"],
+               "features_before": manifest["totals"]["features"], "source": options.model}
+
+    def build(p):
+        _ = (p
+             | "Buckets" >> beam.Create(buckets)
+             | "Prune" >> beam.ParDo(PruneBucket(source, threshold_rank, options.out))
+             | "WriteManifest" >> running.CallOnce(write_manifest, options.out, manifest,
+                                                   pruning))
+
+    metrics = running.run_pipeline(beam_args, build, "prune", shared_paths=[options.out])
+    pruned = storage.read_json(storage.join(options.out, tables.MANIFEST))
+    compile_model(options.out)
+    write_model_card(options.out, pruned)
+    before, after = manifest["totals"], pruned["totals"]
+    running.print_summary(f"snm prune: {after['links']:,} of {before['links']:,} links "
+                          f"({after['links'] / max(before['links'], 1):.1%}), "
+                          f"{after['features']:,} of {before['features']:,} features -> "
+                          f"{options.out}", after, metrics)
+    return pruned
+
+
+def run(options, beam_args=()):
+    """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest."""
+    from snm_core.validation import validate_directory
+    manifest = validate_directory(options.model, "model").manifest
+    ngram = parse_config(manifest["config"]).ngram_order is not None
+    criterion = options.criterion or ("backoff" if ngram else "mass")
+    if criterion == "mass":
+        return prune_by_mass(options, manifest, beam_args)
+    if beam_args:
+        print("snm prune: the backoff criterion runs in this process, on one worker; the "
+              "runner options apply to --criterion mass")
+    prune_lib.prune_model(options.model, options.out, target_links=options.target_links,
+                          threshold=options.threshold)
+    return storage.read_json(storage.join(options.out, tables.MANIFEST))
+
+
+def main(argv=None):
+    """``snm prune`` from the command line."""
+    parser = running.stage_parser(__doc__)
+    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--out", required=True, help="directory of the pruned model")
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--target_links", type=int,
+                      help="links to keep (backoff: the unigrams always are, and an "
+                           "n-gram's tag copies go together; mass: within 1%%, the empty "
+                           "feature's links always kept)")
+    size.add_argument("--threshold", type=float,
+                      help="keep the links whose score is at least this")
+    parser.add_argument("--criterion", choices=CRITERIA,
+                        help="backoff (n-gram models; the default for them) or mass (any "
+                             "model; the default for skip-gram models)")
+    options, beam_args = running.parse_stage_args(parser, PruneOptions, argv)
+    with run_lock(options.out, "snm prune"):
+        run(options, beam_args)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.WARNING)
+    main()
