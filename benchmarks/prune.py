@@ -1,6 +1,8 @@
-"""Pruned kernel 5-gram models: test perplexity against size, beside KenLM and pocolm.
+"""Pruned SNM models: test perplexity against size, beside KenLM and pocolm.
 
     python benchmarks/prune.py                   # kernel 5-gram, 50 .. 1% and pocolm's sizes
+    python benchmarks/prune.py --config skip10gram               # kernel skip-10-gram, mass
+    python benchmarks/prune.py --config skip10gram --corpus mix --targets 25000000
     LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/prune.py   # lmplz --prune in this run
     POCOLM=/tmp/pocolm python benchmarks/prune.py                 # pocolm in this run
 
@@ -18,9 +20,15 @@ N`) runs here when LMPLZ names the binary, pocolm (`train_lm.py` on the same fil
 dev.txt for its metaparameters, then `prune_lm_dir.py --target-num-ngrams` to lmplz's
 sizes as in reference.md, `format_arpa_lm.py`, scored by the `kenlm` module) when
 POCOLM names its checkout, and then the SNM is pruned to the n-gram counts pocolm
-reached; otherwise their figures are ../shared/benchmarks/reference.md's.
-Prints a table, writes benchmarks/plots/prune_kernel_5gram.png and appends to
-benchmarks/results.jsonl.
+reached; otherwise their figures are ../shared/benchmarks/reference.md's.  The
+5-gram is pruned by both criteria (``--criterion backoff``, the default for n-gram
+models, and ``mass``).
+
+Skip-gram configurations (``--config skip10gram``) are pruned by ``mass`` (through the
+Beam pipeline, two threads) to the same fractions or to ``--targets``, and set beside
+the corpus's unpruned SNM 5-gram; mix trains on its four sources pooled (the run of
+benchmarks/mixing.py, kept here with its model).  Prints a table, writes
+benchmarks/plots/prune_<corpus>_<config>.png and appends to benchmarks/results.jsonl.
 """
 
 import argparse
@@ -131,22 +139,70 @@ def pocolm_rows(pocolm, work, test_path):
     return rows
 
 
+MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
+MIX_SOURCES = ("man", "kernel", "gcide", "fortunes")
+#: Unpruned SNM 5-gram on mix, pooled (benchmarks/README.md, "Corpus-tagged mixing").
+MIX_5GRAM = 74.88
+
+
+def trained(name, config, work):
+    """The directory of an `snm train` run of ``config`` on corpus ``name`` (made once)."""
+    run = os.path.join(work, f"{name}-{config}")
+    if not os.path.exists(os.path.join(run, "eval.json")):
+        cmd = snm("train", "--config", config, "--heldout", corpus(name, "dev.txt"),
+                  "--test", corpus(name, "test.txt"), "--vocab", corpus(name, "vocab.txt"),
+                  "--out", run)
+        if name == "mix":
+            for source in MIX_SOURCES:
+                cmd += ["--train", f"{source}={corpus('mix', 'train', source + '.txt.gz')}"]
+        else:
+            cmd += ["--train", corpus(name, "train.txt.gz")]
+        if config != "5gram":
+            cmd += ["--num_buckets", "64", *MODE]
+        run_measured(cmd, log=run + ".log")
+    return run
+
+
+def pruned_row(model, target, criterion, test_path, arpa=False):
+    out = os.path.join(os.path.dirname(model), f"pruned-{criterion}-{target}")
+    seconds, rss = run_measured(snm("prune", "--model", model, "--out", out, "--target_links",
+                                    str(target), "--criterion", criterion, *MODE),
+                                log=out + ".log")
+    with open(os.path.join(out, "manifest.json")) as f:
+        links = json.load(f)["totals"]["links"]
+    row = {"model": f"snm prune --criterion {criterion} --target_links {target:,}",
+           "links": links, "test_ppl": round(snm_perplexity(out, test_path), 2),
+           "prune_seconds": round(seconds, 1), "prune_peak_rss_mib": round(rss)}
+    if arpa:
+        path = out + ".arpa"
+        subprocess.run(snm("export-arpa", "--model", out, "--out", path), check=True,
+                       capture_output=True)
+        row["arpa_ppl_kenlm"] = round(kenlm_perplexity(path, test_path), 2)
+        os.remove(path)
+    print(row, flush=True)
+    return row
+
+
+def links_of(model):
+    with open(os.path.join(model, "manifest.json")) as f:
+        return json.load(f)["totals"]["links"]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args(argv)
+    parser.add_argument("--config", default="5gram", choices=("5gram", "skip10gram"))
+    parser.add_argument("--corpus", default="kernel", choices=("kernel", "mix"))
+    parser.add_argument("--targets", help="comma-separated link counts (default: the "
+                                          "fractions 50 .. 1%% of the model's links)")
+    args = parser.parse_args(argv)
     work = os.path.join(WORK, "prune")
     os.makedirs(work, exist_ok=True)
+    if args.config != "5gram" or args.corpus != "kernel":
+        return skipgram_main(args, work)
     test_path = corpus("kernel", "test.txt")
-    run = os.path.join(work, "kernel-5gram")
-    if not os.path.exists(os.path.join(run, "eval.json")):
-        run_measured(snm("train", "--config", "5gram", "--train",
-                         corpus("kernel", "train.txt.gz"), "--heldout", corpus("kernel", "dev.txt"),
-                         "--test", test_path, "--vocab", corpus("kernel", "vocab.txt"),
-                         "--out", run), log=run + ".log")
-    model = os.path.join(run, "model")
-    with open(os.path.join(model, "manifest.json")) as f:
-        total = json.load(f)["totals"]["links"]
+    model = os.path.join(trained("kernel", "5gram", work), "model")
+    total = links_of(model)
     rows = [{"model": "snm 5-gram, unpruned", "links": total,
              "test_ppl": round(snm_perplexity(model, test_path), 2)}]
     pocolm = os.environ.get("POCOLM")
@@ -158,24 +214,12 @@ def main(argv=None):
         reached, goals = POCOLM, GOALS
     targets = [round(total * f) for f in FRACTIONS] + sorted(reached)
     for target in sorted(set(targets), reverse=True):
-        out = os.path.join(work, f"pruned-{target}")
-        seconds, rss = run_measured(snm("prune", "--model", model, "--out", out,
-                                        "--target_links", str(target)), log=out + ".log")
-        arpa = out + ".arpa"
-        subprocess.run(snm("export-arpa", "--model", out, "--out", arpa), check=True,
-                       capture_output=True)
-        with open(os.path.join(out, "manifest.json")) as f:
-            links = json.load(f)["totals"]["links"]
-        row = {"model": f"snm prune --target_links {target:,}", "links": links,
-               "test_ppl": round(snm_perplexity(out, test_path), 2),
-               "arpa_ppl_kenlm": round(kenlm_perplexity(arpa, test_path), 2),
-               "prune_seconds": round(seconds, 1), "prune_peak_rss_mib": round(rss)}
-        if target in reached:
-            row["pocolm_ppl"] = reached[target]
-            row["goal_ppl"] = goals[target]
-        rows.append(row)
-        os.remove(arpa)
-        print(row, flush=True)
+        for criterion in ("backoff", "mass"):
+            row = pruned_row(model, target, criterion, test_path, arpa=criterion == "backoff")
+            if target in reached:
+                row["pocolm_ppl"] = reached[target]
+                row["goal_ppl"] = goals[target]
+            rows.append(row)
     lmplz = os.environ.get("LMPLZ")
     if lmplz:
         baseline = lmplz_rows(lmplz, work, test_path)
@@ -195,20 +239,52 @@ def main(argv=None):
                                       "prune_kernel_5gram.png"))
 
 
+def skipgram_main(args, work):
+    """A skip-gram model pruned by mass, beside the corpus's unpruned SNM 5-gram."""
+    test_path = corpus(args.corpus, "test.txt")
+    model = os.path.join(trained(args.corpus, args.config, work), "model")
+    total = links_of(model)
+    rows = [{"model": f"snm {args.config} ({args.corpus}), unpruned", "links": total,
+             "test_ppl": round(snm_perplexity(model, test_path), 2)}]
+    if args.corpus == "kernel":
+        five = os.path.join(trained("kernel", "5gram", work), "model")
+        reference = {"model": "snm 5-gram, unpruned", "links": links_of(five),
+                     "test_ppl": round(snm_perplexity(five, test_path), 2)}
+    else:
+        reference = {"model": "snm 5-gram (mix, pooled), unpruned (benchmarks/README.md)",
+                     "test_ppl": MIX_5GRAM}
+    targets = ([int(t) for t in args.targets.split(",")] if args.targets
+               else [round(total * f) for f in FRACTIONS])
+    for target in sorted(set(targets), reverse=True):
+        row = pruned_row(model, target, "mass", test_path)
+        row["vs_5gram"] = round(row["test_ppl"] / reference["test_ppl"], 4)
+        rows.append(row)
+    print_table(rows + [reference], ["model", "links", "test_ppl", "vs_5gram",
+                                     "prune_seconds", "prune_peak_rss_mib"])
+    record("prune", [dict(r, corpus=args.corpus, config=args.config) for r in rows]
+           + [reference])
+    if not args.targets:
+        plot(rows, [], os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                    f"prune_{args.corpus}_{args.config}.png"))
+
+
 def plot(rows, baseline, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ours = sorted((r["links"], r["test_ppl"]) for r in rows)
-    ax.plot(*zip(*ours), "o-", label="snm prune (relative entropy)")
+    for criterion, marker in (("backoff", "o-"), ("mass", "x-")):
+        ours = sorted((r["links"], r["test_ppl"]) for r in rows
+                      if f"--criterion {criterion}" in r["model"])
+        if ours:
+            ax.plot(*zip(*ours), marker, label=f"snm prune --criterion {criterion}")
     for name, marker in (("lmplz", "s--"), ("pocolm", "^")):
         points = sorted((r["links"], r["test_ppl"]) for r in baseline if name in r["model"])
         if points:
             ax.plot(*zip(*points), marker, label=name)
     ax.set_xscale("log")
     ax.set_xlabel("n-grams (links)")
-    ax.set_ylabel("test perplexity (kernel)")
+    ax.set_ylabel("test perplexity")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -15,7 +15,9 @@ Two criteria (:mod:`snm_core.prune` has the arithmetic):
   removing a link causes in the model's back-off form, the pruned model closed
   under ARPA's rules.  One worker, holding the model's tables.
 * ``mass`` (default otherwise; any configuration): the link's probability
-  mass under its feature weighted by how often the feature fires.  A Beam map
+  mass under its feature (relative frequency) weighted by how often the feature
+  fires, C(f, w) / E, ties broken by the same with the link's share of the
+  feature's adjusted mass.  A Beam map
   over the buckets: up to four passes each build a histogram of the links'
   ranks, narrowing to the cut that keeps the target (within 1%), then one pass
   writes the kept links.  A worker holds one bucket.
@@ -96,9 +98,9 @@ class RankHistogram(beam.DoFn):
 
     def process(self, bucket):
         features, matrix = self.source.read(bucket)
-        scores = prune_lib.mass_scores(features, matrix, self.source.total_events,
-                                       self.source.protected_types)
-        ranks = prune_lib.rank_keys(scores, matrix["feature"].to_numpy(),
+        scores, adjusted = prune_lib.mass_scores(features, matrix, self.source.total_events,
+                                                 self.source.protected_types)
+        ranks = prune_lib.rank_keys(scores, adjusted, matrix["feature"].to_numpy(),
                                     matrix["word"].to_numpy())
         yield prune_lib.rank_histogram(ranks, self.level, self.prefix)
 
@@ -170,7 +172,7 @@ def prune_by_mass(options, manifest, beam_args=(), say=print):
         threshold = float(np.uint32(threshold_rank >> 32).view(np.float32))
     else:
         threshold_rank, threshold = prune_lib.score_rank(options.threshold), options.threshold
-    pruning = {"criterion": "mass: C(f,*)/E x M_fw/M_f* (snm_core/prune.py)",
+    pruning = {"criterion": "mass: C(f,w)/E, ties by C(f,*)/E M_fw/M_f* (snm_core/prune.py)",
                "target_links": options.target_links, "threshold": threshold,
                "links_before": manifest["totals"]["links"],
                "features_before": manifest["totals"]["features"], "source": options.model}

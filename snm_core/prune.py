@@ -28,11 +28,15 @@ ranked by effective score (ties: shorter n-grams first) and the best kept, up to
 ``mass`` (any configuration; bucket by bucket, the Beam pipeline
 :mod:`pipelines.prune`): where features overlap arbitrarily (skip-grams), the
 other features that fire with f, and so N(h, w) and Z(h), are not known from f's
-row.  A link is scored by the probability mass it carries, weighted by how often
-its feature fires: C(f, *) / E x M_fw / M_f* (E the training events), which is the
-first-order change of P(w | h) when it goes, summed over training contexts.  The
-empty feature's links are never removed, so every word keeps a probability.  On
-kernel's 5-gram at 15% of the links it gives 102.9 against 93.2 for ``backoff``
+row.  A link is scored by the probability mass it carries in training: how often its
+feature fires times the feature's relative frequency of the word, C(f, *) / E x
+c(w | f) = C(f, w) / E (E the training events); ties, which are many (links seen
+once), are broken by the adjusted mass, C(f, *) / E x M_fw / M_f*.
+The empty feature's links are never removed, so every word keeps a probability.
+On kernel's 5-gram at 15% of the links it gives 96.68 against 93.17 for
+``backoff`` (ties broken by M_fw / M_f* alone: 97.15); scoring by the adjusted
+mass alone gave 102.9, and the relative entropy against the empty feature alone (taking it for
+the rest of the model) 130.9 or worse
 (benchmarks/README.md, "Pruning").  A global cut is found by radix selection over
 per-bucket histograms (:func:`select_rank`), so no worker holds more than a bucket.
 """
@@ -230,53 +234,66 @@ def finish_output(out_dir, manifest, links, features, pruning):
 
 # --- the mass criterion, bucket by bucket ---------------------------------------------------
 
-#: A link's rank: its score's float32 bits above the top 32 bits of its link key
-#: (which break ties), so ranks are (nearly always) distinct and order links as
-#: their scores do.  Selection reads it in RANK_LEVELS digits of RANK_DIGIT_BITS.
+#: Selection reads a link's rank (:func:`rank_keys`) in RANK_LEVELS digits of
+#: RANK_DIGIT_BITS.
 RANK_DIGIT_BITS = 16
 RANK_LEVELS = 64 // RANK_DIGIT_BITS
 
 
 def mass_scores(features, matrix, total_events, protected_types=()):
-    """The ``mass`` score of every link of one bucket.
+    """The ``mass`` score of every link of one bucket, and the adjusted mass that breaks
+    its ties.
 
     Parameters
     ----------
     features : pyarrow.Table, model features schema (``count``, ``diversity``,
         ``m_star``, ``type``), one bucket
-    matrix : pyarrow.Table, matrix schema (``m``), the bucket's links grouped by feature
+    matrix : pyarrow.Table, matrix schema (``count``, ``m``), the bucket's links
+        grouped by feature
     total_events : int, training events (the count's ``events``)
     protected_types : type indices whose links are never removed (the empty feature)
 
     Returns
     -------
-    float64 array, shape (links,): C(f, *) / E x M_fw / M_f*; +inf for protected links.
+    scores : float64 (links,), C(f, w) / E: the mass C(f, *) / E x c(w | f) the link
+        carries in training; +inf for protected links
+    adjusted : float64 (links,), C(f, *) / E x M_fw / M_f*: the same with the link's
+        share of its feature's adjusted mass for c(w | f)
     """
     diversity = features["diversity"].to_numpy()
     if int(diversity.sum()) != matrix.num_rows:
         raise SnmInputError("model bucket files disagree: diversities do not sum to the "
                             "number of links; re-run snm apply")
     row = np.repeat(np.arange(features.num_rows), diversity)
-    m_star = features["m_star"].to_numpy()
-    share = np.divide(matrix["m"].to_numpy().astype(np.float64), m_star[row],
-                      out=np.zeros(matrix.num_rows), where=m_star[row] > 0)
-    weight = features["count"].to_numpy().astype(np.float64) / max(float(total_events), 1.0)
-    scores = weight[row] * share
+    m_star = features["m_star"].to_numpy()[row]
+    shares = np.divide(matrix["m"].to_numpy().astype(np.float64), m_star,
+                       out=np.zeros(matrix.num_rows), where=m_star > 0)
+    events = max(float(total_events), 1.0)
+    adjusted = features["count"].to_numpy()[row] / events * shares
+    scores = matrix["count"].to_numpy().astype(np.float64) / events
     protected = np.isin(features["type"].to_numpy(), np.asarray(protected_types, np.int64))
     scores[protected[row]] = np.inf
-    return scores
+    return scores, adjusted
 
 
-def rank_keys(scores, feature_keys, words):
-    """uint64 rank of each link (see :data:`RANK_DIGIT_BITS`); higher is kept first."""
-    bits = np.asarray(scores, np.float32).view(np.uint32).astype(np.uint64)
-    return (bits << np.uint64(32)) | (hashing.link_key(feature_keys, words) >> np.uint64(32))
+def rank_keys(scores, adjusted, feature_keys, words):
+    """uint64 rank of each link; higher is kept first.
+
+    The score's float32 bits, then the adjusted mass's (its top 22 bits: sign 0,
+    exponent, 14 of the mantissa; values <= 1), then the top 10 bits of the link
+    key, so that a cut can fall inside a run of equal scores and adjusted masses.
+    """
+    def bits(values):
+        return np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+
+    key = hashing.link_key(feature_keys, words)
+    return ((bits(scores) << np.uint64(32)) | ((bits(adjusted) >> np.uint64(9)) << np.uint64(10))
+            | (key >> np.uint64(54)))
 
 
 def score_rank(score):
     """The smallest rank a link with ``score`` (a threshold) can have."""
-    bits = np.asarray([score], np.float32).view(np.uint32).astype(np.uint64)[0]
-    return int(bits) << 32
+    return int(np.asarray([score], np.float32).view(np.uint32)[0]) << 32
 
 
 def rank_histogram(ranks, level, prefix):
@@ -305,7 +322,7 @@ def select_rank(histogram, target, tolerance=0):
     (threshold, kept): keep the links whose rank is >= ``threshold``; ``kept`` of them.
     Radix selection: each level narrows to one digit, so at most RANK_LEVELS passes
     over the buckets; it stops at the first cut within ``tolerance``.  Links with one
-    rank go together (distinct links share a rank with probability about 2^-32).
+    rank go together.
     """
     prefix, above = 0, 0  # the digits chosen so far; links ranked above them (kept)
     for level in range(RANK_LEVELS):
@@ -330,7 +347,8 @@ def prune_bucket(features, matrix, threshold_rank, total_events, protected_types
     """One bucket of the ``mass``-pruned model: ``(features, matrix)`` with the links
     ranked at least ``threshold_rank``, M_f* renormalised exactly
     (see :func:`_pruned_tables`)."""
-    scores = mass_scores(features, matrix, total_events, protected_types)
-    ranks = rank_keys(scores, matrix["feature"].to_numpy(), matrix["word"].to_numpy())
+    scores, adjusted = mass_scores(features, matrix, total_events, protected_types)
+    ranks = rank_keys(scores, adjusted, matrix["feature"].to_numpy(),
+                      matrix["word"].to_numpy())
     return _pruned_tables(features, matrix,
                           (ranks >= np.uint64(threshold_rank)) | np.isinf(scores))

@@ -151,7 +151,8 @@ def test_rank_selection_keeps_the_best_ranked_links(tmp_path):
     scores = np.concatenate([rng.lognormal(-12, 3, 40_000), np.full(3_000, 1e-6),
                              np.full(500, np.inf)])  # ties, and protected links
     keys = rng.integers(0, 2 ** 63, len(scores), dtype=np.int64).astype(np.uint64)
-    ranks = prune.rank_keys(scores, keys, rng.integers(0, 1000, len(scores)))
+    shares = rng.choice([1.0, 0.5, 0.25], len(scores))
+    ranks = prune.rank_keys(scores, shares, keys, rng.integers(0, 1000, len(scores)))
     buckets = np.array_split(rng.permutation(ranks), 7)
 
     def histogram(level, prefix):
@@ -167,26 +168,28 @@ def test_rank_selection_keeps_the_best_ranked_links(tmp_path):
         assert abs(kept - target) <= tolerance
         assert kept == np.count_nonzero(ranks >= np.uint64(threshold))
     assert prune.select_rank(histogram, 10 ** 9) == (0, len(ranks))
-    # a higher score is a higher rank, whatever the key
-    assert prune.rank_keys([2e-9], [0], [0])[0] > prune.rank_keys([1e-9], [2 ** 63], [7])[0]
+    # a higher score is a higher rank, whatever the adjusted mass and key; then a higher
+    # adjusted mass
+    assert prune.rank_keys([2e-9], [0.1], [0], [0])[0] > \
+        prune.rank_keys([1e-9], [1.0], [2 ** 63], [7])[0]
+    assert prune.rank_keys([1e-9], [0.5], [0], [0])[0] > \
+        prune.rank_keys([1e-9], [0.4], [2 ** 63], [7])[0]
 
 
-def test_mass_scores_are_the_feature_frequency_times_the_link_share(skipgram_model):
+def test_mass_scores_are_the_training_mass_and_the_adjusted_mass(skipgram_model):
     """Oracle: per link from the model's tables, in Python."""
     features, matrix, manifest = read_model_tables(str(skipgram_model[0]))
     events = manifest["count_totals"]["events"]
     empty = manifest["feature_types"].index("0-gram")
-    scores = prune.mass_scores(features, matrix, events, (empty,))
-    rows = features.to_pylist()
-    m = matrix["m"].to_pylist()
+    scores, adjusted = prune.mass_scores(features, matrix, events, (empty,))
+    links = matrix.to_pylist()
     link = 0
-    for f in rows:
+    for f in features.to_pylist():
         for _ in range(f["diversity"]):
-            if f["type"] == empty:
-                assert scores[link] == np.inf
-            else:
-                want = f["count"] / events * m[link] / f["m_star"]
-                assert scores[link] == pytest.approx(want, rel=1e-6)
+            mass = f["count"] / events * (links[link]["count"] / f["count"])  # C(f)/E c(w|f)
+            assert scores[link] == (np.inf if f["type"] == empty else pytest.approx(mass))
+            assert adjusted[link] == pytest.approx(
+                f["count"] / events * links[link]["m"] / f["m_star"], rel=1e-6)
             link += 1
     assert link == len(scores)
 
