@@ -41,6 +41,11 @@ ARPA_MARKERS = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
 NEVER = -99.0
 
 
+#: Why a model lacks an ARPA file's suffixes, most often.
+_CLOSURE_HINT = (" (snm prune --criterion mass keeps no suffixes for the links it keeps; "
+                 "prune with --criterion backoff to export ARPA)")
+
+
 def _context_keys(plain, lengths, words):
     """Untagged n-gram keys of word rows (``words`` padded, ``lengths`` words each)."""
     keys = np.empty(len(lengths), dtype=np.uint64)
@@ -127,12 +132,12 @@ def backoff_form(features, matrix, config, model_dir):
         suffix = ctx_index.find(suffix_key[ctx])
         if np.any(suffix < 0):
             raise SnmInputError(f"{model_dir}: a context's suffix is missing; the model is not "
-                                "a complete n-gram model")
+                                f"a complete n-gram model{_CLOSURE_HINT}")
         z[ctx] += z[suffix]
         links = np.flatnonzero(ctx_len[l_ctx] == n)
         lower = link_index.find(link_key(suffix_key[l_ctx[links]], l_word[links]))
         if np.any(lower < 0):
-            raise SnmInputError(f"{model_dir}: an n-gram's suffix is missing")
+            raise SnmInputError(f"{model_dir}: an n-gram's suffix is missing{_CLOSURE_HINT}")
         n_total[links] += n_total[lower]
         suffix_link[links] = lower
 

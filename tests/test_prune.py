@@ -240,6 +240,9 @@ def test_mass_prunes_ngram_models_too_and_backoff_refuses_skipgrams(models, skip
     assert main(["prune", "--model", str(models["pooled"]), "--out", str(out),
                  "--target_links", str(target), "--criterion", "mass"]) == 0
     assert abs(links_of(out) - target) <= target // 100
+    # without the suffixes of what it keeps, ARPA cannot hold it: one line says why
+    assert main(["export-arpa", "--model", str(out), "--out", str(tmp_path / "m.arpa")]) == 2
+    assert "--criterion backoff to export ARPA" in capsys.readouterr().err
     assert main(["prune", "--model", str(skipgram_model[0]), "--out", str(tmp_path / "b"),
                  "--target_links", "100", "--criterion", "backoff"]) == 2
     assert "needs an n-gram model" in capsys.readouterr().err
