@@ -27,18 +27,18 @@ ranked by effective score (ties: shorter n-grams first) and the best kept, up to
 
 ``mass`` (any configuration; bucket by bucket, the Beam pipeline
 :mod:`pipelines.prune`): where features overlap arbitrarily (skip-grams), the
-other features that fire with f, and so N(h, w) and Z(h), are not known from f's
-row.  A link is scored by the probability mass it carries in training: how often its
-feature fires times the feature's relative frequency of the word, C(f, *) / E x
-c(w | f) = C(f, w) / E (E the training events); ties, which are many (links seen
-once), are broken by the adjusted mass, C(f, *) / E x M_fw / M_f*.
+other features that fire with f, and so N(h, w) and Z(h), are not known from
+f's row.  A link is scored by the probability mass it carries in training: how
+often its feature fires times the feature's relative frequency of the word,
+C(f, *) / E x c(w | f) = C(f, w) / E (E the training events).  Ties, which are
+many (links seen once), are broken by the adjusted mass C(f, *) / E x M_fw / M_f*.
 The empty feature's links are never removed, so every word keeps a probability.
 On kernel's 5-gram at 15% of the links it gives 96.68 against 93.17 for
-``backoff`` (ties broken by M_fw / M_f* alone: 97.15); scoring by the adjusted
-mass alone gave 102.9, and the relative entropy against the empty feature alone (taking it for
-the rest of the model) 130.9 or worse
-(benchmarks/README.md, "Pruning").  A global cut is found by radix selection over
-per-bucket histograms (:func:`select_rank`), so no worker holds more than a bucket.
+``backoff`` (ties broken by M_fw / M_f* alone: 97.15); the adjusted mass alone
+gave 102.9, and the relative entropy against the empty feature alone (taken for
+the rest of the model) 130.9 or worse (benchmarks/README.md, "Pruning").  The
+global cut is found by radix selection over per-bucket histograms
+(:func:`select_rank`), so no worker holds more than a bucket.
 """
 
 import dataclasses
