@@ -38,7 +38,10 @@ from snm_core.errors import SnmInputError
 from snm_core.model import compile_model, write_model_card
 from snm_core.runlock import run_lock
 
-CRITERIA = ("backoff", "mass")
+CRITERIA = ("backoff",) + tuple(prune_lib.BUCKET_CRITERIA)
+#: How much more the features of held-out text weigh with --heldout (chosen on
+#: halves of mix's held-out set: benchmarks/README.md, "Pruning").
+HELDOUT_WEIGHT = 8.0
 #: The histogram a selection pass leaves for the driver, in the output directory.
 HISTOGRAM_FILE = "prune-histogram.npy"
 
@@ -52,9 +55,11 @@ class PruneOptions:
     target_links: int = None
     threshold: float = None
     criterion: str = None  # None: backoff for n-gram configurations, else mass
+    heldout: str = None  # a join directory on the model's counts
+    heldout_weight: float = HELDOUT_WEIGHT
 
     def __post_init__(self):
-        running.absolute_paths(self, "model", "out")
+        running.absolute_paths(self, "model", "out", "heldout")
         if (self.target_links is None) == (self.threshold is None):
             raise SnmInputError("give --target_links N or --threshold T")
         if self.target_links is not None and self.target_links < 1:
@@ -62,29 +67,44 @@ class PruneOptions:
         if self.criterion not in (None,) + CRITERIA:
             raise SnmInputError(f"--criterion must be one of {', '.join(CRITERIA)}, "
                                 f"got {self.criterion!r}")
+        if not self.heldout_weight > 0:
+            raise SnmInputError("--heldout_weight must be positive")
 
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """What every worker needs of the model being pruned."""
+    """What every worker needs of the model being pruned, and how it ranks links."""
 
     model: str
     num_buckets: int
-    total_events: int
-    protected_types: tuple  # the empty feature's type indices: its links stay
+    scoring: prune_lib.BucketScoring
+    heldout: str = None
 
     @classmethod
-    def of(cls, model_dir, manifest):
+    def of(cls, options, manifest, criterion):
         types = manifest["feature_types"]
-        return cls(model_dir, manifest["num_buckets"],
-                   int(manifest["count_totals"]["events"]),
-                   tuple(i for i, name in enumerate(types) if name == "0-gram"))
+        scoring = prune_lib.BucketScoring(
+            criterion, int(manifest["count_totals"]["events"]),
+            tuple(i for i, name in enumerate(types) if name == "0-gram"),
+            options.heldout_weight if options.heldout else 1.0)
+        return cls(options.model, manifest["num_buckets"], scoring, options.heldout)
 
     def read(self, bucket):
-        """``(features, matrix)`` of one bucket."""
-        return tuple(storage.read_parquet(storage.join(
+        """``(features, matrix, heldout_features)`` of one bucket (the last None
+        without --heldout)."""
+        tables_ = [storage.read_parquet(storage.join(
             self.model, tables.bucket_file(prefix, bucket, self.num_buckets)))
-            for prefix in ("features", "matrix"))
+            for prefix in ("features", "matrix")]
+        heldout = None
+        if self.heldout:
+            heldout = np.unique(storage.read_parquet(storage.join(
+                self.heldout, tables.bucket_file("small_m", bucket, self.num_buckets)),
+                columns=["feature"])["feature"].to_numpy())
+        return (*tables_, heldout)
+
+    def ranks(self, bucket):
+        features, matrix, heldout = self.read(bucket)
+        return self.scoring.ranks(features, matrix, heldout)[0]
 
 
 class RankHistogram(beam.DoFn):
@@ -97,12 +117,7 @@ class RankHistogram(beam.DoFn):
         running.configure_allocators()
 
     def process(self, bucket):
-        features, matrix = self.source.read(bucket)
-        scores, adjusted = prune_lib.mass_scores(features, matrix, self.source.total_events,
-                                                 self.source.protected_types)
-        ranks = prune_lib.rank_keys(scores, adjusted, matrix["feature"].to_numpy(),
-                                    matrix["word"].to_numpy())
-        yield prune_lib.rank_histogram(ranks, self.level, self.prefix)
+        yield prune_lib.rank_histogram(self.source.ranks(bucket), self.level, self.prefix)
 
 
 class PruneBucket(beam.DoFn):
@@ -116,10 +131,9 @@ class PruneBucket(beam.DoFn):
         running.configure_allocators()
 
     def process(self, bucket):
-        features, matrix = self.source.read(bucket)
+        features, matrix, heldout = self.source.read(bucket)
         kept_features, kept_matrix = prune_lib.prune_bucket(
-            features, matrix, self.threshold_rank, self.source.total_events,
-            self.source.protected_types)
+            features, matrix, self.source.scoring, self.threshold_rank, heldout)
         prune_lib.write_bucket(self.out, bucket, self.source.num_buckets, kept_features,
                                kept_matrix)
         self.links_counter.inc(kept_matrix.num_rows)
@@ -148,9 +162,10 @@ def write_manifest(totals, out, manifest, pruning):
                                    sum(t["features"] for t in totals), pruning)
 
 
-def prune_by_mass(options, manifest, beam_args=(), say=print):
-    """The ``mass`` pipeline (see the module docstring); returns the pruned manifest."""
-    source = Source.of(options.model, manifest)
+def prune_by_buckets(options, manifest, criterion, beam_args=()):
+    """The ``mass`` or ``count`` pipeline (see the module docstring); returns the
+    pruned manifest."""
+    source = Source.of(options, manifest, criterion)
     buckets = list(range(source.num_buckets))
     histogram_path = storage.join(options.out, HISTOGRAM_FILE)
 
@@ -172,7 +187,10 @@ def prune_by_mass(options, manifest, beam_args=(), say=print):
         threshold = float(np.uint32(threshold_rank >> 32).view(np.float32))
     else:
         threshold_rank, threshold = prune_lib.score_rank(options.threshold), options.threshold
-    pruning = {"criterion": "mass: C(f,w)/E, ties by C(f,*)/E M_fw/M_f* (snm_core/prune.py)",
+    primary, tie = prune_lib.BUCKET_CRITERIA[criterion]
+    pruning = {"criterion": f"{criterion}: the {primary} mass, ties by the {tie} mass "
+                            "(snm_core/prune.py)",
+               "heldout": options.heldout, "heldout_weight": source.scoring.heldout_weight,
                "target_links": options.target_links, "threshold": threshold,
                "links_before": manifest["totals"]["links"],
                "features_before": manifest["totals"]["features"], "source": options.model}
@@ -196,14 +214,29 @@ def prune_by_mass(options, manifest, beam_args=(), say=print):
     return pruned
 
 
+def check_heldout(heldout, manifest):
+    """A --heldout directory must come from ``snm join`` on this model's counts."""
+    from snm_core.validation import validate_directory
+    joined = validate_directory(heldout, "join").manifest
+    for name in ("config", "tags", "vocabulary_fingerprint", "num_buckets"):
+        if joined.get(name) != manifest.get(name):
+            raise SnmInputError(f"{heldout}: its {name} differs from the model's; give the "
+                                "snm join output on the counts this model was applied to")
+
+
 def run(options, beam_args=()):
     """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest."""
     from snm_core.validation import validate_directory
     manifest = validate_directory(options.model, "model").manifest
     ngram = parse_config(manifest["config"]).ngram_order is not None
     criterion = options.criterion or ("backoff" if ngram else "mass")
-    if criterion == "mass":
-        return prune_by_mass(options, manifest, beam_args)
+    if criterion != "backoff":
+        if options.heldout:
+            check_heldout(options.heldout, manifest)
+        return prune_by_buckets(options, manifest, criterion, beam_args)
+    if options.heldout:
+        raise SnmInputError("--heldout weighs features for --criterion mass or count; "
+                            "backoff weighs contexts by their training counts")
     if beam_args:
         print("snm prune: the backoff criterion runs in this process, on one worker; the "
               "runner options apply to --criterion mass")
@@ -225,8 +258,12 @@ def main(argv=None):
     size.add_argument("--threshold", type=float,
                       help="keep the links whose score is at least this")
     parser.add_argument("--criterion", choices=CRITERIA,
-                        help="backoff (n-gram models; the default for them) or mass (any "
-                             "model; the default for skip-gram models)")
+                        help="backoff (n-gram models; the default for them), mass (any "
+                             "model; the default for skip-gram models) or count")
+    parser.add_argument("--heldout", help="mass or count: a join directory (snm join "
+                                          "--out) on the model's counts; the features its "
+                                          "text touches weigh --heldout_weight times more")
+    parser.add_argument("--heldout_weight", type=float, default=HELDOUT_WEIGHT)
     options, beam_args = running.parse_stage_args(parser, PruneOptions, argv)
     with run_lock(options.out, "snm prune"):
         run(options, beam_args)

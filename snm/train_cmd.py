@@ -314,11 +314,14 @@ def _train(args, beam_args):
     final = "model"
     if args.prune_to:
         final = "pruned"
-        runner.stage(6, "prune", {"model": _manifest_digest(dirs["model"]),
-                                  "target_links": args.prune_to},
+        prune_inputs = {"model": _manifest_digest(dirs["model"]), "target_links": args.prune_to}
+        if not config.ngram_order:  # mass, weighing the held-out text's features
+            prune_inputs["heldout"] = _manifest_digest(dirs["heldout"])
+        runner.stage(6, "prune", prune_inputs,
                      storage.join(dirs["pruned"], tables.MANIFEST),
                      lambda: prune_stage.run(prune_stage.PruneOptions(
-                         model=dirs["model"], out=dirs["pruned"], target_links=args.prune_to),
+                         model=dirs["model"], out=dirs["pruned"], target_links=args.prune_to,
+                         heldout=None if config.ngram_order else dirs["heldout"]),
                          beam_args),
                      lambda: f"{manifest('pruned')['totals']['links']:,} of "
                              f"{manifest('model')['totals']['links']:,} links")

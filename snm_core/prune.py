@@ -240,54 +240,83 @@ RANK_DIGIT_BITS = 16
 RANK_LEVELS = 64 // RANK_DIGIT_BITS
 
 
-def mass_scores(features, matrix, total_events, protected_types=()):
-    """The ``mass`` score of every link of one bucket, and the adjusted mass that breaks
-    its ties.
+#: Criteria scored bucket by bucket: their ranks' primary and tie-breaking masses
+#: (:func:`link_masses`).
+BUCKET_CRITERIA = {"mass": ("adjusted", "count"), "count": ("count", "adjusted")}
+
+
+def link_masses(features, matrix, total_events, heldout_features=None, heldout_weight=1.0):
+    """The two masses a link carries, for every link of one bucket.
 
     Parameters
     ----------
-    features : pyarrow.Table, model features schema (``count``, ``diversity``,
-        ``m_star``, ``type``), one bucket
+    features : pyarrow.Table, model features schema (``feature``, ``count``,
+        ``diversity``, ``m_star``), one bucket
     matrix : pyarrow.Table, matrix schema (``count``, ``m``), the bucket's links
         grouped by feature
-    total_events : int, training events (the count's ``events``)
-    protected_types : type indices whose links are never removed (the empty feature)
+    total_events : int, training events E (the count's ``events``)
+    heldout_features : sorted uint64 array, optional: the keys of the features the
+        held-out text touches (its small M's rows)
+    heldout_weight : float, how much more those features weigh
 
     Returns
     -------
-    scores : float64 (links,), C(f, w) / E: the mass C(f, *) / E x c(w | f) the link
-        carries in training; +inf for protected links
-    adjusted : float64 (links,), C(f, *) / E x M_fw / M_f*: the same with the link's
-        share of its feature's adjusted mass for c(w | f)
+    dict of float64 arrays (links,):
+        ``count``: C(f, w) / E = C(f, *) / E x c(w | f), the training mass;
+        ``adjusted``: C(f, *) / E x M_fw / M_f*, the link's share of its feature's
+        adjusted mass for c(w | f).
+    Both times ``heldout_weight`` for the features in ``heldout_features``.
     """
     diversity = features["diversity"].to_numpy()
     if int(diversity.sum()) != matrix.num_rows:
         raise SnmInputError("model bucket files disagree: diversities do not sum to the "
                             "number of links; re-run snm apply")
     row = np.repeat(np.arange(features.num_rows), diversity)
+    weight = np.full(features.num_rows, 1.0 / max(float(total_events), 1.0))
+    if heldout_features is not None:
+        weight[np.isin(features["feature"].to_numpy(), heldout_features)] *= heldout_weight
     m_star = features["m_star"].to_numpy()[row]
     shares = np.divide(matrix["m"].to_numpy().astype(np.float64), m_star,
                        out=np.zeros(matrix.num_rows), where=m_star > 0)
-    events = max(float(total_events), 1.0)
-    adjusted = features["count"].to_numpy()[row] / events * shares
-    scores = matrix["count"].to_numpy().astype(np.float64) / events
-    protected = np.isin(features["type"].to_numpy(), np.asarray(protected_types, np.int64))
-    scores[protected[row]] = np.inf
-    return scores, adjusted
+    return {"count": matrix["count"].to_numpy() * weight[row],
+            "adjusted": features["count"].to_numpy()[row] * weight[row] * shares}
 
 
-def rank_keys(scores, adjusted, feature_keys, words):
+@dataclasses.dataclass(frozen=True)
+class BucketScoring:
+    """How ``snm prune --criterion mass|count`` ranks the links of a bucket."""
+
+    criterion: str
+    total_events: int
+    protected_types: tuple = ()  # the empty feature's type indices: its links stay
+    heldout_weight: float = 1.0
+
+    def ranks(self, features, matrix, heldout_features=None):
+        """``(ranks, protected)``: uint64 and bool arrays (links,); see :func:`rank_keys`."""
+        masses = link_masses(features, matrix, self.total_events, heldout_features,
+                             self.heldout_weight)
+        primary, tie = (masses[name] for name in BUCKET_CRITERIA[self.criterion])
+        row = np.repeat(np.arange(features.num_rows), features["diversity"].to_numpy())
+        protected = np.isin(features["type"].to_numpy(),
+                            np.asarray(self.protected_types, np.int64))[row]
+        primary[protected] = np.inf
+        ranks = rank_keys(primary, tie, matrix["feature"].to_numpy(),
+                          matrix["word"].to_numpy())
+        return ranks, protected
+
+
+def rank_keys(scores, ties, feature_keys, words):
     """uint64 rank of each link; higher is kept first.
 
-    The score's float32 bits, then the adjusted mass's (its top 22 bits: sign 0,
-    exponent, 14 of the mantissa; values <= 1), then the top 10 bits of the link
-    key, so that a cut can fall inside a run of equal scores and adjusted masses.
+    The score's float32 bits, then the top 22 bits of the tie-breaking value's
+    (sign 0, exponent, 14 of the mantissa), then the top 10 bits of the link key, so
+    that a cut can fall inside a run of equal scores and tie-breaks.
     """
     def bits(values):
         return np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
 
     key = hashing.link_key(feature_keys, words)
-    return ((bits(scores) << np.uint64(32)) | ((bits(adjusted) >> np.uint64(9)) << np.uint64(10))
+    return ((bits(scores) << np.uint64(32)) | ((bits(ties) >> np.uint64(9)) << np.uint64(10))
             | (key >> np.uint64(54)))
 
 
@@ -343,12 +372,9 @@ def select_rank(histogram, target, tolerance=0):
     raise AssertionError("unreachable")
 
 
-def prune_bucket(features, matrix, threshold_rank, total_events, protected_types=()):
-    """One bucket of the ``mass``-pruned model: ``(features, matrix)`` with the links
-    ranked at least ``threshold_rank``, M_f* renormalised exactly
-    (see :func:`_pruned_tables`)."""
-    scores, adjusted = mass_scores(features, matrix, total_events, protected_types)
-    ranks = rank_keys(scores, adjusted, matrix["feature"].to_numpy(),
-                      matrix["word"].to_numpy())
-    return _pruned_tables(features, matrix,
-                          (ranks >= np.uint64(threshold_rank)) | np.isinf(scores))
+def prune_bucket(features, matrix, scoring, threshold_rank, heldout_features=None):
+    """One bucket of the pruned model: ``(features, matrix)`` with the links ranked at
+    least ``threshold_rank`` by ``scoring`` (a :class:`BucketScoring`) and the
+    protected ones, M_f* renormalised exactly (see :func:`_pruned_tables`)."""
+    ranks, protected = scoring.ranks(features, matrix, heldout_features)
+    return _pruned_tables(features, matrix, (ranks >= np.uint64(threshold_rank)) | protected)

@@ -176,22 +176,33 @@ def test_rank_selection_keeps_the_best_ranked_links(tmp_path):
         prune.rank_keys([1e-9], [0.4], [2 ** 63], [7])[0]
 
 
-def test_mass_scores_are_the_training_mass_and_the_adjusted_mass(skipgram_model):
-    """Oracle: per link from the model's tables, in Python."""
+def test_link_masses_are_the_training_and_adjusted_masses(skipgram_model):
+    """Oracle: per link from the model's tables, in Python; the held-out text's features
+    weigh more."""
     features, matrix, manifest = read_model_tables(str(skipgram_model[0]))
     events = manifest["count_totals"]["events"]
-    empty = manifest["feature_types"].index("0-gram")
-    scores, adjusted = prune.mass_scores(features, matrix, events, (empty,))
+    touched = np.unique(features["feature"].to_numpy()[::3])
+    masses = prune.link_masses(features, matrix, events, touched, heldout_weight=5.0)
     links = matrix.to_pylist()
     link = 0
     for f in features.to_pylist():
+        weight = (5.0 if f["feature"] in set(touched.tolist()) else 1.0) / events
         for _ in range(f["diversity"]):
-            mass = f["count"] / events * (links[link]["count"] / f["count"])  # C(f)/E c(w|f)
-            assert scores[link] == (np.inf if f["type"] == empty else pytest.approx(mass))
-            assert adjusted[link] == pytest.approx(
-                f["count"] / events * links[link]["m"] / f["m_star"], rel=1e-6)
+            c_wf = links[link]["count"] / f["count"]
+            assert masses["count"][link] == pytest.approx(weight * f["count"] * c_wf)
+            assert masses["adjusted"][link] == pytest.approx(
+                weight * f["count"] * links[link]["m"] / f["m_star"], rel=1e-6)
             link += 1
-    assert link == len(scores)
+    assert link == matrix.num_rows
+    # the criteria rank by one mass, ties broken by the other; the empty feature is kept
+    empty = manifest["feature_types"].index("0-gram")
+    for criterion, (primary, _) in prune.BUCKET_CRITERIA.items():
+        scoring = prune.BucketScoring(criterion, events, (empty,), 5.0)
+        ranks, protected = scoring.ranks(features, matrix, touched)
+        assert protected.any() and (ranks[protected] >= prune.score_rank(np.inf)).all()
+        scores = masses[primary][~protected].astype(np.float32)
+        order = np.argsort(ranks[~protected], kind="stable")
+        assert (np.diff(scores[order]) >= 0).all()
 
 
 def test_a_skipgram_model_pruned_by_mass_is_complete_and_normalised(skipgram_model, tmp_path):
@@ -205,6 +216,7 @@ def test_a_skipgram_model_pruned_by_mass_is_complete_and_normalised(skipgram_mod
     assert abs(after - target) <= target // 100
     features, matrix, manifest = read_model_tables(str(out))
     assert manifest["pruning"]["criterion"].startswith("mass")
+    assert manifest["pruning"]["heldout"] is None
     # exact renormalisation: each feature's M_f* is the sum of the links it kept
     sums = np.add.reduceat(matrix["m"].to_numpy().astype(np.float64),
                            np.r_[0, np.cumsum(features["diversity"].to_numpy())[:-1]])
@@ -246,3 +258,29 @@ def test_mass_prunes_ngram_models_too_and_backoff_refuses_skipgrams(models, skip
     assert main(["prune", "--model", str(skipgram_model[0]), "--out", str(tmp_path / "b"),
                  "--target_links", "100", "--criterion", "backoff"]) == 2
     assert "needs an n-gram model" in capsys.readouterr().err
+
+
+def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, models,
+                                                              tmp_path, capsys):
+    source = skipgram_model[0]
+    heldout = source.parent / "heldout"
+    target = links_of(source) // 5
+    kept_share = {}
+    for name, extra in (("plain", []), ("heldout", ["--heldout", str(heldout)])):
+        out = tmp_path / name
+        assert main(["prune", "--model", str(source), "--out", str(out),
+                     "--target_links", str(target), *extra]) == 0
+        features = read_model_tables(str(out))[0]
+        touched = np.isin(features["feature"].to_numpy(),
+                          tables.read_tables(str(heldout), tables.read_manifest(
+                              str(heldout), "join"), "small_m", tables.SMALL_M)["feature"]
+                          .to_numpy())
+        kept_share[name] = features["diversity"].to_numpy()[touched].sum() / links_of(out)
+    assert kept_share["heldout"] > kept_share["plain"]
+    manifest = tables.read_manifest(str(tmp_path / "heldout"), "model")
+    assert manifest["pruning"]["heldout"] == str(heldout)
+    assert manifest["pruning"]["heldout_weight"] == 8.0
+    other = models["pooled"].parent / "heldout"  # joined on another model's counts
+    assert main(["prune", "--model", str(source), "--out", str(tmp_path / "x"),
+                 "--target_links", "100", "--heldout", str(other)]) == 2
+    assert "differs from the model's" in capsys.readouterr().err
