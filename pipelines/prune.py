@@ -1,7 +1,7 @@
 """snm prune: a model pruned to a number of links, or by a score threshold.
 
     snm prune --model model/ --out pruned/ (--target_links N | --threshold T)
-              [--criterion backoff|mass]
+              [--criterion backoff|mass|count] [--heldout JOIN [--heldout_weight 8]]
 
 Reads a model directory (``snm apply`` or ``snm prune``); writes a complete model
 directory of the same buckets (``eval``, ``score`` and, for n-gram models pruned by
@@ -9,18 +9,19 @@ directory of the same buckets (``eval``, ``score`` and, for n-gram models pruned
 diversity recomputed from the links it keeps and features left without links
 dropped.  Its manifest gains ``pruning``; the model card says what was removed.
 
-Two criteria (:mod:`snm_core.prune` has the arithmetic):
+Three criteria (:mod:`snm_core.prune` has the arithmetic):
 
 * ``backoff`` (default for n-gram configurations): the relative entropy that
   removing a link causes in the model's back-off form, the pruned model closed
   under ARPA's rules.  One worker, holding the model's tables.
-* ``mass`` (default otherwise; any configuration): the link's probability
-  mass under its feature (relative frequency) weighted by how often the feature
-  fires, C(f, w) / E, ties broken by the same with the link's share of the
-  feature's adjusted mass.  A Beam map
-  over the buckets: up to four passes each build a histogram of the links'
-  ranks, narrowing to the cut that keeps the target (within 1%), then one pass
-  writes the kept links.  A worker holds one bucket.
+* ``mass`` (default otherwise) and ``count`` (any configuration): the
+  probability mass the link carries under its feature, weighted by how often
+  the feature fires: with its share of the feature's adjusted mass (mass), or
+  with its relative frequency, which is its count (count); each breaks the
+  other's ties.  ``--heldout`` weighs the features that held-out text touches
+  more.  A Beam map over the buckets: up to four passes each build a
+  histogram of the links' ranks, narrowing to the cut that keeps the target
+  (within 1%), then one pass writes the kept links.  A worker holds one bucket.
 """
 
 import dataclasses
