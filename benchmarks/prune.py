@@ -24,8 +24,9 @@ reached; otherwise their figures are ../shared/benchmarks/reference.md's.  The
 5-gram is pruned by both criteria (``--criterion backoff``, the default for n-gram
 models, and ``mass``).
 
-Skip-gram configurations (``--config skip10gram``) are pruned by ``mass`` (through the
-Beam pipeline, two threads) to the same fractions or to ``--targets``, and set beside
+Skip-gram configurations (``--config skip10gram``) are pruned by ``mass`` and ``count``
+(through the Beam pipeline, two threads; also ``mass`` with the run's held-out join at
+each of ``--heldout_weights``) to the same fractions or to ``--targets``, and set beside
 the corpus's unpruned SNM 5-gram; mix trains on its four sources pooled (the run of
 benchmarks/mixing.py, kept here with its model).  Prints a table, writes
 benchmarks/plots/prune_<corpus>_<config>.png and appends to benchmarks/results.jsonl.
@@ -163,15 +164,24 @@ def trained(name, config, work):
     return run
 
 
-def pruned_row(model, target, criterion, test_path, arpa=False):
-    out = os.path.join(os.path.dirname(model), f"pruned-{criterion}-{target}")
+def pruned_row(model, target, criterion, test_path, arpa=False, heldout_weight=None):
+    """``snm prune`` to ``target`` links (with the run's held-out join weighing
+    ``heldout_weight`` if given), scored on the test text."""
+    label = f"--criterion {criterion}"
+    extra = []
+    if heldout_weight is not None:
+        label += f" --heldout_weight {heldout_weight:g}"
+        extra = ["--heldout", os.path.join(os.path.dirname(model), "heldout"),
+                 "--heldout_weight", str(heldout_weight)]
+    out = os.path.join(os.path.dirname(model),
+                       f"pruned-{label.replace('--', '').replace(' ', '-')}-{target}")
     seconds, rss = run_measured(snm("prune", "--model", model, "--out", out, "--target_links",
-                                    str(target), "--criterion", criterion, *MODE),
+                                    str(target), "--criterion", criterion, *extra, *MODE),
                                 log=out + ".log")
     with open(os.path.join(out, "manifest.json")) as f:
         links = json.load(f)["totals"]["links"]
-    row = {"model": f"snm prune --criterion {criterion} --target_links {target:,}",
-           "links": links, "test_ppl": round(snm_perplexity(out, test_path), 2),
+    row = {"model": f"snm prune {label} --target_links {target:,}", "links": links,
+           "test_ppl": round(snm_perplexity(out, test_path), 2),
            "prune_seconds": round(seconds, 1), "prune_peak_rss_mib": round(rss)}
     if arpa:
         path = out + ".arpa"
@@ -195,6 +205,9 @@ def main(argv=None):
     parser.add_argument("--corpus", default="kernel", choices=("kernel", "mix"))
     parser.add_argument("--targets", help="comma-separated link counts (default: the "
                                           "fractions 50 .. 1%% of the model's links)")
+    parser.add_argument("--heldout_weights", default="",
+                        help="skip-gram configurations: also prune by mass with the run's "
+                             "held-out join weighing these (comma-separated)")
     args = parser.parse_args(argv)
     work = os.path.join(WORK, "prune")
     os.makedirs(work, exist_ok=True)
@@ -214,7 +227,7 @@ def main(argv=None):
         reached, goals = POCOLM, GOALS
     targets = [round(total * f) for f in FRACTIONS] + sorted(reached)
     for target in sorted(set(targets), reverse=True):
-        for criterion in ("backoff", "mass"):
+        for criterion in ("backoff", "count", "mass"):
             row = pruned_row(model, target, criterion, test_path, arpa=criterion == "backoff")
             if target in reached:
                 row["pocolm_ppl"] = reached[target]
@@ -255,10 +268,13 @@ def skipgram_main(args, work):
                      "test_ppl": MIX_5GRAM}
     targets = ([int(t) for t in args.targets.split(",")] if args.targets
                else [round(total * f) for f in FRACTIONS])
+    weights = [float(w) for w in args.heldout_weights.split(",") if w]
     for target in sorted(set(targets), reverse=True):
-        row = pruned_row(model, target, "mass", test_path)
-        row["vs_5gram"] = round(row["test_ppl"] / reference["test_ppl"], 4)
-        rows.append(row)
+        for criterion, weight in ([("mass", None), ("count", None)]
+                                  + [("mass", w) for w in weights]):
+            row = pruned_row(model, target, criterion, test_path, heldout_weight=weight)
+            row["vs_5gram"] = round(row["test_ppl"] / reference["test_ppl"], 4)
+            rows.append(row)
     print_table(rows + [reference], ["model", "links", "test_ppl", "vs_5gram",
                                      "prune_seconds", "prune_peak_rss_mib"])
     record("prune", [dict(r, corpus=args.corpus, config=args.config) for r in rows]
@@ -273,9 +289,9 @@ def plot(rows, baseline, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for criterion, marker in (("backoff", "o-"), ("mass", "x-")):
+    for criterion, marker in (("backoff", "o-"), ("count", "+-"), ("mass", "x-")):
         ours = sorted((r["links"], r["test_ppl"]) for r in rows
-                      if f"--criterion {criterion}" in r["model"])
+                      if f"--criterion {criterion} --target" in r["model"])
         if ours:
             ax.plot(*zip(*ours), marker, label=f"snm prune --criterion {criterion}")
     for name, marker in (("lmplz", "s--"), ("pocolm", "^")):
