@@ -764,6 +764,9 @@ def write_model_card(model_dir, manifest, evaluation=None):
                   f"{pruning['target_links'] or '-'} links, score threshold "
                   f"{pruning['threshold']:.3g}",
                   f"- pruned from: {pruning['source']}"]
+        if pruning.get("heldout"):
+            lines.append(f"- the features of the held-out text in {pruning['heldout']} "
+                         f"weighed {pruning['heldout_weight']:g} times more")
     compact = storage.join(model_dir, COMPACT, tables.MANIFEST)
     if storage.isfile(compact):
         stored = storage.read_json(compact)

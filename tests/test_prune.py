@@ -280,6 +280,7 @@ def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, mo
     manifest = tables.read_manifest(str(tmp_path / "heldout"), "model")
     assert manifest["pruning"]["heldout"] == str(heldout)
     assert manifest["pruning"]["heldout_weight"] == 8.0
+    assert "weighed 8 times more" in (tmp_path / "heldout" / "model_card.md").read_text()
     other = models["pooled"].parent / "heldout"  # joined on another model's counts
     assert main(["prune", "--model", str(source), "--out", str(tmp_path / "x"),
                  "--target_links", "100", "--heldout", str(other)]) == 2
