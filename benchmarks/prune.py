@@ -3,6 +3,8 @@
     python benchmarks/prune.py                   # kernel 5-gram, 50 .. 1% and pocolm's sizes
     python benchmarks/prune.py --config skip10gram               # kernel skip-10-gram, mass
     python benchmarks/prune.py --config skip10gram --corpus mix --targets 25000000
+    python benchmarks/prune.py --config skip10gram --corpus mix --targets 25000000 \
+        --heldout_weights 1,2,4,8,16 --choose_weight      # the weight, on dev halves
     LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/prune.py   # lmplz --prune in this run
     POCOLM=/tmp/pocolm python benchmarks/prune.py                 # pocolm in this run
 
@@ -164,14 +166,15 @@ def trained(name, config, work):
     return run
 
 
-def pruned_row(model, target, criterion, test_path, arpa=False, heldout_weight=None):
-    """``snm prune`` to ``target`` links (with the run's held-out join weighing
-    ``heldout_weight`` if given), scored on the test text."""
+def pruned_row(model, target, criterion, test_path, arpa=False, heldout_weight=None,
+               heldout=None):
+    """``snm prune`` to ``target`` links (with a held-out join, by default the run's,
+    weighing ``heldout_weight`` if given), scored on the test text."""
     label = f"--criterion {criterion}"
     extra = []
     if heldout_weight is not None:
         label += f" --heldout_weight {heldout_weight:g}"
-        extra = ["--heldout", os.path.join(os.path.dirname(model), "heldout"),
+        extra = ["--heldout", heldout or os.path.join(os.path.dirname(model), "heldout"),
                  "--heldout_weight", str(heldout_weight)]
     out = os.path.join(os.path.dirname(model),
                        f"pruned-{label.replace('--', '').replace(' ', '-')}-{target}")
@@ -208,9 +211,14 @@ def main(argv=None):
     parser.add_argument("--heldout_weights", default="",
                         help="skip-gram configurations: also prune by mass with the run's "
                              "held-out join weighing these (comma-separated)")
+    parser.add_argument("--choose_weight", action="store_true",
+                        help="with --heldout_weights: score each weight on the second half "
+                             "of dev instead, the fit and the join on the first half")
     args = parser.parse_args(argv)
     work = os.path.join(WORK, "prune")
     os.makedirs(work, exist_ok=True)
+    if args.choose_weight:
+        return choose_weight(args, work)
     if args.config != "5gram" or args.corpus != "kernel":
         return skipgram_main(args, work)
     test_path = corpus("kernel", "test.txt")
@@ -250,6 +258,43 @@ def main(argv=None):
     record("prune", rows + baseline)
     plot(rows, baseline, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                       "prune_kernel_5gram.png"))
+
+
+def choose_weight(args, work):
+    """The held-out weight chosen on held-out text only: dev split into halves in
+    line order, the run's counts joined with the first half and fitted on it (the
+    run's variant and epochs), the applied model pruned by mass with that join
+    weighing each weight, and the second half scored."""
+    run = trained(args.corpus, args.config, work)
+    base = os.path.join(work, f"{args.corpus}-{args.config}-halves")
+    os.makedirs(base, exist_ok=True)
+    with open(corpus(args.corpus, "dev.txt"), encoding="utf-8") as f:
+        lines = f.readlines()
+    first, second = os.path.join(base, "dev-1.txt"), os.path.join(base, "dev-2.txt")
+    for path, part in ((first, lines[:len(lines) // 2]), (second, lines[len(lines) // 2:])):
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(part)
+    with open(os.path.join(run, "adjust", "manifest.json")) as f:
+        fit = json.load(f)
+    join, theta, model = (os.path.join(base, name) for name in ("heldout", "adjust", "model"))
+    counts = os.path.join(run, "counts")
+    for cmd, out in ((snm("join", "--counts", counts, "--heldout", first, "--out", join), join),
+                     (snm("fit", "--small_m", join, "--out", theta, "--variants",
+                          fit["metafeatures"]["variant"], "--epochs",
+                          str(fit["training"]["epochs"])), theta),
+                     (snm("apply", "--counts", counts, "--theta", theta, "--out", model, *MODE),
+                      model)):
+        if not os.path.exists(os.path.join(out, "manifest.json")):
+            run_measured(cmd, log=out + ".log")
+    rows = [{"model": f"snm {args.config} ({args.corpus}), fitted on dev half 1, unpruned",
+             "links": links_of(model), "test_ppl": round(snm_perplexity(model, second), 2)}]
+    target = int(args.targets.split(",")[0])
+    for weight in [float(w) for w in args.heldout_weights.split(",")]:
+        rows.append(pruned_row(model, target, "mass", second, heldout_weight=weight,
+                               heldout=join))
+    print_table(rows, ["model", "links", "test_ppl", "prune_seconds"])
+    record("prune-heldout-weight", [dict(r, corpus=args.corpus, config=args.config,
+                                         scored_on="dev half 2") for r in rows])
 
 
 def skipgram_main(args, work):
