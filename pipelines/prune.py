@@ -93,15 +93,15 @@ class Source:
     def read(self, bucket):
         """``(features, matrix, heldout_features)`` of one bucket (the last None
         without --heldout)."""
-        tables_ = [storage.read_parquet(storage.join(
+        features, matrix = (storage.read_parquet(storage.join(
             self.model, tables.bucket_file(prefix, bucket, self.num_buckets)))
-            for prefix in ("features", "matrix")]
+            for prefix in ("features", "matrix"))
         heldout = None
         if self.heldout:
             heldout = np.unique(storage.read_parquet(storage.join(
                 self.heldout, tables.bucket_file("small_m", bucket, self.num_buckets)),
                 columns=["feature"])["feature"].to_numpy())
-        return (*tables_, heldout)
+        return features, matrix, heldout
 
     def ranks(self, bucket):
         features, matrix, heldout = self.read(bucket)
@@ -240,7 +240,7 @@ def run(options, beam_args=()):
                             "backoff weighs contexts by their training counts")
     if beam_args:
         print("snm prune: the backoff criterion runs in this process, on one worker; the "
-              "runner options apply to --criterion mass")
+              "runner options apply to --criterion mass and count")
     prune_lib.prune_model(options.model, options.out, target_links=options.target_links,
                           threshold=options.threshold)
     return storage.read_json(storage.join(options.out, tables.MANIFEST))
