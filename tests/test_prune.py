@@ -285,3 +285,17 @@ def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, mo
     assert main(["prune", "--model", str(source), "--out", str(tmp_path / "x"),
                  "--target_links", "100", "--heldout", str(other)]) == 2
     assert "differs from the model's" in capsys.readouterr().err
+
+
+def test_train_prunes_a_skipgram_model_weighing_its_heldout_features(tmp_path, capsys):
+    from test_launch import train_argv
+    from snm_core import synthetic
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
+    argv = train_argv({"train": train, "dev": dev, "test": test}, tmp_path / "run")
+    argv[argv.index("5gram")] = "skip5gram"
+    assert main(["train", *argv, "--prune_to", "5000"]) == 0
+    assert "=== 7/7 eval" in capsys.readouterr().out
+    manifest = tables.read_manifest(str(tmp_path / "run" / "pruned"), "model")
+    assert abs(manifest["totals"]["links"] - 5000) <= 50
+    assert manifest["pruning"]["criterion"].startswith("mass")
+    assert manifest["pruning"]["heldout"] == str(tmp_path / "run" / "heldout")
