@@ -57,7 +57,7 @@ class PruneOptions:
     threshold: float = None
     criterion: str = None  # None: backoff for n-gram configurations, else mass
     heldout: str = None  # a join directory on the model's counts
-    heldout_weight: float = HELDOUT_WEIGHT
+    heldout_weight: float = None  # with heldout; None: HELDOUT_WEIGHT
 
     def __post_init__(self):
         running.absolute_paths(self, "model", "out", "heldout")
@@ -68,6 +68,11 @@ class PruneOptions:
         if self.criterion not in (None,) + CRITERIA:
             raise SnmInputError(f"--criterion must be one of {', '.join(CRITERIA)}, "
                                 f"got {self.criterion!r}")
+        if self.heldout_weight is None:
+            object.__setattr__(self, "heldout_weight", HELDOUT_WEIGHT)
+        elif self.heldout is None:
+            raise SnmInputError("--heldout_weight weighs the features of --heldout JOIN: "
+                                "give that too")
         if not self.heldout_weight > 0:
             raise SnmInputError("--heldout_weight must be positive")
 
@@ -264,7 +269,8 @@ def main(argv=None):
     parser.add_argument("--heldout", help="mass or count: a join directory (snm join "
                                           "--out) on the model's counts; the features its "
                                           "text touches weigh --heldout_weight times more")
-    parser.add_argument("--heldout_weight", type=float, default=HELDOUT_WEIGHT)
+    parser.add_argument("--heldout_weight", type=float,
+                        help=f"with --heldout (default {HELDOUT_WEIGHT:g})")
     options, beam_args = running.parse_stage_args(parser, PruneOptions, argv)
     with run_lock(options.out, "snm prune"):
         run(options, beam_args)

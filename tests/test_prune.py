@@ -285,6 +285,9 @@ def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, mo
     assert main(["prune", "--model", str(source), "--out", str(tmp_path / "x"),
                  "--target_links", "100", "--heldout", str(other)]) == 2
     assert "differs from the model's" in capsys.readouterr().err
+    assert main(["prune", "--model", str(source), "--out", str(tmp_path / "x"),
+                 "--target_links", "100", "--heldout_weight", "3"]) == 2
+    assert "give that too" in capsys.readouterr().err
 
 
 def test_train_prunes_a_skipgram_model_weighing_its_heldout_features(tmp_path, capsys):
