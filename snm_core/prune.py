@@ -238,13 +238,12 @@ def finish_output(out_dir, manifest, links, features, pruning):
     return pruned
 
 
-# --- the mass criterion, bucket by bucket ---------------------------------------------------
+# --- the mass and count criteria, bucket by bucket -----------------------------------------
 
 #: Selection reads a link's rank (:func:`rank_keys`) in RANK_LEVELS digits of
 #: RANK_DIGIT_BITS.
 RANK_DIGIT_BITS = 16
 RANK_LEVELS = 64 // RANK_DIGIT_BITS
-
 
 #: Criteria scored bucket by bucket: their ranks' primary and tie-breaking masses
 #: (:func:`link_masses`).
