@@ -259,7 +259,7 @@ def main(argv=None):
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--target_links", type=int,
                       help="links to keep (backoff: the unigrams always are, and an "
-                           "n-gram's tag copies go together; mass: within 1%%, the empty "
+                           "n-gram's tag copies go together; mass, count: within 1%%, the empty "
                            "feature's links always kept)")
     size.add_argument("--threshold", type=float,
                       help="keep the links whose score is at least this")
