@@ -14,6 +14,10 @@ CORPORA = os.path.abspath(os.path.join(
     os.environ.get("SNM_SHARED") or os.path.join(HERE, "..", "..", "shared"), "corpora"))
 RESULTS = os.path.join(HERE, "results.jsonl")
 WORK = os.path.join(HERE, "work")
+#: Beam options of the benchmarks' pipeline runs: the direct runner on both cores.
+MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
+#: mix's training sources (mix/train/<source>.txt.gz); man pages are the domain.
+MIX_SOURCES = ("man", "kernel", "gcide", "fortunes")
 
 
 def corpus(*parts):

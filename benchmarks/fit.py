@@ -30,7 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (MODE, WORK, corpus, print_table, record,  # noqa: E402
+                               run_measured)
 
 #: (variant, snm fit flags): the default unlexicalized set (diversity and
 #: continuation), the reference's two sets (366 and 638 weights on kernel), and
@@ -39,7 +40,6 @@ VARIANTS = [("unlexicalized", []), ("unlexicalized", ["--no_continuation"]),
             ("unlexicalized", ["--no_continuation", "--no_diversity"]),
             ("feature-only", []), ("lexicalized", [])]
 BUCKETS = {"5gram": 16, "skip10gram": 64}
-MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 
 
 def ensure(path, cmd):

@@ -21,14 +21,12 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (WORK, corpus, print_table, read_train_run, record,  # noqa: E402
-                               run_measured)
+from benchmarks.common import (MIX_SOURCES, MODE, WORK, corpus, print_table,  # noqa: E402
+                               read_train_run, record, run_measured)
 
 KN5_POOLED = 93.63
 KN5_LINEAR_MIXTURE = 68.40
-SOURCES = ("man", "kernel", "gcide", "fortunes")
 BUCKETS = {"5gram": 16, "skip5gram": 32, "skip10gram": 64}
-MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 
 
 def main(argv=None):
@@ -50,7 +48,7 @@ def main(argv=None):
                    "--heldout", corpus("mix", "dev.txt"), "--test", corpus("mix", "test.txt"),
                    "--vocab", corpus("mix", "vocab.txt"), "--out", out,
                    "--num_buckets", str(BUCKETS[config]), *MODE, *args.train_args.split()]
-            for source in SOURCES:
+            for source in MIX_SOURCES:
                 cmd += ["--train", f"{source}={os.path.join(train_dir, source + '.txt.gz')}"]
             if tagged:
                 cmd.append("--tagged")

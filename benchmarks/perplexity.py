@@ -24,13 +24,13 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (MODE, WORK, corpus, print_table, record,  # noqa: E402
+                               run_measured)
 
 KN5_TEST = {"kernel": 73.43, "mix": 93.63}
 UNADJUSTED_REFERENCE = {("kernel", "5gram"): 88.14351, ("mix", "5gram"): 115.65204}
 VARIANTS = ("unlexicalized", "lexicalized", "feature-only")
 BUCKETS = {"5gram": 16, "skip10gram": 64, "skip5gram": 32}
-MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 #: Fixed epochs where the default rule is too slow to be worth it: lexicalized
 #: skip-10-gram takes ~4 min an epoch here, and lexicalized models over-train
 #: after the first epoch anyway (paper, section 4.1).

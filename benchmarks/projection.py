@@ -30,11 +30,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (MIX_SOURCES, MODE, WORK, corpus, print_table,  # noqa: E402
+                               record, run_measured)
 from benchmarks.count import fraction_files  # noqa: E402
 
-SOURCES = ("man", "kernel", "gcide", "fortunes")
-MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 VARIANTS = ("lexicalized", "unlexicalized")
 #: The paper's One Billion Word setup: training words.
 BILLION_WORD_TRAINING = 0.8e9
@@ -51,14 +50,14 @@ def snm(*args):
 def prepare(fraction, tagged):
     """Count and join skip5gram on 1/fraction of mix; returns (join dir, training words)."""
     files = fraction_files(fraction) if fraction > 1 else [
-        os.path.join(corpus("mix", "train"), s + ".txt.gz") for s in SOURCES]
+        os.path.join(corpus("mix", "train"), s + ".txt.gz") for s in MIX_SOURCES]
     by_source = {os.path.basename(f).split(".")[0]: f for f in files}
     label = f"mix-1-of-{fraction}-skip5gram-{'tagged' if tagged else 'pooled'}"
     counts = os.path.join(WORK, "projection", label, "counts")
     heldout = os.path.join(WORK, "projection", label, "heldout")
     if not os.path.exists(os.path.join(heldout, "manifest.json")):
         train = sum((["--train", f"{s}={by_source[s]}" if tagged else by_source[s]]
-                     for s in SOURCES), [])
+                     for s in MIX_SOURCES), [])
         run_measured(snm("count", "--config", "skip5gram", "--vocab", corpus("mix", "vocab.txt"),
                          "--out", counts, "--num_buckets", "32", *train, *MODE),
                      log=counts + ".log")

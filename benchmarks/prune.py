@@ -42,8 +42,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (WORK, arpa_ngrams, corpus, print_table, record,  # noqa: E402
-                               run_measured)
+from benchmarks.common import (MIX_SOURCES, MODE, WORK, arpa_ngrams, corpus,  # noqa: E402
+                               print_table, record, run_measured)
 
 FRACTIONS = (0.5, 0.2, 0.1, 0.05, 0.02, 0.01)
 #: ../shared/benchmarks/reference.md, "Pruned n-gram models on kernel".
@@ -142,8 +142,6 @@ def pocolm_rows(pocolm, work, test_path):
     return rows
 
 
-MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
-MIX_SOURCES = ("man", "kernel", "gcide", "fortunes")
 #: Unpruned SNM 5-gram on mix, pooled (benchmarks/README.md, "Corpus-tagged mixing").
 MIX_5GRAM = 74.88
 
@@ -181,9 +179,7 @@ def pruned_row(model, target, criterion, test_path, arpa=False, heldout_weight=N
     seconds, rss = run_measured(snm("prune", "--model", model, "--out", out, "--target_links",
                                     str(target), "--criterion", criterion, *extra, *MODE),
                                 log=out + ".log")
-    with open(os.path.join(out, "manifest.json")) as f:
-        links = json.load(f)["totals"]["links"]
-    row = {"model": f"snm prune {label} --target_links {target:,}", "links": links,
+    row = {"model": f"snm prune {label} --target_links {target:,}", "links": links_of(out),
            "test_ppl": round(snm_perplexity(out, test_path), 2),
            "prune_seconds": round(seconds, 1), "prune_peak_rss_mib": round(rss)}
     if arpa:

@@ -33,14 +33,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (WORK, arpa_ngrams, corpus, print_table, record,  # noqa: E402
-                               run_measured)
+from benchmarks.common import (MODE, WORK, arpa_ngrams, corpus, print_table,  # noqa: E402
+                               record, run_measured)
 
 REPEATS = 15
 PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
 SNM_THREADS = (1, 2)
 FIT_EPOCHS = 3
-MODE = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 DEFAULT_MODEL = os.path.join(WORK, "score-kernel-5gram")
 LINK_ARRAYS = ("link_entries", "link_c", "link_index", "link_overflow")
 FEATURE_ARRAYS = ("feature_entries", "feature_index", "feature_overflow")
