@@ -190,7 +190,7 @@ def table_bits(n):
     """Top-bit slots of an :class:`EntryTable` over n keys: one to two keys a slot (two
     to four made lookups ~10% slower for 1.3 bytes a key less); at most 32, so that
     the 32 stored bits follow the slot's."""
-    return min(32, max(1, int(math.ceil(math.log2(max(n, 1)))) - 1))
+    return min(32, index_bits(n))
 
 
 class EntryTable:
