@@ -619,6 +619,7 @@ def _lookup_log_prob(ptr, word, node_parent, S, log_z, deepest, target):
 #: L-BFGS-B iterations per "epoch" of ``fit(optimizer="lbfgs")`` (held-out check, callback).
 LBFGS_EPOCH = 10
 
+
 class _EpochLog:
     """What ``fit`` does at the end of an epoch, whatever the optimiser: the held-out
     loss into ``model.fit_log``, the best weights kept, the callback, early stopping."""

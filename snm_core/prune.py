@@ -301,9 +301,9 @@ class BucketScoring:
         masses = link_masses(features, matrix, self.total_events, heldout_features,
                              self.heldout_weight)
         primary, tie = (masses[name] for name in BUCKET_CRITERIA[self.criterion])
-        row = np.repeat(np.arange(features.num_rows), features["diversity"].to_numpy())
-        protected = np.isin(features["type"].to_numpy(),
-                            np.asarray(self.protected_types, np.int64))[row]
+        protected = np.repeat(np.isin(features["type"].to_numpy(),
+                                      np.asarray(self.protected_types, np.int64)),
+                              features["diversity"].to_numpy())
         primary[protected] = np.inf
         ranks = rank_keys(primary, tie, matrix["feature"].to_numpy(),
                           matrix["word"].to_numpy())
