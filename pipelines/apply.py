@@ -29,7 +29,7 @@ import numpy as np
 
 from pipelines import count_directory, running
 from snm_core import model as model_lib
-from snm_core import losscheck, storage, tables
+from snm_core import losscheck, small_layout, storage, tables
 from snm_core.checkpoints import checkpoint
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
@@ -111,9 +111,11 @@ class ApplyOptions:
     counts: str
     theta: str  # the fit directory
     out: str
+    layout: str = "fast"  # of compact/: model_lib.LAYOUTS
 
     def __post_init__(self):
         running.absolute_paths(self, "counts", "theta", "out")
+        running.check_layout(self.layout)
 
 
 def main(argv=None):
@@ -122,6 +124,7 @@ def main(argv=None):
     parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
     parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
     parser.add_argument("--out", required=True, help="model directory")
+    running.add_layout_argument(parser)
     options, beam_args = running.parse_stage_args(parser, ApplyOptions, argv)
     with run_lock(options.out, "snm apply"):
         return run(options, beam_args)
@@ -136,6 +139,8 @@ def run(args, beam_args=()):
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
         raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
                             f"{args.counts}; run snm join and snm fit on these counts")
+    if args.layout == "small":  # refused before the pipeline runs
+        small_layout.ngram_span(settings.manifest, args.counts)
     spec = MetaFeatureSpec(**fit_manifest["metafeatures"])
     theta_path = storage.join(args.theta, "theta.npy")
     storage.makedirs(args.out)
@@ -155,7 +160,7 @@ def run(args, beam_args=()):
 
     metrics = running.run_pipeline(beam_args, build, "apply", shared_paths=[args.out])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
-    model_lib.compile_model(args.out)  # the scoring arrays (a remote model's built here)
+    model_lib.compile_model(args.out, args.layout)  # the scoring arrays (a remote model's built here)
     model_lib.write_model_card(args.out, manifest)
     running.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
                           manifest["totals"], metrics)

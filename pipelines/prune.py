@@ -32,7 +32,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import running
-from snm_core import losscheck, storage, tables
+from snm_core import losscheck, small_layout, storage, tables
 from snm_core import prune as prune_lib
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
@@ -58,9 +58,11 @@ class PruneOptions:
     criterion: str = None  # None: backoff for n-gram configurations, else mass
     heldout: str = None  # a join directory on the model's counts
     heldout_weight: float = None  # with heldout; None: HELDOUT_WEIGHT
+    layout: str = "fast"  # of compact/: LAYOUTS
 
     def __post_init__(self):
         running.absolute_paths(self, "model", "out", "heldout")
+        running.check_layout(self.layout)
         if (self.target_links is None) == (self.threshold is None):
             raise SnmInputError("give --target_links N or --threshold T")
         if self.target_links is not None and self.target_links < 1:
@@ -195,7 +197,7 @@ def prune_by_buckets(options, manifest, criterion, beam_args=()):
         threshold_rank, threshold = prune_lib.score_rank(options.threshold), options.threshold
     primary, tie = prune_lib.BUCKET_CRITERIA[criterion]
     pruning = {"criterion": f"{criterion}: the {primary} mass, ties by the {tie} mass "
-                            "(snm_core/prune.py)",
+                            "(snm_core/prune.py)", "suffix_closed": False,
                "heldout": options.heldout, "heldout_weight": source.scoring.heldout_weight,
                "target_links": options.target_links, "threshold": threshold,
                "links_before": manifest["totals"]["links"],
@@ -210,7 +212,7 @@ def prune_by_buckets(options, manifest, criterion, beam_args=()):
 
     metrics = running.run_pipeline(beam_args, build, "prune", shared_paths=[options.out])
     pruned = storage.read_json(storage.join(options.out, tables.MANIFEST))
-    compile_model(options.out)
+    compile_model(options.out, options.layout)
     write_model_card(options.out, pruned)
     before, after = manifest["totals"], pruned["totals"]
     running.print_summary(f"snm prune: {after['links']:,} of {before['links']:,} links "
@@ -234,6 +236,8 @@ def run(options, beam_args=()):
     """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest."""
     from snm_core.validation import validate_directory
     manifest = validate_directory(options.model, "model").manifest
+    if options.layout == "small":  # refused before anything is pruned
+        small_layout.ngram_span(manifest, options.model)
     ngram = parse_config(manifest["config"]).ngram_order is not None
     criterion = options.criterion or ("backoff" if ngram else "mass")
     if criterion != "backoff":
@@ -247,7 +251,7 @@ def run(options, beam_args=()):
         print("snm prune: the backoff criterion runs in this process, on one worker; the "
               "runner options apply to --criterion mass and count")
     prune_lib.prune_model(options.model, options.out, target_links=options.target_links,
-                          threshold=options.threshold)
+                          threshold=options.threshold, layout=options.layout)
     return storage.read_json(storage.join(options.out, tables.MANIFEST))
 
 
@@ -271,6 +275,7 @@ def main(argv=None):
                                           "text touches weigh --heldout_weight times more")
     parser.add_argument("--heldout_weight", type=float,
                         help=f"with --heldout (default {HELDOUT_WEIGHT:g})")
+    running.add_layout_argument(parser)
     options, beam_args = running.parse_stage_args(parser, PruneOptions, argv)
     with run_lock(options.out, "snm prune"):
         run(options, beam_args)

@@ -47,7 +47,7 @@ def _load_checked(args):
     model has no unadjusted form."""
     model = load(args.model)
     if args.unadjusted and "unadjusted" not in model.REPORTS:
-        raise SnmInputError(f"{args.model}: a log-linear model has no unadjusted form")
+        raise SnmInputError(f"{args.model}: {model.WITHOUT_UNADJUSTED}")
     return model
 
 
@@ -66,13 +66,14 @@ def eval_main(argv):
         print(json.dumps({**report, "model": "loglinear"}, sort_keys=True) if args.json
               else format_report("Log-linear", report))
         return 0
-    first, second = ("unadjusted", "adjusted") if args.unadjusted else ("adjusted", "unadjusted")
+    first, *second = [name for name in (("unadjusted", "adjusted") if args.unadjusted
+                                        else ("adjusted", "unadjusted")) if name in reports]
     if args.json:
-        print(json.dumps({**reports[first], "model": first, second: reports[second]},
-                         sort_keys=True))
+        print(json.dumps({**reports[first], "model": first,
+                          **{name: reports[name] for name in second}}, sort_keys=True))
     else:
-        print(format_report(first.capitalize(), reports[first]))
-        print(format_report(second.capitalize(), reports[second]))
+        for name in (first, *second):
+            print(format_report(name.capitalize(), reports[name]))
     return 0
 
 

@@ -43,12 +43,12 @@ from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from pipelines import prune as prune_stage
-from pipelines import runners
+from pipelines import runners, running
 from pipelines import training_sources
 from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
-from snm_core import loglinear_model, memory, penalties, storage, tables
+from snm_core import loglinear_model, memory, penalties, small_layout, storage, tables
 from snm_core.checkpoints import checkpoint
 from snm_core.config import load_config
 from snm_core.errors import SnmInputError, SnmStageError
@@ -177,6 +177,7 @@ def main(argv=None):
     parser.add_argument("--prune_to", type=int, metavar="LINKS",
                         help="also prune the model to this many links (snm prune, its default "
                              "criterion) into pruned/, which eval then evaluates")
+    running.add_layout_argument(parser)
     add_fit_args(parser)
     family = parser.add_argument_group("log-linear family (--family loglinear)")
     family.add_argument("--family", choices=("snm", "loglinear"), default="snm",
@@ -231,12 +232,15 @@ def _train(args, beam_args):
         if config.ngram_order is None:
             raise SnmInputError("--family loglinear takes n-gram configurations (5gram, or a "
                                 "file with one ngram_extractor); skip-grams are SNM only")
-        if args.tagged or args.prune_to:
-            raise SnmInputError("--family loglinear trains on pooled sources, unpruned: "
-                                "drop --tagged and --prune_to")
+        if args.tagged or args.prune_to or args.layout != "fast":
+            raise SnmInputError("--family loglinear trains on pooled sources, unpruned, "
+                                "stored its own way: drop --tagged, --prune_to and --layout")
     sources = training_sources.parse_sources(args.train, pooled=not args.tagged)
     if args.tagged and training_sources.source_tags(sources) == [""]:
         raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
+    if args.layout == "small":  # refused before any stage runs
+        small_layout.ngram_span({"config": config.to_text(),
+                                 "tags": training_sources.source_tags(sources)}, args.config)
     files = training_sources.expand_sources(sources)
     for path in (args.heldout, args.test) + ((args.vocab,) if args.vocab else ()):
         if not storage.isfile(path):
@@ -305,23 +309,30 @@ def _train(args, beam_args):
                          f"{manifest('adjust')['training']['epochs']} epoch(s): held-out "
                          f"perplexity {manifest('adjust')['heldout_perplexity_unadjusted']:.2f}"
                          f" -> {manifest('adjust')['heldout_perplexity']:.2f}")
+    # With --prune_to the pruned model takes --layout; the model it is pruned from, fast.
+    apply_layout = "fast" if args.prune_to else args.layout
+    layout_input = {"layout": args.layout} if args.layout != "fast" else {}  # older runs: fast
     runner.stage(5, "apply", {"counts": _manifest_digest(dirs["counts"]),
-                              "fit": _manifest_digest(dirs["adjust"])},
+                              "fit": _manifest_digest(dirs["adjust"]),
+                              **({} if args.prune_to else layout_input)},
                  storage.join(dirs["model"], tables.MANIFEST),
                  lambda: apply_stage.run(apply_stage.ApplyOptions(
-                     counts=dirs["counts"], theta=dirs["adjust"], out=dirs["model"]), beam_args),
+                     counts=dirs["counts"], theta=dirs["adjust"], out=dirs["model"],
+                     layout=apply_layout), beam_args),
                  lambda: f"{manifest('model')['totals']['links']:,} links")
     final = "model"
     if args.prune_to:
         final = "pruned"
-        prune_inputs = {"model": _manifest_digest(dirs["model"]), "target_links": args.prune_to}
+        prune_inputs = {"model": _manifest_digest(dirs["model"]), "target_links": args.prune_to,
+                        **layout_input}
         if not config.ngram_order:  # mass, weighing the held-out text's features
             prune_inputs["heldout"] = _manifest_digest(dirs["heldout"])
         runner.stage(6, "prune", prune_inputs,
                      storage.join(dirs["pruned"], tables.MANIFEST),
                      lambda: prune_stage.run(prune_stage.PruneOptions(
                          model=dirs["model"], out=dirs["pruned"], target_links=args.prune_to,
-                         heldout=None if config.ngram_order else dirs["heldout"]),
+                         heldout=None if config.ngram_order else dirs["heldout"],
+                         layout=args.layout),
                          beam_args),
                      lambda: f"{manifest('pruned')['totals']['links']:,} of "
                              f"{manifest('model')['totals']['links']:,} links")
@@ -334,13 +345,13 @@ def _train(args, beam_args):
                          {storage.basename(args.test): reports})
         plot_perplexity(dirs["adjust"], storage.join(out, "heldout_perplexity.png"))
         storage.write_json(reports, eval_path)  # last: it marks the stage done
-        for name in ("adjusted", "unadjusted"):
-            print(format_report(name.capitalize(), reports[name]))
+        for name, report in reports.items():
+            print(format_report(name.capitalize(), report))
 
     def describe_eval():
         reports = storage.read_json(eval_path)
-        return (f"test perplexity {reports['adjusted']['perplexity']:.2f} adjusted, "
-                f"{reports['unadjusted']['perplexity']:.2f} unadjusted")
+        return "test perplexity " + ", ".join(f"{report['perplexity']:.2f} {name}"
+                                              for name, report in reports.items())
 
     runner.stage(len(stage_names), "eval", {"model": _manifest_digest(dirs[final]),
                                             "test": storage.file_stamp(args.test)},

@@ -164,6 +164,7 @@ class LogLinearScorer(LineScoring):
     """
 
     REPORTS = {"loglinear": "prob"}
+    WITHOUT_UNADJUSTED = "a log-linear model has no unadjusted form"
 
     def __init__(self, manifest, vocab, model):
         self.manifest = manifest

@@ -60,6 +60,9 @@ COMPILE_PARTITION_LINKS = 1 << 22
 COMPACT = "compact"
 #: The layout of ``compact/`` (its manifest's ``layout``); another is rebuilt on load.
 COMPACT_LAYOUT = 3
+#: Layouts ``compact/`` may be built in (``--layout``): hashed keys, or the small one of
+#: :mod:`snm_core.small_layout`.
+LAYOUTS = ("fast", "small")
 COMPACT_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
                  "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
                  "seen_words")
@@ -384,11 +387,13 @@ def _sort_partition(scratch, p, work):
                                       dtype=np.float32)[order] for name in ("m", "c"))
 
 
-def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
-    """Build ``compact/`` from the model's Parquet files; returns the compact manifest.
+def compile_model(model_dir, layout="fast", partition_links=COMPILE_PARTITION_LINKS):
+    """Build ``compact/`` in ``layout`` from the model's Parquet files; returns the compact
+    manifest.
 
-    A remote model's arrays are built in a local directory, then uploaded,
-    their manifest last.
+    ``layout`` is ``"fast"`` (hashed keys, this module) or ``"small"``
+    (:mod:`snm_core.small_layout`, n-gram models).  A remote model's arrays
+    are built in a local directory, then uploaded, their manifest last.
 
     Memory stays bounded whatever the model size: arrays are written to their
     ``.npy`` files in order (:class:`NpyWriter`); feature keys arrive sorted
@@ -399,14 +404,29 @@ def compile_model(model_dir, partition_links=COMPILE_PARTITION_LINKS):
     """
     memory.limit_heap_retention()  # its 20-50 MB temporaries: 1.7 -> 0.9 GiB on mix skip-5-gram
     manifest = tables.read_manifest(model_dir, "model")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if layout == "small":
+        from snm_core import small_layout
+        small_layout.ngram_span(manifest, model_dir)  # refused before anything is removed
+
+        def build(directory):
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(directory)
+            compact = small_layout.build_small(model_dir, manifest, directory)
+            storage.write_json(compact, os.path.join(directory, tables.MANIFEST))
+            return compact
+    else:
+        def build(directory):
+            return _compile(model_dir, manifest, directory, partition_links)
     if not storage.is_remote(model_dir):
         local = os.path.join(model_dir, COMPACT)
         with storage.resource_errors(local):
-            return _compile(model_dir, manifest, local, partition_links)
+            return build(local)
     os.makedirs(storage.cache_directory(), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging, \
             storage.resource_errors(staging):
-        compact = _compile(model_dir, manifest, staging, partition_links)
+        compact = build(staging)
         remote = storage.join(model_dir, COMPACT)
         storage.remove_tree(remote)
         storage.upload_tree(staging, remote, last=tables.MANIFEST)
@@ -567,13 +587,15 @@ class Model(LineScoring):
         self.word_map[[BOS_ID, EOS_ID]] = [BOS_ID, EOS_ID]
         self.word_map.flags.writeable = False
         # Type id of each n-gram type's suffix one word shorter (same tag), else -1:
-        # an n-gram (and its link) can be in the model only if that suffix is.
+        # in a suffix-closed model an n-gram (and its link) is there only if that suffix
+        # is, so the lookups of the longer one are skipped where the shorter one failed.
         types = self.extractor.feature_types
         ngram_type = {(tag, t.adjacent): tag * len(types) + i
                       for tag in range(len(self.extractor.tags))
                       for i, t in enumerate(types) if t.kind == "ngram"}
         self._prerequisite = np.array(
-            [ngram_type.get((tag, t.adjacent - 1), -1) if t.kind == "ngram" else -1
+            [ngram_type.get((tag, t.adjacent - 1), -1)
+             if t.kind == "ngram" and suffix_closed(manifest) else -1
              for tag in range(len(self.extractor.tags)) for t in types], dtype=np.int64)
 
     @classmethod
@@ -582,19 +604,30 @@ class Model(LineScoring):
 
         A remote model's scoring arrays are copied to a local cache on first
         load (:func:`snm_core.storage.local_copy`) and memory-mapped from there.
+        A model whose ``compact/`` is in the small layout loads as a
+        :class:`snm_core.small_layout.SmallModel`.
         """
+        from snm_core import small_layout
         stored_compact = storage.join(model_dir, COMPACT)
         compact_manifest = storage.join(stored_compact, tables.MANIFEST)
-        built = (storage.isfile(compact_manifest)
-                 and storage.read_json(compact_manifest).get("layout") == COMPACT_LAYOUT)
+        layout = (storage.read_json(compact_manifest).get("layout")
+                  if storage.isfile(compact_manifest) else None)
+        built = layout in (COMPACT_LAYOUT, small_layout.SMALL_LAYOUT)
         # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
         checked = validation.validate_directory(model_dir, "model", parquet=not built)
-        if not built:
-            compile_model(model_dir)
+        if not built:  # missing, or an older version of its layout
+            small = isinstance(layout, str) and layout.startswith("small")
+            compile_model(model_dir, "small" if small else "fast")
         compact = tables.read_manifest(stored_compact, "compact")
+        vocabulary_size = checked.manifest["vocabulary_size"]
+        if compact["layout"] == small_layout.SMALL_LAYOUT:
+            compact_dir = storage.local_copy(
+                stored_compact, [n + ".npy" for n in small_layout.SMALL_FILES], tables.MANIFEST)
+            arrays = small_layout.load_small(compact_dir, compact, vocabulary_size, mmap)
+            return small_layout.SmallModel(checked.manifest, checked.vocabulary, compact, arrays)
         compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in COMPACT_FILES],
                                          tables.MANIFEST)
-        arrays = _load_compact(compact_dir, compact, checked.manifest["vocabulary_size"], mmap)
+        arrays = _load_compact(compact_dir, compact, vocabulary_size, mmap)
         return cls(checked.manifest, checked.vocabulary, arrays)
 
     @property
@@ -645,6 +678,17 @@ class Model(LineScoring):
         links = self.links.find(link_key(np.tile(keys, len(ids)), np.repeat(ids, len(keys))))
         probs = self._probabilities(pair_event, np.tile(rows, len(ids)), links, len(ids))
         return probs[1 if unadjusted else 0]
+
+def suffix_closed(manifest):
+    """Whether every n-gram feature and link of the model has its suffix one word shorter
+    in the model too: true of counts, and of pruning by back-off relative entropy (which
+    keeps the ARPA closure); not of pruning by mass or count."""
+    pruning = manifest.get("pruning")
+    if not pruning:
+        return True
+    # Models pruned before the key was written: only the back-off criterion's stay closed.
+    return pruning.get("suffix_closed", pruning["criterion"].startswith("relative entropy"))
+
 
 def _load_compact(compact_dir, compact, vocabulary_size, mmap):
     """The arrays of a local ``compact/`` directory, each checked against its manifest
@@ -775,14 +819,21 @@ def write_model_card(model_dir, manifest, evaluation=None):
                   f"- compact/: {stored['bytes']:,} bytes, {stored['bytes'] / links:.1f} bytes "
                   "a link (memory-mapped for scoring)"]
         if stored.get("layout") == COMPACT_LAYOUT:
-            lines.append(f"- layout {COMPACT_LAYOUT}: hashed keys, 8-byte entries (32 key bits "
-                         "and a float32 M), float32 c(w|f) for the unadjusted model")
+            lines.append(f"- layout fast ({COMPACT_LAYOUT}): hashed keys, 8-byte entries (32 key "
+                         "bits and a float32 M), float32 c(w|f) for the unadjusted model")
+        elif str(stored.get("layout")).startswith("small"):
+            lines.append(f"- layout small ({stored['layout']}): {stored['entries']:,} n-gram "
+                         "entries by context, Huffman-coded; M rounded to a log step of "
+                         f"{stored['value_step']:.3g} (perplexity within 0.1%); no unadjusted "
+                         "model")
     if evaluation:
         lines += ["", "## Evaluation", "",
                   "| model | text | perplexity | excluding OOV | OOV | words | sentences |",
                   "|---|---|---|---|---|---|---|"]
         for text, report in evaluation.items():
             for kind in ("adjusted", "unadjusted"):
+                if kind not in report:  # the small layout keeps no unadjusted model
+                    continue
                 r = report[kind]
                 lines.append(f"| {kind} | {text} | {r['perplexity']:.2f} | "
                              f"{r['perplexity_excluding_oov']:.2f} | {r['oov']:,} | "

@@ -129,9 +129,11 @@ def select_entries(form, effective, rows_per_entry, target_links=None, threshold
     return keep, applied
 
 
-def prune_model(model_dir, out_dir, target_links=None, threshold=None, say=print):
+def prune_model(model_dir, out_dir, target_links=None, threshold=None, layout="fast",
+                say=print):
     """Write the pruned model of ``model_dir`` into ``out_dir`` (a complete model
-    directory: eval, score and export-arpa read it); returns a :class:`PruneResult`."""
+    directory: eval, score and export-arpa read it, its ``compact/`` in ``layout``);
+    returns a :class:`PruneResult`."""
     if (target_links is None) == (threshold is None):
         raise SnmInputError("give --target_links N or --threshold T")
     features, matrix, manifest = read_model_tables(model_dir)
@@ -153,9 +155,10 @@ def prune_model(model_dir, out_dir, target_links=None, threshold=None, say=print
     pruned_features, pruned_matrix = _pruned_tables(features, matrix, keep_row)
     _write_model(model_dir, out_dir, manifest, pruned_features, pruned_matrix, {
         "criterion": "relative entropy in the back-off form (snm_core/prune.py)",
+        "suffix_closed": True,
         "target_links": target_links, "threshold": applied,
         "links_before": matrix.num_rows, "features_before": features.num_rows,
-        "source": model_dir})
+        "source": model_dir}, layout)
     result = PruneResult(matrix.num_rows, pruned_matrix.num_rows, features.num_rows,
                          pruned_features.num_rows, applied)
     say(f"snm prune: {result.links_after:,} of {result.links_before:,} links "
@@ -187,8 +190,9 @@ def _pruned_tables(features, matrix, keep_row):
     return pruned_features, matrix.filter(pa.array(keep_row))
 
 
-def _write_model(model_dir, out_dir, manifest, features, matrix, pruning):
-    """A model directory in the source's bucket layout, its manifest last."""
+def _write_model(model_dir, out_dir, manifest, features, matrix, pruning, layout="fast"):
+    """A model directory in the source's bucket layout, its manifest last, ``compact/``
+    in ``layout``."""
     start_output(model_dir, out_dir)
     num_buckets = manifest["num_buckets"]
     keys = features["feature"].to_numpy()
@@ -200,7 +204,7 @@ def _write_model(model_dir, out_dir, manifest, features, matrix, pruning):
         write_bucket(out_dir, b, num_buckets, features.slice(lo, hi - lo),
                      matrix.slice(row_bounds[lo], row_bounds[hi] - row_bounds[lo]))
     pruned = finish_output(out_dir, manifest, matrix.num_rows, features.num_rows, pruning)
-    compile_model(out_dir)
+    compile_model(out_dir, layout)
     write_model_card(out_dir, pruned)
 
 

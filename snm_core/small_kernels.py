@@ -1,0 +1,231 @@
+"""Compiled loops (numba) of the small layout: bit packing, Huffman decoding, scoring.
+
+A bit stream is a uint64 array read most significant bit first: bit p is
+bit ``63 - p % 64`` of word ``p // 64``.  It ends with two zero words, so a
+reader may always look 64 bits ahead.  :mod:`snm_core.small_layout` documents
+what the streams hold; this module only reads and writes them.
+"""
+
+import numba
+import numpy as np
+
+from snm_core.huffman import MAX_CODE_BITS
+
+#: The fields of an entry, each with a code per order: code id = 4 * (order - 1) + field.
+FIELD_CONTEXT_STEP, FIELD_WORD_GAP, FIELD_WORD, FIELD_VALUE = range(4)
+FIELDS = 4
+
+
+@numba.njit(nogil=True, cache=True)
+def pack(fields, lengths, positions, n_words):
+    """Write ``fields[i, f]`` (right-aligned, ``lengths[i, f]`` bits, up to 64) of every
+    entry i from bit ``positions[i]`` on, field after field; returns the stream."""
+    bits = np.zeros(n_words, dtype=np.uint64)
+    for i in range(fields.shape[0]):
+        pos = positions[i]
+        for f in range(fields.shape[1]):
+            n = lengths[i, f]
+            if n:
+                _put(bits, pos, fields[i, f], n)
+                pos += n
+    return bits
+
+
+@numba.njit(nogil=True, cache=True)
+def run_sums(values, starts, ends):
+    """Sum of ``values[starts[i]:ends[i]]`` for every i, added in order as the scorer
+    adds them (so a stored M* is bit for bit the one decoding would give)."""
+    sums = np.zeros(len(starts), dtype=np.float64)
+    for i in range(len(starts)):
+        total = 0.0
+        for j in range(starts[i], ends[i]):
+            total += values[j]
+        sums[i] = total
+    return sums
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _put(bits, pos, value, n):
+    word = pos >> 6
+    free = 64 - (pos & 63)
+    value = np.uint64(value)
+    if n <= free:
+        if n < 64:
+            value &= (np.uint64(1) << np.uint64(n)) - np.uint64(1)
+        bits[word] |= value << np.uint64(free - n)
+    else:
+        bits[word] |= value >> np.uint64(n - free)
+        bits[word + 1] |= value << np.uint64(64 - (n - free))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _peek(bits, pos):
+    """The 64 bits from ``pos`` on."""
+    word = pos >> 6
+    offset = pos & 63
+    if offset == 0:
+        return bits[word]
+    return (bits[word] << np.uint64(offset)) | (bits[word + 1] >> np.uint64(64 - offset))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _decode(bits, pos, code, limit, first, base, symbols):
+    """``(symbol, bits read)`` of the canonical Huffman code ``code`` at ``pos``."""
+    window = _peek(bits, pos) >> np.uint64(32)
+    length = 1
+    while length < MAX_CODE_BITS and window >= limit[code, length]:
+        length += 1
+    index = base[code, length] + np.int64(window >> np.uint64(32 - length)) - first[code, length]
+    return symbols[index], length
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _gamma(bits, pos):
+    """``(x, bits read)`` of the Elias gamma code of x >= 1 at ``pos``: n zeros, then x
+    in n + 1 bits."""
+    zeros = 0
+    while (_peek(bits, pos + zeros) >> np.uint64(63)) == 0:
+        zeros += 1
+    width = 2 * zeros + 1  # at most 61: escaped values are below 2**31
+    return np.int64(_peek(bits, pos) >> np.uint64(64 - width)), width
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _escaped(bits, pos, code, limit, first, base, symbols, escape):
+    """A symbol of ``code``; the escape symbol is followed by the gamma code of the
+    value less ``escape`` plus one."""
+    symbol, n = _decode(bits, pos, code, limit, first, base, symbols)
+    if symbol < escape:
+        return symbol, n
+    extra, m = _gamma(bits, pos + n)
+    return escape + extra - 1, n + m
+
+
+@numba.njit(nogil=True, cache=True)
+def decode_entries(bits, start, key, n, code_base, radix, escape, limit, first, base, symbols,
+                   level_values):
+    """Keys (context * radix + word) and values of the n entries of a block; for tests
+    and building."""
+    keys = np.empty(n, dtype=np.int64)
+    values = np.empty(n, dtype=np.float64)
+    pos = start
+    context, word = key // radix, key % radix
+    for i in range(n):
+        pos, context, word, value = _entry(bits, pos, i, context, word, code_base, escape,
+                                           limit, first, base, symbols, level_values)
+        keys[i] = context * radix + word
+        values[i] = value
+    return keys, values
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _entry(bits, pos, i, context, word, code_base, escape, limit, first, base, symbols,
+           level_values):
+    """Decode entry i of a block (its first entry's key is the block's); returns
+    ``(next pos, context, word, value)``."""
+    if i:
+        step, n = _escaped(bits, pos, code_base + FIELD_CONTEXT_STEP, limit, first, base,
+                           symbols, escape)
+        pos += n
+        if step == 0:
+            gap, n = _escaped(bits, pos, code_base + FIELD_WORD_GAP, limit, first, base,
+                              symbols, escape)
+            word += gap
+        else:
+            context += step
+            word, n = _decode(bits, pos, code_base + FIELD_WORD, limit, first, base, symbols)
+        pos += n
+    level, n = _decode(bits, pos, code_base + FIELD_VALUE, limit, first, base, symbols)
+    return pos + n, context, word, level_values[level]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _last_at_most(keys, lo, hi, query):
+    """The last index i in [lo, hi) with keys[i] <= query, or lo - 1."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] <= query:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _child(order, context, word, bits, block_keys, block_offsets, order_blocks, order_entries,
+           span_context, span_sum, order_spans, radix, block_entries, escape, limit, first,
+           base, symbols, level_values):
+    """Entry ``(context, word)`` of ``order``: ``(its index or -1, its value, M_context*)``
+    where M_context* sums the values of every entry of that context."""
+    lo, hi = order_blocks[order], order_blocks[order + 1]
+    s = _last_at_most(span_context, order_spans[order], order_spans[order + 1], context)
+    spans = s >= order_spans[order] and span_context[s] == context
+    m_star = span_sum[s] if spans else 0.0
+    # A context within one block: the block of its last possible key holds all its entries.
+    b = _last_at_most(block_keys, lo, hi, context * radix + (word if spans else radix - 1))
+    if b < lo:
+        return -1, 0.0, m_star
+    first_entry = (b - lo) * block_entries
+    n = min(block_entries, order_entries[order] - first_entry)
+    key = block_keys[b]
+    c, w = key // radix, key % radix
+    pos = block_offsets[b]
+    found, value = -1, 0.0
+    code_base = FIELDS * (order - 1)
+    for i in range(n):
+        pos, c, w, v = _entry(bits, pos, i, c, w, code_base, escape, limit, first, base,
+                              symbols, level_values)
+        if c > context or (spans and c == context and w > word):
+            break
+        if c == context:
+            if not spans:
+                m_star += v
+            if w == word:
+                found, value = first_entry + i, v
+    return found, value, m_star
+
+
+@numba.njit(nogil=True, cache=True)
+def event_sums(words, offsets, bos, eos, min_n, max_n, bits, block_keys, block_offsets,
+               order_blocks, order_entries, span_context, span_sum, order_spans, radix,
+               block_entries, escape, limit, first, base, symbols, level_values):
+    """Sum of M_fw and of M_f* over the present n-gram features of every event.
+
+    ``words`` are the sentences' word ranks back to back (``offsets`` bound each);
+    a sentence of n words has n + 1 events, the last predicting ``eos``.  The
+    contexts of an event are the entries found for the previous event's target
+    (the forward trie's state, as in KenLM).  A context that is an entry
+    but not a feature (no links: M* = 0) adds nothing.
+    """
+    n_sentences = len(offsets) - 1
+    n_events = len(words) + n_sentences
+    numerator = np.zeros(n_events, dtype=np.float64)
+    denominator = np.zeros(n_events, dtype=np.float64)
+    context = np.full(max_n + 2, -1, dtype=np.int64)
+    following = np.full(max_n + 2, -1, dtype=np.int64)
+    bos_entry = _child(1, 0, bos, bits, block_keys, block_offsets, order_blocks, order_entries,
+                       span_context, span_sum, order_spans, radix, block_entries, escape,
+                       limit, first, base, symbols, level_values)[0]
+    event = 0
+    for s in range(n_sentences):
+        context[:] = -1
+        context[0] = 0
+        context[1] = bos_entry
+        for t in range(offsets[s], offsets[s + 1] + 1):
+            target = words[t] if t < offsets[s + 1] else eos
+            following[:] = -1
+            following[0] = 0
+            for k in range(max_n + 1):
+                if context[k] < 0:  # longer contexts may be entries still (pruned models)
+                    continue
+                entry, value, m_star = _child(
+                    k + 1, context[k], target, bits, block_keys, block_offsets, order_blocks,
+                    order_entries, span_context, span_sum, order_spans, radix, block_entries,
+                    escape, limit, first, base, symbols, level_values)
+                following[k + 1] = entry
+                if k >= min_n:
+                    numerator[event] += value
+                    denominator[event] += m_star
+            context[:] = following
+            event += 1
+    return numerator, denominator
