@@ -16,15 +16,21 @@ give it), and snm `Model.score_lines` (adjusted probabilities) on 1 and 2
 threads (its compiled lookups and numpy release the GIL).  Words are the
 predicted tokens, </s> included.  Without --model, a kernel 5-gram model is
 built once (count, join, fit with unlexicalized meta-features for 3 epochs,
-apply) into benchmarks/work/score-kernel-5gram/.  Sizes: bytes per link of the
-compact arrays (link arrays and feature arrays apart), the ARPA file, and, when
-BUILD_BINARY names KenLM's build_binary, its probing and trie files (scored
-too, probing being the form decoders load).  Appends to benchmarks/results.jsonl.
+apply) into benchmarks/work/score-kernel-5gram/.  The same model in the small
+layout (`MODEL-small/`, the Parquet files hard-linked, `compact/` built with
+`--layout small`) is scored too; its perplexity may differ from the ARPA's by
+its rounding bound (0.1%) instead of 1e-4.  Sizes: bytes per link of the
+compact arrays (fast layout: link arrays and feature arrays apart; small
+layout), the ARPA file, and, when BUILD_BINARY names KenLM's build_binary, its
+probing, trie and 8-bit quantized trie files (`-q 8 -b 8 -a 22 trie`; the
+first two scored too, probing being the form decoders load).  Appends to
+benchmarks/results.jsonl.
 """
 
 import argparse
 import glob
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +44,7 @@ from benchmarks.common import (MODE, WORK, arpa_ngrams, corpus, print_table,  # 
 
 REPEATS = 15
 PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
+SMALL_TOLERANCE = 1e-3  # the small layout's values are rounded (snm_core/small_layout.py)
 SNM_THREADS = (1, 2)
 FIT_EPOCHS = 3
 DEFAULT_MODEL = os.path.join(WORK, "score-kernel-5gram")
@@ -66,6 +73,24 @@ def build_model(model):
         if not os.path.exists(os.path.join(out, "manifest.json")):
             seconds, _ = run_measured(cmd, log=out + ".log")
             print(f"{cmd[3]}: {seconds:.1f} s", flush=True)
+
+
+def small_copy(model):
+    """``MODEL-small/``: the model's files hard-linked, its compact/ in the small layout."""
+    from snm_core.model import compile_model
+    small = model.rstrip("/") + "-small"
+    manifest = os.path.join(small, "compact", "manifest.json")
+    if newer(manifest, os.path.join(model, "manifest.json")):
+        return small
+    shutil.rmtree(small, ignore_errors=True)
+    os.makedirs(small)
+    for name in os.listdir(model):
+        if name != "compact":
+            os.link(os.path.join(model, name), os.path.join(small, name))
+    seconds = time.perf_counter()
+    compile_model(small, "small")
+    print(f"small layout built in {time.perf_counter() - seconds:.1f} s", flush=True)
+    return small
 
 
 def newer(target, *sources):
@@ -123,10 +148,11 @@ def main(argv=None):
     build_binary = os.environ.get("BUILD_BINARY")
     binaries = {}
     if build_binary:
-        for kind in ("probing", "trie"):
+        for kind, options in (("probing", ["probing"]), ("trie", ["trie"]),
+                              ("trie-q8", ["-q", "8", "-b", "8", "-a", "22", "trie"])):
             binaries[kind] = arpa[:-len(".arpa")] + f".{kind}"
             if not newer(binaries[kind], arpa):
-                run_measured([build_binary, kind, arpa, binaries[kind]],
+                run_measured([build_binary, *options, arpa, binaries[kind]],
                              log=binaries[kind] + ".log")
         kenlm_models.append(("kenlm", "probing binary", binaries["probing"]))
 
@@ -136,6 +162,8 @@ def main(argv=None):
     halves = [lines[:len(lines) // 2], lines[len(lines) // 2:]]
     models = [kenlm.Model(path) for _, _, path in kenlm_models]
     model = Model.load(args.model)
+    small_dir = small_copy(args.model)
+    small = Model.load(small_dir)
     pool = ThreadPoolExecutor(2)
     specs = [({"scorer": scorer, "model_form": form, "threads": 1,
                "note": "Python module has no batch API"},
@@ -147,6 +175,10 @@ def main(argv=None):
     specs += [({"scorer": "snm", "model_form": "compact (mmap)", "threads": threads,
                 "note": "Model.score_lines, adjusted"},
                lambda threads=threads: snm_log10(model, lines, threads))
+              for threads in SNM_THREADS]
+    specs += [({"scorer": "snm", "model_form": "small layout (mmap)", "threads": threads,
+                "note": "Model.score_lines, adjusted"},
+               lambda threads=threads: snm_log10(small, lines, threads))
               for threads in SNM_THREADS]
     rows = []
     for (row, _), (seconds, result) in zip(specs, best_of_rounds([fn for _, fn in specs])):
@@ -177,13 +209,17 @@ def main(argv=None):
              ("snm feature arrays", sum(nbytes[n] for n in FEATURE_ARRAYS), features, "feature"),
              ("snm feature arrays", sum(nbytes[n] for n in FEATURE_ARRAYS), links, "link"),
              ("ARPA file", os.path.getsize(arpa), ngrams, "n-gram")]
+    small_bytes = sum(os.path.getsize(p)
+                      for p in glob.glob(os.path.join(small_dir, "compact", "*.npy")))
+    sizes.append(("snm small layout, all arrays", small_bytes, links, "link"))
     sizes += [(f"KenLM {kind} binary", os.path.getsize(path), ngrams, "n-gram")
               for kind, path in binaries.items()]
     size_rows = [{"model": name, "bytes": size, "count": count, "per": per,
                   "bytes_per": size / count} for name, size, count, per in sizes]
     print()
     print_table(size_rows, ["model", "bytes", "count", "per", "bytes_per"])
-    bad = [r for r in rows if not r["ppl_rel_diff"] < PPL_TOLERANCE]
+    bad = [r for r in rows if not r["ppl_rel_diff"] < (
+        SMALL_TOLERANCE if r["model_form"].startswith("small") else PPL_TOLERANCE)]
     if bad:
         raise SystemExit(f"perplexities differ by more than {PPL_TOLERANCE}: not the same "
                          "computation; nothing recorded")

@@ -29,7 +29,7 @@ import numpy as np
 
 from pipelines import count_directory, running
 from snm_core import model as model_lib
-from snm_core import losscheck, small_layout, storage, tables
+from snm_core import losscheck, ngram_trie, storage, tables
 from snm_core.checkpoints import checkpoint
 from snm_core.errors import SnmInputError
 from snm_core.runlock import run_lock
@@ -111,7 +111,7 @@ class ApplyOptions:
     counts: str
     theta: str  # the fit directory
     out: str
-    layout: str = "fast"  # of compact/: model_lib.LAYOUTS
+    layout: str = "hashed"  # of compact/: model_lib.LAYOUTS
 
     def __post_init__(self):
         running.absolute_paths(self, "counts", "theta", "out")
@@ -139,8 +139,8 @@ def run(args, beam_args=()):
     if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
         raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
                             f"{args.counts}; run snm join and snm fit on these counts")
-    if args.layout == "small":  # refused before the pipeline runs
-        small_layout.ngram_span(settings.manifest, args.counts)
+    if args.layout != "hashed":  # refused before the pipeline runs
+        ngram_trie.ngram_span(settings.manifest, args.counts, args.layout)
     spec = MetaFeatureSpec(**fit_manifest["metafeatures"])
     theta_path = storage.join(args.theta, "theta.npy")
     storage.makedirs(args.out)
@@ -160,7 +160,7 @@ def run(args, beam_args=()):
 
     metrics = running.run_pipeline(beam_args, build, "apply", shared_paths=[args.out])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
-    model_lib.compile_model(args.out, args.layout)  # the scoring arrays (a remote model's built here)
+    model_lib.compile_model(args.out, args.layout)  # scoring arrays (a remote model: built here)
     model_lib.write_model_card(args.out, manifest)
     running.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
                           manifest["totals"], metrics)

@@ -32,7 +32,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import running
-from snm_core import losscheck, small_layout, storage, tables
+from snm_core import losscheck, ngram_trie, storage, tables
 from snm_core import prune as prune_lib
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
@@ -58,7 +58,7 @@ class PruneOptions:
     criterion: str = None  # None: backoff for n-gram configurations, else mass
     heldout: str = None  # a join directory on the model's counts
     heldout_weight: float = None  # with heldout; None: HELDOUT_WEIGHT
-    layout: str = "fast"  # of compact/: LAYOUTS
+    layout: str = "hashed"  # of compact/: LAYOUTS
 
     def __post_init__(self):
         running.absolute_paths(self, "model", "out", "heldout")
@@ -236,8 +236,8 @@ def run(options, beam_args=()):
     """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest."""
     from snm_core.validation import validate_directory
     manifest = validate_directory(options.model, "model").manifest
-    if options.layout == "small":  # refused before anything is pruned
-        small_layout.ngram_span(manifest, options.model)
+    if options.layout != "hashed":  # refused before anything is pruned
+        ngram_trie.ngram_span(manifest, options.model, options.layout)
     ngram = parse_config(manifest["config"]).ngram_order is not None
     criterion = options.criterion or ("backoff" if ngram else "mass")
     if criterion != "backoff":

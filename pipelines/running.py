@@ -239,10 +239,11 @@ def absolute_paths(options, *names):
 
 def add_layout_argument(parser):
     """``--layout``: the form of the model's scoring arrays (``compact/``)."""
-    parser.add_argument("--layout", choices=LAYOUTS, default="fast",
-                        help="scoring arrays (compact/): fast (hashed keys, any model) or small "
-                             "(n-gram models of one tag, about 2.5 bytes a link, perplexity "
-                             "within 0.1%%, no unadjusted model)")
+    parser.add_argument("--layout", choices=LAYOUTS, default="hashed",
+                        help="scoring arrays (compact/): hashed (the default: any model, with "
+                             "the unadjusted model), trie (n-gram models of one tag: about "
+                             "10 bytes a link, the fastest) or small (n-gram models of one "
+                             "tag: about 2.5 bytes a link, perplexity within 0.1%%)")
 
 
 def check_layout(layout):

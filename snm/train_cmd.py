@@ -48,7 +48,7 @@ from pipelines import training_sources
 from pipelines import vocab as vocab_stage
 from snm.eval_cmd import evaluate as evaluate_text, format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
-from snm_core import loglinear_model, memory, penalties, small_layout, storage, tables
+from snm_core import loglinear_model, memory, ngram_trie, penalties, storage, tables
 from snm_core.checkpoints import checkpoint
 from snm_core.config import load_config
 from snm_core.errors import SnmInputError, SnmStageError
@@ -232,15 +232,16 @@ def _train(args, beam_args):
         if config.ngram_order is None:
             raise SnmInputError("--family loglinear takes n-gram configurations (5gram, or a "
                                 "file with one ngram_extractor); skip-grams are SNM only")
-        if args.tagged or args.prune_to or args.layout != "fast":
+        if args.tagged or args.prune_to or args.layout != "hashed":
             raise SnmInputError("--family loglinear trains on pooled sources, unpruned, "
                                 "stored its own way: drop --tagged, --prune_to and --layout")
     sources = training_sources.parse_sources(args.train, pooled=not args.tagged)
     if args.tagged and training_sources.source_tags(sources) == [""]:
         raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
-    if args.layout == "small":  # refused before any stage runs
-        small_layout.ngram_span({"config": config.to_text(),
-                                 "tags": training_sources.source_tags(sources)}, args.config)
+    if args.layout != "hashed":  # refused before any stage runs
+        ngram_trie.ngram_span({"config": config.to_text(),
+                               "tags": training_sources.source_tags(sources)}, args.config,
+                              args.layout)
     files = training_sources.expand_sources(sources)
     for path in (args.heldout, args.test) + ((args.vocab,) if args.vocab else ()):
         if not storage.isfile(path):
@@ -309,9 +310,9 @@ def _train(args, beam_args):
                          f"{manifest('adjust')['training']['epochs']} epoch(s): held-out "
                          f"perplexity {manifest('adjust')['heldout_perplexity_unadjusted']:.2f}"
                          f" -> {manifest('adjust')['heldout_perplexity']:.2f}")
-    # With --prune_to the pruned model takes --layout; the model it is pruned from, fast.
-    apply_layout = "fast" if args.prune_to else args.layout
-    layout_input = {"layout": args.layout} if args.layout != "fast" else {}  # older runs: fast
+    # With --prune_to the pruned model takes --layout; the model it is pruned from, hashed.
+    apply_layout = "hashed" if args.prune_to else args.layout
+    layout_input = {"layout": args.layout} if args.layout != "hashed" else {}  # older: hashed
     runner.stage(5, "apply", {"counts": _manifest_digest(dirs["counts"]),
                               "fit": _manifest_digest(dirs["adjust"]),
                               **({} if args.prune_to else layout_input)},

@@ -60,9 +60,10 @@ COMPILE_PARTITION_LINKS = 1 << 22
 COMPACT = "compact"
 #: The layout of ``compact/`` (its manifest's ``layout``); another is rebuilt on load.
 COMPACT_LAYOUT = 3
-#: Layouts ``compact/`` may be built in (``--layout``): hashed keys, or the small one of
-#: :mod:`snm_core.small_layout`.
-LAYOUTS = ("fast", "small")
+#: Layouts ``compact/`` may be built in (``--layout``): hashed keys (this module, any
+#: model), or an n-gram model's trie, plain (:mod:`snm_core.trie_layout`) or coded
+#: (:mod:`snm_core.small_layout`).
+LAYOUTS = ("hashed", "trie", "small")
 COMPACT_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
                  "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
                  "seen_words")
@@ -387,13 +388,12 @@ def _sort_partition(scratch, p, work):
                                       dtype=np.float32)[order] for name in ("m", "c"))
 
 
-def compile_model(model_dir, layout="fast", partition_links=COMPILE_PARTITION_LINKS):
+def compile_model(model_dir, layout="hashed", partition_links=COMPILE_PARTITION_LINKS):
     """Build ``compact/`` in ``layout`` from the model's Parquet files; returns the compact
     manifest.
 
-    ``layout`` is ``"fast"`` (hashed keys, this module) or ``"small"``
-    (:mod:`snm_core.small_layout`, n-gram models).  A remote model's arrays
-    are built in a local directory, then uploaded, their manifest last.
+    ``layout`` is one of :data:`LAYOUTS`.  A remote model's arrays are built
+    in a local directory, then uploaded, their manifest last.
 
     Memory stays bounded whatever the model size: arrays are written to their
     ``.npy`` files in order (:class:`NpyWriter`); feature keys arrive sorted
@@ -406,14 +406,15 @@ def compile_model(model_dir, layout="fast", partition_links=COMPILE_PARTITION_LI
     manifest = tables.read_manifest(model_dir, "model")
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    if layout == "small":
-        from snm_core import small_layout
-        small_layout.ngram_span(manifest, model_dir)  # refused before anything is removed
+    if layout != "hashed":
+        from snm_core import ngram_trie, small_layout, trie_layout
+        ngram_trie.ngram_span(manifest, model_dir, layout)  # refused before anything is removed
+        builder = small_layout.build_small if layout == "small" else trie_layout.build_trie
 
         def build(directory):
             shutil.rmtree(directory, ignore_errors=True)
             os.makedirs(directory)
-            compact = small_layout.build_small(model_dir, manifest, directory)
+            compact = builder(model_dir, manifest, directory)
             storage.write_json(compact, os.path.join(directory, tables.MANIFEST))
             return compact
     else:
@@ -604,27 +605,33 @@ class Model(LineScoring):
 
         A remote model's scoring arrays are copied to a local cache on first
         load (:func:`snm_core.storage.local_copy`) and memory-mapped from there.
-        A model whose ``compact/`` is in the small layout loads as a
+        A model whose ``compact/`` is in a trie layout loads as a
+        :class:`snm_core.trie_layout.TrieModel` or
         :class:`snm_core.small_layout.SmallModel`.
         """
-        from snm_core import small_layout
+        from snm_core import small_layout, trie_layout
+        tries = {small_layout.SMALL_LAYOUT: (small_layout.SMALL_FILES, small_layout.load_small,
+                                             small_layout.SmallModel),
+                 trie_layout.TRIE_LAYOUT: (trie_layout.TRIE_FILES, trie_layout.load_trie,
+                                           trie_layout.TrieModel)}
         stored_compact = storage.join(model_dir, COMPACT)
         compact_manifest = storage.join(stored_compact, tables.MANIFEST)
         layout = (storage.read_json(compact_manifest).get("layout")
                   if storage.isfile(compact_manifest) else None)
-        built = layout in (COMPACT_LAYOUT, small_layout.SMALL_LAYOUT)
+        built = layout == COMPACT_LAYOUT or layout in tries
         # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
         checked = validation.validate_directory(model_dir, "model", parquet=not built)
-        if not built:  # missing, or an older version of its layout
-            small = isinstance(layout, str) and layout.startswith("small")
-            compile_model(model_dir, "small" if small else "fast")
+        if not built:  # missing, or an older version of its layout ("small-0": small)
+            name = layout.split("-")[0] if isinstance(layout, str) else "hashed"
+            compile_model(model_dir, name if name in LAYOUTS else "hashed")
         compact = tables.read_manifest(stored_compact, "compact")
         vocabulary_size = checked.manifest["vocabulary_size"]
-        if compact["layout"] == small_layout.SMALL_LAYOUT:
-            compact_dir = storage.local_copy(
-                stored_compact, [n + ".npy" for n in small_layout.SMALL_FILES], tables.MANIFEST)
-            arrays = small_layout.load_small(compact_dir, compact, vocabulary_size, mmap)
-            return small_layout.SmallModel(checked.manifest, checked.vocabulary, compact, arrays)
+        if compact["layout"] in tries:
+            files, load, model_type = tries[compact["layout"]]
+            compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in files],
+                                             tables.MANIFEST)
+            arrays = load(compact_dir, compact, vocabulary_size, mmap)
+            return model_type(checked.manifest, checked.vocabulary, compact, arrays)
         compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in COMPACT_FILES],
                                          tables.MANIFEST)
         arrays = _load_compact(compact_dir, compact, vocabulary_size, mmap)
@@ -819,8 +826,11 @@ def write_model_card(model_dir, manifest, evaluation=None):
                   f"- compact/: {stored['bytes']:,} bytes, {stored['bytes'] / links:.1f} bytes "
                   "a link (memory-mapped for scoring)"]
         if stored.get("layout") == COMPACT_LAYOUT:
-            lines.append(f"- layout fast ({COMPACT_LAYOUT}): hashed keys, 8-byte entries (32 key "
-                         "bits and a float32 M), float32 c(w|f) for the unadjusted model")
+            lines.append(f"- layout hashed ({COMPACT_LAYOUT}): hashed keys, 8-byte entries (32 "
+                         "key bits and a float32 M), float32 c(w|f) for the unadjusted model")
+        elif str(stored.get("layout")).startswith("trie"):
+            lines.append(f"- layout trie ({stored['layout']}): {stored['entries']:,} n-gram "
+                         "entries by context, word ranks and float32 M; no unadjusted model")
         elif str(stored.get("layout")).startswith("small"):
             lines.append(f"- layout small ({stored['layout']}): {stored['entries']:,} n-gram "
                          "entries by context, Huffman-coded; M rounded to a log step of "

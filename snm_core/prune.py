@@ -129,7 +129,7 @@ def select_entries(form, effective, rows_per_entry, target_links=None, threshold
     return keep, applied
 
 
-def prune_model(model_dir, out_dir, target_links=None, threshold=None, layout="fast",
+def prune_model(model_dir, out_dir, target_links=None, threshold=None, layout="hashed",
                 say=print):
     """Write the pruned model of ``model_dir`` into ``out_dir`` (a complete model
     directory: eval, score and export-arpa read it, its ``compact/`` in ``layout``);
@@ -190,7 +190,7 @@ def _pruned_tables(features, matrix, keep_row):
     return pruned_features, matrix.filter(pa.array(keep_row))
 
 
-def _write_model(model_dir, out_dir, manifest, features, matrix, pruning, layout="fast"):
+def _write_model(model_dir, out_dir, manifest, features, matrix, pruning, layout="hashed"):
     """A model directory in the source's bucket layout, its manifest last, ``compact/``
     in ``layout``."""
     start_output(model_dir, out_dir)

@@ -1,9 +1,11 @@
-"""Compiled loops (numba) of the small layout: bit packing, Huffman decoding, scoring.
+"""Compiled loops (numba) of the trie layouts: scoring, lookups, bit packing, Huffman decoding.
 
-A bit stream is a uint64 array read most significant bit first: bit p is
-bit ``63 - p % 64`` of word ``p // 64``.  It ends with two zero words, so a
-reader may always look 64 bits ahead.  :mod:`snm_core.small_layout` documents
-what the streams hold; this module only reads and writes them.
+:func:`event_sums` walks a sentence through an n-gram trie
+(:mod:`snm_core.ngram_trie`) with a layout's lookup: :func:`trie_child` (the
+trie layout's plain arrays) or :func:`small_child` (the small layout's coded
+blocks).  A bit stream of the small layout is a uint64 array read most
+significant bit first: bit p is bit ``63 - p % 64`` of word ``p // 64``; it
+ends with two zero words, so a reader may always look 64 bits ahead.
 """
 
 import numba
@@ -101,23 +103,6 @@ def _escaped(bits, pos, code, limit, first, base, symbols, escape):
     return escape + extra - 1, n + m
 
 
-@numba.njit(nogil=True, cache=True)
-def decode_entries(bits, start, key, n, code_base, radix, escape, limit, first, base, symbols,
-                   level_values):
-    """Keys (context * radix + word) and values of the n entries of a block; for tests
-    and building."""
-    keys = np.empty(n, dtype=np.int64)
-    values = np.empty(n, dtype=np.float64)
-    pos = start
-    context, word = key // radix, key % radix
-    for i in range(n):
-        pos, context, word, value = _entry(bits, pos, i, context, word, code_base, escape,
-                                           limit, first, base, symbols, level_values)
-        keys[i] = context * radix + word
-        values[i] = value
-    return keys, values
-
-
 @numba.njit(nogil=True, cache=True, inline="always")
 def _entry(bits, pos, i, context, word, code_base, escape, limit, first, base, symbols,
            level_values):
@@ -152,11 +137,40 @@ def _last_at_most(keys, lo, hi, query):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _child(order, context, word, bits, block_keys, block_offsets, order_blocks, order_entries,
-           span_context, span_sum, order_spans, radix, block_entries, escape, limit, first,
-           base, symbols, level_values):
-    """Entry ``(context, word)`` of ``order``: ``(its index or -1, its value, M_context*)``
-    where M_context* sums the values of every entry of that context."""
+def trie_child(order, context, word, tables):
+    """Entry ``(context, word)`` of ``order`` in the trie layout: ``(its index or -1, its
+    value, M_context*)``; a binary search of the context's words."""
+    (words, values, order_entries, child_start, order_contexts, m_star_index, m_star_values,
+     order_m_star, unigram) = tables
+    if order == 1:  # the empty context's entries, one per word: found directly
+        entry = np.int64(unigram[word])
+        if entry < 0:
+            return entry, 0.0, m_star_values[m_star_index[0]]
+        return entry, np.float64(values[order_entries[1] + entry]), m_star_values[m_star_index[0]]
+    at = order_contexts[order] + context
+    base = order_entries[order]
+    lo, end = base + child_start[at], base + child_start[at + 1]
+    m_star = m_star_values[m_star_index[order_m_star[order - 1] + context]]
+    hi = end
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if words[mid] < word:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < end and words[lo] == word:
+        return lo - base, np.float64(values[lo]), m_star
+    return -1, 0.0, m_star
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def small_child(order, context, word, tables):
+    """Entry ``(context, word)`` of ``order`` in the small layout: ``(its index or -1,
+    its value, M_context*)`` where M_context* sums the values of every entry of that
+    context."""
+    (bits, block_keys, block_offsets, order_blocks, order_entries, span_context, span_sum,
+     order_spans, radix, block_entries, escape, limit, first, base, symbols,
+     level_values) = tables
     lo, hi = order_blocks[order], order_blocks[order + 1]
     s = _last_at_most(span_context, order_spans[order], order_spans[order + 1], context)
     spans = s >= order_spans[order] and span_context[s] == context
@@ -186,12 +200,12 @@ def _child(order, context, word, bits, block_keys, block_offsets, order_blocks, 
 
 
 @numba.njit(nogil=True, cache=True)
-def event_sums(words, offsets, bos, eos, min_n, max_n, bits, block_keys, block_offsets,
-               order_blocks, order_entries, span_context, span_sum, order_spans, radix,
-               block_entries, escape, limit, first, base, symbols, level_values):
+def event_sums(words, offsets, bos, eos, min_n, max_n, lookup, tables):
     """Sum of M_fw and of M_f* over the present n-gram features of every event.
 
-    ``words`` are the sentences' word ranks back to back (``offsets`` bound each);
+    ``lookup(order, context, word, tables)`` finds an entry (:func:`trie_child`,
+    :func:`small_child`).  ``words`` are the sentences' word ranks back to back
+    (``offsets`` bound each);
     a sentence of n words has n + 1 events, the last predicting ``eos``.  The
     contexts of an event are the entries found for the previous event's target
     (the forward trie's state, as in KenLM).  A context that is an entry
@@ -203,9 +217,7 @@ def event_sums(words, offsets, bos, eos, min_n, max_n, bits, block_keys, block_o
     denominator = np.zeros(n_events, dtype=np.float64)
     context = np.full(max_n + 2, -1, dtype=np.int64)
     following = np.full(max_n + 2, -1, dtype=np.int64)
-    bos_entry = _child(1, 0, bos, bits, block_keys, block_offsets, order_blocks, order_entries,
-                       span_context, span_sum, order_spans, radix, block_entries, escape,
-                       limit, first, base, symbols, level_values)[0]
+    bos_entry = lookup(1, 0, bos, tables)[0]
     event = 0
     for s in range(n_sentences):
         context[:] = -1
@@ -218,10 +230,7 @@ def event_sums(words, offsets, bos, eos, min_n, max_n, bits, block_keys, block_o
             for k in range(max_n + 1):
                 if context[k] < 0:  # longer contexts may be entries still (pruned models)
                     continue
-                entry, value, m_star = _child(
-                    k + 1, context[k], target, bits, block_keys, block_offsets, order_blocks,
-                    order_entries, span_context, span_sum, order_spans, radix, block_entries,
-                    escape, limit, first, base, symbols, level_values)
+                entry, value, m_star = lookup(k + 1, context[k], target, tables)
                 following[k + 1] = entry
                 if k >= min_n:
                     numerator[event] += value

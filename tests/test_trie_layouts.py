@@ -1,0 +1,182 @@
+"""The trie layouts (``snm_core.trie_layout``, ``snm_core.small_layout``): the float
+model's probabilities (the small layout's within its rounding bound), normalised, in
+about 10 and under 3 bytes a link, for n-gram models only."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from snm.cli import main
+from snm_core import huffman, small_layout, trie_kernels
+from snm_core.errors import SnmInputError
+from snm_core.model import Model, compile_model
+from snm_core.small_layout import SmallModel
+from snm_core.text import tokenize
+from snm_core.trie_layout import TrieModel
+from test_model import SKIP, brute_force_perplexity, build_model
+
+#: Largest factor between a probability of a layout and the hashed layout's: float32
+#: values summed in another order (trie), values rounded to a log grid (small).
+BOUND = {"trie": 1 + 1e-6, "small": math.exp(small_layout.VALUE_STEP) * (1 + 1e-6)}
+TRIES = ("trie", "small")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The same 5-gram model in each layout: ``({layout: directory}, test lines)``."""
+    hashed, test = build_model(tmp_path_factory.mktemp("ngram"), "5gram", tagged=False)
+    dirs = {"hashed": hashed}
+    for layout in TRIES:
+        dirs[layout] = hashed.parent / layout
+        shutil.copytree(hashed, dirs[layout])
+        compile_model(str(dirs[layout]), layout)
+    return dirs, test
+
+
+def event_probabilities(model, lines):
+    batch, _, _ = tokenize(lines, model.vocab)
+    return model.score_batch(batch).prob
+
+
+def within(ratio, layout):
+    return np.all((ratio <= BOUND[layout]) & (ratio >= 1 / BOUND[layout]))
+
+
+@pytest.mark.parametrize("layout", TRIES)
+def test_trie_model_is_the_float_model(models, layout):
+    dirs, test = models
+    model = Model.load(str(dirs[layout]))
+    assert isinstance(model, {"trie": TrieModel, "small": SmallModel}[layout])
+    ratio = event_probabilities(model, test) / event_probabilities(
+        Model.load(str(dirs["hashed"])), test)
+    assert within(ratio, layout)
+    if layout == "small":
+        assert not np.all(np.abs(ratio - 1) < 1e-6)  # values were rounded
+    ppl = model.evaluate_lines(test)["adjusted"]["perplexity"]
+    assert ppl == pytest.approx(brute_force_perplexity(dirs["hashed"], test, adjusted=True),
+                                rel=BOUND[layout] - 1)
+
+
+@pytest.mark.parametrize("layout", TRIES)
+def test_trie_model_distributions_sum_to_one_and_agree_with_scoring(models, layout):
+    dirs, test = models
+    model = Model.load(str(dirs[layout]))
+    rng = np.random.default_rng(0)
+    words = model.vocab.words[3:]
+    for context in [[], ["begin1"], test[0].split()[:4]] + [
+            list(rng.choice(words, size=rng.integers(1, 9))) for _ in range(6)]:
+        assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-9), context
+    words = test[1].split()
+    probs = event_probabilities(model, [test[1]])
+    for cut in range(len(words)):
+        assert model.prob(words[:cut], words[cut]) == probs[cut]
+
+
+def test_escapes_and_blocks_do_not_change_a_probability(models, monkeypatch, tmp_path):
+    """Escape codes for every step and gap of 2 or more, and blocks of 4 entries (most
+    contexts span blocks, their M* stored): the same probabilities, to the bit."""
+    dirs, test = models
+    other = tmp_path / "other"
+    shutil.copytree(dirs["hashed"], other)
+    monkeypatch.setattr(small_layout, "ESCAPE", 2)
+    monkeypatch.setattr(small_layout, "BLOCK_ENTRIES", 4)
+    compile_model(str(other), "small")
+    expected = event_probabilities(Model.load(str(dirs["small"])), test)
+    np.testing.assert_array_equal(event_probabilities(Model.load(str(other)), test), expected)
+
+
+@pytest.mark.parametrize("criterion", ["backoff", "mass"])
+def test_pruned_model_in_the_trie_layouts(models, criterion, tmp_path):
+    """Pruning leaves n-grams that are only prefixes (value 0) and, by mass, contexts
+    whose shorter context is gone: each layout scores them as the model defines."""
+    dirs, test = models
+    target = Model.load(str(dirs["hashed"])).manifest["totals"]["links"] // 3
+    scored = {}
+    for layout in ("hashed",) + TRIES:
+        out = tmp_path / layout
+        assert main(["prune", "--model", str(dirs["hashed"]), "--out", str(out),
+                     "--target_links", str(target), "--criterion", criterion,
+                     "--layout", layout]) == 0
+        model = Model.load(str(out))
+        scored[layout] = event_probabilities(model, test)
+        # the sums over every feature present, as a Python loop over the tables has them
+        assert model.evaluate_lines(test)["adjusted"]["perplexity"] == pytest.approx(
+            brute_force_perplexity(out, test, adjusted=True),
+            rel=1e-6 if layout == "hashed" else BOUND[layout] - 1)
+        for context in ([], test[0].split()[:3], test[2].split()[:4]):
+            assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-6)
+    for layout in TRIES:
+        assert within(scored[layout] / scored["hashed"], layout)
+
+
+@pytest.mark.parametrize("layout", TRIES)
+def test_trie_layouts_are_deterministic_and_stated(models, layout, tmp_path):
+    dirs, _ = models
+    again = tmp_path / "again"
+    shutil.copytree(dirs["hashed"], again)
+    compile_model(str(again), layout)
+    for path in (dirs[layout] / "compact").glob("*.npy"):
+        assert (again / "compact" / path.name).read_bytes() == path.read_bytes(), path.name
+    counts, fit = (str(dirs["hashed"].parent / name) for name in ("counts", "adjust"))
+    assert main(["apply", "--counts", counts, "--theta", fit, "--out",
+                 str(tmp_path / "applied"), "--layout", layout]) == 0
+    compact = json.loads((tmp_path / "applied" / "compact" / "manifest.json").read_text())
+    assert compact["layout"].startswith(layout)
+    card = (tmp_path / "applied" / "model_card.md").read_text()
+    assert f"{compact['bytes'] / compact['links']:.1f} bytes a link" in card
+    assert f"layout {layout}" in card
+
+
+def test_eval_of_a_trie_model_reports_the_adjusted_model_only(models, capsys):
+    dirs, _ = models
+    text = str(dirs["hashed"].parent / "test.txt")
+    assert main(["eval", "--model", str(dirs["trie"]), text, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == "adjusted" and "unadjusted" not in report
+    assert main(["eval", "--model", str(dirs["small"]), text, "--unadjusted"]) == 2
+    assert "no unadjusted model" in capsys.readouterr().err
+
+
+def test_skip_gram_and_tagged_models_are_refused(tmp_path):
+    skip, _ = build_model(tmp_path / "skip", SKIP, tagged=False)
+    for layout in TRIES:
+        with pytest.raises(SnmInputError, match="n-gram models only"):
+            compile_model(str(skip), layout)
+    assert (skip / "compact" / "manifest.json").exists()  # the hashed arrays are left alone
+    tagged, _ = build_model(tmp_path / "tagged", "5gram", tagged=True)
+    with pytest.raises(SnmInputError, match="untagged models only"):
+        compile_model(str(tagged), "trie")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 1 << 40), min_size=1, max_size=300), st.integers(0, 1 << 30))
+def test_huffman_codes_round_trip_and_are_optimal(frequencies, seed):
+    frequencies = np.array(frequencies)
+    lengths = huffman.code_lengths(frequencies)
+    used = frequencies > 0
+    assert np.all((lengths > 0) == used) and lengths.max(initial=0) <= huffman.MAX_CODE_BITS
+    kraft = np.sum(2.0 ** -lengths[used])
+    assert kraft <= 1 + 1e-12 and (used.sum() < 2 or kraft == pytest.approx(1))
+    if used.sum() >= 2 and lengths.max() < huffman.MAX_CODE_BITS:  # not flattened: optimal
+        p = frequencies[used] / frequencies[used].sum()
+        entropy = -np.sum(p * np.log2(p))
+        assert entropy - 1e-9 <= np.sum(p * lengths[used]) < entropy + 1
+    if not used.any():
+        return
+    symbols = np.random.default_rng(seed).choice(np.flatnonzero(used), size=200)
+    codes = huffman.canonical_codes(lengths)
+    table = huffman.DecodeTable.of(lengths)
+    fields = codes[symbols].reshape(-1, 1)
+    bits = lengths[symbols].astype(np.uint8).reshape(-1, 1)
+    positions = np.r_[0, np.cumsum(bits[:-1, 0], dtype=np.int64)]
+    stream = trie_kernels.pack(fields, bits, positions, int(bits.sum()) // 64 + 3)
+    limit, first, base = (a.reshape(1, -1) for a in (table.limit, table.first, table.base))
+    pos = 0
+    for symbol in symbols:
+        got, n = trie_kernels._decode(stream, pos, 0, limit, first, base, table.symbols)
+        assert (got, n) == (symbol, lengths[symbol])
+        pos += n
