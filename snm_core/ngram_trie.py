@@ -127,16 +127,14 @@ def _read_ngrams(model_dir, manifest, max_n):
 class TrieScoring(LineScoring):
     """Scoring of a model stored as a trie (adjusted probabilities only).
 
-    A subclass sets ``_lookup`` (a compiled lookup of :mod:`snm_core.trie_kernels`)
-    and ``_tables`` (its arrays).  Thread-safe as :class:`snm_core.model.Model`
-    is: nothing changes after loading.
+    A subclass sets ``_event_sums`` (its layout's compiled loop in
+    :mod:`snm_core.trie_kernels`) and ``_tables`` (its arrays).  Thread-safe as
+    :class:`snm_core.model.Model` is: nothing changes after loading.
     """
 
     REPORTS = {"adjusted": "prob"}
 
     def __init__(self, manifest, vocab, compact, seen, rank):
-        from snm_core import trie_kernels  # numba: loaded by scoring only
-        self._kernels = trie_kernels
         self.manifest = manifest
         self.compact = compact
         self.vocab = vocab
@@ -161,9 +159,9 @@ class TrieScoring(LineScoring):
         """Probabilities of every event of a :class:`SentenceBatch` (ids from ``self.vocab``)."""
         mapped = self.word_map[batch.tokens]
         offsets = np.asarray(batch.offsets, dtype=np.int64)
-        numerator, denominator = self._kernels.event_sums(
+        numerator, denominator = self._event_sums(
             self.rank[mapped], offsets, self.rank[BOS_ID], self.rank[EOS_ID],
-            self.compact["min_n"], self.compact["max_n"], self._lookup, self._tables)
+            self.compact["min_n"], self.compact["max_n"], self._tables)
         lengths = np.diff(offsets) + 1
         sentence = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
         target = np.full(len(sentence), EOS_ID, dtype=np.int32)

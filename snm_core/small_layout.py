@@ -213,7 +213,8 @@ class SmallModel(TrieScoring):
 
     def __init__(self, manifest, vocab, compact, arrays):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
-        self._lookup = self._kernels.small_child
+        from snm_core import trie_kernels  # numba: loaded by scoring only
+        self._event_sums = trie_kernels.small_event_sums
         self._tables = tuple(arrays[name] for name in (
             "bits", "block_keys", "block_offsets", "order_blocks", "order_entries",
             "span_context", "span_sum", "order_spans")) + (

@@ -8,14 +8,40 @@ significant bit first: bit p is bit ``63 - p % 64`` of word ``p // 64``; it
 ends with two zero words, so a reader may always look 64 bits ahead.
 """
 
+import llvmlite.ir as ir
 import numba
 import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from snm_core.huffman import MAX_CODE_BITS
 
 #: The fields of an entry, each with a code per order: code id = 4 * (order - 1) + field.
 FIELD_CONTEXT_STEP, FIELD_WORD_GAP, FIELD_WORD, FIELD_VALUE = range(4)
 FIELDS = 4
+#: Sentences scored side by side: their lookups are independent, so the memory reads
+#: of one overlap those of the others.
+LANES = 8
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Ask the CPU to bring ``array[index]`` into cache (LLVM's prefetch: read, keep)."""
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array_value = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array_value,
+                                           [args[1]], wraparound=False)
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
+            "llvm.prefetch.p0i8")
+        builder.call(function, [builder.bitcast(pointer, byte_pointer), ir.Constant(i32, 0),
+                                ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(array, index), codegen
 
 
 @numba.njit(nogil=True, cache=True)
@@ -141,26 +167,50 @@ def trie_child(order, context, word, tables):
     """Entry ``(context, word)`` of ``order`` in the trie layout: ``(its index or -1, its
     value, M_context*)``; a binary search of the context's words."""
     (words, values, order_entries, child_start, order_contexts, m_star_index, m_star_values,
-     order_m_star, unigram) = tables
-    if order == 1:  # the empty context's entries, one per word: found directly
-        entry = np.int64(unigram[word])
-        if entry < 0:
-            return entry, 0.0, m_star_values[m_star_index[0]]
-        return entry, np.float64(values[order_entries[1] + entry]), m_star_values[m_star_index[0]]
+     order_m_star) = tables
     at = order_contexts[order] + context
     base = order_entries[order]
     lo, end = base + child_start[at], base + child_start[at + 1]
     m_star = m_star_values[m_star_index[order_m_star[order - 1] + context]]
-    hi = end
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if words[mid] < word:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo < end and words[lo] == word:
+    n = end - lo
+    if n == 0:
+        return -1, 0.0, m_star
+    # Branch-free: the last position whose word is at most the one sought.
+    while n > 1:
+        half = n >> 1
+        lo = lo + half if words[lo + half] <= word else lo
+        n -= half
+    if words[lo] == word:
         return lo - base, np.float64(values[lo]), m_star
     return -1, 0.0, m_star
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def trie_context_prefetch(order, context, tables):
+    """First reads of a trie lookup: the context's child start and M* index."""
+    (words, values, order_entries, child_start, order_contexts, m_star_index, m_star_values,
+     order_m_star) = tables
+    _prefetch(child_start, order_contexts[order] + context)
+    _prefetch(m_star_index, order_m_star[order - 1] + context)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def trie_entries_prefetch(order, context, tables):
+    """Second reads: the first words and values of the context's entries, and the
+    middle word a binary search reads first."""
+    (words, values, order_entries, child_start, order_contexts, m_star_index, m_star_values,
+     order_m_star) = tables
+    at = order_contexts[order] + context
+    lo = order_entries[order] + child_start[at]
+    n = child_start[at + 1] - child_start[at]
+    _prefetch(words, lo + (n >> 1))
+    _prefetch(values, lo)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def no_prefetch(order, context, tables):
+    """The small layout's reads are a block's, decoded at once: nothing to ask for early."""
+    pass
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -199,42 +249,90 @@ def small_child(order, context, word, tables):
     return found, value, m_star
 
 
-@numba.njit(nogil=True, cache=True)
-def event_sums(words, offsets, bos, eos, min_n, max_n, lookup, tables):
-    """Sum of M_fw and of M_f* over the present n-gram features of every event.
-
-    ``lookup(order, context, word, tables)`` finds an entry (:func:`trie_child`,
-    :func:`small_child`).  ``words`` are the sentences' word ranks back to back
-    (``offsets`` bound each);
-    a sentence of n words has n + 1 events, the last predicting ``eos``.  The
-    contexts of an event are the entries found for the previous event's target
-    (the forward trie's state, as in KenLM).  A context that is an entry
-    but not a feature (no links: M* = 0) adds nothing.
+def _event_loop(lookup, prefetch_context, prefetch_entries):
+    """The event loop of a layout: ``event_sums(words, offsets, bos, eos, min_n, max_n,
+    tables)``, with ``lookup(order, context, word, tables)`` finding an entry
+    (:func:`trie_child`, :func:`small_child`) and ``prefetch_context`` and
+    ``prefetch_entries`` asking for its reads ahead.  One loop is compiled per
+    layout: a lookup passed as an argument is called, not inlined, which took
+    twice the time.
     """
-    n_sentences = len(offsets) - 1
-    n_events = len(words) + n_sentences
-    numerator = np.zeros(n_events, dtype=np.float64)
-    denominator = np.zeros(n_events, dtype=np.float64)
-    context = np.full(max_n + 2, -1, dtype=np.int64)
-    following = np.full(max_n + 2, -1, dtype=np.int64)
-    bos_entry = lookup(1, 0, bos, tables)[0]
-    event = 0
-    for s in range(n_sentences):
-        context[:] = -1
-        context[0] = 0
-        context[1] = bos_entry
-        for t in range(offsets[s], offsets[s + 1] + 1):
-            target = words[t] if t < offsets[s + 1] else eos
-            following[:] = -1
-            following[0] = 0
-            for k in range(max_n + 1):
-                if context[k] < 0:  # longer contexts may be entries still (pruned models)
+
+    @numba.njit(nogil=True, cache=True)
+    def event_sums(words, offsets, bos, eos, min_n, max_n, tables):
+        """Sum of M_fw and of M_f* over the present n-gram features of every event.
+
+        ``words`` are the sentences' word ranks back to back (``offsets`` bound
+        each); a sentence of n words has n + 1 events, the last predicting
+        ``eos``.  The contexts of an event are the entries found for the
+        previous event's target (the forward trie's state, as in KenLM).  A
+        context that is an entry but not a feature (no links: M* = 0) adds
+        nothing.
+
+        ``LANES`` sentences are scored side by side, an event of each per step:
+        the reads of every lane's lookups are requested first, then the lookups
+        run.  The sums of an event do not depend on the lanes.
+        """
+        n_sentences = len(offsets) - 1
+        numerator = np.zeros(len(words) + n_sentences, dtype=np.float64)
+        denominator = np.zeros(len(words) + n_sentences, dtype=np.float64)
+        width = max_n + 2
+        context = np.full((LANES, width), -1, dtype=np.int64)
+        following = np.empty(width, dtype=np.int64)
+        position = np.full(LANES, -1, dtype=np.int64)  # token index of a lane's event; -1 idle
+        sentence = np.zeros(LANES, dtype=np.int64)
+        bos_entry = lookup(1, 0, bos, tables)[0]
+        started = 0
+        for lane in range(min(LANES, n_sentences)):
+            sentence[lane] = started
+            position[lane] = offsets[started]
+            context[lane, 0], context[lane, 1] = 0, bos_entry
+            started += 1
+        busy = min(LANES, n_sentences)
+        while busy:
+            for lane in range(LANES):
+                if position[lane] >= 0:
+                    for k in range(max_n + 1):
+                        if context[lane, k] >= 0:
+                            prefetch_context(k + 1, context[lane, k], tables)
+            for lane in range(LANES):
+                if position[lane] >= 0:
+                    for k in range(max_n + 1):
+                        if context[lane, k] >= 0:
+                            prefetch_entries(k + 1, context[lane, k], tables)
+            for lane in range(LANES):
+                t = position[lane]
+                if t < 0:
                     continue
-                entry, value, m_star = lookup(k + 1, context[k], target, tables)
-                following[k + 1] = entry
-                if k >= min_n:
-                    numerator[event] += value
-                    denominator[event] += m_star
-            context[:] = following
-            event += 1
-    return numerator, denominator
+                s = sentence[lane]
+                target = words[t] if t < offsets[s + 1] else eos
+                event = t + s
+                following[:] = -1
+                following[0] = 0
+                for k in range(max_n + 1):
+                    if context[lane, k] < 0:  # longer contexts may be entries still (pruned)
+                        continue
+                    entry, value, m_star = lookup(k + 1, context[lane, k], target, tables)
+                    following[k + 1] = entry
+                    if k >= min_n:
+                        numerator[event] += value
+                        denominator[event] += m_star
+                context[lane, :] = following
+                if t < offsets[s + 1]:
+                    position[lane] = t + 1
+                elif started < n_sentences:
+                    sentence[lane] = started
+                    position[lane] = offsets[started]
+                    context[lane, :] = -1
+                    context[lane, 0], context[lane, 1] = 0, bos_entry
+                    started += 1
+                else:
+                    position[lane] = -1
+                    busy -= 1
+        return numerator, denominator
+
+    return event_sums
+
+
+trie_event_sums = _event_loop(trie_child, trie_context_prefetch, trie_entries_prefetch)
+small_event_sums = _event_loop(small_child, no_prefetch, no_prefetch)

@@ -6,9 +6,8 @@ vocabulary allows, else uint32) and M (float32), sorted by context then
 word; per context (an entry of orders 0 .. N-1), where its entries start in
 the next order (uint32) and its M* (an index into the distinct M* values,
 uint16 when there are at most 65,536 of them).  A lookup is a binary search
-of the context's words (the empty context's: a direct index by word); M* is
-the float64 sum of the context's stored values, so the stored model is
-exactly normalised.
+of the context's words; M* is the float64 sum of the context's stored
+values, so the stored model is exactly normalised.
 
 Kernel 5-gram: 10.0 bytes a link (KenLM's trie 10.4); n-gram configurations
 of one corpus tag only, and no unadjusted model (c(w|f)).
@@ -23,8 +22,7 @@ from snm_core.small_layout import write_arrays
 #: Name of the layout in ``compact/manifest.json``, with its version.
 TRIE_LAYOUT = "trie-1"
 TRIE_FILES = ("words", "values", "order_entries", "child_start", "order_contexts",
-              "m_star_index", "m_star_values", "order_m_star", "unigram", "word_rank",
-              "seen_words")
+              "m_star_index", "m_star_values", "order_m_star", "word_rank", "seen_words")
 
 
 def _smallest(dtypes, largest):
@@ -53,8 +51,6 @@ def build_trie(model_dir, manifest, directory):
         sums[contexts] = trie_kernels.run_sums(trie.values[j - 1].astype(np.float64), starts,
                                                ends)
         m_star.append(sums)
-    unigram = np.full(trie.radix, -1, dtype=np.int32)  # rank -> its entry of order 1
-    unigram[trie.keys[0] % trie.radix] = np.arange(len(trie.keys[0]))
     distinct, index = np.unique(np.concatenate(m_star), return_inverse=True)
     index_dtype = _smallest((np.uint16, np.uint32), len(distinct) - 1)
 
@@ -70,7 +66,6 @@ def build_trie(model_dir, manifest, directory):
         "m_star_index": index.astype(index_dtype),
         "m_star_values": distinct,
         "order_m_star": bounds(m_star),  # contexts of order k start at [k]
-        "unigram": unigram,
         "word_rank": trie.rank,
         "seen_words": trie.seen,
     }
@@ -85,7 +80,6 @@ def load_trie(compact_dir, compact, vocabulary_size, mmap=True):
                 "order_contexts": (np.int64, orders + 2),
                 "m_star_index": ((np.uint16, np.uint32), None),
                 "m_star_values": (np.float64, None), "order_m_star": (np.int64, orders + 1),
-                "unigram": (np.int32, vocabulary_size),
                 "word_rank": (np.int64, vocabulary_size),
                 "seen_words": (np.bool_, vocabulary_size)}
     arrays = load_arrays(compact_dir, TRIE_FILES, expected, mmap)
@@ -103,5 +97,6 @@ class TrieModel(TrieScoring):
 
     def __init__(self, manifest, vocab, compact, arrays):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
-        self._lookup = self._kernels.trie_child
-        self._tables = tuple(arrays[name] for name in TRIE_FILES[:9])
+        from snm_core import trie_kernels  # numba: loaded by scoring only
+        self._event_sums = trie_kernels.trie_event_sums
+        self._tables = tuple(arrays[name] for name in TRIE_FILES[:8])

@@ -76,6 +76,22 @@ def test_trie_model_distributions_sum_to_one_and_agree_with_scoring(models, layo
         assert model.prob(words[:cut], words[cut]) == probs[cut]
 
 
+@pytest.mark.parametrize("layout", TRIES)
+def test_scores_do_not_depend_on_batches_or_threads(models, layout):
+    """Sentences are scored side by side in lanes: which sentences share a batch, and
+    how many threads score the batches, changes no probability."""
+    dirs, test = models
+    model = Model.load(str(dirs[layout]))
+    lines = test * 3
+
+    def probabilities(**kwargs):
+        return np.concatenate([s.prob for _, _, s in model.score_lines(lines, **kwargs)])
+
+    whole = probabilities(threads=1, batch_lines=len(lines))
+    np.testing.assert_array_equal(probabilities(threads=1, batch_lines=1), whole)
+    np.testing.assert_array_equal(probabilities(threads=2, batch_lines=7), whole)
+
+
 def test_escapes_and_blocks_do_not_change_a_probability(models, monkeypatch, tmp_path):
     """Escape codes for every step and gap of 2 or more, and blocks of 4 entries (most
     contexts span blocks, their M* stored): the same probabilities, to the bit."""
