@@ -16,15 +16,15 @@ give it), and snm `Model.score_lines` (adjusted probabilities) on 1 and 2
 threads (its compiled lookups and numpy release the GIL).  Words are the
 predicted tokens, </s> included.  Without --model, a kernel 5-gram model is
 built once (count, join, fit with unlexicalized meta-features for 3 epochs,
-apply) into benchmarks/work/score-kernel-5gram/.  The same model in the small
-layout (`MODEL-small/`, the Parquet files hard-linked, `compact/` built with
-`--layout small`) is scored too; its perplexity may differ from the ARPA's by
-its rounding bound (0.1%) instead of 1e-4.  Sizes: bytes per link of the
-compact arrays (fast layout: link arrays and feature arrays apart; small
-layout), the ARPA file, and, when BUILD_BINARY names KenLM's build_binary, its
-probing, trie and 8-bit quantized trie files (`-q 8 -b 8 -a 22 trie`; the
-first two scored too, probing being the form decoders load).  Appends to
-benchmarks/results.jsonl.
+apply) into benchmarks/work/score-kernel-5gram/.  The same model in the trie
+and small layouts (`MODEL-trie/`, `MODEL-small/`: the Parquet files
+hard-linked, `compact/` built with `--layout`) is scored too; the small
+layout's perplexity may differ from the ARPA's by its rounding bound (0.1%)
+instead of 1e-4.  Sizes: bytes per link of the compact arrays (hashed layout:
+link arrays and feature arrays apart; trie; small), the ARPA file, and, when
+BUILD_BINARY names KenLM's build_binary, its probing, trie and 8-bit
+quantized trie files (`-q 8 -b 8 -a 22 trie`; the probing one scored too, the
+form decoders load).  Appends to benchmarks/results.jsonl.
 """
 
 import argparse
@@ -45,6 +45,7 @@ from benchmarks.common import (MODE, WORK, arpa_ngrams, corpus, print_table,  # 
 REPEATS = 15
 PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
 SMALL_TOLERANCE = 1e-3  # the small layout's values are rounded (snm_core/small_layout.py)
+TRIE_LAYOUTS = ("trie", "small")
 SNM_THREADS = (1, 2)
 FIT_EPOCHS = 3
 DEFAULT_MODEL = os.path.join(WORK, "score-kernel-5gram")
@@ -75,22 +76,22 @@ def build_model(model):
             print(f"{cmd[3]}: {seconds:.1f} s", flush=True)
 
 
-def small_copy(model):
-    """``MODEL-small/``: the model's files hard-linked, its compact/ in the small layout."""
+def layout_copy(model, layout):
+    """``MODEL-LAYOUT/``: the model's files hard-linked, its compact/ in ``layout``."""
     from snm_core.model import compile_model
-    small = model.rstrip("/") + "-small"
-    manifest = os.path.join(small, "compact", "manifest.json")
+    copy = model.rstrip("/") + "-" + layout
+    manifest = os.path.join(copy, "compact", "manifest.json")
     if newer(manifest, os.path.join(model, "manifest.json")):
-        return small
-    shutil.rmtree(small, ignore_errors=True)
-    os.makedirs(small)
+        return copy
+    shutil.rmtree(copy, ignore_errors=True)
+    os.makedirs(copy)
     for name in os.listdir(model):
         if name != "compact":
-            os.link(os.path.join(model, name), os.path.join(small, name))
+            os.link(os.path.join(model, name), os.path.join(copy, name))
     seconds = time.perf_counter()
-    compile_model(small, "small")
-    print(f"small layout built in {time.perf_counter() - seconds:.1f} s", flush=True)
-    return small
+    compile_model(copy, layout)
+    print(f"{layout} layout built in {time.perf_counter() - seconds:.1f} s", flush=True)
+    return copy
 
 
 def newer(target, *sources):
@@ -162,8 +163,8 @@ def main(argv=None):
     halves = [lines[:len(lines) // 2], lines[len(lines) // 2:]]
     models = [kenlm.Model(path) for _, _, path in kenlm_models]
     model = Model.load(args.model)
-    small_dir = small_copy(args.model)
-    small = Model.load(small_dir)
+    copies = {layout: layout_copy(args.model, layout) for layout in TRIE_LAYOUTS}
+    tries = {layout: Model.load(path) for layout, path in copies.items()}
     pool = ThreadPoolExecutor(2)
     specs = [({"scorer": scorer, "model_form": form, "threads": 1,
                "note": "Python module has no batch API"},
@@ -172,13 +173,10 @@ def main(argv=None):
     specs.append(({"scorer": "kenlm", "model_form": kenlm_models[-1][1], "threads": 2,
                    "note": "half the lines each: the module holds the GIL"},
                   lambda: sum(pool.map(lambda h: kenlm_log10(models[-1], h), halves))))
-    specs += [({"scorer": "snm", "model_form": "compact (mmap)", "threads": threads,
+    specs += [({"scorer": "snm", "model_form": f"{layout} layout (mmap)", "threads": threads,
                 "note": "Model.score_lines, adjusted"},
-               lambda threads=threads: snm_log10(model, lines, threads))
-              for threads in SNM_THREADS]
-    specs += [({"scorer": "snm", "model_form": "small layout (mmap)", "threads": threads,
-                "note": "Model.score_lines, adjusted"},
-               lambda threads=threads: snm_log10(small, lines, threads))
+               lambda scorer=scorer, threads=threads: snm_log10(scorer, lines, threads))
+              for layout, scorer in [("hashed", model), *tries.items()]
               for threads in SNM_THREADS]
     rows = []
     for (row, _), (seconds, result) in zip(specs, best_of_rounds([fn for _, fn in specs])):
@@ -204,14 +202,14 @@ def main(argv=None):
               for p in glob.glob(os.path.join(compact, "*.npy"))}
     links, features = len(model.link_m), len(model.m_star)
     ngrams = arpa_ngrams(arpa)
-    sizes = [("snm compact, all arrays", sum(nbytes.values()), links, "link"),
+    sizes = [("snm hashed layout, all arrays", sum(nbytes.values()), links, "link"),
              ("snm link arrays", sum(nbytes[n] for n in LINK_ARRAYS), links, "link"),
              ("snm feature arrays", sum(nbytes[n] for n in FEATURE_ARRAYS), features, "feature"),
              ("snm feature arrays", sum(nbytes[n] for n in FEATURE_ARRAYS), links, "link"),
              ("ARPA file", os.path.getsize(arpa), ngrams, "n-gram")]
-    small_bytes = sum(os.path.getsize(p)
-                      for p in glob.glob(os.path.join(small_dir, "compact", "*.npy")))
-    sizes.append(("snm small layout, all arrays", small_bytes, links, "link"))
+    sizes += [(f"snm {layout} layout, all arrays",
+               sum(os.path.getsize(p) for p in glob.glob(os.path.join(path, "compact", "*.npy"))),
+               links, "link") for layout, path in copies.items()]
     sizes += [(f"KenLM {kind} binary", os.path.getsize(path), ngrams, "n-gram")
               for kind, path in binaries.items()]
     size_rows = [{"model": name, "bytes": size, "count": count, "per": per,

@@ -355,7 +355,8 @@ def _train(args, beam_args):
                                               for name, report in reports.items())
 
     runner.stage(len(stage_names), "eval", {"model": _manifest_digest(dirs[final]),
-                                            "test": storage.file_stamp(args.test)},
+                                            "test": storage.file_stamp(args.test),
+                                            **layout_input},
                  eval_path, evaluate, describe_eval)
     runner.summary()
     print(f"model: {dirs[final]}  (card: {storage.join(dirs[final], 'model_card.md')}); "

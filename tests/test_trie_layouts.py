@@ -196,3 +196,28 @@ def test_huffman_codes_round_trip_and_are_optimal(frequencies, seed):
         got, n = trie_kernels._decode(stream, pos, 0, limit, first, base, table.symbols)
         assert (got, n) == (symbol, lengths[symbol])
         pos += n
+
+
+def test_train_stores_its_model_in_the_layout_asked_for(tmp_path, capsys):
+    """``snm train --layout trie``: the model and its evaluation in that layout; asking
+    for another layout then redoes apply and eval only; a skip-gram configuration is
+    refused before any stage runs."""
+    from snm_core import synthetic
+    from test_launch import train_argv
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
+    corpus = {"train": train, "dev": dev, "test": test}
+    out = tmp_path / "run"
+    assert main(["train", *train_argv(corpus, out), "--layout", "trie"]) == 0
+    printed = capsys.readouterr().out
+    assert "Adjusted" in printed and "Unadjusted" not in printed
+    assert isinstance(Model.load(str(out / "model")), TrieModel)
+    reports = json.loads((out / "eval.json").read_text())
+    assert list(reports) == ["adjusted"]
+    assert main(["train", *train_argv(corpus, out), "--layout", "small"]) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 4  # vocab .. fit
+    assert isinstance(Model.load(str(out / "model")), SmallModel)
+    argv = train_argv(corpus, tmp_path / "skip")
+    argv[argv.index("5gram")] = "skip5gram"
+    assert main(["train", *argv, "--layout", "trie"]) == 2
+    assert "n-gram models only" in capsys.readouterr().err
+    assert not (tmp_path / "skip" / "counts").exists()
