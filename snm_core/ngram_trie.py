@@ -189,10 +189,10 @@ class TrieScoring(LineScoring):
         return scores.prob[np.arange(n) * (width + 1) + width - 1]
 
 
-def load_arrays(compact_dir, names, expected, mmap=True):
+def load_arrays(compact_dir, names, expected, agree, mmap=True):
     """``{name: array}`` of a local ``compact/`` directory's ``.npy`` files, each checked
-    against ``expected[name] = (dtype, shape or None for any 1-d)``: a damaged one is
-    an :class:`SnmInputError` naming it."""
+    against ``expected[name] = (dtype, shape or None for any 1-d)``, and all by
+    ``agree(arrays)`` (their lengths): a damaged one is an :class:`SnmInputError`."""
     arrays = {}
     remedy = f"delete {compact_dir} to have it built again"
     for name in names:
@@ -210,4 +210,6 @@ def load_arrays(compact_dir, names, expected, mmap=True):
                                 f"{' or '.join(str(np.dtype(d)) for d in dtypes)} of shape "
                                 f"{shape or '(n,)'}; {remedy}")
         arrays[name] = array
+    if not agree(arrays):
+        raise SnmInputError(f"{compact_dir}: its arrays do not agree in length; {remedy}")
     return arrays

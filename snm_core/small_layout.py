@@ -168,7 +168,8 @@ def build_small(model_dir, manifest, directory):
         "seen_words": trie.seen,
     }
     return write_arrays(arrays, directory, manifest, SMALL_LAYOUT, trie, {
-        "block_entries": BLOCK_ENTRIES, "escape": ESCAPE, "value_step": VALUE_STEP})
+        "block_entries": BLOCK_ENTRIES, "escape": ESCAPE, "value_step": VALUE_STEP,
+        "bit_words": len(arrays["bits"])})
 
 
 def write_arrays(arrays, directory, manifest, layout, trie, settings):
@@ -192,20 +193,17 @@ def load_small(compact_dir, compact, vocabulary_size, mmap=True):
     codes = (FIELDS * orders, huffman.MAX_CODE_BITS + 1)
     expected = {"order_blocks": (np.int64, orders + 2), "order_entries": (np.int64, orders + 1),
                 "order_spans": (np.int64, orders + 2), "word_rank": (np.int64, vocabulary_size),
-                "seen_words": (np.bool_, vocabulary_size), "bits": (np.uint64, None),
+                "seen_words": (np.bool_, vocabulary_size),
+                "bits": (np.uint64, compact["bit_words"]),
                 "block_keys": (np.int64, None), "block_offsets": (np.int64, None),
                 "span_context": (np.int64, None), "span_sum": (np.float64, None),
                 "code_symbols": (np.int64, None), "level_values": (np.float64, None),
                 "code_limit": (np.uint64, codes), "code_first": (np.int64, codes),
                 "code_base": (np.int64, codes)}
-    arrays = load_arrays(compact_dir, SMALL_FILES, expected, mmap)
-    if (len(arrays["block_keys"]) != arrays["order_blocks"][-1]
-            or len(arrays["block_offsets"]) != len(arrays["block_keys"])
-            or len(arrays["span_sum"]) != len(arrays["span_context"])
-            or arrays["block_offsets"].max(initial=0) >= 64 * len(arrays["bits"])):
-        raise SnmInputError(f"{compact_dir}: its arrays do not agree in length; delete it "
-                            "to have it built again")
-    return arrays
+    return load_arrays(compact_dir, SMALL_FILES, expected, lambda a: (
+        len(a["block_keys"]) == a["order_blocks"][-1] == len(a["block_offsets"])
+        and len(a["span_sum"]) == len(a["span_context"])
+        and a["block_offsets"].max(initial=0) < 64 * len(a["bits"])), mmap)
 
 
 class SmallModel(TrieScoring):

@@ -82,14 +82,10 @@ def load_trie(compact_dir, compact, vocabulary_size, mmap=True):
                 "m_star_values": (np.float64, None), "order_m_star": (np.int64, orders + 1),
                 "word_rank": (np.int64, vocabulary_size),
                 "seen_words": (np.bool_, vocabulary_size)}
-    arrays = load_arrays(compact_dir, TRIE_FILES, expected, mmap)
-    if (len(arrays["words"]) != len(arrays["values"])
-            or arrays["order_entries"][-1] != len(arrays["words"])
-            or arrays["order_contexts"][-1] != len(arrays["child_start"])
-            or arrays["order_m_star"][-1] != len(arrays["m_star_index"])):
-        raise SnmInputError(f"{compact_dir}: its arrays do not agree in length; delete it "
-                            "to have it built again")
-    return arrays
+    return load_arrays(compact_dir, TRIE_FILES, expected, lambda a: (
+        len(a["words"]) == len(a["values"]) == a["order_entries"][-1]
+        and a["order_contexts"][-1] == len(a["child_start"])
+        and a["order_m_star"][-1] == len(a["m_star_index"])), mmap)
 
 
 class TrieModel(TrieScoring):

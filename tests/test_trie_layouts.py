@@ -221,3 +221,19 @@ def test_train_stores_its_model_in_the_layout_asked_for(tmp_path, capsys):
     assert main(["train", *argv, "--layout", "trie"]) == 2
     assert "n-gram models only" in capsys.readouterr().err
     assert not (tmp_path / "skip" / "counts").exists()
+
+
+@pytest.mark.parametrize("layout", TRIES)
+def test_a_damaged_array_is_a_one_line_error_naming_it(models, layout, tmp_path):
+    dirs, _ = models
+    copy = tmp_path / layout
+    shutil.copytree(dirs[layout], copy)
+    name = {"trie": "values", "small": "bits"}[layout]
+    path = copy / "compact" / f"{name}.npy"
+    np.save(path, np.load(path)[:-1].astype(np.float64))
+    with pytest.raises(SnmInputError, match=f"{name}.npy: float64 .* delete"):
+        Model.load(str(copy))
+    np.save(path, np.load(path).astype({"trie": np.float32, "small": np.uint64}[layout]))
+    with pytest.raises(SnmInputError, match="(do not agree in length|bits.npy: uint64 of "
+                                            "shape).* delete"):  # one entry short
+        Model.load(str(copy))
