@@ -24,6 +24,9 @@ Compact form (``compact/`` in a model directory, memory-mapped on load)
     About 13 bytes a link and 10 a feature (kernel 5-gram: 19.5 bytes a link
     in all; KenLM: 22.0 bytes an n-gram probing, 10.4 trie).  ``compact/`` is
     a cache of the Parquet tables: one of an older layout is rebuilt on load.
+    This is the ``hashed`` layout, for any model; ``--layout trie`` and
+    ``small`` store an n-gram model as a trie instead
+    (:mod:`snm_core.trie_layout`, :mod:`snm_core.small_layout`).
 
 Scoring
     P(w | e) = sum_{f in F(e)} M_fw / sum_{f in F(e)} M_f*, over the event's
@@ -686,6 +689,7 @@ class Model(LineScoring):
         probs = self._probabilities(pair_event, np.tile(rows, len(ids)), links, len(ids))
         return probs[1 if unadjusted else 0]
 
+
 def suffix_closed(manifest):
     """Whether every n-gram feature and link of the model has its suffix one word shorter
     in the model too: true of counts, and of pruning by back-off relative entropy (which
@@ -842,7 +846,7 @@ def write_model_card(model_dir, manifest, evaluation=None):
                   "|---|---|---|---|---|---|---|"]
         for text, report in evaluation.items():
             for kind in ("adjusted", "unadjusted"):
-                if kind not in report:  # the small layout keeps no unadjusted model
+                if kind not in report:  # the trie layouts keep no unadjusted model
                     continue
                 r = report[kind]
                 lines.append(f"| {kind} | {text} | {r['perplexity']:.2f} | "
