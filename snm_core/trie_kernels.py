@@ -165,46 +165,40 @@ def _last_at_most(keys, lo, hi, query):
 @numba.njit(nogil=True, cache=True, inline="always")
 def trie_child(order, context, word, tables):
     """Entry ``(context, word)`` of ``order`` in the trie layout: ``(its index or -1, its
-    value, M_context*)``; a binary search of the context's words."""
-    (words, values, order_entries, child_start, order_contexts, m_star_index, m_star_values,
-     order_m_star) = tables
+    value, M_context*)``; a binary search of the context's entries."""
+    entries, order_entries, contexts, order_contexts, m_star_values = tables
     at = order_contexts[order] + context
     base = order_entries[order]
-    lo, end = base + child_start[at], base + child_start[at + 1]
-    m_star = m_star_values[m_star_index[order_m_star[order - 1] + context]]
+    lo, end = base + contexts[at].start, base + contexts[at + 1].start
+    m_star = m_star_values[contexts[at].m_star]
     n = end - lo
     if n == 0:
         return -1, 0.0, m_star
     # Branch-free: the last position whose word is at most the one sought.
     while n > 1:
         half = n >> 1
-        lo = lo + half if words[lo + half] <= word else lo
+        lo = lo + half if entries[lo + half].word <= word else lo
         n -= half
-    if words[lo] == word:
-        return lo - base, np.float64(values[lo]), m_star
+    if entries[lo].word == word:
+        return lo - base, np.float64(entries[lo].value), m_star
     return -1, 0.0, m_star
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def trie_context_prefetch(order, context, tables):
-    """First reads of a trie lookup: the context's child start and M* index."""
-    (words, values, order_entries, child_start, order_contexts, m_star_index, m_star_values,
-     order_m_star) = tables
-    _prefetch(child_start, order_contexts[order] + context)
-    _prefetch(m_star_index, order_m_star[order - 1] + context)
+    """First read of a trie lookup: the context's record."""
+    entries, order_entries, contexts, order_contexts, m_star_values = tables
+    _prefetch(contexts, order_contexts[order] + context)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def trie_entries_prefetch(order, context, tables):
-    """Second reads: the first words and values of the context's entries, and the
-    middle word a binary search reads first."""
-    (words, values, order_entries, child_start, order_contexts, m_star_index, m_star_values,
-     order_m_star) = tables
+    """Second read: the middle entry of the context's, which a binary search reads first
+    (and, for the few entries most contexts have, the one it ends on)."""
+    entries, order_entries, contexts, order_contexts, m_star_values = tables
     at = order_contexts[order] + context
-    lo = order_entries[order] + child_start[at]
-    n = child_start[at + 1] - child_start[at]
-    _prefetch(words, lo + (n >> 1))
-    _prefetch(values, lo)
+    lo = order_entries[order] + contexts[at].start
+    _prefetch(entries, lo + ((contexts[at + 1].start - contexts[at].start) >> 1))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
