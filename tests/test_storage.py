@@ -229,3 +229,20 @@ def test_a_run_directory_in_s3_is_locked_by_a_conditional_write(s3):
     with run_lock(out, "snm train (after a crash)"):
         assert json.loads(storage.read_bytes(lock))["command"] == "snm train (after a crash)"
     assert not storage.exists(lock)
+
+
+def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, tmp_path, monkeypatch):
+    """``compact/`` in the trie layout for a model in a bucket: built locally, uploaded,
+    read back through the local cache, scoring as the local model does."""
+    from snm_core.model import Model, compile_model
+    from snm_core.trie_layout import TrieModel
+    from test_model import build_model
+    monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
+    local, test = build_model(tmp_path / "built", "5gram", tagged=False)
+    remote = f"{s3}/models/ngram"
+    storage.upload_tree(str(local), remote, last="manifest.json")
+    for model_dir in (remote, str(local)):
+        compile_model(model_dir, "trie")
+    loaded = Model.load(remote)
+    assert isinstance(loaded, TrieModel)
+    assert loaded.evaluate_lines(test) == Model.load(str(local)).evaluate_lines(test)
