@@ -166,7 +166,7 @@ def _last_at_most(keys, lo, hi, query):
 def trie_child(order, context, word, tables):
     """Entry ``(context, word)`` of ``order`` in the trie layout: ``(its index or -1, its
     value, M_context*)``; a binary search of the context's entries."""
-    entries, order_entries, contexts, order_contexts, m_star_values = tables
+    entries, order_entries, contexts, order_contexts, m_star_values, first_order = tables
     at = order_contexts[order] + context
     base = order_entries[order]
     lo, end = base + contexts[at].start, base + contexts[at + 1].start
@@ -185,9 +185,20 @@ def trie_child(order, context, word, tables):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def trie_first(word, tables):
+    """:func:`trie_child` of the empty context: its entries by word, directly."""
+    entries, order_entries, contexts, order_contexts, m_star_values, first_order = tables
+    entry = np.int64(first_order[word])
+    m_star = m_star_values[contexts[order_contexts[1]].m_star]
+    if entry < 0:
+        return entry, 0.0, m_star
+    return entry, np.float64(entries[order_entries[1] + entry].value), m_star
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def trie_context_prefetch(order, context, tables):
     """First read of a trie lookup: the context's record."""
-    entries, order_entries, contexts, order_contexts, m_star_values = tables
+    entries, order_entries, contexts, order_contexts, m_star_values, first_order = tables
     _prefetch(contexts, order_contexts[order] + context)
 
 
@@ -195,10 +206,16 @@ def trie_context_prefetch(order, context, tables):
 def trie_entries_prefetch(order, context, tables):
     """Second read: the middle entry of the context's, which a binary search reads first
     (and, for the few entries most contexts have, the one it ends on)."""
-    entries, order_entries, contexts, order_contexts, m_star_values = tables
+    entries, order_entries, contexts, order_contexts, m_star_values, first_order = tables
     at = order_contexts[order] + context
     lo = order_entries[order] + contexts[at].start
     _prefetch(entries, lo + ((contexts[at + 1].start - contexts[at].start) >> 1))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def small_first(word, tables):
+    """:func:`small_child` of the empty context."""
+    return small_child(1, 0, word, tables)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -243,11 +260,12 @@ def small_child(order, context, word, tables):
     return found, value, m_star
 
 
-def _event_loop(lookup, prefetch_context, prefetch_entries):
+def _event_loop(lookup, first, prefetch_context, prefetch_entries):
     """The event loop of a layout: ``event_sums(words, offsets, bos, eos, min_n, max_n,
     tables)``, with ``lookup(order, context, word, tables)`` finding an entry
-    (:func:`trie_child`, :func:`small_child`) and ``prefetch_context`` and
-    ``prefetch_entries`` asking for its reads ahead.  One loop is compiled per
+    (:func:`trie_child`, :func:`small_child`), ``first(word, tables)`` finding one of
+    the empty context's, and ``prefetch_context`` and ``prefetch_entries`` asking
+    for a lookup's reads ahead.  One loop is compiled per
     layout: a lookup passed as an argument is called, not inlined, which took
     twice the time.
     """
@@ -303,7 +321,12 @@ def _event_loop(lookup, prefetch_context, prefetch_entries):
                 event = t + s
                 following[:] = -1
                 following[0] = 0
-                for k in range(max_n + 1):
+                entry, value, m_star = first(target, tables)  # the empty context's
+                following[1] = entry
+                if min_n == 0:
+                    numerator[event] += value
+                    denominator[event] += m_star
+                for k in range(1, max_n + 1):
                     if context[lane, k] < 0:  # longer contexts may be entries still (pruned)
                         continue
                     entry, value, m_star = lookup(k + 1, context[lane, k], target, tables)
@@ -328,5 +351,6 @@ def _event_loop(lookup, prefetch_context, prefetch_entries):
     return event_sums
 
 
-trie_event_sums = _event_loop(trie_child, trie_context_prefetch, trie_entries_prefetch)
-small_event_sums = _event_loop(small_child, no_prefetch, no_prefetch)
+trie_event_sums = _event_loop(trie_child, trie_first, trie_context_prefetch,
+                              trie_entries_prefetch)
+small_event_sums = _event_loop(small_child, small_first, no_prefetch, no_prefetch)

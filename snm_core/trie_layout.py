@@ -101,4 +101,8 @@ class TrieModel(TrieScoring):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
         from snm_core import trie_kernels  # numba: loaded by scoring only
         self._event_sums = trie_kernels.trie_event_sums
-        self._tables = tuple(arrays[name] for name in TRIE_FILES[:5])
+        # The empty context's entries by word rank (-1: none), for a direct lookup.
+        first = slice(arrays["order_entries"][1], arrays["order_entries"][2])
+        first_order = np.full(compact["radix"], -1, dtype=np.int32)
+        first_order[arrays["entries"]["word"][first]] = np.arange(first.stop - first.start)
+        self._tables = tuple(arrays[name] for name in TRIE_FILES[:5]) + (first_order,)
