@@ -1,8 +1,9 @@
 """Compiled loops (numba) of the trie layouts: scoring, lookups, bit packing, Huffman decoding.
 
-:func:`event_sums` walks a sentence through an n-gram trie
-(:mod:`snm_core.ngram_trie`) with a layout's lookup: :func:`trie_child` (the
-trie layout's plain arrays) or :func:`small_child` (the small layout's coded
+``trie_event_sums`` and ``small_event_sums`` (one loop, :func:`_event_loop`,
+compiled per layout) walk sentences through an n-gram trie
+(:mod:`snm_core.ngram_trie`) with the layout's lookup: :func:`trie_child` (the
+trie layout's plain records) or :func:`small_child` (the small layout's coded
 blocks).  A bit stream of the small layout is a uint64 array read most
 significant bit first: bit p is bit ``63 - p % 64`` of word ``p // 64``; it
 ends with two zero words, so a reader may always look 64 bits ahead.
