@@ -13,7 +13,7 @@ import pyarrow as pa
 from pipelines import runners
 from snm_core import memory, storage
 from snm_core.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
-from snm_core.model import LAYOUTS
+from snm_core.model import LAYOUT_HELP, LAYOUTS
 
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -239,11 +239,7 @@ def absolute_paths(options, *names):
 
 def add_layout_argument(parser):
     """``--layout``: the form of the model's scoring arrays (``compact/``)."""
-    parser.add_argument("--layout", choices=LAYOUTS, default="hashed",
-                        help="scoring arrays (compact/): hashed (the default: any model, with "
-                             "the unadjusted model), trie (n-gram models of one tag: about "
-                             "10 bytes a link, the fastest) or small (n-gram models of one "
-                             "tag: about 2.5 bytes a link, perplexity within 0.1%%)")
+    parser.add_argument("--layout", choices=LAYOUTS, default="hashed", help=LAYOUT_HELP)
 
 
 def check_layout(layout):

@@ -32,6 +32,7 @@ TOOLS = {
     "eval": "snm.eval_cmd",
     "score": "snm.eval_cmd",
     "export-arpa": "snm.export_cmd",
+    "compact": "snm.compact_cmd",
     "train": "snm.train_cmd",
 }
 

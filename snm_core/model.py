@@ -67,6 +67,10 @@ COMPACT_LAYOUT = 3
 #: model), or an n-gram model's trie, plain (:mod:`snm_core.trie_layout`) or coded
 #: (:mod:`snm_core.small_layout`).
 LAYOUTS = ("hashed", "trie", "small")
+LAYOUT_HELP = ("scoring arrays (compact/): hashed (the default: any model, with the unadjusted "
+               "model), trie (n-gram models of one tag: about 10 bytes a link, the fastest) "
+               "or small (n-gram models of one tag: about 2.5 bytes a link, perplexity "
+               "within 0.1%%)")
 COMPACT_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
                  "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
                  "seen_words")
@@ -775,11 +779,17 @@ class PerplexityTotals:
         }
 
 
-def write_model_card(model_dir, manifest, evaluation=None):
+def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False):
     """``model_card.md``: what the model is, what it was trained on, how good it is.
 
-    ``evaluation`` maps a text's name to its ``{"adjusted": ..., "unadjusted": ...}`` report.
+    ``evaluation`` maps a text's name to its ``{"adjusted": ..., "unadjusted": ...}`` report;
+    with ``keep_evaluation`` the Evaluation section of the card there is kept instead.
     """
+    card = storage.join(model_dir, "model_card.md")
+    kept = ""
+    if keep_evaluation and storage.isfile(card):
+        text = storage.read_text(card)
+        kept = text[text.index("\n## Evaluation"):] if "\n## Evaluation" in text else ""
     totals, fit = manifest.get("count_totals", {}), manifest.get("fit", {})
     spec, training = fit.get("metafeatures", {}), fit.get("training", {})
     tags = ", ".join(manifest["tags"]) if any(manifest["tags"]) else "none (pooled)"
@@ -852,7 +862,7 @@ def write_model_card(model_dir, manifest, evaluation=None):
                 lines.append(f"| {kind} | {text} | {r['perplexity']:.2f} | "
                              f"{r['perplexity_excluding_oov']:.2f} | {r['oov']:,} | "
                              f"{r['words']:,} | {r['sentences']:,} |")
-    storage.write_text("\n".join(lines) + "\n", storage.join(model_dir, "model_card.md"))
+    storage.write_text("\n".join(lines) + "\n" + kept, card)  # kept: "\n## Evaluation..."
 
 
 def read_model_tables(model_dir):

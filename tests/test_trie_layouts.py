@@ -238,3 +238,21 @@ def test_a_damaged_array_is_a_one_line_error_naming_it(models, layout, tmp_path)
     with pytest.raises(SnmInputError, match="(do not agree in length|bits.npy: uint64 of "
                                             "shape).* delete"):  # one entry short
         Model.load(str(copy))
+
+
+def test_compact_converts_a_finished_model_and_keeps_its_card(models, tmp_path, capsys):
+    dirs, test = models
+    model = tmp_path / "model"
+    shutil.copytree(dirs["hashed"], model)
+    card = model / "model_card.md"
+    card.write_text(card.read_text() + "\n## Evaluation\n\n| adjusted | test | 1.00 |\n")
+    for layout in ("small", "trie", "hashed"):
+        assert main(["compact", "--model", str(model), "--layout", layout]) == 0
+        assert f"layout {layout}" in capsys.readouterr().out
+        text = card.read_text()
+        assert f"- layout {layout} (" in text and text.endswith("| adjusted | test | 1.00 |\n")
+        probs = event_probabilities(Model.load(str(model)), test)
+        np.testing.assert_array_equal(probs, event_probabilities(
+            Model.load(str(dirs[layout])), test))
+    assert main(["compact", "--model", str(dirs["hashed"].parent / "counts"), "--layout",
+                 "trie"]) == 2

@@ -1,0 +1,27 @@
+"""``snm compact``: build a model's scoring arrays (``compact/``) again, in a chosen layout.
+
+The layout is otherwise chosen when the model is made (``--layout`` of apply,
+prune and train); this converts a finished model directory in place, and
+rewrites its model card.
+"""
+
+import argparse
+
+from snm_core.model import LAYOUT_HELP, LAYOUTS, compile_model, write_model_card
+from snm_core.runlock import run_lock
+from snm_core.validation import validate_directory
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="snm compact", description=__doc__)
+    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--layout", choices=LAYOUTS, required=True, help=LAYOUT_HELP)
+    args = parser.parse_args(argv)
+    manifest = validate_directory(args.model, "model").manifest
+    with run_lock(args.model, "snm compact"):
+        compact = compile_model(args.model, args.layout)
+        write_model_card(args.model, manifest, keep_evaluation=True)
+    print(f"snm compact: {args.model}: layout {args.layout} ({compact['layout']}), "
+          f"{compact['bytes']:,} bytes, {compact['bytes'] / max(compact['links'], 1):.2f} "
+          "bytes a link")
+    return 0
