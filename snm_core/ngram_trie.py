@@ -35,20 +35,19 @@ def ngram_span(manifest, where, layout):
     if not config.is_ngram_only or lengths != list(range(lengths[0], lengths[-1] + 1)):
         raise SnmInputError(f"{where}: the {layout} layout stores n-gram models only (this "
                             "one has skip-gram features); use --layout hashed")
-    if len(manifest["tags"]) > 1:
-        raise SnmInputError(f"{where}: the {layout} layout stores untagged models only (this "
-                            f"one has tags {', '.join(manifest['tags'])}); use --layout hashed")
     return lengths[0], lengths[-1]
 
 
 @dataclasses.dataclass
 class Trie:
-    """A model's trie entries, order by order.
+    """A model's trie entries, order by order, one trie per corpus tag.
 
     Attributes
     ----------
     keys : list of int64 arrays
-        ``keys[j - 1]``, shape (n_j,): the sorted keys of order j = 1 .. max_n + 1.
+        ``keys[p]``, shape (n_p,): the sorted keys of order j = 1 .. max_n + 1 of tag t
+        at ``p = t * (max_n + 1) + j - 1`` (the features of each tag form a trie; an
+        event's sums run over all of them).
     values : list of float32 arrays
         M of each entry (0: a prefix only).
     rank : int64 (vocabulary size,)
@@ -64,12 +63,13 @@ class Trie:
     radix: int
     min_n: int
     max_n: int
+    tags: int
 
     @classmethod
     def of_model(cls, model_dir, manifest, layout):
         """The trie of a model directory's Parquet tables (all in memory)."""
         min_n, max_n = ngram_span(manifest, model_dir, layout)
-        grams, gram_order, m = _read_ngrams(model_dir, manifest, max_n)
+        grams, gram_order, m, gram_tag = _read_ngrams(model_dir, manifest, max_n)
         radix = manifest["vocabulary_size"]
         seen = np.zeros(radix, dtype=bool)
         seen[grams[gram_order == 1, 0]] = True
@@ -78,34 +78,51 @@ class Trie:
         targets = grams[np.arange(len(m)), gram_order - 1]
         rank[np.argsort(-np.bincount(targets, minlength=radix), kind="stable")] = \
             np.arange(radix)
-        ids = np.zeros(len(m), dtype=np.int64)  # each link's prefix of the current order
         keys, values = [], []
-        for j in range(1, max_n + 2):
-            rows = np.flatnonzero(gram_order >= j)
-            query = ids[rows] * radix + rank[grams[rows, j - 1]]
-            keys.append(np.unique(query))
-            ids[rows] = np.searchsorted(keys[-1], query)
-            ending = rows[gram_order[rows] == j]
-            values.append(np.zeros(len(keys[-1]), dtype=np.float32))
-            values[-1][ids[ending]] = m[ending]
-        return cls(keys, values, rank, seen, radix, min_n, max_n)
+        for tag in range(len(manifest["tags"])):
+            rows = np.flatnonzero(gram_tag == tag)
+            tag_keys, tag_values = _tag_trie(grams[rows], gram_order[rows], m[rows], rank,
+                                             radix, max_n)
+            keys += tag_keys
+            values += tag_values
+        return cls(keys, values, rank, seen, radix, min_n, max_n, len(manifest["tags"]))
 
-    def context_runs(self, j):
-        """``(contexts, starts, ends)`` of order j's entries: each context (an entry of
-        order j - 1) that has entries, and their index range."""
-        context = self.keys[j - 1] // self.radix
+    def contexts(self, p):
+        """How many contexts the entries ``keys[p]`` have: the entries of the order below
+        (one, the empty context, below order 1)."""
+        return 1 if p % (self.max_n + 1) == 0 else len(self.keys[p - 1])
+
+    def context_runs(self, p):
+        """``(contexts, starts, ends)`` of the entries ``keys[p]``: each context (an entry
+        of the order below) that has entries, and their index range."""
+        context = self.keys[p] // self.radix
         starts = np.flatnonzero(np.r_[True, context[1:] != context[:-1]])
         ends = np.r_[starts[1:], len(context)]
         return context[starts], starts, ends
 
 
+def _tag_trie(grams, gram_order, m, rank, radix, max_n):
+    """``(keys, values)`` of each order of one tag's links (n-grams)."""
+    ids = np.zeros(len(m), dtype=np.int64)  # each link's prefix of the current order
+    keys, values = [], []
+    for j in range(1, max_n + 2):
+        rows = np.flatnonzero(gram_order >= j)
+        query = ids[rows] * radix + rank[grams[rows, j - 1]]
+        keys.append(np.unique(query))
+        ids[rows] = np.searchsorted(keys[-1], query)
+        ending = rows[gram_order[rows] == j]
+        values.append(np.zeros(len(keys[-1]), dtype=np.float32))
+        values[-1][ids[ending]] = m[ending]
+    return keys, values
+
+
 def _read_ngrams(model_dir, manifest, max_n):
     """Every link as an n-gram: ``(words (n_links, max_n + 1) int32 padded with -1,
-    order (n_links,), M (n_links,) float32)``."""
+    order (n_links,), M (n_links,) float32, tag (n_links,))``."""
     parts = []
     for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
         feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
-                                  ["words", "diversity"])
+                                  ["words", "diversity", "tag"])
         matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
                                    tables.MATRIX, ["word", "m"])
         diversity = feats["diversity"].to_numpy()
@@ -120,8 +137,9 @@ def _read_ngrams(model_dir, manifest, max_n):
             rows = np.flatnonzero(length > j)
             grams[rows, j] = flat[start[rows] + j]
         grams[np.arange(len(target)), length] = target
-        parts.append((grams, (length + 1).astype(np.int8), matrix["m"].to_numpy()))
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+        parts.append((grams, (length + 1).astype(np.int8), matrix["m"].to_numpy(),
+                      np.repeat(feats["tag"].to_numpy(), diversity)))
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
 
 
 class TrieScoring(LineScoring):
@@ -161,7 +179,7 @@ class TrieScoring(LineScoring):
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         numerator, denominator = self._event_sums(
             self.rank[mapped], offsets, self.rank[BOS_ID], self.rank[EOS_ID],
-            self.compact["min_n"], self.compact["max_n"], self._tables)
+            self.compact["min_n"], self.compact["max_n"], self.compact["tags"], self._tables)
         lengths = np.diff(offsets) + 1
         sentence = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
         target = np.full(len(sentence), EOS_ID, dtype=np.int32)

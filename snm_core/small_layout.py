@@ -31,7 +31,7 @@ from snm_core.errors import SnmInputError
 from snm_core.ngram_trie import Trie, TrieScoring, load_arrays
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
-SMALL_LAYOUT = "small-1"
+SMALL_LAYOUT = "small-2"
 BLOCK_ENTRIES = 64
 #: Values are rounded to multiples of this in log space.
 VALUE_STEP = 2.0 ** -10
@@ -123,7 +123,7 @@ def build_small(model_dir, manifest, directory):
     codes = _Codes()
     streams, block_keys, block_offsets, spans, span_sums = [], [], [], [], []
     bit_base = 0
-    for j, (keys, values) in enumerate(zip(trie.keys, trie.values), start=1):
+    for p, (keys, values) in enumerate(zip(trie.keys, trie.values)):
         present = values > 0
         level = np.rint(np.log(values[present].astype(np.float64)) / VALUE_STEP)
         grid, index = np.unique(level.astype(np.int64), return_inverse=True)
@@ -141,7 +141,7 @@ def build_small(model_dir, manifest, directory):
         block_offsets.append(positions[::BLOCK_ENTRIES] + bit_base)
         bit_base += 64 * len(streams[-1])
         # Contexts whose entries span blocks: their M* is stored.
-        contexts, starts, ends = trie.context_runs(j)
+        contexts, starts, ends = trie.context_runs(p)
         spanning = starts // BLOCK_ENTRIES != (ends - 1) // BLOCK_ENTRIES
         spans.append(contexts[spanning])
         rounded = np.concatenate(level_values)[symbols]
@@ -181,7 +181,8 @@ def write_arrays(arrays, directory, manifest, layout, trie, settings):
             "features": int(manifest["totals"]["features"]),
             "links": int(manifest["totals"]["links"]),
             "entries": int(sum(len(k) for k in trie.keys)),
-            "min_n": trie.min_n, "max_n": trie.max_n, "radix": trie.radix, **settings,
+            "min_n": trie.min_n, "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix,
+            **settings,
             "bytes": int(sum(a.nbytes for a in arrays.values()))}
 
 
@@ -189,7 +190,7 @@ def load_small(compact_dir, compact, vocabulary_size, mmap=True):
     """The arrays of a local small-layout ``compact/`` directory, each checked (dtype,
     shape): a damaged one is an :class:`SnmInputError` naming it."""
     from snm_core.trie_kernels import FIELDS
-    orders = compact["max_n"] + 1
+    orders = compact["tags"] * (compact["max_n"] + 1)
     codes = (FIELDS * orders, huffman.MAX_CODE_BITS + 1)
     expected = {"order_blocks": (np.int64, orders + 2), "order_entries": (np.int64, orders + 1),
                 "order_spans": (np.int64, orders + 2), "word_rank": (np.int64, vocabulary_size),

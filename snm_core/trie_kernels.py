@@ -186,14 +186,15 @@ def trie_child(order, context, word, tables):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def trie_first(word, tables):
-    """:func:`trie_child` of the empty context: its entries by word, directly."""
+def trie_first(order, tag, word, tables):
+    """:func:`trie_child` of a tag's empty context (its entries are ``order``): by word,
+    directly."""
     entries, order_entries, contexts, order_contexts, m_star_values, first_order = tables
-    entry = np.int64(first_order[word])
-    m_star = m_star_values[contexts[order_contexts[1]].m_star]
+    entry = np.int64(first_order[tag, word])
+    m_star = m_star_values[contexts[order_contexts[order]].m_star]
     if entry < 0:
         return entry, 0.0, m_star
-    return entry, np.float64(entries[order_entries[1] + entry].value), m_star
+    return entry, np.float64(entries[order_entries[order] + entry].value), m_star
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -214,9 +215,9 @@ def trie_entries_prefetch(order, context, tables):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def small_first(word, tables):
-    """:func:`small_child` of the empty context."""
-    return small_child(1, 0, word, tables)
+def small_first(order, tag, word, tables):
+    """:func:`small_child` of a tag's empty context (its entries are ``order``)."""
+    return small_child(order, 0, word, tables)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -263,17 +264,21 @@ def small_child(order, context, word, tables):
 
 def _event_loop(lookup, first, prefetch_context, prefetch_entries):
     """The event loop of a layout: ``event_sums(words, offsets, bos, eos, min_n, max_n,
-    tables)``, with ``lookup(order, context, word, tables)`` finding an entry
-    (:func:`trie_child`, :func:`small_child`), ``first(word, tables)`` finding one of
-    the empty context's, and ``prefetch_context`` and ``prefetch_entries`` asking
-    for a lookup's reads ahead.  One loop is compiled per
-    layout: a lookup passed as an argument is called, not inlined, which took
-    twice the time.
+    tags, tables)``, with ``lookup(order, context, word, tables)`` finding an entry
+    (:func:`trie_child`, :func:`small_child`), ``first(order, tag, word, tables)``
+    finding one of a tag's empty context (its entries are ``order``), and
+    ``prefetch_context`` and ``prefetch_entries`` asking for a lookup's reads ahead.
+    One loop is compiled per layout: a lookup passed as an argument is called, not
+    inlined, which took twice the time.
+
+    The tries of a model's tags are stored one after the other: order j of tag t
+    is ``t * (max_n + 1) + j``.
     """
 
     @numba.njit(nogil=True, cache=True)
-    def event_sums(words, offsets, bos, eos, min_n, max_n, tables):
-        """Sum of M_fw and of M_f* over the present n-gram features of every event.
+    def event_sums(words, offsets, bos, eos, min_n, max_n, tags, tables):
+        """Sum of M_fw and of M_f* over the present n-gram features of every event,
+        those of every tag.
 
         ``words`` are the sentences' word ranks back to back (``offsets`` bound
         each); a sentence of n words has n + 1 events, the last predicting
@@ -289,30 +294,36 @@ def _event_loop(lookup, first, prefetch_context, prefetch_entries):
         n_sentences = len(offsets) - 1
         numerator = np.zeros(len(words) + n_sentences, dtype=np.float64)
         denominator = np.zeros(len(words) + n_sentences, dtype=np.float64)
-        width = max_n + 2
-        context = np.full((LANES, width), -1, dtype=np.int64)
-        following = np.empty(width, dtype=np.int64)
+        orders = max_n + 1
+        context = np.full((LANES, tags, orders + 1), -1, dtype=np.int64)
+        following = np.empty(orders + 1, dtype=np.int64)
         position = np.full(LANES, -1, dtype=np.int64)  # token index of a lane's event; -1 idle
         sentence = np.zeros(LANES, dtype=np.int64)
-        bos_entry = lookup(1, 0, bos, tables)[0]
+        bos_entry = np.empty(tags, dtype=np.int64)
+        for tag in range(tags):
+            bos_entry[tag] = first(tag * orders + 1, tag, bos, tables)[0]
         started = 0
         for lane in range(min(LANES, n_sentences)):
             sentence[lane] = started
             position[lane] = offsets[started]
-            context[lane, 0], context[lane, 1] = 0, bos_entry
+            context[lane, :, 0], context[lane, :, 1] = 0, bos_entry
             started += 1
         busy = min(LANES, n_sentences)
         while busy:
             for lane in range(LANES):
                 if position[lane] >= 0:
-                    for k in range(max_n + 1):
-                        if context[lane, k] >= 0:
-                            prefetch_context(k + 1, context[lane, k], tables)
+                    for tag in range(tags):
+                        for k in range(1, orders):
+                            if context[lane, tag, k] >= 0:
+                                prefetch_context(tag * orders + k + 1, context[lane, tag, k],
+                                                 tables)
             for lane in range(LANES):
                 if position[lane] >= 0:
-                    for k in range(max_n + 1):
-                        if context[lane, k] >= 0:
-                            prefetch_entries(k + 1, context[lane, k], tables)
+                    for tag in range(tags):
+                        for k in range(1, orders):
+                            if context[lane, tag, k] >= 0:
+                                prefetch_entries(tag * orders + k + 1, context[lane, tag, k],
+                                                 tables)
             for lane in range(LANES):
                 t = position[lane]
                 if t < 0:
@@ -320,29 +331,31 @@ def _event_loop(lookup, first, prefetch_context, prefetch_entries):
                 s = sentence[lane]
                 target = words[t] if t < offsets[s + 1] else eos
                 event = t + s
-                following[:] = -1
-                following[0] = 0
-                entry, value, m_star = first(target, tables)  # the empty context's
-                following[1] = entry
-                if min_n == 0:
-                    numerator[event] += value
-                    denominator[event] += m_star
-                for k in range(1, max_n + 1):
-                    if context[lane, k] < 0:  # longer contexts may be entries still (pruned)
-                        continue
-                    entry, value, m_star = lookup(k + 1, context[lane, k], target, tables)
-                    following[k + 1] = entry
-                    if k >= min_n:
+                for tag in range(tags):
+                    following[:] = -1
+                    following[0] = 0
+                    entry, value, m_star = first(tag * orders + 1, tag, target, tables)
+                    following[1] = entry
+                    if min_n == 0:
                         numerator[event] += value
                         denominator[event] += m_star
-                context[lane, :] = following
+                    for k in range(1, orders):
+                        if context[lane, tag, k] < 0:  # longer contexts may be there (pruned)
+                            continue
+                        entry, value, m_star = lookup(tag * orders + k + 1,
+                                                      context[lane, tag, k], target, tables)
+                        following[k + 1] = entry
+                        if k >= min_n:
+                            numerator[event] += value
+                            denominator[event] += m_star
+                    context[lane, tag, :] = following
                 if t < offsets[s + 1]:
                     position[lane] = t + 1
                 elif started < n_sentences:
                     sentence[lane] = started
                     position[lane] = offsets[started]
-                    context[lane, :] = -1
-                    context[lane, 0], context[lane, 1] = 0, bos_entry
+                    context[lane, :, :] = -1
+                    context[lane, :, 0], context[lane, :, 1] = 0, bos_entry
                     started += 1
                 else:
                     position[lane] = -1

@@ -23,7 +23,7 @@ from snm_core.ngram_trie import Trie, TrieScoring, load_arrays
 from snm_core.small_layout import write_arrays
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
-TRIE_LAYOUT = "trie-2"
+TRIE_LAYOUT = "trie-3"
 TRIE_FILES = ("entries", "order_entries", "contexts", "order_contexts", "m_star_values",
               "word_rank", "seen_words")
 
@@ -49,18 +49,17 @@ def build_trie(model_dir, manifest, directory):
     if max(len(k) for k in trie.keys) > np.iinfo(np.uint32).max:
         raise SnmInputError(f"{model_dir}: an order with 2**32 entries or more: too many for "
                             "the trie layout; use --layout hashed")
-    starts_by_order, m_star = [], []  # per order j = 1 .. N: of the contexts of order j - 1
-    for j in range(1, trie.max_n + 2):
-        contexts, starts, ends = trie.context_runs(j)
-        n_contexts = len(trie.keys[j - 2]) if j > 1 else 1
+    starts_by_order, m_star = [], []  # per order (of each tag): of the contexts below it
+    for p, entries_of_order in enumerate(trie.keys):
+        contexts, starts, ends = trie.context_runs(p)
+        n_contexts = trie.contexts(p)
         # Where each context's entries start (one record more: the last one's end); a
         # context without entries starts (and ends) where the next one with entries does.
-        start = np.full(n_contexts + 1, len(trie.keys[j - 1]), dtype=np.int64)
+        start = np.full(n_contexts + 1, len(entries_of_order), dtype=np.int64)
         start[contexts] = starts
         starts_by_order.append(np.minimum.accumulate(start[::-1])[::-1])
         sums = np.zeros(n_contexts + 1)  # the extra record's M* is never read
-        sums[contexts] = trie_kernels.run_sums(trie.values[j - 1].astype(np.float64), starts,
-                                               ends)
+        sums[contexts] = trie_kernels.run_sums(trie.values[p].astype(np.float64), starts, ends)
         m_star.append(sums)
     distinct, index = np.unique(np.concatenate(m_star), return_inverse=True)
     context_type = _smallest(CONTEXT_TYPES, len(distinct) - 1, "m_star")
@@ -72,7 +71,7 @@ def build_trie(model_dir, manifest, directory):
     entries["word"] = np.concatenate([k % trie.radix for k in trie.keys])
     entries["value"] = np.concatenate(trie.values)
 
-    def bounds(parts):  # order j's records start at [j]
+    def bounds(parts):  # the records of keys[p] start at [p + 1]
         return np.concatenate([[0, 0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
 
     arrays = {"entries": entries, "order_entries": bounds(trie.keys), "contexts": contexts,
@@ -83,7 +82,7 @@ def build_trie(model_dir, manifest, directory):
 
 def load_trie(compact_dir, compact, vocabulary_size, mmap=True):
     """The arrays of a local trie-layout ``compact/`` directory, each checked."""
-    orders = compact["max_n"] + 1
+    orders = compact["tags"] * (compact["max_n"] + 1)
     expected = {"entries": (ENTRY_TYPES, None), "order_entries": (np.int64, orders + 2),
                 "contexts": (CONTEXT_TYPES, None), "order_contexts": (np.int64, orders + 2),
                 "m_star_values": (np.float64, None),
@@ -101,8 +100,10 @@ class TrieModel(TrieScoring):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
         from snm_core import trie_kernels  # numba: loaded by scoring only
         self._event_sums = trie_kernels.trie_event_sums
-        # The empty context's entries by word rank (-1: none), for a direct lookup.
-        first = slice(arrays["order_entries"][1], arrays["order_entries"][2])
-        first_order = np.full(compact["radix"], -1, dtype=np.int32)
-        first_order[arrays["entries"]["word"][first]] = np.arange(first.stop - first.start)
+        # Each tag's empty context's entries by word rank (-1: none), for a direct lookup.
+        first_order = np.full((compact["tags"], compact["radix"]), -1, dtype=np.int32)
+        for tag in range(compact["tags"]):
+            order = tag * (compact["max_n"] + 1) + 1
+            lo, hi = arrays["order_entries"][order], arrays["order_entries"][order + 1]
+            first_order[tag, arrays["entries"]["word"][lo:hi]] = np.arange(hi - lo)
         self._tables = tuple(arrays[name] for name in TRIE_FILES[:5]) + (first_order,)

@@ -157,15 +157,29 @@ def test_eval_of_a_trie_model_reports_the_adjusted_model_only(models, capsys):
     assert "no unadjusted model" in capsys.readouterr().err
 
 
-def test_skip_gram_and_tagged_models_are_refused(tmp_path):
+def test_skip_gram_models_are_refused(tmp_path):
     skip, _ = build_model(tmp_path / "skip", SKIP, tagged=False)
     for layout in TRIES:
         with pytest.raises(SnmInputError, match="n-gram models only"):
             compile_model(str(skip), layout)
     assert (skip / "compact" / "manifest.json").exists()  # the hashed arrays are left alone
-    tagged, _ = build_model(tmp_path / "tagged", "5gram", tagged=True)
-    with pytest.raises(SnmInputError, match="untagged models only"):
-        compile_model(str(tagged), "trie")
+
+
+def test_a_tagged_model_is_one_trie_per_tag_summed(tmp_path):
+    """Corpus tags: the features of each tag form a trie; an event sums over all."""
+    hashed, test = build_model(tmp_path / "tagged", "5gram", tagged=True)
+    expected = event_probabilities(Model.load(str(hashed)), test)
+    for layout in TRIES:
+        copy = tmp_path / layout
+        shutil.copytree(hashed, copy)
+        compile_model(str(copy), layout)
+        model = Model.load(str(copy))
+        assert model.compact["tags"] == 2
+        assert within(event_probabilities(model, test) / expected, layout)
+        assert model.evaluate_lines(test)["adjusted"]["perplexity"] == pytest.approx(
+            brute_force_perplexity(hashed, test, adjusted=True), rel=BOUND[layout] - 1)
+        for context in ([], test[0].split()[:3]):
+            assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
