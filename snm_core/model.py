@@ -68,9 +68,8 @@ COMPACT_LAYOUT = 3
 #: (:mod:`snm_core.small_layout`).
 LAYOUTS = ("hashed", "trie", "small")
 LAYOUT_HELP = ("scoring arrays (compact/): hashed (the default: any model, with the unadjusted "
-               "model), trie (n-gram models of one tag: about 10 bytes a link, the fastest) "
-               "or small (n-gram models of one tag: about 2.5 bytes a link, perplexity "
-               "within 0.1%%)")
+               "model), trie (n-gram models: about 10 bytes a link, the fastest) or small "
+               "(n-gram models: about 2.5 bytes a link, perplexity within 0.1%%)")
 COMPACT_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
                  "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
                  "seen_words")
