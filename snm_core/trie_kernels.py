@@ -310,20 +310,17 @@ def _event_loop(lookup, first, prefetch_context, prefetch_entries):
             started += 1
         busy = min(LANES, n_sentences)
         while busy:
-            for lane in range(LANES):
-                if position[lane] >= 0:
+            for step in range(2):  # every lane's context reads, then its entry reads
+                for lane in range(LANES):
+                    if position[lane] < 0:
+                        continue
                     for tag in range(tags):
                         for k in range(1, orders):
-                            if context[lane, tag, k] >= 0:
-                                prefetch_context(tag * orders + k + 1, context[lane, tag, k],
-                                                 tables)
-            for lane in range(LANES):
-                if position[lane] >= 0:
-                    for tag in range(tags):
-                        for k in range(1, orders):
-                            if context[lane, tag, k] >= 0:
-                                prefetch_entries(tag * orders + k + 1, context[lane, tag, k],
-                                                 tables)
+                            c = context[lane, tag, k]
+                            if c >= 0 and step == 0:
+                                prefetch_context(tag * orders + k + 1, c, tables)
+                            elif c >= 0:
+                                prefetch_entries(tag * orders + k + 1, c, tables)
             for lane in range(LANES):
                 t = position[lane]
                 if t < 0:
