@@ -597,12 +597,13 @@ class Model(LineScoring):
         # in a suffix-closed model an n-gram (and its link) is there only if that suffix
         # is, so the lookups of the longer one are skipped where the shorter one failed.
         types = self.extractor.feature_types
+        closed = suffix_closed(manifest)
         ngram_type = {(tag, t.adjacent): tag * len(types) + i
                       for tag in range(len(self.extractor.tags))
                       for i, t in enumerate(types) if t.kind == "ngram"}
         self._prerequisite = np.array(
             [ngram_type.get((tag, t.adjacent - 1), -1)
-             if t.kind == "ngram" and suffix_closed(manifest) else -1
+             if t.kind == "ngram" and closed else -1
              for tag in range(len(self.extractor.tags)) for t in types], dtype=np.int64)
 
     @classmethod

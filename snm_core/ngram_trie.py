@@ -142,6 +142,28 @@ def _read_ngrams(model_dir, manifest, max_n):
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
 
 
+def order_starts(parts):
+    """Where the records of each order start when ``parts`` (one array per position p of
+    :attr:`Trie.keys`) are concatenated: order ``p + 1`` at ``[p + 1]``, with a leading 0
+    for order 0, which has none; int64 (len(parts) + 2,)."""
+    return np.concatenate([[0, 0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+
+
+def write_arrays(arrays, directory, manifest, layout, trie, settings):
+    """Write a trie layout's arrays as ``.npy`` files into the local ``directory``;
+    returns its compact manifest."""
+    for name, array in arrays.items():
+        storage.write_npy(array, os.path.join(directory, name + ".npy"))
+    return {"kind": "compact", "format_version": tables.FORMAT_VERSION, "layout": layout,
+            "files": [n + ".npy" for n in arrays],
+            "features": int(manifest["totals"]["features"]),
+            "links": int(manifest["totals"]["links"]),
+            "entries": int(sum(len(k) for k in trie.keys)),
+            "min_n": trie.min_n, "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix,
+            **settings,
+            "bytes": int(sum(a.nbytes for a in arrays.values()))}
+
+
 class TrieScoring(LineScoring):
     """Scoring of a model stored as a trie (adjusted probabilities only).
 

@@ -19,16 +19,15 @@ frequent words) have it stored.  A lookup is a binary search of the block
 keys and the decoding of one block.
 
 Kernel 5-gram: 2.5 bytes a link, against 19.5 in the hashed layout; n-gram
-configurations of one corpus tag only, and no unadjusted model (c(w|f)).
+configurations only (tagged too), and no unadjusted model (c(w|f)).
 """
 
-import os
 
 import numpy as np
 
-from snm_core import huffman, storage, tables
+from snm_core import huffman
 from snm_core.errors import SnmInputError
-from snm_core.ngram_trie import Trie, TrieScoring, load_arrays
+from snm_core.ngram_trie import Trie, TrieScoring, load_arrays, order_starts, write_arrays
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
 SMALL_LAYOUT = "small-2"
@@ -120,6 +119,7 @@ def build_small(model_dir, manifest, directory):
     trie = Trie.of_model(model_dir, manifest, "small")
     # Value symbols: 0 for no link, then each order's rounded levels (its own alphabet).
     level_values = [np.zeros(1)]
+    n_levels = 1
     codes = _Codes()
     streams, block_keys, block_offsets, spans, span_sums = [], [], [], [], []
     bit_base = 0
@@ -128,9 +128,11 @@ def build_small(model_dir, manifest, directory):
         level = np.rint(np.log(values[present].astype(np.float64)) / VALUE_STEP)
         grid, index = np.unique(level.astype(np.int64), return_inverse=True)
         symbols = np.zeros(len(keys), dtype=np.int64)
-        symbols[present] = sum(map(len, level_values)) + index
+        symbols[present] = n_levels + index
         level_values.append(np.exp(grid * VALUE_STEP))
-        n_levels = sum(map(len, level_values))
+        rounded = np.zeros(len(keys))
+        rounded[present] = level_values[-1][index]
+        n_levels += len(grid)
         fields, lengths = _encode_order(keys, symbols, trie.radix, n_levels, codes)
         entry_bits = lengths.sum(axis=1, dtype=np.int64)
         positions = np.zeros(len(keys), dtype=np.int64)
@@ -144,24 +146,19 @@ def build_small(model_dir, manifest, directory):
         contexts, starts, ends = trie.context_runs(p)
         spanning = starts // BLOCK_ENTRIES != (ends - 1) // BLOCK_ENTRIES
         spans.append(contexts[spanning])
-        rounded = np.concatenate(level_values)[symbols]
         span_sums.append(trie_kernels.run_sums(rounded, starts[spanning], ends[spanning]))
         del fields, lengths
     streams.append(np.zeros(2, dtype=np.uint64))  # readers look up to 64 bits ahead
-
-    def bounds(parts):
-        return np.concatenate([[0, 0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-
     order_entries = [0] + [len(k) for k in trie.keys]
     arrays = {
         "bits": np.concatenate(streams),
         "block_keys": np.concatenate(block_keys).astype(np.int64),
         "block_offsets": np.concatenate(block_offsets).astype(np.int64),
-        "order_blocks": bounds(block_keys),
+        "order_blocks": order_starts(block_keys),
         "order_entries": np.array(order_entries, dtype=np.int64),
         "span_context": np.concatenate(spans).astype(np.int64),
         "span_sum": np.concatenate(span_sums).astype(np.float64),
-        "order_spans": bounds(spans),
+        "order_spans": order_starts(spans),
         **codes.arrays(),
         "level_values": np.concatenate(level_values),
         "word_rank": trie.rank,
@@ -170,20 +167,6 @@ def build_small(model_dir, manifest, directory):
     return write_arrays(arrays, directory, manifest, SMALL_LAYOUT, trie, {
         "block_entries": BLOCK_ENTRIES, "escape": ESCAPE, "value_step": VALUE_STEP,
         "bit_words": len(arrays["bits"])})
-
-
-def write_arrays(arrays, directory, manifest, layout, trie, settings):
-    """Write a trie layout's arrays as ``.npy`` files; returns its compact manifest."""
-    for name, array in arrays.items():
-        storage.write_npy(array, os.path.join(directory, name + ".npy"))
-    return {"kind": "compact", "format_version": tables.FORMAT_VERSION, "layout": layout,
-            "files": [n + ".npy" for n in arrays],
-            "features": int(manifest["totals"]["features"]),
-            "links": int(manifest["totals"]["links"]),
-            "entries": int(sum(len(k) for k in trie.keys)),
-            "min_n": trie.min_n, "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix,
-            **settings,
-            "bytes": int(sum(a.nbytes for a in arrays.values()))}
 
 
 def load_small(compact_dir, compact, vocabulary_size, mmap=True):

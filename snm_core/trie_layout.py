@@ -13,14 +13,13 @@ M* is the float64 sum of the context's stored values, so the stored model is
 exactly normalised.
 
 Kernel 5-gram: 10.05 bytes a link (KenLM's trie 10.4); n-gram configurations
-of one corpus tag only, and no unadjusted model (c(w|f)).
+only (tagged too), and no unadjusted model (c(w|f)).
 """
 
 import numpy as np
 
 from snm_core.errors import SnmInputError
-from snm_core.ngram_trie import Trie, TrieScoring, load_arrays
-from snm_core.small_layout import write_arrays
+from snm_core.ngram_trie import Trie, TrieScoring, load_arrays, order_starts, write_arrays
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
 TRIE_LAYOUT = "trie-3"
@@ -70,12 +69,9 @@ def build_trie(model_dir, manifest, directory):
     entries = np.empty(sum(len(k) for k in trie.keys), dtype=entry_type)
     entries["word"] = np.concatenate([k % trie.radix for k in trie.keys])
     entries["value"] = np.concatenate(trie.values)
-
-    def bounds(parts):  # the records of keys[p] start at [p + 1]
-        return np.concatenate([[0, 0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-
-    arrays = {"entries": entries, "order_entries": bounds(trie.keys), "contexts": contexts,
-              "order_contexts": bounds(starts_by_order), "m_star_values": distinct,
+    arrays = {"entries": entries, "order_entries": order_starts(trie.keys),
+              "contexts": contexts, "order_contexts": order_starts(starts_by_order),
+              "m_star_values": distinct,
               "word_rank": trie.rank, "seen_words": trie.seen}
     return write_arrays(arrays, directory, manifest, TRIE_LAYOUT, trie, {})
 
