@@ -16,7 +16,8 @@ probability moves by a factor of at most ``exp(VALUE_STEP)``: perplexity
 within 0.1% of the float model, whatever the model.  M_c* is summed while a
 block is decoded; contexts whose entries span blocks (the empty context,
 frequent words) have it stored.  A lookup is a binary search of the block
-keys and the decoding of one block.
+keys and the decoding of one block; the empty context's entries, which every
+event looks up, are decoded once when the model is loaded.
 
 Kernel 5-gram: 2.5 bytes a link, against 19.5 in the hashed layout; n-gram
 configurations only (tagged too), and no unadjusted model (c(w|f)).
@@ -203,3 +204,6 @@ class SmallModel(TrieScoring):
             np.int64(compact["radix"]), np.int64(compact["block_entries"]),
             np.int64(compact["escape"])) + tuple(arrays[name] for name in (
                 "code_limit", "code_first", "code_base", "code_symbols", "level_values"))
+        # Every event looks a word up in the empty context: decoded once, here.
+        self._tables += trie_kernels.small_first_order(
+            compact["tags"], compact["max_n"], compact["radix"], self._tables)

@@ -216,8 +216,38 @@ def trie_entries_prefetch(order, context, tables):
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def small_first(order, tag, word, tables):
-    """:func:`small_child` of a tag's empty context (its entries are ``order``)."""
-    return small_child(order, 0, word, tables)
+    """:func:`small_child` of a tag's empty context (its entries are ``order``), from the
+    tables :func:`small_first_order` decoded when the model was loaded."""
+    first_entry, first_value, first_m_star = tables[16:]
+    return np.int64(first_entry[tag, word]), first_value[tag, word], first_m_star[tag]
+
+
+@numba.njit(nogil=True, cache=True)
+def small_first_order(tags, max_n, radix, tables):
+    """Each tag's empty-context entries by word rank, decoded: ``(entry index or -1 (tags,
+    radix) int32, value (tags, radix), M* (tags,))``, what :func:`small_child` finds, so
+    that an event's first lookup reads no block.  ``tables`` are the layout's stored ones."""
+    (bits, block_keys, block_offsets, order_blocks, order_entries, span_context, span_sum,
+     order_spans, radix_, block_entries, escape, limit, first, base, symbols,
+     level_values) = tables
+    entry = np.full((tags, radix), -1, dtype=np.int32)
+    value = np.zeros((tags, radix), dtype=np.float64)
+    m_star = np.zeros(tags, dtype=np.float64)
+    for tag in range(tags):
+        order = tag * (max_n + 1) + 1
+        m_star[tag] = small_child(order, 0, 0, tables)[2]
+        code_base = FIELDS * (order - 1)
+        for b in range(order_blocks[order], order_blocks[order + 1]):
+            first_entry = (b - order_blocks[order]) * block_entries
+            key = block_keys[b]
+            c, w = key // radix_, key % radix_
+            pos = block_offsets[b]
+            for i in range(min(block_entries, order_entries[order] - first_entry)):
+                pos, c, w, v = _entry(bits, pos, i, c, w, code_base, escape, limit, first,
+                                      base, symbols, level_values)
+                entry[tag, w] = first_entry + i
+                value[tag, w] = v
+    return entry, value, m_star
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -233,7 +263,7 @@ def small_child(order, context, word, tables):
     context."""
     (bits, block_keys, block_offsets, order_blocks, order_entries, span_context, span_sum,
      order_spans, radix, block_entries, escape, limit, first, base, symbols,
-     level_values) = tables
+     level_values) = tables[:16]
     lo, hi = order_blocks[order], order_blocks[order + 1]
     s = _last_at_most(span_context, order_spans[order], order_spans[order + 1], context)
     spans = s >= order_spans[order] and span_context[s] == context
