@@ -899,7 +899,26 @@ typedef struct {
     double *grad;
     int64_t unit_lo, unit_hi; /* the round's units */
     int64_t n_buckets;
+    /* After the last round (gamma > 0): each bucket's AdaGrad step, taken as soon as
+     * its positions' sums are complete, while they are in cache. */
+    double gamma;
+    float *theta, *acc;
 } ScatterTask;
+
+/* AdaGrad on positions [lo, hi): acc += g^2, theta += gamma g / sqrt(acc), g reset.
+ * Without a branch on g != 0, so that it vectorises (a select stops gcc): where
+ * g is 0 both floats come back unchanged (acc > 0 from delta0 on; theta only
+ * loses the sign of a zero, which no sum or probability sees). */
+static void adagrad_step(float *restrict theta, float *restrict acc, double *restrict grad,
+                         int64_t lo, int64_t hi, double gamma) {
+    for (int64_t k = lo; k < hi; k++) {
+        double g = grad[k];
+        float a = (float)(acc[k] + g * g);
+        acc[k] = a;
+        theta[k] = (float)(theta[k] + gamma * g / sqrt((double)a));
+        grad[k] = 0.0;
+    }
+}
 
 /* Direct: thread t sums the gradient of lanes t, t + threads, ... */
 static void scatter_lane_task(void *context, int t, int threads) {
@@ -945,7 +964,7 @@ static void scatter_emit_task(void *context, int t, int threads) {
 static void scatter_apply_task(void *context, int t, int threads) {
     ScatterTask *a = (ScatterTask *)context;
     int64_t b_lo = a->n_buckets * t / threads, b_hi = a->n_buckets * (t + 1) / threads;
-    for (int64_t bucket = b_lo; bucket < b_hi; bucket++)
+    for (int64_t bucket = b_lo; bucket < b_hi; bucket++) {
         for (int k = 0; k < threads; k++) {
             const Streams *q = &a->w->streams[k];
             const uint64_t *data = q->data[bucket];
@@ -959,6 +978,12 @@ static void scatter_apply_task(void *context, int t, int threads) {
                 a->grad[data[i] >> 32] += v;
             }
         }
+        if (a->gamma > 0) {
+            int64_t lo = bucket << BUCKET_SHIFT, hi = lo + ((int64_t)1 << BUCKET_SHIFT);
+            adagrad_step(a->theta, a->acc, a->grad, lo,
+                         hi < a->p->num_params ? hi : a->p->num_params, a->gamma);
+        }
+    }
 }
 
 /* --- the batch ----------------------------------------------------------------------- */
@@ -1070,7 +1095,7 @@ double batch_step(const Spec *s, const Problem *p, const Batch *b, float *theta,
         w->m[w->first_at[k]] += w->first_value[k];
     lap(w, 1, &mark);
 
-    ScatterTask scatter = {s, p, b, w, w->m, grad, 0, 0, 0};
+    ScatterTask scatter = {s, p, b, w, w->m, grad, 0, 0, 0, 0.0, theta, acc};
     if (p->num_params <= p->direct_params) {
         if (grow((void **)&w->lanes, &w->lanes_cap, LANES * p->num_params, sizeof(double)))
             return NAN;
@@ -1085,6 +1110,7 @@ double batch_step(const Spec *s, const Problem *p, const Batch *b, float *theta,
         for (int64_t u = 0; u < n_units; u += round) {
             scatter.unit_lo = u;
             scatter.unit_hi = u + round < n_units ? u + round : n_units;
+            scatter.gamma = scatter.unit_hi == n_units ? gamma : 0.0;
             run_threads((int)threads, scatter_emit_task, &scatter);
             lap(w, 2, &mark);
             if (w->failed)
@@ -1093,15 +1119,8 @@ double batch_step(const Spec *s, const Problem *p, const Batch *b, float *theta,
             lap(w, 3, &mark);
         }
     }
-    if (gamma > 0) {
-        for (int64_t k = 0; k < p->num_params; k++) {
-            double g = grad[k];
-            if (g != 0.0) {
-                acc[k] = (float)(acc[k] + g * g);
-                theta[k] = (float)(theta[k] + gamma * g / sqrt((double)acc[k]));
-                grad[k] = 0.0;
-            }
-        }
+    if (gamma > 0 && (p->num_params <= p->direct_params || n_units == 0)) {
+        adagrad_step(theta, acc, grad, 0, p->num_params, gamma);
         lap(w, 4, &mark);
     }
     return loglik;

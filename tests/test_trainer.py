@@ -68,6 +68,30 @@ def test_threads_do_not_change_the_gradient_or_theta(tiny, direct_params, monkey
     assert results[0] == results[1] == results[2]
 
 
+@pytest.mark.parametrize("direct_params", [kernels.DIRECT_PARAMS, 0], ids=["lanes", "pairs"])
+def test_a_step_is_adagrad_on_the_whole_batch_gradient(tiny, direct_params, monkeypatch):
+    """acc += g^2 and theta += gamma g / sqrt(acc) with g the gradient of the whole batch,
+    also when pairs are summed in rounds and each position's step is taken as its sum
+    completes; positions without gradient keep their weights."""
+    monkeypatch.setattr(kernels, "DIRECT_PARAMS", direct_params)
+    monkeypatch.setattr(kernels, "ROUND_UNITS", 37)
+    other = problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT, tiny.spec, tags=["a", "b"],
+                    threads=2)
+    theta = random_theta(other, 0.3, seed=4)
+    acc = np.random.default_rng(6).uniform(0.1, 2.0, other.num_params).astype(np.float32)
+    events = np.arange(1, other.num_events, 3)
+    _, g = other.batch(theta, events)
+    stepped, summed, grad = theta.copy(), acc.copy(), np.zeros(other.num_params)
+    other.step(stepped, summed, grad, events, 0.1)
+    other.close()
+    expected_acc = (acc.astype(np.float64) + g * g).astype(np.float32)
+    expected = (theta.astype(np.float64)
+                + 0.1 * g / np.sqrt(expected_acc.astype(np.float64))).astype(np.float32)
+    assert np.count_nonzero(g) and not grad.any()
+    assert np.array_equal(summed, expected_acc)
+    assert np.array_equal(stepped, expected)
+
+
 def test_gradient_of_a_mini_batch(tiny):
     theta = random_theta(tiny, 0.2, seed=3)
     batch = np.arange(0, tiny.num_events, 3)
