@@ -40,6 +40,8 @@ ESCAPE = 1 << 12
 SMALL_FILES = ("bits", "block_keys", "block_offsets", "order_blocks", "order_entries",
                "span_context", "span_sum", "order_spans", "code_limit", "code_first",
                "code_base", "code_symbols", "level_values", "word_rank", "seen_words")
+#: Built on load (:func:`load_small`): each tag's empty-context entries by word rank.
+FIRST_ORDER = ("first_entry", "first_value", "first_m_star")
 _FIELD_COLUMNS = 5  # step code, step escape, word code, gap escape, value code
 
 
@@ -172,7 +174,8 @@ def build_small(model_dir, manifest, directory):
 
 def load_small(compact_dir, compact, vocabulary_size, mmap=True):
     """The arrays of a local small-layout ``compact/`` directory, each checked (dtype,
-    shape): a damaged one is an :class:`SnmInputError` naming it."""
+    shape): a damaged one is an :class:`SnmInputError` naming it; and
+    :data:`FIRST_ORDER`, the empty context's entries decoded."""
     from snm_core.trie_kernels import FIELDS
     orders = compact["tags"] * (compact["max_n"] + 1)
     codes = (FIELDS * orders, huffman.MAX_CODE_BITS + 1)
@@ -185,10 +188,28 @@ def load_small(compact_dir, compact, vocabulary_size, mmap=True):
                 "code_symbols": (np.int64, None), "level_values": (np.float64, None),
                 "code_limit": (np.uint64, codes), "code_first": (np.int64, codes),
                 "code_base": (np.int64, codes)}
-    return load_arrays(compact_dir, SMALL_FILES, expected, lambda a: (
+    arrays = load_arrays(compact_dir, SMALL_FILES, expected, lambda a: (
         len(a["block_keys"]) == a["order_blocks"][-1] == len(a["block_offsets"])
         and len(a["span_sum"]) == len(a["span_context"])
         and a["block_offsets"].max(initial=0) < 64 * len(a["bits"])), mmap)
+    # Every event looks its word up in the empty context: decoded once, here.
+    from snm_core import trie_kernels  # numba: loaded by scoring only
+    *first_order, intact = trie_kernels.small_first_order(
+        compact["tags"], compact["max_n"], compact["radix"], _stored_tables(arrays, compact))
+    if not intact:
+        raise SnmInputError(f"{compact_dir}: bits.npy decodes to a word outside the "
+                            f"vocabulary; delete {compact_dir} to have it built again")
+    return {**arrays, **dict(zip(FIRST_ORDER, first_order))}
+
+
+def _stored_tables(arrays, compact):
+    """The stored arrays and settings in the order the compiled lookups take them."""
+    return tuple(arrays[name] for name in (
+        "bits", "block_keys", "block_offsets", "order_blocks", "order_entries",
+        "span_context", "span_sum", "order_spans")) + (
+        np.int64(compact["radix"]), np.int64(compact["block_entries"]),
+        np.int64(compact["escape"])) + tuple(arrays[name] for name in (
+            "code_limit", "code_first", "code_base", "code_symbols", "level_values"))
 
 
 class SmallModel(TrieScoring):
@@ -198,12 +219,5 @@ class SmallModel(TrieScoring):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
         from snm_core import trie_kernels  # numba: loaded by scoring only
         self._event_sums = trie_kernels.small_event_sums
-        self._tables = tuple(arrays[name] for name in (
-            "bits", "block_keys", "block_offsets", "order_blocks", "order_entries",
-            "span_context", "span_sum", "order_spans")) + (
-            np.int64(compact["radix"]), np.int64(compact["block_entries"]),
-            np.int64(compact["escape"])) + tuple(arrays[name] for name in (
-                "code_limit", "code_first", "code_base", "code_symbols", "level_values"))
-        # Every event looks a word up in the empty context: decoded once, here.
-        self._tables += trie_kernels.small_first_order(
-            compact["tags"], compact["max_n"], compact["radix"], self._tables)
+        self._tables = _stored_tables(arrays, compact)
+        self._tables += tuple(arrays[name] for name in FIRST_ORDER)

@@ -112,8 +112,8 @@ def _decode(bits, pos, code, limit, first, base, symbols):
 def _gamma(bits, pos):
     """``(x, bits read)`` of the Elias gamma code of x >= 1 at ``pos``: n zeros, then x
     in n + 1 bits."""
-    zeros = 0
-    while (_peek(bits, pos + zeros) >> np.uint64(63)) == 0:
+    zeros = 0  # at most 30 in a stream as written; the bound keeps damage in the stream
+    while zeros < 30 and (_peek(bits, pos + zeros) >> np.uint64(63)) == 0:
         zeros += 1
     width = 2 * zeros + 1  # at most 61: escaped values are below 2**31
     return np.int64(_peek(bits, pos) >> np.uint64(64 - width)), width
@@ -225,8 +225,9 @@ def small_first(order, tag, word, tables):
 @numba.njit(nogil=True, cache=True)
 def small_first_order(tags, max_n, radix, tables):
     """Each tag's empty-context entries by word rank, decoded: ``(entry index or -1 (tags,
-    radix) int32, value (tags, radix), M* (tags,))``, what :func:`small_child` finds, so
-    that an event's first lookup reads no block.  ``tables`` are the layout's stored ones."""
+    radix) int32, value (tags, radix), M* (tags,), False if a decoded word is outside the
+    vocabulary (a damaged stream))``, what :func:`small_child` finds, so that an event's
+    first lookup reads no block.  ``tables`` are the layout's stored ones."""
     (bits, block_keys, block_offsets, order_blocks, order_entries, span_context, span_sum,
      order_spans, radix_, block_entries, escape, limit, first, base, symbols,
      level_values) = tables
@@ -245,9 +246,11 @@ def small_first_order(tags, max_n, radix, tables):
             for i in range(min(block_entries, order_entries[order] - first_entry)):
                 pos, c, w, v = _entry(bits, pos, i, c, w, code_base, escape, limit, first,
                                       base, symbols, level_values)
+                if w < 0 or w >= radix:
+                    return entry, value, m_star, False
                 entry[tag, w] = first_entry + i
                 value[tag, w] = v
-    return entry, value, m_star
+    return entry, value, m_star, True
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
