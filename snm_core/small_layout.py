@@ -195,7 +195,7 @@ def load_small(compact_dir, compact, vocabulary_size, mmap=True):
     # Every event looks its word up in the empty context: decoded once, here.
     from snm_core import trie_kernels  # numba: loaded by scoring only
     *first_order, intact = trie_kernels.small_first_order(
-        compact["tags"], compact["max_n"], compact["radix"], _stored_tables(arrays, compact))
+        compact["tags"], compact["max_n"], _stored_tables(arrays, compact))
     if not intact:
         raise SnmInputError(f"{compact_dir}: bits.npy decodes to a word outside the "
                             f"vocabulary; delete {compact_dir} to have it built again")

@@ -223,13 +223,13 @@ def small_first(order, tag, word, tables):
 
 
 @numba.njit(nogil=True, cache=True)
-def small_first_order(tags, max_n, radix, tables):
+def small_first_order(tags, max_n, tables):
     """Each tag's empty-context entries by word rank, decoded: ``(entry index or -1 (tags,
     radix) int32, value (tags, radix), M* (tags,), False if a decoded word is outside the
     vocabulary (a damaged stream))``, what :func:`small_child` finds, so that an event's
     first lookup reads no block.  ``tables`` are the layout's stored ones."""
     (bits, block_keys, block_offsets, order_blocks, order_entries, span_context, span_sum,
-     order_spans, radix_, block_entries, escape, limit, first, base, symbols,
+     order_spans, radix, block_entries, escape, limit, first, base, symbols,
      level_values) = tables
     entry = np.full((tags, radix), -1, dtype=np.int32)
     value = np.zeros((tags, radix), dtype=np.float64)
@@ -241,7 +241,7 @@ def small_first_order(tags, max_n, radix, tables):
         for b in range(order_blocks[order], order_blocks[order + 1]):
             first_entry = (b - order_blocks[order]) * block_entries
             key = block_keys[b]
-            c, w = key // radix_, key % radix_
+            c, w = key // radix, key % radix
             pos = block_offsets[b]
             for i in range(min(block_entries, order_entries[order] - first_entry)):
                 pos, c, w, v = _entry(bits, pos, i, c, w, code_base, escape, limit, first,
