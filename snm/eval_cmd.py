@@ -26,7 +26,10 @@ def format_report(name, report):
         f"  Sentences:\t{report['sentences']}",
     ] + ([f"  Zero-probability tokens:\t{report['zero_probability']} (perplexity is infinite: "
           "the model never saw <UNK>; build the vocabulary with --min_count 2 or more)"]
-         if report["zero_probability"] else []))
+         if report["zero_probability"] else [])
+      + ([f"  Lines skipped:\t{report['invalid_lines']} not valid UTF-8 or holding a NUL byte "
+          f"(the first few logged), {report['empty_lines']} empty"]
+         if report.get("invalid_lines") or report.get("empty_lines") else []))
 
 
 def load(model_dir):

@@ -52,7 +52,7 @@ from snm_core.errors import SnmInputError
 from snm_core.arrays import group_rows
 from snm_core.features import FeatureExtractor
 from snm_core.hashing import link_key
-from snm_core.text import SentenceBatch, tokenize
+from snm_core.text import SentenceBatch, TokenizeStats, tokenize
 from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID
 
 #: Lines scored per batch: big enough to amortise numpy's per-call cost.
@@ -531,34 +531,44 @@ class LineScoring:
     #: Report name -> the :class:`Scores` field holding that model's probabilities.
     REPORTS = {"adjusted": "prob", "unadjusted": "prob_unadjusted"}
 
-    def score_lines(self, lines, batch_lines=SCORE_BATCH_LINES, threads=None, unadjusted=True):
+    def score_lines(self, lines, batch_lines=SCORE_BATCH_LINES, threads=None, unadjusted=True,
+                    stats=None):
         """Yield ``(first line, kept line offsets, Scores)`` per batch of lines, in order.
 
         Batches are scored on ``threads`` threads (default: one per core); numpy
-        releases the GIL in the lookups, so they run in parallel.
+        releases the GIL in the lookups, so they run in parallel.  ``stats``, a
+        :class:`snm_core.text.TokenizeStats`, gains each batch's counts (the empty
+        and undecodable lines skipped among them).
         """
         def score(start):
-            batch, kept, _ = tokenize(lines[start:start + batch_lines], self.vocab)
-            return start, kept, self.score_batch(batch, unadjusted)
+            batch, kept, batch_stats = tokenize(lines[start:start + batch_lines], self.vocab)
+            return start, kept, self.score_batch(batch, unadjusted), batch_stats
+
+        def counted(results):
+            for start, kept, scores, batch_stats in results:
+                if stats is not None:
+                    stats.add(batch_stats)
+                yield start, kept, scores
 
         starts = range(0, len(lines), batch_lines)
         threads = threads or os.cpu_count() or 1
         if threads == 1 or len(starts) == 1:
-            yield from map(score, starts)
+            yield from counted(map(score, starts))
             return
         with ThreadPoolExecutor(threads) as pool:
-            yield from pool.map(score, starts)
+            yield from counted(pool.map(score, starts))
 
     def evaluate_lines(self, lines, threads=None):
-        """KenLM-style perplexity report of each of ``REPORTS``."""
+        """KenLM-style perplexity report of each of ``REPORTS``, with the lines skipped
+        (``invalid_lines``: not valid UTF-8 or holding a NUL byte; ``empty_lines``)."""
         totals = {name: PerplexityTotals() for name in self.REPORTS}
-        sentences = 0
-        for _, kept, scores in self.score_lines(lines, threads=threads):
-            sentences += len(kept)
+        stats = TokenizeStats()
+        for _, kept, scores in self.score_lines(lines, threads=threads, stats=stats):
             oov = scores.target == UNK_ID
             for name, field in self.REPORTS.items():
                 totals[name].add(getattr(scores, field), oov)
-        return {name: t.report(sentences) for name, t in totals.items()}
+        return {name: {**t.report(stats.sentences), "invalid_lines": stats.invalid_lines,
+                       "empty_lines": stats.empty_lines} for name, t in totals.items()}
 
 
 class Model(LineScoring):

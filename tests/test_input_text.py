@@ -301,6 +301,8 @@ def test_eval_and_score_read_odd_text_as_its_sentences(odd_model, tmp_path, caps
     valid = [s for s in sentences if s and NUL_WORD not in s]
     assert (report["sentences"], report["words"]) == (len(valid), sum(map(len, valid))
                                                       + len(valid))
+    # The lines eval skipped are counted in its report (the NUL line, the empty one).
+    assert (report["invalid_lines"], report["empty_lines"]) == (1, 1)
     rows, plain_rows = (score_rows(capsys, odd_model, p, tmp_path) for p in (odd, plain))
     assert [r[:3] for r in rows] == [r[:3] for r in plain_rows]
     echoed = odd.read_bytes().decode("utf-8")[1:].split("\r\n")[:-1]  # no BOM, no CRLF
