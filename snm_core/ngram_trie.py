@@ -12,7 +12,7 @@ by how often they are predicted.
 
 Scoring follows the trie as KenLM does: the entries found for one event's
 target are the next event's contexts, so an event costs one lookup per
-order (``trie_kernels._event_loop``); the layouts differ in the lookup.
+order (``trie_kernels.event_sums``); the layouts differ in the lookup.
 """
 
 import dataclasses

@@ -218,6 +218,6 @@ class SmallModel(TrieScoring):
     def __init__(self, manifest, vocab, compact, arrays):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
         from snm_core import trie_kernels  # numba: loaded by scoring only
-        self._event_sums = trie_kernels.small_event_sums
+        self._event_sums = trie_kernels.event_sums
         self._tables = _stored_tables(arrays, compact)
         self._tables += tuple(arrays[name] for name in FIRST_ORDER)

@@ -1,12 +1,12 @@
 """Compiled loops (numba) of the trie layouts: scoring, lookups, bit packing, Huffman decoding.
 
-``trie_event_sums`` and ``small_event_sums`` (one loop, :func:`_event_loop`,
-compiled per layout) walk sentences through an n-gram trie
-(:mod:`snm_core.ngram_trie`) with the layout's lookup: :func:`trie_child` (the
-trie layout's plain records) or :func:`small_child` (the small layout's coded
-blocks).  A bit stream of the small layout is a uint64 array read most
-significant bit first: bit p is bit ``63 - p % 64`` of word ``p // 64``; it
-ends with two zero words, so a reader may always look 64 bits ahead.
+:func:`event_sums` (one loop, compiled for each layout's tables) walks
+sentences through an n-gram trie (:mod:`snm_core.ngram_trie`) with the layout's
+lookup: :func:`trie_child` (the trie layout's plain records) or
+:func:`small_child` (the small layout's coded blocks).  A bit stream of the
+small layout is a uint64 array read most significant bit first: bit p is bit
+``63 - p % 64`` of word ``p // 64``; it ends with two zero words, so a reader
+may always look 64 bits ahead.
 """
 
 import llvmlite.ir as ir
@@ -14,7 +14,7 @@ import numba
 import numpy as np
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from snm_core.huffman import MAX_CODE_BITS
 
@@ -295,106 +295,144 @@ def small_child(order, context, word, tables):
     return found, value, m_star
 
 
-def _event_loop(lookup, first, prefetch_context, prefetch_entries):
-    """The event loop of a layout: ``event_sums(words, offsets, bos, eos, min_n, max_n,
-    tags, tables)``, with ``lookup(order, context, word, tables)`` finding an entry
-    (:func:`trie_child`, :func:`small_child`), ``first(order, tag, word, tables)``
-    finding one of a tag's empty context (its entries are ``order``), and
-    ``prefetch_context`` and ``prefetch_entries`` asking for a lookup's reads ahead.
-    One loop is compiled per layout: a lookup passed as an argument is called, not
-    inlined, which took twice the time.
+#: Length of the trie layout's ``tables`` tuple; the small layout's is longer.
+TRIE_TABLES = 6
 
-    The tries of a model's tags are stored one after the other: order j of tag t
-    is ``t * (max_n + 1) + j``.
+
+def _lookup(order, context, word, tables):
+    """The layout's lookup (:func:`trie_child` or :func:`small_child`), chosen by the
+    tables when :func:`event_sums` is compiled for them."""
+    raise NotImplementedError("compiled code only")
+
+
+def _first(order, tag, word, tables):
+    """The layout's lookup in a tag's empty context (:func:`trie_first`,
+    :func:`small_first`)."""
+    raise NotImplementedError("compiled code only")
+
+
+def _prefetch_context(order, context, tables):
+    """The layout's first read of a lookup, asked for ahead."""
+    raise NotImplementedError("compiled code only")
+
+
+def _prefetch_entries(order, context, tables):
+    """The layout's second read of a lookup, asked for ahead."""
+    raise NotImplementedError("compiled code only")
+
+
+def _by_layout(stub, trie, small):
+    """Compile ``stub`` as ``trie`` for the trie layout's tables, else as ``small``.
+
+    A static choice, so that the loop inlines the lookup (a function passed as an
+    argument is called, which took twice the time), in one module-level function:
+    numba's cache keys a closure by its variables, and a jitted function pickles with
+    an id new in every process, so a loop built per layout in a closure was compiled
+    again by every process that loaded a model (4-7 s) and cached anew each time.
     """
+    def pick(tables):
+        return trie if len(tables.types) == TRIE_TABLES else small
 
-    @numba.njit(nogil=True, cache=True)
-    def event_sums(words, offsets, bos, eos, min_n, max_n, tags, tables):
-        """Sum of M_fw and of M_f* over the present n-gram features of every event,
-        those of every tag.
+    if stub in (_prefetch_context, _prefetch_entries):
+        @overload(stub, inline="always")
+        def choose(order, context, tables):
+            chosen = pick(tables)
+            return lambda order, context, tables: chosen(order, context, tables)
+    else:
+        @overload(stub, inline="always")
+        def choose(order, context, word, tables):
+            chosen = pick(tables)
+            return lambda order, context, word, tables: chosen(order, context, word, tables)
 
-        ``words`` are the sentences' word ranks back to back (``offsets`` bound
-        each); a sentence of n words has n + 1 events, the last predicting
-        ``eos``.  The contexts of an event are the entries found for the
-        previous event's target (the forward trie's state, as in KenLM).  A
-        context that is an entry but not a feature (no links: M* = 0) adds
-        nothing.
 
-        ``LANES`` sentences are scored side by side, an event of each per step:
-        the reads of every lane's lookups are requested first, then the lookups
-        run.  The sums of an event do not depend on the lanes.
-        """
-        n_sentences = len(offsets) - 1
-        numerator = np.zeros(len(words) + n_sentences, dtype=np.float64)
-        denominator = np.zeros(len(words) + n_sentences, dtype=np.float64)
-        orders = max_n + 1
-        context = np.full((LANES, tags, orders + 1), -1, dtype=np.int64)
-        following = np.empty(orders + 1, dtype=np.int64)
-        position = np.full(LANES, -1, dtype=np.int64)  # token index of a lane's event; -1 idle
-        sentence = np.zeros(LANES, dtype=np.int64)
-        bos_entry = np.empty(tags, dtype=np.int64)
-        for tag in range(tags):
-            bos_entry[tag] = first(tag * orders + 1, tag, bos, tables)[0]
-        started = 0
-        for lane in range(min(LANES, n_sentences)):
-            sentence[lane] = started
-            position[lane] = offsets[started]
-            context[lane, :, 0], context[lane, :, 1] = 0, bos_entry
-            started += 1
-        busy = min(LANES, n_sentences)
-        while busy:
-            for step in range(2):  # every lane's context reads, then its entry reads
-                for lane in range(LANES):
-                    if position[lane] < 0:
-                        continue
-                    for tag in range(tags):
-                        for k in range(1, orders):
-                            c = context[lane, tag, k]
-                            if c >= 0 and step == 0:
-                                prefetch_context(tag * orders + k + 1, c, tables)
-                            elif c >= 0:
-                                prefetch_entries(tag * orders + k + 1, c, tables)
+_by_layout(_lookup, trie_child, small_child)
+_by_layout(_first, trie_first, small_first)
+_by_layout(_prefetch_context, trie_context_prefetch, no_prefetch)
+_by_layout(_prefetch_entries, trie_entries_prefetch, no_prefetch)
+
+
+@numba.njit(nogil=True, cache=True)
+def event_sums(words, offsets, bos, eos, min_n, max_n, tags, tables):
+    """Sum of M_fw and of M_f* over the present n-gram features of every event,
+    those of every tag, in the layout of ``tables`` (the trie layout's or the small
+    layout's: each has its own compiled loop).
+
+    ``words`` are the sentences' word ranks back to back (``offsets`` bound
+    each); a sentence of n words has n + 1 events, the last predicting
+    ``eos``.  The contexts of an event are the entries found for the
+    previous event's target (the forward trie's state, as in KenLM).  A
+    context that is an entry but not a feature (no links: M* = 0) adds
+    nothing.  The tries of a model's tags are stored one after the other:
+    order j of tag t is ``t * (max_n + 1) + j``.
+
+    ``LANES`` sentences are scored side by side, an event of each per step:
+    the reads of every lane's lookups are requested first, then the lookups
+    run.  The sums of an event do not depend on the lanes.
+    """
+    n_sentences = len(offsets) - 1
+    numerator = np.zeros(len(words) + n_sentences, dtype=np.float64)
+    denominator = np.zeros(len(words) + n_sentences, dtype=np.float64)
+    orders = max_n + 1
+    context = np.full((LANES, tags, orders + 1), -1, dtype=np.int64)
+    following = np.empty(orders + 1, dtype=np.int64)
+    position = np.full(LANES, -1, dtype=np.int64)  # token index of a lane's event; -1 idle
+    sentence = np.zeros(LANES, dtype=np.int64)
+    bos_entry = np.empty(tags, dtype=np.int64)
+    for tag in range(tags):
+        bos_entry[tag] = _first(tag * orders + 1, tag, bos, tables)[0]
+    started = 0
+    for lane in range(min(LANES, n_sentences)):
+        sentence[lane] = started
+        position[lane] = offsets[started]
+        context[lane, :, 0], context[lane, :, 1] = 0, bos_entry
+        started += 1
+    busy = min(LANES, n_sentences)
+    while busy:
+        for step in range(2):  # every lane's context reads, then its entry reads
             for lane in range(LANES):
-                t = position[lane]
-                if t < 0:
+                if position[lane] < 0:
                     continue
-                s = sentence[lane]
-                target = words[t] if t < offsets[s + 1] else eos
-                event = t + s
                 for tag in range(tags):
-                    following[:] = -1
-                    following[0] = 0
-                    entry, value, m_star = first(tag * orders + 1, tag, target, tables)
-                    following[1] = entry
-                    if min_n == 0:
+                    for k in range(1, orders):
+                        c = context[lane, tag, k]
+                        if c >= 0 and step == 0:
+                            _prefetch_context(tag * orders + k + 1, c, tables)
+                        elif c >= 0:
+                            _prefetch_entries(tag * orders + k + 1, c, tables)
+        for lane in range(LANES):
+            t = position[lane]
+            if t < 0:
+                continue
+            s = sentence[lane]
+            target = words[t] if t < offsets[s + 1] else eos
+            event = t + s
+            for tag in range(tags):
+                following[:] = -1
+                following[0] = 0
+                entry, value, m_star = _first(tag * orders + 1, tag, target, tables)
+                following[1] = entry
+                if min_n == 0:
+                    numerator[event] += value
+                    denominator[event] += m_star
+                for k in range(1, orders):
+                    if context[lane, tag, k] < 0:  # longer contexts may be there (pruned)
+                        continue
+                    entry, value, m_star = _lookup(tag * orders + k + 1,
+                                                  context[lane, tag, k], target, tables)
+                    following[k + 1] = entry
+                    if k >= min_n:
                         numerator[event] += value
                         denominator[event] += m_star
-                    for k in range(1, orders):
-                        if context[lane, tag, k] < 0:  # longer contexts may be there (pruned)
-                            continue
-                        entry, value, m_star = lookup(tag * orders + k + 1,
-                                                      context[lane, tag, k], target, tables)
-                        following[k + 1] = entry
-                        if k >= min_n:
-                            numerator[event] += value
-                            denominator[event] += m_star
-                    context[lane, tag, :] = following
-                if t < offsets[s + 1]:
-                    position[lane] = t + 1
-                elif started < n_sentences:
-                    sentence[lane] = started
-                    position[lane] = offsets[started]
-                    context[lane, :, :] = -1
-                    context[lane, :, 0], context[lane, :, 1] = 0, bos_entry
-                    started += 1
-                else:
-                    position[lane] = -1
-                    busy -= 1
-        return numerator, denominator
-
-    return event_sums
-
-
-trie_event_sums = _event_loop(trie_child, trie_first, trie_context_prefetch,
-                              trie_entries_prefetch)
-small_event_sums = _event_loop(small_child, small_first, no_prefetch, no_prefetch)
+                context[lane, tag, :] = following
+            if t < offsets[s + 1]:
+                position[lane] = t + 1
+            elif started < n_sentences:
+                sentence[lane] = started
+                position[lane] = offsets[started]
+                context[lane, :, :] = -1
+                context[lane, :, 0], context[lane, :, 1] = 0, bos_entry
+                started += 1
+            else:
+                position[lane] = -1
+                busy -= 1
+    return numerator, denominator

@@ -95,7 +95,7 @@ class TrieModel(TrieScoring):
     def __init__(self, manifest, vocab, compact, arrays):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
         from snm_core import trie_kernels  # numba: loaded by scoring only
-        self._event_sums = trie_kernels.trie_event_sums
+        self._event_sums = trie_kernels.event_sums
         # Each tag's empty context's entries by word rank (-1: none), for a direct lookup.
         first_order = np.full((compact["tags"], compact["radix"]), -1, dtype=np.int32)
         for tag in range(compact["tags"]):

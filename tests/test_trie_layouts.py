@@ -4,7 +4,10 @@ about 10 and under 3 bytes a link, for n-gram models only."""
 
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -267,6 +270,19 @@ def test_a_small_stream_decoding_outside_the_vocabulary_is_refused(models, tmp_p
     with pytest.raises(SnmInputError, match="bits.npy decodes to a word outside the "
                                             "vocabulary; delete"):
         Model.load(str(copy))
+
+
+def test_a_second_process_scores_with_the_compiled_loop_cached(models, tmp_path):
+    """The scoring loop is compiled once and cached, not once per process that loads a
+    model (a loop whose cache key changed in every process took seconds a load)."""
+    script = ("import sys; from snm_core.model import Model; m = Model.load(sys.argv[1]);"
+              "list(m.score_lines(['the verb1 noun3'], threads=1)); s = m._event_sums.stats;"
+              "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    runs = [subprocess.run([sys.executable, "-c", script, str(models[0]["trie"])], env=env,
+                           capture_output=True, text=True, check=True).stdout.split()
+            for _ in range(2)]
+    assert [tuple(map(int, r)) for r in runs] == [(0, 1), (1, 0)]
 
 
 def test_compact_converts_a_finished_model_and_keeps_its_card(models, tmp_path, capsys):
