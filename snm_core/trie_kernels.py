@@ -321,34 +321,34 @@ def _prefetch_entries(order, context, tables):
     raise NotImplementedError("compiled code only")
 
 
-def _by_layout(stub, trie, small):
-    """Compile ``stub`` as ``trie`` for the trie layout's tables, else as ``small``.
-
-    A static choice, so that the loop inlines the lookup (a function passed as an
-    argument is called, which took twice the time), in one module-level function:
-    numba's cache keys a closure by its variables, and a jitted function pickles with
-    an id new in every process, so a loop built per layout in a closure was compiled
-    again by every process that loaded a model (4-7 s) and cached anew each time.
-    """
-    def pick(tables):
-        return trie if len(tables.types) == TRIE_TABLES else small
-
-    if stub in (_prefetch_context, _prefetch_entries):
-        @overload(stub, inline="always")
-        def choose(order, context, tables):
-            chosen = pick(tables)
-            return lambda order, context, tables: chosen(order, context, tables)
-    else:
-        @overload(stub, inline="always")
-        def choose(order, context, word, tables):
-            chosen = pick(tables)
-            return lambda order, context, word, tables: chosen(order, context, word, tables)
+def _layout(tables, trie, small):
+    """The Python function of ``trie`` for the trie layout's tables, else of ``small``,
+    for an overload to inline: a static choice, so the loop inlines its lookups (a
+    function passed as an argument is called, which took twice the time) and stays
+    one module-level function.  (A loop built per layout in a closure was compiled
+    again in every process: numba keys a closure's cache by its variables, and a
+    jitted function pickles with an id new in every process.)"""
+    return (trie if len(tables.types) == TRIE_TABLES else small).py_func
 
 
-_by_layout(_lookup, trie_child, small_child)
-_by_layout(_first, trie_first, small_first)
-_by_layout(_prefetch_context, trie_context_prefetch, no_prefetch)
-_by_layout(_prefetch_entries, trie_entries_prefetch, no_prefetch)
+@overload(_lookup, inline="always")
+def _lookup_of(order, context, word, tables):
+    return _layout(tables, trie_child, small_child)
+
+
+@overload(_first, inline="always")
+def _first_of(order, tag, word, tables):
+    return _layout(tables, trie_first, small_first)
+
+
+@overload(_prefetch_context, inline="always")
+def _prefetch_context_of(order, context, tables):
+    return _layout(tables, trie_context_prefetch, no_prefetch)
+
+
+@overload(_prefetch_entries, inline="always")
+def _prefetch_entries_of(order, context, tables):
+    return _layout(tables, trie_entries_prefetch, no_prefetch)
 
 
 @numba.njit(nogil=True, cache=True)
