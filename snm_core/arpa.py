@@ -15,9 +15,10 @@ followed by it), every suffix of an entry is an entry, and ``<s>`` gets
 log10 probability -99 (it is never predicted).
 
 Everything is vectorised: contexts and links are keyed by 64-bit keys of
-their words (:meth:`FeatureExtractor.keys_for`, untagged), sums over tags use
-pyarrow dictionary encodings, suffix lookups a :class:`snm_core.model.KeyIndex`,
-and the text is formatted by pyarrow string kernels.
+their words (:meth:`FeatureExtractor.keys_for`, untagged), sums over tags
+number the keys by sorting them (:func:`snm_core.arrays.sorted_ids`), suffix
+lookups a :class:`snm_core.model.KeyIndex`, and the text is formatted by
+pyarrow string kernels.
 """
 
 
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snm_core import storage
-from snm_core.arrays import dense_ids, padded_lists
+from snm_core.arrays import padded_lists, sorted_ids
 from snm_core.config import parse_config
 from snm_core.errors import SnmInputError
 from snm_core.features import FeatureExtractor
@@ -62,9 +63,10 @@ class BackoffForm:
     (``l_*``, sorted by link key), tags summed away.
 
     ``feature_ctx``: the context of each (tagged) feature row.  ``row_link``: the
-    entry of each row of the model's matrix (its tag copies share one).  ``suffix_link``: the entry ``(h', w)`` of entry ``(h, w)`` (-1 for
-    unigrams); ``prefix_link``: the entry whose n-gram is the context ``h`` (-1 for
-    the empty context).
+    entry of each row of the model's matrix (its tag copies share one).
+    ``suffix_link``: the entry ``(h', w)`` of entry ``(h, w)`` (-1 for unigrams);
+    ``prefix_link``: the entry whose n-gram is the context ``h`` (-1 for the empty
+    context).
     """
 
     order: int
@@ -89,35 +91,33 @@ def backoff_form(features, matrix, config, model_dir):
     order = config.ngram_order
     plain = FeatureExtractor(config)  # untagged: tags are summed away
 
-    # Contexts: one per distinct word sequence, S summed over tags.
+    # Contexts: one per distinct word sequence, S summed over tags.  (Each
+    # temporary is dropped once used: a whole model's arrays are held here.)
     words, lengths = padded_lists(features["words"], max(order - 1, 1))
-    tagged_keys = _context_keys(plain, lengths, words)
-    ids, ctx_keys_unsorted, first = dense_ids(tagged_keys)
-    s_ctx = np.bincount(ids, weights=features["m_star"].to_numpy(), minlength=len(first))
-    by_key = np.argsort(ctx_keys_unsorted)
-    ctx_keys = ctx_keys_unsorted[by_key]
-    ctx_len = lengths[first][by_key]
-    ctx_words = words[first][by_key]
-    s_ctx = s_ctx[by_key]
+    ctx_of_feature, ctx_keys, first = sorted_ids(_context_keys(plain, lengths, words))
+    s_ctx = np.bincount(ctx_of_feature, weights=features["m_star"].to_numpy(),
+                        minlength=len(first))
+    ctx_len, ctx_words = lengths[first], words[first]
+    del words, lengths, first
     ctx_index = KeyIndex(ctx_keys)
-    ctx_of_feature = np.argsort(by_key)[ids]
 
     # Links: one per (context, word), M summed over tags.
-    diversity = features["diversity"].to_numpy()
-    link_ctx = np.repeat(ctx_of_feature, diversity)
-    link_word = matrix["word"].to_numpy().astype(np.int64)
-    packed = (link_ctx.astype(np.uint64) << np.uint64(32)) | link_word.astype(np.uint64)
-    link_ids, unique_packed, _ = dense_ids(packed)
+    packed = np.repeat(ctx_of_feature.astype(np.uint64) << np.uint64(32),
+                       features["diversity"].to_numpy())
+    packed |= matrix["word"].to_numpy().astype(np.uint64)
+    link_ids, unique_packed, _ = sorted_ids(packed)
+    del packed
     n_self = np.bincount(link_ids, weights=matrix["m"].to_numpy().astype(np.float64),
                          minlength=len(unique_packed))
     l_ctx = (unique_packed >> np.uint64(32)).astype(np.int64)
     l_word = (unique_packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    del unique_packed
+    l_order = np.argsort(link_key(ctx_keys[l_ctx], l_word))
+    l_ctx, l_word, n_self = l_ctx[l_order], l_word[l_order], n_self[l_order]
     l_keys = link_key(ctx_keys[l_ctx], l_word)
-    l_order = np.argsort(l_keys)
-    l_ctx, l_word = l_ctx[l_order], l_word[l_order]
-    n_self, l_keys = n_self[l_order], l_keys[l_order]
     link_index = KeyIndex(l_keys)
     row_link = np.argsort(l_order)[link_ids]
+    del l_order, link_ids
 
     # Z and N, shortest contexts first: the suffix's values are final by then.
     z = s_ctx.copy()

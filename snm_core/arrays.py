@@ -5,7 +5,6 @@ against 0.1 s for ``np.sort`` plus a comparison with the neighbour.
 """
 
 import numpy as np
-import pyarrow as pa
 
 
 def sorted_distinct(values):
@@ -157,19 +156,20 @@ def take_runs(values, starts, width):
     return rows
 
 
-def dense_ids(keys):
-    """Dense ids of uint64 keys: ``(ids int64, distinct keys, first occurrence of each)``.
+def sorted_ids(keys):
+    """Dense ids of keys numbered in key order: ``(ids int64, distinct keys sorted, first
+    row of each)``, with ``distinct[ids] == keys``; ``keys`` non-negative integers.
 
-    ``distinct[ids] == keys``; ids number the keys in order of first appearance.
-    A pyarrow dictionary encoding (one hash-table pass), then a scatter that
-    keeps the first row of each id (written last, in reverse order).
+    A sort, whose arrays are a few times the keys' size, rather than a hash table:
+    pyarrow's dictionary encoding of 7.3M uint64 keys peaked near 1 GB.
     """
-    encoded = pa.array(keys, pa.uint64()).dictionary_encode()
-    ids = encoded.indices.to_numpy().astype(np.int64)
-    distinct = encoded.dictionary.to_numpy()
-    first = np.empty(len(distinct), dtype=np.int64)
-    first[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)
-    return ids, distinct, first
+    order, ordered = stable_argsort(keys, return_sorted=True)
+    starts = run_starts(ordered)
+    new_run = np.zeros(len(keys), dtype=np.int64)
+    new_run[starts] = 1
+    ids = np.empty(len(keys), dtype=np.int64)
+    ids[order] = np.cumsum(new_run) - 1
+    return ids, ordered[starts], order[starts]
 
 
 def isin_sorted(values, sorted_keys):
@@ -187,6 +187,7 @@ def padded_lists(column, width, dtype=np.int64):
 
     Examples
     --------
+    >>> import pyarrow as pa
     >>> values, lengths = padded_lists(pa.chunked_array([[[4, 5], [], [6]]]), 3)
     >>> values.tolist(), lengths.tolist()
     ([[4, 5, -1], [-1, -1, -1], [6, -1, -1]], [2, 0, 1])

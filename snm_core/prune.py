@@ -143,15 +143,8 @@ def prune_model(model_dir, out_dir, target_links=None, threshold=None, layout="h
                             "n-grams of lengths 0..N-1, no skip-grams); use --criterion mass")
     if target_links is not None and target_links < 1:
         raise SnmInputError("--target_links must be at least 1")
-    form = backoff_form(features, matrix, config, model_dir)
-    context_counts = np.bincount(form.feature_ctx, weights=features["count"].to_numpy(),
-                                 minlength=len(form.ctx_keys))
-    scores = entry_scores(form, context_counts)
-    effective = effective_scores(form, scores)
-    rows_per_entry = np.bincount(form.row_link, minlength=len(effective))
-    keep_entry, applied = select_entries(form, effective, rows_per_entry, target_links,
-                                         threshold)
-    keep_row = keep_entry[form.row_link]
+    keep_row, applied = _backoff_choice(features, matrix, config, model_dir, target_links,
+                                        threshold)
     pruned_features, pruned_matrix = _pruned_tables(features, matrix, keep_row)
     _write_model(model_dir, out_dir, manifest, pruned_features, pruned_matrix, {
         "criterion": "relative entropy in the back-off form (snm_core/prune.py)",
@@ -165,6 +158,20 @@ def prune_model(model_dir, out_dir, target_links=None, threshold=None, layout="h
         f"({result.links_after / max(result.links_before, 1):.1%}), "
         f"{result.features_after:,} of {result.features_before:,} features -> {out_dir}")
     return result
+
+
+def _backoff_choice(features, matrix, config, model_dir, target_links, threshold):
+    """``(keep, threshold applied)``: which matrix rows the backoff criterion keeps.  The
+    back-off form is a whole model's arrays: it is gone before the pruned model is
+    written and compiled."""
+    form = backoff_form(features, matrix, config, model_dir)
+    context_counts = np.bincount(form.feature_ctx, weights=features["count"].to_numpy(),
+                                 minlength=len(form.ctx_keys))
+    effective = effective_scores(form, entry_scores(form, context_counts))
+    rows_per_entry = np.bincount(form.row_link, minlength=len(effective))
+    keep_entry, applied = select_entries(form, effective, rows_per_entry, target_links,
+                                         threshold)
+    return keep_entry[form.row_link], applied
 
 
 def _pruned_tables(features, matrix, keep_row):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from snm_core.arrays import group_rows, stable_argsort, take_rows, take_runs
+from snm_core.arrays import group_rows, sorted_ids, stable_argsort, take_rows, take_runs
 
 
 def _cases():
@@ -32,7 +32,17 @@ def test_stable_argsort_is_numpys_stable_argsort(name, values):
     np.testing.assert_array_equal(stable_argsort(values), order)
 
 
-@pytest.mark.parametrize("dtype,width", [(np.int32, 4), (np.int16, 3), (np.uint64, 1), (np.int32, 0)])
+@pytest.mark.parametrize("name,values", list(_cases()), ids=[c[0] for c in _cases()])
+def test_sorted_ids_are_numpys_unique_inverse(name, values):
+    ids, distinct, first = sorted_ids(values)
+    expected, index, inverse = np.unique(values, return_index=True, return_inverse=True)
+    np.testing.assert_array_equal(distinct, expected)
+    np.testing.assert_array_equal(ids, inverse.ravel())
+    np.testing.assert_array_equal(first, index)  # each key's first row
+
+
+@pytest.mark.parametrize("dtype,width",
+                         [(np.int32, 4), (np.int16, 3), (np.uint64, 1), (np.int32, 0)])
 def test_take_rows_equals_fancy_indexing(dtype, width):
     rng = np.random.default_rng(5)
     array = rng.integers(-5, 100, (50, width)).astype(dtype)
