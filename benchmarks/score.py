@@ -29,6 +29,7 @@ too: the forms decoders load).  Appends to benchmarks/results.jsonl.
 
 import argparse
 import glob
+import hashlib
 import os
 import shutil
 import sys
@@ -99,6 +100,18 @@ def newer(target, *sources):
                                           for s in sources)
 
 
+def export_name(model):
+    """A name for the model's ARPA export and KenLM binaries: its path under WORK
+    (``layouts/mix/model`` -> ``layouts-mix-model``), else its name and a digest of
+    its path, so that two models both called ``model/`` do not share one file."""
+    path = os.path.abspath(model)
+    relative = os.path.relpath(path, WORK)
+    if not relative.startswith(".."):
+        return relative.replace(os.sep, "-")
+    digest = hashlib.sha256(path.encode("utf-8")).hexdigest()[:8]
+    return f"{os.path.basename(path)}-{digest}"
+
+
 def best_of_rounds(scorers):
     """Best seconds and result of each scorer over REPEATS interleaved rounds.
 
@@ -142,7 +155,7 @@ def main(argv=None):
     if args.model == DEFAULT_MODEL:
         build_model(args.model)
     manifest = os.path.join(args.model, "manifest.json")
-    arpa = os.path.join(WORK, os.path.basename(os.path.abspath(args.model)) + ".arpa")
+    arpa = os.path.join(WORK, export_name(args.model) + ".arpa")
     if not newer(arpa, manifest):
         run_measured(snm("export-arpa", "--model", args.model, "--out", arpa), log=arpa + ".log")
     kenlm_models = [("kenlm", "ARPA", arpa)]
