@@ -112,9 +112,10 @@ def backoff_form(features, matrix, config, model_dir):
     l_ctx = (unique_packed >> np.uint64(32)).astype(np.int64)
     l_word = (unique_packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
     del unique_packed
-    l_order = np.argsort(link_key(ctx_keys[l_ctx], l_word))
-    l_ctx, l_word, n_self = l_ctx[l_order], l_word[l_order], n_self[l_order]
     l_keys = link_key(ctx_keys[l_ctx], l_word)
+    l_order = np.argsort(l_keys)
+    l_ctx, l_word, n_self, l_keys = (l_ctx[l_order], l_word[l_order], n_self[l_order],
+                                     l_keys[l_order])
     link_index = KeyIndex(l_keys)
     row_link = np.argsort(l_order)[link_ids]
     del l_order, link_ids
