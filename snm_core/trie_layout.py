@@ -77,16 +77,28 @@ def build_trie(model_dir, manifest, directory):
 
 
 def load_trie(compact_dir, compact, vocabulary_size, mmap=True):
-    """The arrays of a local trie-layout ``compact/`` directory, each checked."""
+    """The arrays of a local trie-layout ``compact/`` directory, each checked, and
+    ``first_order``, each tag's empty-context entries by word rank."""
     orders = compact["tags"] * (compact["max_n"] + 1)
     expected = {"entries": (ENTRY_TYPES, None), "order_entries": (np.int64, orders + 2),
                 "contexts": (CONTEXT_TYPES, None), "order_contexts": (np.int64, orders + 2),
                 "m_star_values": (np.float64, None),
                 "word_rank": (np.int64, vocabulary_size),
                 "seen_words": (np.bool_, vocabulary_size)}
-    return load_arrays(compact_dir, TRIE_FILES, expected, lambda a: (
+    arrays = load_arrays(compact_dir, TRIE_FILES, expected, lambda a: (
         a["order_entries"][-1] == len(a["entries"])
         and a["order_contexts"][-1] == len(a["contexts"])), mmap)
+    # Each tag's empty context's entries by word rank (-1: none), for a direct lookup.
+    first_order = np.full((compact["tags"], compact["radix"]), -1, dtype=np.int32)
+    for tag in range(compact["tags"]):
+        order = tag * (compact["max_n"] + 1) + 1
+        lo, hi = arrays["order_entries"][order], arrays["order_entries"][order + 1]
+        words = arrays["entries"]["word"][lo:hi]
+        if words.max(initial=0) >= compact["radix"]:
+            raise SnmInputError(f"{compact_dir}: entries.npy holds a word outside the "
+                                f"vocabulary; delete {compact_dir} to have it built again")
+        first_order[tag, words] = np.arange(hi - lo)
+    return {**arrays, "first_order": first_order}
 
 
 class TrieModel(TrieScoring):
@@ -96,10 +108,4 @@ class TrieModel(TrieScoring):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
         from snm_core import trie_kernels  # numba: loaded by scoring only
         self._event_sums = trie_kernels.event_sums
-        # Each tag's empty context's entries by word rank (-1: none), for a direct lookup.
-        first_order = np.full((compact["tags"], compact["radix"]), -1, dtype=np.int32)
-        for tag in range(compact["tags"]):
-            order = tag * (compact["max_n"] + 1) + 1
-            lo, hi = arrays["order_entries"][order], arrays["order_entries"][order + 1]
-            first_order[tag, arrays["entries"]["word"][lo:hi]] = np.arange(hi - lo)
-        self._tables = tuple(arrays[name] for name in TRIE_FILES[:5]) + (first_order,)
+        self._tables = tuple(arrays[name] for name in TRIE_FILES[:5]) + (arrays["first_order"],)

@@ -257,18 +257,19 @@ def test_a_damaged_array_is_a_one_line_error_naming_it(models, layout, tmp_path)
         Model.load(str(copy))
 
 
-def test_a_small_stream_decoding_outside_the_vocabulary_is_refused(models, tmp_path):
-    """Loading decodes the empty context's entries into a table by word: a stream that
-    does not agree with the vocabulary (here its radix) is a one-line error, never a
-    write past the table."""
-    copy = tmp_path / "small"
-    shutil.copytree(models[0]["small"], copy)
+@pytest.mark.parametrize("layout", TRIES)
+def test_entries_outside_the_vocabulary_are_refused(models, layout, tmp_path):
+    """Loading puts the empty context's entries into a table by word: entries that do not
+    agree with the vocabulary (here its radix) are a one-line error, never a write past
+    the table."""
+    copy = tmp_path / layout
+    shutil.copytree(models[0][layout], copy)
     path = copy / "compact" / "manifest.json"
     compact = json.loads(path.read_text())
     compact["radix"] = 3
     path.write_text(json.dumps(compact))
-    with pytest.raises(SnmInputError, match="bits.npy decodes to a word outside the "
-                                            "vocabulary; delete"):
+    message = {"trie": "entries.npy holds", "small": "bits.npy decodes to"}[layout]
+    with pytest.raises(SnmInputError, match=f"{message} a word outside the vocabulary; delete"):
         Model.load(str(copy))
 
 
