@@ -24,6 +24,11 @@ FIELDS = 4
 #: Sentences scored side by side: their lookups are independent, so the memory reads
 #: of one overlap those of the others.
 LANES = 8
+#: Length of the trie layout's ``tables`` tuple; the small layout's is longer.
+TRIE_TABLES = 6
+#: The small layout's stored arrays and settings lead its ``tables``; the empty
+#: context's table decoded on load follows.
+SMALL_STORED = 16
 
 
 @intrinsic
@@ -218,7 +223,7 @@ def trie_entries_prefetch(order, context, tables):
 def small_first(order, tag, word, tables):
     """:func:`small_child` of a tag's empty context (its entries are ``order``), from the
     tables :func:`small_first_order` decoded when the model was loaded."""
-    first_entry, first_value, first_m_star = tables[16:]
+    first_entry, first_value, first_m_star = tables[SMALL_STORED:]
     return np.int64(first_entry[tag, word]), first_value[tag, word], first_m_star[tag]
 
 
@@ -266,7 +271,7 @@ def small_child(order, context, word, tables):
     context."""
     (bits, block_keys, block_offsets, order_blocks, order_entries, span_context, span_sum,
      order_spans, radix, block_entries, escape, limit, first, base, symbols,
-     level_values) = tables[:16]
+     level_values) = tables[:SMALL_STORED]
     lo, hi = order_blocks[order], order_blocks[order + 1]
     s = _last_at_most(span_context, order_spans[order], order_spans[order + 1], context)
     spans = s >= order_spans[order] and span_context[s] == context
@@ -293,10 +298,6 @@ def small_child(order, context, word, tables):
             if w == word:
                 found, value = first_entry + i, v
     return found, value, m_star
-
-
-#: Length of the trie layout's ``tables`` tuple; the small layout's is longer.
-TRIE_TABLES = 6
 
 
 def _lookup(order, context, word, tables):
