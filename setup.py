@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["snm_core", "snm_core.*", "pipelines", "pipelines.*",
                                     "snm", "snm.*"]),
-    package_data={"snm_core.presets": ["*.cfg"]},
+    package_data={"snm_core.text.presets": ["*.cfg"]},
     install_requires=[
         "apache-beam>=2.60",
         "numpy>=1.26",
@@ -45,7 +45,7 @@ setup(
     # compiles scoring, costs ~150 MiB of RSS a process, twice what the whole
     # kernel 5-gram fit may use (64 bytes a small-M link); this library costs
     # well under 1 MiB.  Any C compiler builds it (gcc on Debian).
-    ext_modules=[Extension("snm_core._kernels", ["snm_core/_kernels.c"],
+    ext_modules=[Extension("snm_core.fit._kernels", ["snm_core/fit/_kernels.c"],
                            extra_compile_args=["-O3", "-std=c11", "-fno-math-errno"]
                            # popcount as one instruction (every x86-64 CPU since 2008)
                            + (["-mpopcnt"] if platform.machine() in ("x86_64", "AMD64")

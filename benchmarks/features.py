@@ -3,7 +3,7 @@
     python benchmarks/features.py [--sentences N]
 
 For the 5gram and skip10gram presets: features extracted per second by the
-vectorised extractor (``snm_core.features``), tokenisation timed apart, and the
+vectorised extractor (``snm_core.text.features``), tokenisation timed apart, and the
 same measure for a plain per-token Python loop on a sample, as the baseline the
 ratio is taken against.  Appends to benchmarks/results.jsonl.
 """
@@ -15,10 +15,10 @@ import sys
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), ".."))
 
 from benchmarks.common import Timer, corpus, print_table, record  # noqa: E402
-from snm_core.config import preset  # noqa: E402
-from snm_core.features import FeatureExtractor  # noqa: E402
-from snm_core.text import tokenize  # noqa: E402
-from snm_core.vocab import BOS_ID, EOS_ID, Vocabulary  # noqa: E402
+from snm_core.text.config import preset  # noqa: E402
+from snm_core.text.features import FeatureExtractor  # noqa: E402
+from snm_core.text.tokenize import tokenize  # noqa: E402
+from snm_core.text.vocab import BOS_ID, EOS_ID, Vocabulary  # noqa: E402
 
 BATCH_LINES = 20000
 BASELINE_SENTENCES = 5000

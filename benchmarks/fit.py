@@ -30,8 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (MODE, WORK, corpus, print_table, record,  # noqa: E402
-                               run_measured)
+from benchmarks.common import MODE, WORK, corpus, print_table, record, run_measured  # noqa: E402
 
 #: (variant, snm fit flags): the default unlexicalized set (diversity and
 #: continuation), the reference's two sets (366 and 638 weights on kernel), and

@@ -8,9 +8,9 @@
 ``figure2``: the paper's Figure 2 on ../shared/corpora/kernel-100k (100K-word train,
 dev.txt for lambda and alpha, 20K-word test, its 5,224-word vocab.txt).  For each order
 and penalty a grid of lambda (and alpha for the weighted penalties) is fitted in this
-process with :func:`snm_core.loglinear.fit` (AdaGrad proximal steps, the O(pairs) tree
+process with :func:`snm_core.loglinear.optimizers.fit` (AdaGrad proximal steps, the O(pairs) tree
 gradient, 25 batches an epoch, early stopping on dev, each lambda warm-started from the
-next larger: :func:`snm_core.loglinear_model.select`, as ``snm train --family loglinear``
+next larger: :func:`snm_core.loglinear.directory.select`, as ``snm train --family loglinear``
 does) and the best on dev kept; reported: test perplexity, parameters (pairs,
 non-zero pairs, nodes of the collapsed pair forest: the paper's Figure 2c), seconds.
 KenLM's interpolated KN (``lmplz --discount_fallback``) is from
@@ -67,10 +67,10 @@ def ngram_config(order, directory):
 def figure2(orders, penalties, optimizer, work):
     import numpy as np
 
-    from snm_core import loglinear
-    from snm_core.loglinear_model import LogLinearOptions, select
-    from snm_core.text import tokenize
-    from snm_core.vocab import Vocabulary
+    from snm_core.loglinear.directory import LogLinearOptions, select
+    from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
 
     vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
 
@@ -81,10 +81,10 @@ def figure2(orders, penalties, optimizer, work):
     train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
     rows = []
     for order in orders:
-        model, active, target = loglinear.prepare(train, order, len(vocab))
-        pairs = model.pair_of(loglinear.deepest_nodes(active), target)
-        dev_pos = loglinear.positions(model, dev, order)
-        test_pos = loglinear.positions(model, test, order)
+        model, active, target = prepare(train, order, len(vocab))
+        pairs = model.pair_of(deepest_nodes(active), target)
+        dev_pos = positions(model, dev, order)
+        test_pos = positions(model, test, order)
         collapsed = model.forest().collapse().size
         for penalty in penalties:
             kind = penalty.lstrip("w")

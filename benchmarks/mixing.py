@@ -21,8 +21,16 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (MIX_SOURCES, MODE, WORK, corpus, print_table,  # noqa: E402
-                               read_train_run, record, run_measured)
+from benchmarks.common import (  # noqa: E402
+    MIX_SOURCES,
+    MODE,
+    WORK,
+    corpus,
+    print_table,
+    read_train_run,
+    record,
+    run_measured,
+)
 
 KN5_POOLED = 93.63
 KN5_LINEAR_MIXTURE = 68.40

@@ -24,8 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (MODE, WORK, corpus, print_table, record,  # noqa: E402
-                               run_measured)
+from benchmarks.common import MODE, WORK, corpus, print_table, record, run_measured  # noqa: E402
 
 KN5_TEST = {"kernel": 73.43, "mix": 93.63}
 UNADJUSTED_REFERENCE = {("kernel", "5gram"): 88.14351, ("mix", "5gram"): 115.65204}

@@ -30,8 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (MIX_SOURCES, MODE, WORK, corpus, print_table,  # noqa: E402
-                               record, run_measured)
+from benchmarks.common import MIX_SOURCES, MODE, WORK, corpus, print_table, record, run_measured  # noqa: E402
 from benchmarks.count import fraction_files  # noqa: E402
 
 VARIANTS = ("lexicalized", "unlexicalized")

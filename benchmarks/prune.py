@@ -42,8 +42,16 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (MIX_SOURCES, MODE, WORK, arpa_ngrams, corpus,  # noqa: E402
-                               print_table, record, run_measured)
+from benchmarks.common import (  # noqa: E402
+    MIX_SOURCES,
+    MODE,
+    WORK,
+    arpa_ngrams,
+    corpus,
+    print_table,
+    record,
+    run_measured,
+)
 
 FRACTIONS = (0.5, 0.2, 0.1, 0.05, 0.02, 0.01)
 #: ../shared/benchmarks/reference.md, "Pruned n-gram models on kernel".

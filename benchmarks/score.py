@@ -1,4 +1,4 @@
-"""Scoring speed of `snm_core.model.Model` beside the kenlm Python module, and model sizes.
+"""Scoring speed of `snm_core.model.layouts.hashed.Model` beside the kenlm Python module, and model sizes.
 
     python benchmarks/score.py                          # kernel 5-gram, kernel/test.txt
     python benchmarks/score.py --model DIR --text FILE
@@ -40,12 +40,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (MODE, WORK, arpa_ngrams, corpus, print_table,  # noqa: E402
-                               record, run_measured)
+from benchmarks.common import MODE, WORK, arpa_ngrams, corpus, print_table, record, run_measured  # noqa: E402
 
 REPEATS = 15
 PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
-SMALL_TOLERANCE = 1e-3  # the small layout's values are rounded (snm_core/small_layout.py)
+SMALL_TOLERANCE = 1e-3  # the small layout's values are rounded (snm_core/model/layouts/small.py)
 TRIE_LAYOUTS = ("trie", "small")
 SNM_THREADS = (1, 2)
 FIT_EPOCHS = 3
@@ -79,7 +78,7 @@ def build_model(model):
 
 def layout_copy(model, layout):
     """``MODEL-LAYOUT/``: the model's files hard-linked, its compact/ in ``layout``."""
-    from snm_core.model import compile_model
+    from snm_core.model.compact import compile_model
     copy = model.rstrip("/") + "-" + layout
     manifest = os.path.join(copy, "compact", "manifest.json")
     if newer(manifest, os.path.join(model, "manifest.json")):
@@ -149,7 +148,8 @@ def main(argv=None):
     parser.add_argument("--text", default=None, help="default ../shared/corpora/kernel/test.txt")
     args = parser.parse_args(argv)
     import kenlm
-    from snm_core.model import Model
+
+    from snm_core.model.compact import load_model
 
     text = args.text or corpus("kernel", "test.txt")
     if args.model == DEFAULT_MODEL:
@@ -178,9 +178,9 @@ def main(argv=None):
     words = sum(len(line.split()) + 1 for line in lines)
     halves = [lines[:len(lines) // 2], lines[len(lines) // 2:]]
     models = [kenlm.Model(path) for _, _, path in kenlm_models]
-    model = Model.load(args.model)
+    model = load_model(args.model)
     copies = {layout: layout_copy(args.model, layout) for layout in TRIE_LAYOUTS}
-    tries = {layout: Model.load(path) for layout, path in copies.items()}
+    tries = {layout: load_model(path) for layout, path in copies.items()}
     pool = ThreadPoolExecutor(2)
     specs = [({"scorer": scorer, "model_form": form, "threads": 1,
                "note": "Python module has no batch API"},

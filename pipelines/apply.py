@@ -4,7 +4,7 @@
 
 Reads: a count directory (``snm count``) and a fit directory (``snm fit``:
 ``theta.npy`` and its meta-feature settings).  Writes a self-contained model
-directory (see :mod:`snm_core.tables`):
+directory (see :mod:`snm_core.io.tables`):
 
 * ``matrix-BBBBB-of-NNNNN.parquet``: feature, word, count, m = M_fw (float32);
 * ``features-BBBBB-of-NNNNN.parquet``: the count's feature columns and
@@ -28,12 +28,16 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import count_directory, running
-from snm_core import model as model_lib
-from snm_core import losscheck, ngram_trie, storage, tables
-from snm_core.checkpoints import checkpoint
-from snm_core.errors import SnmInputError
-from snm_core.runlock import run_lock
-from snm_core.metafeatures import MetaFeatureSpec
+from snm_core.fit.metafeatures import MetaFeatureSpec
+from snm_core.io import losscheck, storage, tables
+from snm_core.io.checkpoints import checkpoint
+from snm_core.io.errors import SnmInputError
+from snm_core.io.runlock import run_lock
+from snm_core.model.adjust import adjust_bucket
+from snm_core.model.card import write_model_card
+from snm_core.model.compact import compile_model
+from snm_core.model.layouts import ngram_trie
+from snm_core.model.layouts.hashed import COMPACT
 
 
 class AdjustBucket(beam.DoFn):
@@ -58,7 +62,7 @@ class AdjustBucket(beam.DoFn):
         paths = self.settings.bucket_paths(bucket)
         features = storage.read_parquet(paths["features"])
         links = storage.read_parquet(paths["links"])
-        matrix, model_features = model_lib.adjust_bucket(
+        matrix, model_features = adjust_bucket(
             features, links, self.theta, self.spec, self.type_salts, self.num_feature_types)
         num_buckets = self.settings.num_buckets
         storage.write_parquet(matrix, storage.join(self.out, tables.bucket_file("matrix", bucket,
@@ -71,7 +75,7 @@ class AdjustBucket(beam.DoFn):
 
 
 def check_apply(totals, counts):
-    """What apply read (the count's manifest) against what it wrote (:mod:`snm_core.losscheck`)."""
+    """What apply read (the count's manifest) against what it wrote (:mod:`snm_core.io.losscheck`)."""
     losscheck.check_each_once("apply", "buckets", range(counts["num_buckets"]),
                               [t["bucket"] for t in totals])
     for name in ("links", "features"):
@@ -111,7 +115,7 @@ class ApplyOptions:
     counts: str
     theta: str  # the fit directory
     out: str
-    layout: str = "hashed"  # of compact/: model_lib.LAYOUTS
+    layout: str = "hashed"  # of compact/: snm_core.model.compact.LAYOUTS
 
     def __post_init__(self):
         running.absolute_paths(self, "counts", "theta", "out")
@@ -132,7 +136,7 @@ def main(argv=None):
 
 def run(args, beam_args=()):
     """Run the apply pipeline, then build the scoring arrays; returns the model's manifest."""
-    from snm_core.validation import validate_directory
+    from snm_core.stages.validation import validate_directory
     beam_args = list(beam_args)
     settings = count_directory.CountDirectory.load(args.counts)  # validated
     fit_manifest = validate_directory(args.theta, "fit").manifest  # theta.npy's header too
@@ -145,7 +149,7 @@ def run(args, beam_args=()):
     theta_path = storage.join(args.theta, "theta.npy")
     storage.makedirs(args.out)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
-    storage.remove_tree(storage.join(args.out, model_lib.COMPACT))
+    storage.remove_tree(storage.join(args.out, COMPACT))
     for name in ("vocab.txt",):
         storage.write_bytes(storage.read_bytes(storage.join(args.counts, name)),
                            storage.join(args.out, name))
@@ -160,8 +164,8 @@ def run(args, beam_args=()):
 
     metrics = running.run_pipeline(beam_args, build, "apply", shared_paths=[args.out])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
-    model_lib.compile_model(args.out, args.layout)  # scoring arrays (a remote model: built here)
-    model_lib.write_model_card(args.out, manifest)
+    compile_model(args.out, args.layout)  # scoring arrays (a remote model: built here)
+    write_model_card(args.out, manifest)
     running.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
                           manifest["totals"], metrics)
     return manifest

@@ -8,7 +8,7 @@
 Reads: the training sources (``[TAG=]GLOB``), the extraction config, the
 vocabulary (``--vocab FILE``, or built first with ``--min_count N`` into
 ``OUT/vocab/``).  Writes the count directory described in
-:mod:`snm_core.tables`: ``links-*.parquet``, ``features-*.parquet``,
+:mod:`snm_core.io.tables`: ``links-*.parquet``, ``features-*.parquet``,
 ``vocab.txt`` and ``manifest.json`` (last).
 
 How it is fast (DESIGN.md, "Speed"): lines are read in ~0.5 MB batches; each batch
@@ -36,15 +36,17 @@ import pyarrow.compute as pc
 
 from pipelines import count_directory, reading, running, training_sources
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
-from snm_core import counting, hashing, losscheck, storage, tables
-from snm_core.checkpoints import checkpoint
-from snm_core.config import load_config, parse_config
-from snm_core.errors import SnmInputError
-from snm_core.runlock import run_lock
-from snm_core.features import FeatureExtractor
-from snm_core.text import tokenize
-from snm_core.textfile import DEFAULT_BATCH_BYTES
-from snm_core.vocab import Vocabulary
+from snm_core.count import counting
+from snm_core.io import losscheck, storage, tables
+from snm_core.io.checkpoints import checkpoint
+from snm_core.io.errors import SnmInputError
+from snm_core.io.runlock import run_lock
+from snm_core.io.textfile import DEFAULT_BATCH_BYTES
+from snm_core.text import hashing
+from snm_core.text.config import load_config, parse_config
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.tokenize import tokenize
+from snm_core.text.vocab import Vocabulary
 
 #: Key ranges: a bucket's merge holds ~100 bytes per partial link it sums, so
 #: more buckets mean less memory a worker (5-gram, with 1M-link flushes: 16
@@ -81,7 +83,7 @@ class _Extractor:
 class ExtractLinkPartials(beam.DoFn):
     """TextShard -> ``(bucket, ("part", payload))`` and ``(0, ("stats", totals))``.
 
-    Each batch's links are summed at once (:func:`snm_core.counting.batch_partials`);
+    Each batch's links are summed at once (:func:`snm_core.count.counting.batch_partials`);
     the results are held until ``flush_links`` links are pending (and at the end
     of the shard), then cut into buckets, one part per bucket sent through
     ``shuffle``.  Summing across batches is left to the merge: it would cost
@@ -150,7 +152,7 @@ class MergeBucket(beam.DoFn):
 
     Yields ``(bucket, ("links", payload))`` for this bucket's summed links,
     ``(parent bucket, ("extensions", payload))`` for the links they extend
-    (see :func:`snm_core.counting.extension_keys`), and the stats.
+    (see :func:`snm_core.count.counting.extension_keys`), and the stats.
     """
 
     def __init__(self, settings, out, num_buckets, shuffle):
@@ -437,7 +439,7 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
 
 
 def check_counts(counted, shards, previous=None):
-    """What the count read against what it wrote (:mod:`snm_core.losscheck`)."""
+    """What the count read against what it wrote (:mod:`snm_core.io.losscheck`)."""
     losscheck.check_each_once("count", "text shards", shards, counted.get("shards", []))
     occurrences = counted.get("feature_occurrences", 0)
     if previous:

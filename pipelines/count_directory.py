@@ -4,12 +4,12 @@ vocabulary (read once per worker process)."""
 import collections
 import threading
 
-from snm_core import storage, tables, validation
-from snm_core.config import parse_config
-from snm_core.errors import SnmInputError
-from snm_core.features import FeatureExtractor
-from snm_core.vocab import Vocabulary
-
+from snm_core.io import storage, tables
+from snm_core.io.errors import SnmInputError
+from snm_core.stages import validation
+from snm_core.text.config import parse_config
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.vocab import Vocabulary
 
 #: Vocabularies by (path, fingerprint), the most recently used last (see shared_vocabulary).
 _VOCABULARIES = collections.OrderedDict()
@@ -67,7 +67,7 @@ class CountDirectory:
 
     @classmethod
     def load(cls, counts_dir):
-        """Check the count directory (:func:`snm_core.validation.validate_directory`:
+        """Check the count directory (:func:`snm_core.stages.validation.validate_directory`:
         manifest, Parquet footers, vocab.txt against its fingerprint) and load its manifest."""
         checked = validation.validate_directory(counts_dir, "count")
         share_vocabulary(storage.join(counts_dir, "vocab.txt"), checked.vocabulary)

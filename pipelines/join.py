@@ -14,7 +14,7 @@ Writes to ``--out``:
 * ``small_m-BBBBB-of-NNNNN.parquet``: every link (f, w) of every training
   feature f that occurs in the events: ``feature`` uint64, ``word`` int32,
   ``count`` int64 C(f,w), ``continuation`` int64 (the link's continuation
-  count, see :mod:`snm_core.tables`), ``feature_count`` int64 C(f,*),
+  count, see :mod:`snm_core.io.tables`), ``feature_count`` int64 C(f,*),
   ``diversity`` int64, ``tag`` int16, ``type`` int16; sorted by (feature, word), in the
   count's key-range buckets;
 * ``manifest.json`` (last).
@@ -33,12 +33,14 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import count_directory, reading, running
-from snm_core import hashing, heldout, losscheck, storage, tables, textfile
-from snm_core.arrays import sorted_distinct
-from snm_core.checkpoints import checkpoint
-from snm_core.errors import SnmInputError
-from snm_core.runlock import run_lock
-from snm_core.text import tokenize
+from snm_core.fit import small_m
+from snm_core.io import losscheck, storage, tables, textfile
+from snm_core.io.arrays import sorted_distinct
+from snm_core.io.checkpoints import checkpoint
+from snm_core.io.errors import SnmInputError
+from snm_core.io.runlock import run_lock
+from snm_core.text import hashing
+from snm_core.text.tokenize import tokenize
 
 HELDOUT_STATS = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
                  "marker_tokens", "events", "feature_occurrences")
@@ -69,7 +71,7 @@ class ExtractHeldoutEvents(beam.DoFn):
                  "feature_occurrences": events.num_pairs}
         for name, value in stats.items():
             self.counters[name].inc(value)
-        table = heldout.events_table(events, batch.source, batch.first_line + kept)
+        table = small_m.events_table(events, batch.source, batch.first_line + kept)
         name = f"events-{batch.source:04d}-{batch.first_line:09d}.parquet"
         storage.write_parquet(table, storage.join(self.out, name))
         keys = sorted_distinct(events.key)
@@ -95,18 +97,18 @@ class JoinBucket(beam.DoFn):
         (paths,) = grouped["counts"]
         features = storage.read_parquet(paths["features"])
         links = storage.read_parquet(paths["links"])
-        small_m = heldout.select_rows(features, links, keys)
+        rows = small_m.select_rows(features, links, keys)
         name = tables.bucket_file("small_m", bucket, self.num_buckets)
-        storage.write_parquet(small_m, storage.join(self.out, name))
+        storage.write_parquet(rows, storage.join(self.out, name))
         checkpoint("join.bucket")  # fault tests stop a worker here
-        self.links_counter.inc(small_m.num_rows)
-        yield {"small_m_links": small_m.num_rows,
-               "small_m_features": len(sorted_distinct(small_m["feature"].to_numpy())),
+        self.links_counter.inc(rows.num_rows)
+        yield {"small_m_links": rows.num_rows,
+               "small_m_features": len(sorted_distinct(rows["feature"].to_numpy())),
                "heldout_features": len(keys), "buckets": [bucket]}
 
 
 def check_join(stats, shards, num_buckets):
-    """What the join read against what it wrote (:mod:`snm_core.losscheck`)."""
+    """What the join read against what it wrote (:mod:`snm_core.io.losscheck`)."""
     losscheck.check_each_once("join", "text shards", shards, stats.get("shards", []))
     losscheck.check_each_once("join", "buckets", range(num_buckets), stats.get("buckets", []))
     losscheck.check_equal("join", "held-out words and sentence ends read",

@@ -9,7 +9,7 @@ directory of the same buckets (``eval``, ``score`` and, for n-gram models pruned
 diversity recomputed from the links it keeps and features left without links
 dropped.  Its manifest gains ``pruning``; the model card says what was removed.
 
-Three criteria (:mod:`snm_core.prune` has the arithmetic):
+Three criteria (:mod:`snm_core.model.prune` has the arithmetic):
 
 * ``backoff`` (default for n-gram configurations): the relative entropy that
   removing a link causes in the model's back-off form, the pruned model closed
@@ -32,12 +32,14 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import running
-from snm_core import losscheck, ngram_trie, storage, tables
-from snm_core import prune as prune_lib
-from snm_core.config import parse_config
-from snm_core.errors import SnmInputError
-from snm_core.model import compile_model, write_model_card
-from snm_core.runlock import run_lock
+from snm_core.io import losscheck, storage, tables
+from snm_core.io.errors import SnmInputError
+from snm_core.io.runlock import run_lock
+from snm_core.model import prune as prune_lib
+from snm_core.model.card import write_model_card
+from snm_core.model.compact import compile_model
+from snm_core.model.layouts import ngram_trie
+from snm_core.text.config import parse_config
 
 CRITERIA = ("backoff",) + tuple(prune_lib.BUCKET_CRITERIA)
 #: How much more the features of held-out text weigh with --heldout (chosen on
@@ -116,7 +118,7 @@ class Source:
 
 
 class RankHistogram(beam.DoFn):
-    """Bucket number -> :func:`snm_core.prune.rank_histogram` of its links' ranks."""
+    """Bucket number -> :func:`snm_core.model.prune.rank_histogram` of its links' ranks."""
 
     def __init__(self, source, level, prefix):
         self.source, self.level, self.prefix = source, level, prefix
@@ -197,7 +199,7 @@ def prune_by_buckets(options, manifest, criterion, beam_args=()):
         threshold_rank, threshold = prune_lib.score_rank(options.threshold), options.threshold
     primary, tie = prune_lib.BUCKET_CRITERIA[criterion]
     pruning = {"criterion": f"{criterion}: the {primary} mass, ties by the {tie} mass "
-                            "(snm_core/prune.py)", "suffix_closed": False,
+                            "(snm_core/model/prune.py)", "suffix_closed": False,
                "heldout": options.heldout, "heldout_weight": source.scoring.heldout_weight,
                "target_links": options.target_links, "threshold": threshold,
                "links_before": manifest["totals"]["links"],
@@ -224,7 +226,7 @@ def prune_by_buckets(options, manifest, criterion, beam_args=()):
 
 def check_heldout(heldout, manifest):
     """A --heldout directory must come from ``snm join`` on this model's counts."""
-    from snm_core.validation import validate_directory
+    from snm_core.stages.validation import validate_directory
     joined = validate_directory(heldout, "join").manifest
     for name in ("config", "tags", "vocabulary_fingerprint", "num_buckets"):
         if joined.get(name) != manifest.get(name):
@@ -234,7 +236,7 @@ def check_heldout(heldout, manifest):
 
 def run(options, beam_args=()):
     """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest."""
-    from snm_core.validation import validate_directory
+    from snm_core.stages.validation import validate_directory
     manifest = validate_directory(options.model, "model").manifest
     if options.layout != "hashed":  # refused before anything is pruned
         ngram_trie.ngram_span(manifest, options.model, options.layout)

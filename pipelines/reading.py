@@ -12,7 +12,7 @@ is ~100x as fast as counting, so that costs little.  ``n`` is the runner's
 parallelism (:func:`pipelines.runners.parallelism`); see :func:`text_shards`.
 
 What the text may hold and how each case is treated is
-:mod:`snm_core.textfile`'s rule, the same for every stage: an empty file is
+:mod:`snm_core.io.textfile`'s rule, the same for every stage: an empty file is
 read as zero sentences (counted, ``empty_files``); empty lines and lines that
 are not valid UTF-8 are skipped and counted (``empty_lines``,
 ``invalid_lines``), the first few of the latter logged with file and line.
@@ -20,11 +20,10 @@ are not valid UTF-8 are skipped and counted (``empty_lines``,
 
 import dataclasses
 
-
 from pipelines import runners
 from pipelines.running import counter
-from snm_core import textfile
-from snm_core.textfile import DEFAULT_BATCH_BYTES
+from snm_core.io import textfile
+from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +69,7 @@ class ShardReader:
     """Reads a :class:`TextShard` 's :class:`LineBatch` es inside a DoFn.
 
     Batches are about ``batch_bytes`` of text, read by
-    :func:`snm_core.textfile.line_batches` (a line that is not valid UTF-8 is
+    :func:`snm_core.io.textfile.line_batches` (a line that is not valid UTF-8 is
     None: logged, then skipped and counted by :func:`snm_core.text.tokenize`).
     Build it in the DoFn's constructor: it holds the DoFn's file counters.
     """

@@ -17,8 +17,8 @@ import os
 import textwrap
 import uuid
 
-from snm_core import storage
-from snm_core.errors import SnmInputError
+from snm_core.io import storage
+from snm_core.io.errors import SnmInputError
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 #: ``--runner`` values snm adds to Beam's (compared lower-case).

@@ -7,14 +7,13 @@ import re
 import sys
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 import pyarrow as pa
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import runners
-from snm_core import memory, storage
-from snm_core.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
-from snm_core.model import LAYOUT_HELP, LAYOUTS
-
+from snm_core.io import memory, storage
+from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
+from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
 
 #: Namespace of every Beam counter the toolkit reports.
 METRICS_NAMESPACE = "snm"
@@ -100,7 +99,7 @@ def _in_dask_worker():
 
 
 def release_memory():
-    """:func:`snm_core.memory.release_memory`, called at the end of each bundle of the
+    """:func:`snm_core.io.memory.release_memory`, called at the end of each bundle of the
     count's stages, not after every flush: trimming that often cost more CPU
     than the memory it saved was worth (benchmarks/README.md)."""
     memory.release_memory()

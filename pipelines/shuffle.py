@@ -34,7 +34,7 @@ import uuid
 
 import numpy as np
 
-from snm_core import storage
+from snm_core.io import storage
 
 MODES = ("files", "beam")
 SCRATCH = "_scratch"
@@ -80,7 +80,7 @@ class ArrayShuffle:
             ``columns`` is a dict of arrays with equal rows; its rows of bucket
             ``b`` are ``bounds[b]:bounds[b + 1]`` (``bounds``: int, shape
             (num_buckets + 1,), the same num_buckets for all), e.g. from
-            :func:`snm_core.counting.cut_by_bucket`.  A column must have one
+            :func:`snm_core.count.counting.cut_by_bucket`.  A column must have one
             dtype and row shape in every part of its group.
         buckets : list of int, optional
             The buckets to send, empty or not (default: those with rows).

@@ -7,10 +7,9 @@ Bad input: a glob that matches no file is an error before the pipeline starts
 import dataclasses
 import re
 
-from snm_core import storage
-from snm_core.errors import SnmInputError
-from snm_core.textfile import DEFAULT_BATCH_BYTES
-
+from snm_core.io import storage
+from snm_core.io.errors import SnmInputError
+from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 
 _TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
 

@@ -25,12 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import reading, running, training_sources
-from snm_core import losscheck, storage, tables
-from snm_core.errors import SnmInputError
-from snm_core.runlock import run_lock
-from snm_core.textfile import DEFAULT_BATCH_BYTES
-from snm_core.text import TokenizeStats, count_words, sum_word_counts
-from snm_core.vocab import Vocabulary
+from snm_core.io import losscheck, storage, tables
+from snm_core.io.errors import SnmInputError
+from snm_core.io.runlock import run_lock
+from snm_core.io.textfile import DEFAULT_BATCH_BYTES
+from snm_core.text.tokenize import TokenizeStats, count_words, sum_word_counts
+from snm_core.text.vocab import Vocabulary
 
 DEFAULT_MIN_COUNT = 2
 #: Distinct words held in a combiner accumulator before it is compacted.

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 
-from snm_core.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
+from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
 
 #: Subcommands that are whole Beam pipelines: name -> module with ``main(argv)``.
 PIPELINES = {
@@ -39,10 +39,10 @@ TOOLS = {
 
 def features_main(argv):
     """``snm features``: print each target's features in the paper's notation."""
-    from snm_core.config import load_config
-    from snm_core.features import FeatureExtractor
-    from snm_core.text import tokenize
-    from snm_core.vocab import Vocabulary
+    from snm_core.text.config import load_config
+    from snm_core.text.features import FeatureExtractor
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
 
     parser = argparse.ArgumentParser(
         prog="snm features",
@@ -83,10 +83,10 @@ def features_main(argv):
 def _summarise_features(path, config, tags):
     import numpy as np
 
-    from snm_core.features import FeatureExtractor
-    from snm_core.text import tokenize
-    from snm_core.textfile import read_lines
-    from snm_core.vocab import Vocabulary
+    from snm_core.io.textfile import read_lines
+    from snm_core.text.features import FeatureExtractor
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
 
     lines = read_lines(path)
     words = sorted({w for line in lines if line is not None for w in line.split()}
@@ -108,7 +108,7 @@ def _summarise_features(path, config, tags):
 
 def synth_main(argv):
     """``snm synth``: write the deterministic synthetic corpus (train/dev/test)."""
-    from snm_core import synthetic
+    from snm_core.text import synthetic
 
     parser = argparse.ArgumentParser(prog="snm synth",
                                      description="Write a synthetic train/dev/test corpus.")
@@ -206,7 +206,7 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     except OSError as e:
-        from snm_core.storage import resource_error_message
+        from snm_core.io.storage import resource_error_message
         message = resource_error_message(e)
         if message is None:
             raise

@@ -7,9 +7,10 @@ rewrites its model card.
 
 import argparse
 
-from snm_core.model import LAYOUT_HELP, LAYOUTS, compile_model, write_model_card
-from snm_core.runlock import run_lock
-from snm_core.validation import validate_directory
+from snm_core.io.runlock import run_lock
+from snm_core.model.card import write_model_card
+from snm_core.model.compact import LAYOUT_HELP, LAYOUTS, compile_model
+from snm_core.stages.validation import validate_directory
 
 
 def main(argv=None):

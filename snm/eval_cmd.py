@@ -9,10 +9,12 @@ import sys
 
 import numpy as np
 
-from snm_core import loglinear_model, storage
-from snm_core.errors import SnmInputError
-from snm_core.model import SCORE_BATCH_LINES, Model
-from snm_core.textfile import read_lines
+from snm_core.io import storage
+from snm_core.io.errors import SnmInputError
+from snm_core.io.textfile import read_lines
+from snm_core.loglinear.directory import LogLinearScorer, is_loglinear
+from snm_core.model.compact import load_model
+from snm_core.model.scoring import SCORE_BATCH_LINES
 
 
 def format_report(name, report):
@@ -34,9 +36,9 @@ def format_report(name, report):
 
 def load(model_dir):
     """An SNM :class:`Model` or a :class:`LogLinearScorer`, by the directory's manifest."""
-    if loglinear_model.is_loglinear(model_dir):
-        return loglinear_model.LogLinearScorer.load(model_dir)
-    return Model.load(model_dir)
+    if is_loglinear(model_dir):
+        return LogLinearScorer.load(model_dir)
+    return load_model(model_dir)
 
 
 def evaluate(model_dir, path):

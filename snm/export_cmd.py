@@ -2,8 +2,9 @@
 
 import argparse
 
-from snm_core import loglinear_model
-from snm_core.arpa import export_arpa
+from snm_core.loglinear.directory import export_arpa as export_loglinear_arpa
+from snm_core.loglinear.directory import is_loglinear
+from snm_core.model.arpa import export_arpa
 
 
 def main(argv=None):
@@ -11,8 +12,8 @@ def main(argv=None):
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
     parser.add_argument("--out", required=True, help="ARPA file to write")
     args = parser.parse_args(argv)
-    if loglinear_model.is_loglinear(args.model):
-        loglinear_model.export_arpa(args.model, args.out)
+    if is_loglinear(args.model):
+        export_loglinear_arpa(args.model, args.out)
     else:
         export_arpa(args.model, args.out)
     return 0

@@ -4,10 +4,19 @@ import argparse
 import sys
 import time
 
-from snm_core import metafeatures, trainer
-from snm_core.fit import (AUTO, DEFAULT_MAX_EPOCHS, PATIENCE, RACE_EPOCHS, RACE_MARGIN,
-                          SELECTIONS, FitOptions, fit_directory)
-from snm_core.runlock import run_lock
+from snm_core.fit import metafeatures, trainer
+from snm_core.fit.problem import VALIDATION_SHARE
+from snm_core.fit.selection import (
+    AUTO,
+    DEFAULT_MAX_EPOCHS,
+    PATIENCE,
+    RACE_EPOCHS,
+    RACE_MARGIN,
+    SELECTIONS,
+    FitOptions,
+    fit_directory,
+)
+from snm_core.io.runlock import run_lock
 
 
 def _epochs(text):
@@ -57,7 +66,7 @@ def add_fit_args(parser):
                             f"share, at most --max_epochs ({DEFAULT_MAX_EPOCHS})")
     group.add_argument("--max_epochs", type=_positive, default=DEFAULT_MAX_EPOCHS)
     group.add_argument("--validation_fraction", type=_fraction,
-                       default=trainer.VALIDATION_SHARE,
+                       default=VALIDATION_SHARE,
                        help="share of the held-out sentences held back to choose the variant "
                             "and the epochs (default %(default)s)")
     group.add_argument("--patience", type=_positive, default=PATIENCE,

@@ -43,19 +43,22 @@ from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from pipelines import prune as prune_stage
-from pipelines import runners, running
-from pipelines import training_sources
+from pipelines import runners, running, training_sources
 from pipelines import vocab as vocab_stage
-from snm.eval_cmd import evaluate as evaluate_text, format_report
+from snm.eval_cmd import evaluate as evaluate_text
+from snm.eval_cmd import format_report
 from snm.fit_cmd import Progress, add_fit_args, options_from
-from snm_core import loglinear_model, memory, ngram_trie, penalties, storage, tables
-from snm_core.checkpoints import checkpoint
-from snm_core.config import load_config
-from snm_core.errors import SnmInputError, SnmStageError
-from snm_core.fit import fit_directory
-from snm_core.loglinear_model import LogLinearOptions
-from snm_core.model import write_model_card
-from snm_core.runlock import run_lock
+from snm_core.fit.selection import fit_directory
+from snm_core.io import memory, storage, tables
+from snm_core.io.checkpoints import checkpoint
+from snm_core.io.errors import SnmInputError, SnmStageError
+from snm_core.io.runlock import run_lock
+from snm_core.loglinear import penalties
+from snm_core.loglinear.directory import LogLinearOptions
+from snm_core.loglinear.directory import train as train_loglinear
+from snm_core.model.card import write_model_card
+from snm_core.model.layouts import ngram_trie
+from snm_core.text.config import load_config
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
 #: With --family loglinear.
@@ -375,7 +378,7 @@ def _loglinear_stages(runner, args, dirs, out, options):
                             "heldout": storage.file_stamp(args.heldout),
                             "options": dataclasses.asdict(options)},
                  storage.join(model_dir, tables.MANIFEST),
-                 lambda: loglinear_model.train(dirs["counts"], args.heldout, model_dir, options),
+                 lambda: train_loglinear(dirs["counts"], args.heldout, model_dir, options),
                  lambda: f"{options.penalty} lambda {manifest()['lam']:g} alpha "
                          f"{manifest()['alpha']:g}: held-out perplexity "
                          f"{manifest()['heldout_perplexity']:.2f}, "

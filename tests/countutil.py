@@ -4,9 +4,8 @@ import collections
 import gzip
 import os
 
-
-from snm_core import tables
-from snm_core.vocab import BOS_ID, EOS_ID
+from snm_core.io import tables
+from snm_core.text.vocab import BOS_ID, EOS_ID
 
 
 def read_counts(directory):

@@ -7,23 +7,25 @@ from unittest import mock
 import numpy as np
 import pyarrow as pa
 
-from snm_core import counting, heldout, trainer
-from snm_core.arrays import sorted_distinct
-from snm_core.config import parse_config, preset
-from snm_core.features import FeatureExtractor
-from snm_core.text import tokenize
-from snm_core.vocab import Vocabulary
+from snm_core.count import counting
+from snm_core.fit import small_m
+from snm_core.fit.problem import AdjustmentProblem, Events, type_fingerprints
+from snm_core.io.arrays import sorted_distinct
+from snm_core.text.config import parse_config, preset
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.tokenize import tokenize
+from snm_core.text.vocab import Vocabulary
 
 
 @contextlib.contextmanager
 def speedups(compiled):
-    """Run with the numba speed-ups of ``snm_core.compiled`` (True) or hidden (False).
+    """Run with the numba speed-ups of ``snm_core.text.compiled`` (True) or hidden (False).
 
     ``hashing`` and ``Vocabulary.ids`` use them when the module is in
     ``sys.modules``; a None entry there reads as absent.
     """
-    import snm_core.compiled  # noqa: F401  (load it, so that True means loaded)
-    with mock.patch.dict(sys.modules, {} if compiled else {"snm_core.compiled": None}):
+    import snm_core.text.compiled  # noqa: F401  (load it, so that True means loaded)
+    with mock.patch.dict(sys.modules, {} if compiled else {"snm_core.text.compiled": None}):
         yield
 
 
@@ -55,11 +57,11 @@ def join_tables(config, sources, heldout_lines, vocab, tags=None):
     extractor = FeatureExtractor(config, tags)
     batch, kept, _ = tokenize(heldout_lines, vocab)
     events = extractor.extract(batch)
-    events_table = heldout.events_table(events, 0, kept + 1)
-    small_m = heldout.select_rows(features, links, sorted_distinct(events.key))
+    events_table = small_m.events_table(events, 0, kept + 1)
+    rows = small_m.select_rows(features, links, sorted_distinct(events.key))
     manifest = {"config": config.to_text(), "tags": list(tags),
                 "feature_types": [t.name for t in config.feature_types()]}
-    return small_m, events_table, manifest
+    return rows, events_table, manifest
 
 
 def problem(config, sources, heldout_lines, spec, vocab=None, tags=None, threads=None):
@@ -67,10 +69,9 @@ def problem(config, sources, heldout_lines, spec, vocab=None, tags=None, threads
     if isinstance(config, str):
         config = preset(config) if "{" not in config else parse_config(config)
     vocab = vocab or vocabulary([line for s in sources for line in s] + list(heldout_lines))
-    small_m, events, manifest = join_tables(config, sources, heldout_lines, vocab, tags)
-    return trainer.AdjustmentProblem([small_m], trainer.Events.from_table(events), spec,
-                                     trainer.type_fingerprints(manifest),
-                                     len(manifest["feature_types"]), threads)
+    rows, events, manifest = join_tables(config, sources, heldout_lines, vocab, tags)
+    return AdjustmentProblem([rows], Events.from_table(events), spec, type_fingerprints(manifest),
+                             len(manifest["feature_types"]), threads)
 
 
 #: Step of the finite differences: theta is float32 and its random values are

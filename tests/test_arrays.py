@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from snm_core.arrays import group_rows, sorted_ids, stable_argsort, take_rows, take_runs
+from snm_core.io.arrays import group_rows, sorted_ids, stable_argsort, take_rows, take_runs
 
 
 def _cases():

@@ -48,7 +48,7 @@ def test_module_entry_runs_a_command_and_exits_with_its_status(tmp_path):
 
 
 def _train_args(tmp_path):
-    from snm_core import synthetic
+    from snm_core.text import synthetic
     train, dev, test = synthetic.write_corpus(str(tmp_path / "c"), 50, 10, 10, seed=1)
     return ["--config", "5gram", "--train", train, "--heldout", dev, "--test", test,
             "--out", str(tmp_path / "run")]

@@ -1,7 +1,13 @@
 import pytest
 
-from snm_core.config import (ConfigError, FeatureType, load_config, parse_config, preset,
-                             PRESETS)
+from snm_core.text.config import (
+    PRESETS,
+    ConfigError,
+    FeatureType,
+    load_config,
+    parse_config,
+    preset,
+)
 
 
 def test_presets_parse_and_match_the_appendices():

@@ -5,16 +5,21 @@ import os
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from countutil import (
+    brute_force_continuations,
+    brute_force_counts,
+    counts_by_identity,
+    read_counts,
+    write_lines,
+)
 
 from pipelines import count as count_stage
 from pipelines import vocab as vocab_stage
-from snm_core import synthetic, tables
-from snm_core.config import load_config
-from snm_core.errors import SnmInputError
-from snm_core.vocab import Vocabulary
-
-from countutil import (brute_force_continuations, brute_force_counts, counts_by_identity,
-                       read_counts, write_lines)
+from snm_core.io import tables
+from snm_core.io.errors import SnmInputError
+from snm_core.text import synthetic
+from snm_core.text.config import load_config
+from snm_core.text.vocab import Vocabulary
 
 SKIP_CONFIG = """
 ngram_extractor { min_n: 0 max_n: 2 }
@@ -206,6 +211,7 @@ def test_readers_per_file_do_not_change_the_count(corpus, tmp_path, monkeypatch)
     """Each file is read by as many readers as the runner has workers (2 here); one
     reader per file (a cluster runner without --num_workers) counts the same bytes."""
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from pipelines import runners
     assert runners.parallelism(PipelineOptions(["--runner=FnApiRunner",
                                                 "--direct_num_workers=2"])) == 2

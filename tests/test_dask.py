@@ -10,12 +10,19 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
+from test_launch import (  # noqa: E402,F401
+    SLOW_SCRIPTS,
+    assert_same_run,
+    corpus,
+    normalized,
+    reference_run,
+    train_argv,
+)
+
 from pipelines import count as count_stage  # noqa: E402
 from snm import cli, train_cmd  # noqa: E402
 from snm.dask_cluster import LocalDaskCluster  # noqa: E402
-from snm_core import checkpoints  # noqa: E402
-from test_launch import (  # noqa: E402,F401
-    SLOW_SCRIPTS, assert_same_run, corpus, normalized, reference_run, train_argv)
+from snm_core.io import checkpoints  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)

@@ -1,6 +1,6 @@
 """Faults during ``snm train``: a run killed anywhere, a full disk.
 
-A run is killed at named checkpoints (:mod:`snm_core.checkpoints`) that the test waits
+A run is killed at named checkpoints (:mod:`snm_core.io.checkpoints`) that the test waits
 for, never after a sleep; the file size limit (RLIMIT_FSIZE) stands in for a full disk.
 """
 
@@ -11,10 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from test_launch import assert_same_run, corpus, reference_run, train_argv  # noqa: F401
 
-from snm_core import checkpoints
-from test_launch import (  # noqa: F401
-    assert_same_run, corpus, reference_run, train_argv)
+from snm_core.io import checkpoints
 
 #: checkpoint -> the ``snm train`` stage it is in.
 CHECKPOINTS = {"count.merged": "count", "join.bucket": "join", "fit.batch": "fit",
@@ -91,7 +90,7 @@ def test_worker_faults_reach_the_user_as_one_line_naming_the_stage():
     import errno
 
     from pipelines.running import _snm_error
-    from snm_core.errors import OUT_OF_MEMORY, SnmInputError, SnmStageError
+    from snm_core.io.errors import OUT_OF_MEMORY, SnmInputError, SnmStageError
 
     def wrapped(inner):
         try:
@@ -110,7 +109,7 @@ def test_worker_faults_reach_the_user_as_one_line_naming_the_stage():
          "count: writing /out/links-00001-of-00004.parquet: no space left on the device"),
         (wrapped(MemoryError()), SnmStageError, f"count: {OUT_OF_MEMORY}"),
         # text only (a worker process's exception, rendered by the runner)
-        (RuntimeError("Traceback ...\nsnm_core.errors.SnmStageError: count: 1 of 2 text "
+        (RuntimeError("Traceback ...\nsnm_core.io.errors.SnmStageError: count: 1 of 2 text "
                       "shards never reported (a) [while running 'WriteManifest/Call']"),
          SnmStageError, "count: 1 of 2 text shards never reported (a)"),
         (RuntimeError("OSError: [Errno 28] No space left on device: '/out/_scratch/p.arrays' "

@@ -5,12 +5,13 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from snm_core.config import parse_config, preset
-from snm_core.features import FeatureExtractor, render_feature
-from snm_core.text import SentenceBatch, tokenize
-from snm_core.vocab import BOS_ID, EOS_ID, Vocabulary
+from snm_core.text.config import parse_config, preset
+from snm_core.text.features import FeatureExtractor, render_feature
+from snm_core.text.tokenize import SentenceBatch, tokenize
+from snm_core.text.vocab import BOS_ID, EOS_ID, Vocabulary
 
 FOX = "The quick brown fox jumps over the lazy dog"
 
@@ -157,9 +158,9 @@ def test_every_event_has_the_empty_feature():
 
 KEY_SCRIPT = """
 import sys
-from snm_core.config import preset
-from snm_core.features import FeatureExtractor
-from snm_core.text import SentenceBatch
+from snm_core.text.config import preset
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.tokenize import SentenceBatch
 ev = FeatureExtractor(preset('skip10gram'), tags=('a', 'b')).extract(
     SentenceBatch.from_lists([[3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]]))
 print(','.join(str(k) for k in ev.key.tolist()))
@@ -193,7 +194,7 @@ def test_keys_are_pinned():
 
 
 def test_render_feature_checks_word_count():
-    from snm_core.config import FeatureType
+    from snm_core.text.config import FeatureType
     vocab = Vocabulary(["a"])
     with pytest.raises(ValueError, match="has 2 words"):
         render_feature(FeatureType("ngram", 0, 0, 2), [3], vocab)

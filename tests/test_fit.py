@@ -2,12 +2,11 @@ import json
 
 import numpy as np
 import pytest
+from test_join import joined  # noqa: F401  (module fixture: counts + heldout on disk)
 
 from snm.cli import main
-from snm_core import tables
-from snm_core.fit import load_theta
-
-from test_join import joined  # noqa: F401  (module fixture: counts + heldout on disk)
+from snm_core.fit.selection import load_theta
+from snm_core.io import tables
 
 
 def test_fit_auto_selects_and_writes_theta(joined, tmp_path, capsys):  # noqa: F811

@@ -1,7 +1,7 @@
 """Input text edge cases, through the code every stage reads text with.
 
-The rules (README, "Input conventions and bad input"; ``snm_core.text`` and
-``snm_core.textfile``): a line ends at ``\\n`` only; tokens are separated by
+The rules (README, "Input conventions and bad input"; ``snm_core.text.tokenize`` and
+``snm_core.io.textfile``): a line ends at ``\\n`` only; tokens are separated by
 what ``str.split()`` splits on; a ``\\r\\n`` line end and a byte order mark at
 the start of a file are dropped; a line holding a NUL byte is invalid, like
 one that is not UTF-8; words are not Unicode-normalised; ``<S>``/``</S>``
@@ -28,10 +28,11 @@ from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from snm.cli import main
-from snm_core import synthetic, tables, textfile
-from snm_core.fit import FitOptions, fit_directory
-from snm_core.text import count_words, split_lines, tokenize
-from snm_core.vocab import SPECIALS, UNK_ID, Vocabulary
+from snm_core.fit.selection import FitOptions, fit_directory
+from snm_core.io import tables, textfile
+from snm_core.text import synthetic
+from snm_core.text.tokenize import count_words, split_lines, tokenize
+from snm_core.text.vocab import SPECIALS, UNK_ID, Vocabulary
 
 #: Every character Python's str.split() splits on, but the newline.
 SPACES = [c for c in map(chr, range(0x110000)) if c.isspace() and c != "\n"]
@@ -194,7 +195,7 @@ def test_a_line_with_a_nul_byte_is_skipped_counted_and_logged(tmp_path, caplog):
     data = b"a b\nc\x00d e\n\x00\x00\x00\x00\nf \xff g\nh i\n"
     path = tmp_path / "nul.txt"
     path.write_bytes(data)
-    with caplog.at_level(logging.WARNING, logger="snm_core.textfile"):
+    with caplog.at_level(logging.WARNING, logger="snm_core.io.textfile"):
         lines = textfile.read_lines(str(path))
     assert lines == ["a b", None, None, None, "h i"]
     logged = [r.getMessage() for r in caplog.records]

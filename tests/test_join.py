@@ -1,15 +1,15 @@
 import pytest
+from countutil import read_counts, write_lines
 
 from pipelines import count as count_stage
 from pipelines import join as join_stage
-from snm_core import synthetic, tables
-from snm_core.errors import SnmInputError
-from snm_core.features import FeatureExtractor
-from snm_core.config import parse_config
-from snm_core.text import tokenize
-from snm_core.vocab import Vocabulary
-
-from countutil import read_counts, write_lines
+from snm_core.io import tables
+from snm_core.io.errors import SnmInputError
+from snm_core.text import synthetic
+from snm_core.text.config import parse_config
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.tokenize import tokenize
+from snm_core.text.vocab import Vocabulary
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,16 @@
-"""The compiled loops (snm_core/_kernels.c) against the numpy definition of the
-meta-features (snm_core.metafeatures) and against each other's paths."""
+"""The compiled loops (snm_core/fit/_kernels.c) against the numpy definition of the
+meta-features (snm_core.fit.metafeatures) and against each other's paths."""
 
 import numpy as np
 import pytest
-
-from snm_core import kernels, metafeatures as mf, trainer
-from snm_core.metafeatures import MetaFeatureSpec
-
 from modelutil import join_tables, random_theta, vocabulary
 from test_trainer import HELDOUT, SKIP, SPECS, TRAIN, spec_name
 
-from snm_core.config import parse_config
+from snm_core.fit import kernels
+from snm_core.fit import metafeatures as mf
+from snm_core.fit import problem as fit_problem
+from snm_core.fit.metafeatures import MetaFeatureSpec
+from snm_core.text.config import parse_config
 
 
 def canonical(slots, weights):
@@ -82,16 +82,16 @@ def reference(small_m, events, spec, type_fingerprint, num_types, dense_theta):
 @pytest.mark.parametrize("params", SPECS, ids=spec_name)
 def test_m_star_and_likelihood_equal_the_numpy_definition(params, identity, monkeypatch):
     """A(f, w) through stored positions, the slot index or the whole table is the definition's."""
-    monkeypatch.setattr(trainer, "IDENTITY_SHARE", 0.0 if identity else 1.0)
+    monkeypatch.setattr(fit_problem, "IDENTITY_SHARE", 0.0 if identity else 1.0)
     variant, diversity, continuation = params
     spec = MetaFeatureSpec(variant, 1 << 12, diversity, continuation)
     lines = [line for source in (TRAIN[:200], TRAIN[200:]) for line in source]
     vocab = vocabulary(lines + list(HELDOUT))
     small_m, events, manifest = join_tables(parse_config(SKIP), [TRAIN[:200], TRAIN[200:]],
                                             HELDOUT, vocab, ["a", "b"])
-    fingerprints = trainer.type_fingerprints(manifest)
-    prob = trainer.AdjustmentProblem([small_m], trainer.Events.from_table(events), spec,
-                                     fingerprints, len(manifest["feature_types"]))
+    fingerprints = fit_problem.type_fingerprints(manifest)
+    prob = fit_problem.AdjustmentProblem([small_m], fit_problem.Events.from_table(events), spec,
+                                         fingerprints, len(manifest["feature_types"]))
     assert (prob.slot_index is None) == identity
     theta = random_theta(prob, 0.3, seed=4)
     m_star, loglik, used = reference(small_m, events, spec, fingerprints,

@@ -3,14 +3,15 @@ keys give at the README's sizes."""
 
 import numpy as np
 import pytest
-
-from snm_core import counting, hashing
-from snm_core.config import preset
-from snm_core.features import FeatureExtractor
-from snm_core.synthetic import generate
-from snm_core.text import tokenize
-from snm_core.vocab import Vocabulary
 from modelutil import speedups
+
+from snm_core.count import counting
+from snm_core.text import hashing
+from snm_core.text.config import preset
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.synthetic import generate
+from snm_core.text.tokenize import tokenize
+from snm_core.text.vocab import Vocabulary
 
 
 def test_merge_counts_two_features_on_one_key():
@@ -66,7 +67,7 @@ def test_mix64_and_combine_equal_their_integer_definitions(compiled):
     """Every feature key ever written depends on these two; they must not drift.
 
     Both implementations are checked: numpy, and the numba twins that take
-    over in a process that has imported ``snm_core.compiled``.
+    over in a process that has imported ``snm_core.text.compiled``.
     """
     rng = np.random.default_rng(11)
     x = np.concatenate([rng.integers(0, 2 ** 64, size=300, dtype=np.uint64),

@@ -22,17 +22,23 @@ import subprocess
 import sys
 import time
 
-from apache_beam.options.pipeline_options import (DirectOptions, FlinkRunnerOptions,
-                                                  GoogleCloudOptions, PipelineOptions,
-                                                  PortableOptions, SetupOptions,
-                                                  StandardOptions, WorkerOptions)
 import pytest
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    FlinkRunnerOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 
 from pipelines import count as count_stage
 from pipelines import runners
 from pipelines import vocab as vocab_stage
 from snm import launchers, train_cmd
-from snm_core import synthetic
+from snm_core.text import synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(REPO, "launch")

@@ -8,10 +8,20 @@ differences.
 import numpy as np
 import pytest
 
-from snm_core import loglinear, synthetic
-from snm_core.penalties import SuffixTree
-from snm_core.text import SentenceBatch, count_words, tokenize
-from snm_core.vocab import BOS_ID, EOS_ID, Vocabulary
+from snm_core.loglinear.model import (
+    ContextTree,
+    histories,
+    own_counts,
+    own_counts_from_totals,
+    positions,
+    prepare,
+    totals_from_own_counts,
+)
+from snm_core.loglinear.optimizers import _prox_steps, fit, objective
+from snm_core.loglinear.penalties import SuffixTree
+from snm_core.text import synthetic
+from snm_core.text.tokenize import SentenceBatch, count_words, tokenize
+from snm_core.text.vocab import BOS_ID, EOS_ID, Vocabulary
 
 
 def _corpus(num_train=300, num_dev=100):
@@ -23,10 +33,10 @@ def _corpus(num_train=300, num_dev=100):
 
 def _random_model(order=3, seed=0, scale=1.5):
     vocab, train, dev = _corpus(60, 30)
-    model, active, target = loglinear.prepare(train, order, len(vocab))
+    model, active, target = prepare(train, order, len(vocab))
     rng = np.random.default_rng(seed)
     model.weight = rng.random(model.num_pairs) * scale
-    return model, active, target, loglinear.positions(model, dev, order)
+    return model, active, target, positions(model, dev, order)
 
 
 def _pair_dict(model):
@@ -50,7 +60,7 @@ def _dense_log_probs(model, active_row):
 
 def test_histories_by_hand():
     batch = SentenceBatch.from_lists([[5, 6, 7], [8]])
-    history, target = loglinear.histories(batch, 3)
+    history, target = histories(batch, 3)
     assert target.tolist() == [5, 6, 7, EOS_ID, 8, EOS_ID]
     B = BOS_ID
     assert history.tolist() == [[B, -1], [5, B], [6, 5], [7, 6], [B, -1], [8, B]]
@@ -58,8 +68,8 @@ def test_histories_by_hand():
 
 def test_context_tree_is_the_suffix_trie():
     vocab, train, _ = _corpus(50, 1)
-    history, _ = loglinear.histories(train, 4)
-    tree = loglinear.ContextTree.build(history, len(vocab))
+    history, _ = histories(train, 4)
+    tree = ContextTree.build(history, len(vocab))
     contexts = []  # text order, oldest first, as SuffixTree.from_contexts wants
     for row in history:
         words = [int(w) for w in row if w >= 0]
@@ -83,7 +93,7 @@ def test_context_tree_is_the_suffix_trie():
 
 def test_active_stops_at_unseen_suffix():
     # column 0 is the most recent word: contexts "4 3" and "4 5" (text order)
-    tree = loglinear.ContextTree.build(np.array([[3, 4], [5, 4]]), 10)
+    tree = ContextTree.build(np.array([[3, 4], [5, 4]]), 10)
     active = tree.active(np.array([[3, 4], [9, 4], [3, 9], [-1, -1], [5, -1]]))
     assert active[0, 0] == 0 and (active[0, 1:] > 0).all()
     assert active[1].tolist() == [0, -1, -1]  # "9" unseen, so "4 9" is not looked up
@@ -140,7 +150,7 @@ def test_gradient_matches_finite_differences():
 
 def test_pair_forest_parents_present():
     vocab, train, _ = _corpus(80, 1)
-    model, active, target = loglinear.prepare(train, 4, len(vocab))
+    model, active, target = prepare(train, 4, len(vocab))
     node_of = np.repeat(np.arange(model.tree.size), np.diff(model.ptr))
     seen = {(int(j), int(y)) for row, y in zip(active, target) for j in row if j >= 0}
     pairs = list(zip(node_of.tolist(), model.word.tolist()))
@@ -163,22 +173,22 @@ def test_pair_forest_parents_present():
                                            ("tinf", 1.0)])
 def test_training_lowers_heldout_loss(penalty, alpha):
     vocab, train, dev = _corpus(300, 100)
-    model, active, target = loglinear.prepare(train, 3, len(vocab))
-    dev_active, dev_target = loglinear.positions(model, dev, 3)
+    model, active, target = prepare(train, 3, len(vocab))
+    dev_active, dev_target = positions(model, dev, 3)
     uniform = model.loss_grad(dev_active, dev_target)[0]
     assert np.isclose(uniform, np.log(len(vocab) - 1))
-    start = loglinear.objective(model, active, target, penalty, 1e-4, alpha)
-    loglinear.fit(model, active, target, penalty, lam=1e-4, alpha=alpha, epochs=6,
+    start = objective(model, active, target, penalty, 1e-4, alpha)
+    fit(model, active, target, penalty, lam=1e-4, alpha=alpha, epochs=6,
                   batch_size=200)
     assert (model.weight >= 0).all()
-    assert loglinear.objective(model, active, target, penalty, 1e-4, alpha) < start - 1.0
+    assert objective(model, active, target, penalty, 1e-4, alpha) < start - 1.0
     assert model.loss_grad(dev_active, dev_target)[0] < uniform - 1.0
 
 
 def test_strong_tree_penalty_zeroes_subtrees():
     vocab, train, _ = _corpus(200, 1)
-    model, active, target = loglinear.prepare(train, 3, len(vocab))
-    loglinear.fit(model, active, target, "t2", lam=3e-3, epochs=3, batch_size=200)
+    model, active, target = prepare(train, 3, len(vocab))
+    fit(model, active, target, "t2", lam=3e-3, epochs=3, batch_size=200)
     zero = model.weight == 0
     assert zero.any() and not zero.all()
     child = model.pair_parent >= 0
@@ -190,15 +200,15 @@ def test_strong_tree_penalty_zeroes_subtrees():
                                                     ("adagrad", "wt2", 1.0), ("fista", "t2", 1.0)])
 def test_new_optimizers_lower_heldout_loss(optimizer, penalty, step):
     vocab, train, dev = _corpus(300, 100)
-    model, active, target = loglinear.prepare(train, 3, len(vocab))
-    dev_active, dev_target = loglinear.positions(model, dev, 3)
+    model, active, target = prepare(train, 3, len(vocab))
+    dev_active, dev_target = positions(model, dev, 3)
     uniform = model.loss_grad(dev_active, dev_target)[0]
     alpha = 0.8 if penalty == "wt2" else 1.0
-    start = loglinear.objective(model, active, target, penalty, 1e-4, alpha)
-    loglinear.fit(model, active, target, penalty, lam=1e-4, alpha=alpha, epochs=6,
+    start = objective(model, active, target, penalty, 1e-4, alpha)
+    fit(model, active, target, penalty, lam=1e-4, alpha=alpha, epochs=6,
                   batch_size=200, optimizer=optimizer, step=step)
     assert (model.weight >= 0).all() and np.isfinite(model.weight).all()
-    assert loglinear.objective(model, active, target, penalty, 1e-4, alpha) < start - 1.0
+    assert objective(model, active, target, penalty, 1e-4, alpha) < start - 1.0
     assert model.loss_grad(dev_active, dev_target)[0] < uniform - 1.0
 
 
@@ -206,13 +216,13 @@ def test_adagrad_separable_prox_is_exact_per_coordinate():
     forest = SuffixTree(np.array([-1, 0, 0]), np.array([0, 1, 1]))
     v = np.array([1.0, -0.5, 2.0])
     steps = np.array([0.1, 0.2, 0.4])
-    got = loglinear._prox_steps("l1", forest, v, 0.5 * steps, None, 1.0)
+    got = _prox_steps("l1", forest, v, 0.5 * steps, None, 1.0)
     np.testing.assert_allclose(got, [0.95, 0.0, 1.8])
-    got = loglinear._prox_steps("l2", forest, v, 0.5 * steps, None, 1.0)
+    got = _prox_steps("l2", forest, v, 0.5 * steps, None, 1.0)
     np.testing.assert_allclose(got, [1.0 / 1.1, 0.0, 2.0 / 1.4])
     # the tree penalties with one step for the whole tree are the usual prox
-    from snm_core import penalties
-    got = loglinear._prox_steps("t2", forest, v, None, np.full(3, 0.3), 1.0)
+    from snm_core.loglinear import penalties
+    got = _prox_steps("t2", forest, v, None, np.full(3, 0.3), 1.0)
     np.testing.assert_allclose(got, penalties.prox("t2", forest, v, 0.3))
 
 
@@ -221,8 +231,8 @@ def test_lbfgs_meets_the_optimality_conditions(penalty, alpha, lam):
     # KKT of min f(W) + λΩ(W) s.t. W >= 0, with f's gradient from the per-position walk
     # (not the O(pairs) objective the fit uses): zero gradient where w > 0, >= 0 at w = 0.
     vocab, train, _ = _corpus(300, 1)
-    model, active, target = loglinear.prepare(train, 3, len(vocab))
-    loglinear.fit(model, active, target, penalty, lam=lam, alpha=alpha, epochs=100,
+    model, active, target = prepare(train, 3, len(vocab))
+    fit(model, active, target, penalty, lam=lam, alpha=alpha, epochs=100,
                   optimizer="lbfgs")
     w = model.weight
     _, grad = model.loss_grad(active, target)
@@ -241,16 +251,16 @@ def test_lbfgs_meets_the_optimality_conditions(penalty, alpha, lam):
 
 def test_lbfgs_refuses_tree_penalties():
     vocab, train, _ = _corpus(50, 1)
-    model, active, target = loglinear.prepare(train, 2, len(vocab))
+    model, active, target = prepare(train, 2, len(vocab))
     with pytest.raises(ValueError, match="separable penalties"):
-        loglinear.fit(model, active, target, "t2", lam=1e-3, optimizer="lbfgs")
+        fit(model, active, target, "t2", lam=1e-3, optimizer="lbfgs")
 
 
 def test_early_stopping_keeps_best_weights():
     vocab, train, dev = _corpus(300, 100)
-    model, active, target = loglinear.prepare(train, 3, len(vocab))
-    dev_active, dev_target = loglinear.positions(model, dev, 3)
-    loglinear.fit(model, active, target, "t2", lam=1e-6, epochs=12, batch_size=100,
+    model, active, target = prepare(train, 3, len(vocab))
+    dev_active, dev_target = positions(model, dev, 3)
+    fit(model, active, target, "t2", lam=1e-6, epochs=12, batch_size=100,
                   optimizer="adagrad", step=3.0, dev=(dev_active, dev_target), patience=2)
     held = [h for _, h in model.fit_log]
     assert len(held) <= 12 and min(held) == pytest.approx(
@@ -270,7 +280,7 @@ def _brute_own_counts(model, active, target):
 
 def test_own_counts_count_each_positions_whole_history():
     model, active, target, _ = _random_model(order=4, seed=3)
-    own = loglinear.own_counts(model, active, target)
+    own = own_counts(model, active, target)
     pair_node = model.pair_node
     got = {(int(pair_node[q]), int(model.word[q])): own[q] for q in np.flatnonzero(own)}
     assert got == _brute_own_counts(model, active, target)
@@ -280,14 +290,14 @@ def test_own_counts_count_each_positions_whole_history():
         for j in row:
             if j >= 0:
                 totals[model.pair_of([j], [y])[0]] += 1
-    np.testing.assert_array_equal(loglinear.own_counts_from_totals(model, totals), own)
+    np.testing.assert_array_equal(own_counts_from_totals(model, totals), own)
     # ... and the totals are the own counts summed up the pair forest
-    np.testing.assert_array_equal(loglinear.totals_from_own_counts(model, own), totals)
+    np.testing.assert_array_equal(totals_from_own_counts(model, own), totals)
 
 
 def test_full_objective_matches_dense_softmax_and_finite_differences():
     model, active, target, _ = _random_model(order=4, seed=3)
-    own = loglinear.own_counts(model, active, target)
+    own = own_counts(model, active, target)
     loss, grad, hess = model.objective(own, level=2)
     expected = -np.mean([_dense_log_probs(model, active[p])[target[p]]
                          for p in range(len(target))])
@@ -312,8 +322,8 @@ def test_tree_gradient_fit_follows_the_position_gradient_fit():
     vocab, train, dev = _corpus(200, 60)
     runs = []
     for gradient in ("positions", "tree"):
-        model, active, target = loglinear.prepare(train, 3, len(vocab))
-        loglinear.fit(model, active, target, "wt2", 1e-4, 0.8, epochs=2, batch_size=300,
+        model, active, target = prepare(train, 3, len(vocab))
+        fit(model, active, target, "wt2", 1e-4, 0.8, epochs=2, batch_size=300,
                       optimizer="adagrad", step=1.0, gradient=gradient)
         runs.append(model.weight)
     np.testing.assert_allclose(runs[0], runs[1], rtol=1e-9, atol=1e-12)

@@ -14,9 +14,10 @@ import pytest
 
 from snm import cli
 from snm.train_cmd import main as train_main
-from snm_core import loglinear_model, synthetic
-from snm_core.errors import SnmInputError
-from snm_core.vocab import BOS_ID, EOS_ID
+from snm_core.io.errors import SnmInputError
+from snm_core.loglinear import directory as loglinear_directory
+from snm_core.text import synthetic
+from snm_core.text.vocab import BOS_ID, EOS_ID
 
 ORDER = 4
 
@@ -42,7 +43,7 @@ def _config(root):
 
 def test_model_holds_the_ngrams_of_the_text_with_their_own_counts(run):
     """Pairs = every (context, word) seen, own counts = positions with that whole history."""
-    _, vocab, model = loglinear_model.load_arrays(str(run["model"]))
+    _, vocab, model = loglinear_directory.load_arrays(str(run["model"]))
     ids = {w: i for i, w in enumerate(vocab.words)}
     own = collections.Counter()
     for line in open(run["train"]):
@@ -59,14 +60,14 @@ def test_model_holds_the_ngrams_of_the_text_with_their_own_counts(run):
         context.append((int(model.tree.word[j]),) + context[model.tree.parent[j]])
     got = {(context[int(j)], int(w)) for j, w in zip(model.pair_node, model.word)}
     assert got == pairs
-    m, own_counts, _ = loglinear_model.from_counts(str(run["out"] / "counts"))
+    m, own_counts, _ = loglinear_directory.from_counts(str(run["out"] / "counts"))
     got_own = {(context[int(j)], int(w)): c for j, w, c in zip(m.pair_node, m.word, own_counts)
                if c}
     assert got_own == dict(own)
 
 
 def test_distribution_sums_to_one(run):
-    scorer = loglinear_model.LogLinearScorer.load(str(run["model"]))
+    scorer = loglinear_directory.LogLinearScorer.load(str(run["model"]))
     rng = np.random.default_rng(0)
     lines = open(run["test"]).read().split("\n")
     for line in rng.choice([x for x in lines if x], 5):

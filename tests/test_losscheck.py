@@ -5,7 +5,7 @@ import pytest
 from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
-from snm_core.errors import SnmStageError
+from snm_core.io.errors import SnmStageError
 
 
 def test_count_totals_must_add_up():

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from snm_core import metafeatures as mf
-from snm_core.errors import SnmInputError
+from snm_core.fit import metafeatures as mf
+from snm_core.io.errors import SnmInputError
 
 
 def test_count_buckets_floor_ceil_and_exact_powers_of_two():

@@ -4,19 +4,21 @@ import sys
 
 import numpy as np
 import pytest
+from countutil import write_lines
+from modelutil import speedups
 
 from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from snm.cli import main
-from snm_core import synthetic, tables
-from snm_core.config import parse_config
-from snm_core.fit import FitOptions, fit_directory
-from snm_core.model import SCORE_BATCH_LINES, KeyIndex, Model, read_model_tables
-from snm_core.vocab import Vocabulary
-
-from countutil import write_lines
-from modelutil import speedups
+from snm_core.fit.selection import FitOptions, fit_directory
+from snm_core.io import tables
+from snm_core.model.compact import load_model, read_model_tables
+from snm_core.model.layouts.hashed import KeyIndex
+from snm_core.model.scoring import SCORE_BATCH_LINES
+from snm_core.text import synthetic
+from snm_core.text.config import parse_config
+from snm_core.text.vocab import Vocabulary
 
 SKIP = ("ngram_extractor { min_n: 0 max_n: 3 }\n"
         "skip_ngram_extractor { max_context_words: 2 max_remote_words: 1 max_skip_length: 6 "
@@ -63,7 +65,7 @@ def test_distribution_agrees_with_scoring_the_sentence(which, request):
     """P(w | context) from ``distribution`` is what scoring ``context w`` gives its last
     word (the compiled scoring path)."""
     model_dir, test = request.getfixturevalue(which)
-    model = Model.load(str(model_dir))
+    model = load_model(str(model_dir))
     for line in test[:6]:
         words = line.split()
         for cut in range(len(words)):
@@ -77,7 +79,7 @@ def test_distribution_agrees_with_scoring_the_sentence(which, request):
 @pytest.mark.parametrize("which", ["ngram_model", "tagged_skip_model"])
 def test_probabilities_sum_to_one(which, request):
     model_dir, test = request.getfixturevalue(which)
-    model = Model.load(str(model_dir))
+    model = load_model(str(model_dir))
     rng = np.random.default_rng(0)
     words = [w for w in model.vocab.words[3:]]
     contexts = [[], ["begin1"], test[0].split()[:3]] + [
@@ -99,8 +101,8 @@ def brute_force_perplexity(model_dir, lines, adjusted):
     for f, w, c, m in zip(*(matrix[c].to_pylist() for c in ("feature", "word", "count", "m"))):
         link[(f, w)] = m if adjusted else c / f_count[f]
     seen = {w for (f, w) in link}
-    from snm_core.features import FeatureExtractor
-    from snm_core.text import SentenceBatch
+    from snm_core.text.features import FeatureExtractor
+    from snm_core.text.tokenize import SentenceBatch
     extractor = FeatureExtractor(config, manifest["tags"])
     logp, n = 0.0, 0
     for line in lines:
@@ -119,7 +121,7 @@ def brute_force_perplexity(model_dir, lines, adjusted):
 @pytest.mark.parametrize("which", ["ngram_model", "tagged_skip_model"])
 def test_perplexity_equals_brute_force(which, request):
     model_dir, test = request.getfixturevalue(which)
-    reports = Model.load(str(model_dir)).evaluate_lines(test, threads=2)
+    reports = load_model(str(model_dir)).evaluate_lines(test, threads=2)
     for name, adjusted in (("adjusted", True), ("unadjusted", False)):
         expected = brute_force_perplexity(model_dir, test, adjusted)
         # compact/ stores M_f*, M_fw and c(w|f) as float32 (relative error < 6e-8 each);
@@ -134,7 +136,7 @@ def test_model_matches_the_trainer_on_heldout(ngram_model):
     model_dir, _ = ngram_model
     fit = tables.read_manifest(str(model_dir.parent / "adjust"), "fit")
     dev = (model_dir.parent / "dev.txt").read_text().splitlines()
-    report = Model.load(str(model_dir)).evaluate_lines(dev)
+    report = load_model(str(model_dir)).evaluate_lines(dev)
     assert report["adjusted"]["perplexity"] == pytest.approx(fit["heldout_perplexity"], rel=1e-5)
     assert report["unadjusted"]["perplexity"] == pytest.approx(
         fit["heldout_perplexity_unadjusted"], rel=1e-9)
@@ -183,7 +185,7 @@ def test_kenlm_scores_the_exported_arpa_like_snm_eval(ngram_model, tmp_path):
     total = sum(lm.score(line, bos=True, eos=True) for line in test)
     words = sum(len(line.split()) + 1 for line in test)
     kenlm_ppl = 10 ** (-total / words)
-    ours = Model.load(str(model_dir)).evaluate_lines(test)["adjusted"]["perplexity"]
+    ours = load_model(str(model_dir)).evaluate_lines(test)["adjusted"]["perplexity"]
     assert abs(kenlm_ppl - ours) / ours < 1e-4
 
 
@@ -195,7 +197,7 @@ def test_tagged_ngram_model_exports_summed_over_tags(tmp_path):
     lm = kenlm.Model(str(arpa))
     total = sum(lm.score(line, bos=True, eos=True) for line in test)
     kenlm_ppl = 10 ** (-total / sum(len(line.split()) + 1 for line in test))
-    ours = Model.load(str(model_dir)).evaluate_lines(test)["adjusted"]["perplexity"]
+    ours = load_model(str(model_dir)).evaluate_lines(test)["adjusted"]["perplexity"]
     assert abs(kenlm_ppl - ours) / ours < 1e-4
 
 
@@ -222,7 +224,7 @@ def test_key_index_finds_every_key_and_nothing_else():
 def test_entry_table_finds_every_key_and_its_value_also_where_stored_bits_coincide(chunks):
     """compact/'s tables store 32 bits of a key below its slot's; keys that agree in all
     of those (built here by flipping bits below them) are settled by whole keys."""
-    from snm_core.model import EntryTable, EntryTableWriter, table_bits
+    from snm_core.model.layouts.hashed import EntryTable, EntryTableWriter, table_bits
     rng = np.random.default_rng(6)
     for n in (0, 1, 7, 1000, 50000):
         keys = rng.integers(0, 2 ** 64, size=n, dtype=np.uint64)
@@ -243,26 +245,27 @@ def test_entry_table_finds_every_key_and_its_value_also_where_stored_bits_coinci
 
 
 def test_compiled_lookups_use_the_slot_blocks_the_compact_arrays_are_written_with():
-    from snm_core import compiled, model
-    assert compiled._BLOCK_BITS == model.SLOT_BLOCK_BITS
+    from snm_core.model.layouts import hashed, hashed_kernels
+    assert hashed_kernels._BLOCK_BITS == hashed.SLOT_BLOCK_BITS
 
 
 def test_compiled_link_key_equals_the_numpy_one():
     """Scoring's compiled loop names links exactly as counting and the compact arrays do."""
-    from snm_core import compiled
-    from snm_core.hashing import link_key
+    from snm_core.model.layouts import hashed_kernels
+    from snm_core.text.hashing import link_key
     rng = np.random.default_rng(5)
     keys = rng.integers(0, 2 ** 64, size=200, dtype=np.uint64)
     words = rng.integers(0, 2 ** 31, size=200).astype(np.int32)
     with speedups(False):  # hashing's numpy path, as counting computes it
         expected = link_key(keys, words)
-    assert [int(compiled._link_key(k, w)) for k, w in zip(keys, words)] == expected.tolist()
+    assert [int(hashed_kernels._link_key(k, w)) for k, w in zip(keys, words)] == expected.tolist()
 
 
 def test_compact_arrays_do_not_depend_on_the_sort_partitions(ngram_model, tmp_path):
     """The external sort of link keys gives the same arrays with many partitions as with one."""
     import shutil
-    from snm_core.model import compile_model
+
+    from snm_core.model.compact import compile_model
     model_dir, _ = ngram_model
     copy = tmp_path / "model"
     shutil.copytree(model_dir, copy)

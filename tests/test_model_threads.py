@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from test_model import SKIP, build_model
 
-from snm_core import synthetic
-from snm_core.model import Model
+from snm_core.model.compact import load_model
+from snm_core.text import synthetic
 
 THREADS = 4
 ROUNDS = 3
@@ -76,10 +76,10 @@ def test_threads_sharing_a_model_score_exactly_as_one_thread(skip_model):
     model_dir, lines = skip_model
     contexts = [[], ["begin1"], lines[0].split()[:4], ["the", "zzz", "noun1"]]
     # A model used by threads from its first call (nothing warmed up on this one) ...
-    shared = Model.load(model_dir)
+    shared = load_model(model_dir)
     concurrent = run_threads(shared, lines, contexts)
     # ... and the same calls on one thread, on a model of its own.
-    alone = Model.load(model_dir)
+    alone = load_model(model_dir)
     expected = work(alone, lines, contexts, seed=0)
     assert expected["small"][0].shape == (sum(len(s.split()) + 1 for s in lines),)
     np.testing.assert_array_equal(expected["small"][0], expected["large"][0])

@@ -1,4 +1,4 @@
-"""The penalties and proximal operators of snm_core.penalties against oracles that
+"""The penalties and proximal operators of snm_core.loglinear.penalties against oracles that
 do not use its code or its composition rule.
 
 * Definitions: each penalty's value computed from its groups (every node's
@@ -15,9 +15,10 @@ do not use its code or its composition rule.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from snm_core.penalties import PENALTIES, SuffixTree, prox, value
+from snm_core.loglinear.penalties import PENALTIES, SuffixTree, prox, value
 
 TREE_PENALTIES = ("t2", "tinf", "wt2", "wtinf")
 NORM_PENALTIES = ("l1", "wl1") + TREE_PENALTIES

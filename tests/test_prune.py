@@ -3,14 +3,15 @@ its links scored by the relative entropy that removing each one causes."""
 
 import numpy as np
 import pytest
+from test_model import build_model
 
 from snm.cli import main
-from snm_core import prune, tables
-from snm_core.arpa import backoff_form
-from snm_core.config import parse_config
-from snm_core.model import Model, read_model_tables
-from snm_core.vocab import BOS_ID
-from test_model import build_model
+from snm_core.io import tables
+from snm_core.model import prune
+from snm_core.model.arpa import backoff_form
+from snm_core.model.compact import load_model, read_model_tables
+from snm_core.text.config import parse_config
+from snm_core.text.vocab import BOS_ID
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_pa
                  "--target_links", str(target)]) == 0
     after = links_of(out)
     assert abs(after - target) <= max(target // 100, 2)  # an n-gram's tag copies go together
-    model = Model.load(str(out))
+    model = load_model(str(out))
     rng = np.random.default_rng(1)
     words = model.vocab.words[3:]
     for context in [[], ["begin1"], models["test"][0].split()[:3]] + [
@@ -54,7 +55,7 @@ def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_pa
                        / sum(len(s.split()) + 1 for s in test))
     ours = model.evaluate_lines(test)["adjusted"]["perplexity"]
     assert abs(kenlm_ppl - ours) / ours < 1e-4
-    unpruned = Model.load(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
+    unpruned = load_model(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
     assert ours > unpruned  # pruning costs something, and is deterministic:
     again = tmp_path / "again"
     assert main(["prune", "--model", str(source), "--out", str(again),
@@ -71,7 +72,7 @@ def test_the_score_is_the_relative_entropy_of_removing_the_link(models, tmp_path
     form = backoff_form(features, matrix, parse_config(manifest["config"]), str(source))
     counts = np.ones(len(form.ctx_keys))  # every context weighted alike: D itself
     scores = prune.entry_scores(form, counts) * counts.sum()
-    full = Model.load(str(source))
+    full = load_model(str(source))
     vocab = full.vocab
     rng = np.random.default_rng(3)
     # Contexts of the longest order: Model.distribution puts <S> before a context, which
@@ -88,7 +89,7 @@ def test_the_score_is_the_relative_entropy_of_removing_the_link(models, tmp_path
         ids = form.ctx_words[form.l_ctx[entry], :form.ctx_len[form.l_ctx[entry]]]
         context = [vocab.word(int(w)) for w in ids if w != BOS_ID]  # distribution adds <S>
         p = full.distribution(context).astype(np.float64)
-        q = Model.load(str(out)).distribution(context).astype(np.float64)
+        q = load_model(str(out)).distribution(context).astype(np.float64)
         kl = float(np.sum(p * np.log(p / q)))
         assert kl == pytest.approx(scores[entry], rel=2e-3, abs=1e-9), context
 
@@ -113,7 +114,8 @@ def test_bad_requests_are_one_line_errors(models, tmp_path, capsys):
 
 def test_train_prunes_to_a_size_and_evaluates_the_pruned_model(tmp_path, capsys):
     from test_launch import train_argv
-    from snm_core import synthetic
+
+    from snm_core.text import synthetic
     root = tmp_path / "corpus"
     train, dev, test = synthetic.write_corpus(str(root), 600, 80, 80, seed=4)
     corpus = {"train": train, "dev": dev, "test": test}
@@ -122,7 +124,7 @@ def test_train_prunes_to_a_size_and_evaluates_the_pruned_model(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "=== 6/7 prune: 3,000 of" in printed and "=== 7/7 eval" in printed
     assert links_of(out / "pruned") == 3000
-    evaluated = Model.load(str(out / "pruned")).evaluate_lines(
+    evaluated = load_model(str(out / "pruned")).evaluate_lines(
         [line.strip() for line in open(test) if line.strip()])
     import json
     reports = json.loads((out / "eval.json").read_text())
@@ -228,14 +230,14 @@ def test_a_skipgram_model_pruned_by_mass_is_complete_and_normalised(skipgram_mod
     kept_empty = features.filter(features["type"].to_numpy() == empty)
     was_empty = source_features.filter(source_features["type"].to_numpy() == empty)
     assert kept_empty["diversity"].to_pylist() == was_empty["diversity"].to_pylist()
-    model = Model.load(str(out))
+    model = load_model(str(out))
     words = model.vocab.words[3:]
     rng = np.random.default_rng(2)
     for context in [[], test[0].split()[:4]] + [
             list(rng.choice(words, size=rng.integers(1, 8))) for _ in range(4)]:
         assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-6), context
     pruned_ppl = model.evaluate_lines(test)["adjusted"]["perplexity"]
-    assert pruned_ppl > Model.load(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
+    assert pruned_ppl > load_model(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
     # the same bytes from a run on two threads
     again = tmp_path / "again"
     assert main(["prune", "--model", str(source), "--out", str(again), "--target_links",
@@ -292,7 +294,8 @@ def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, mo
 
 def test_train_prunes_a_skipgram_model_weighing_its_heldout_features(tmp_path, capsys):
     from test_launch import train_argv
-    from snm_core import synthetic
+
+    from snm_core.text import synthetic
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
     argv = train_argv({"train": train, "dev": dev, "test": test}, tmp_path / "run")
     argv[argv.index("5gram")] = "skip5gram"

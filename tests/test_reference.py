@@ -9,8 +9,9 @@ import pytest
 
 from pipelines import count as count_stage
 from pipelines import join as join_stage
-from snm_core import trainer
-from snm_core.metafeatures import MetaFeatureSpec
+from snm_core.fit.metafeatures import MetaFeatureSpec
+from snm_core.fit.problem import load_join
+from snm_core.fit.trainer import perplexity
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,8 @@ def kernel_join(corpora, tmp_path_factory):
 
 @pytest.mark.parametrize("diversity, weights", [(False, 366), (True, 638)])
 def test_kernel_dev_unadjusted_perplexity_and_weight_count(kernel_join, diversity, weights):
-    prob, _ = trainer.load_join(kernel_join, MetaFeatureSpec("unlexicalized", 1 << 22, diversity))
+    prob, _ = load_join(kernel_join, MetaFeatureSpec("unlexicalized", 1 << 22, diversity))
     assert prob.num_events == 52377 and prob.num_unseen_targets == 0
-    ppl = trainer.perplexity(prob.log_likelihood(np.zeros(prob.num_params)), prob.num_events)
+    ppl = perplexity(prob.log_likelihood(np.zeros(prob.num_params)), prob.num_events)
     assert ppl == pytest.approx(88.09196, rel=1e-6)
     assert prob.num_params == weights

@@ -20,8 +20,9 @@ import pyarrow.fs as pafs
 import pytest
 
 from snm.train_cmd import main as train_main
-from snm_core import storage, synthetic, tables, textfile
-from snm_core.errors import SnmInputError
+from snm_core.io import storage, tables, textfile
+from snm_core.io.errors import SnmInputError
+from snm_core.text import synthetic
 
 BUCKET = "snm-test"
 
@@ -208,8 +209,8 @@ def test_a_run_directory_in_s3_is_locked_by_a_conditional_write(s3):
     import json
     import socket
 
-    from snm_core.errors import SnmInputError
-    from snm_core.runlock import LOCK_NAME, run_lock
+    from snm_core.io.errors import SnmInputError
+    from snm_core.io.runlock import LOCK_NAME, run_lock
 
     out = f"{s3}/locked-run"
     lock = storage.join(out, LOCK_NAME)
@@ -234,15 +235,16 @@ def test_a_run_directory_in_s3_is_locked_by_a_conditional_write(s3):
 def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, tmp_path, monkeypatch):
     """``compact/`` in the trie layout for a model in a bucket: built locally, uploaded,
     read back through the local cache, scoring as the local model does."""
-    from snm_core.model import Model, compile_model
-    from snm_core.trie_layout import TrieModel
     from test_model import build_model
+
+    from snm_core.model.compact import compile_model, load_model
+    from snm_core.model.layouts.trie import TrieModel
     monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
     local, test = build_model(tmp_path / "built", "5gram", tagged=False)
     remote = f"{s3}/models/ngram"
     storage.upload_tree(str(local), remote, last="manifest.json")
     for model_dir in (remote, str(local)):
         compile_model(model_dir, "trie")
-    loaded = Model.load(remote)
+    loaded = load_model(remote)
     assert isinstance(loaded, TrieModel)
-    assert loaded.evaluate_lines(test) == Model.load(str(local)).evaluate_lines(test)
+    assert loaded.evaluate_lines(test) == load_model(str(local)).evaluate_lines(test)

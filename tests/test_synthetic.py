@@ -1,4 +1,4 @@
-from snm_core import synthetic
+from snm_core.text import synthetic
 
 
 def test_generator_is_deterministic_and_seeded():

@@ -1,5 +1,5 @@
-from snm_core.text import SentenceBatch, tokenize
-from snm_core.vocab import UNK_ID, Vocabulary
+from snm_core.text.tokenize import SentenceBatch, tokenize
+from snm_core.text.vocab import UNK_ID, Vocabulary
 
 
 def test_tokenize_skips_empty_lines_and_counts_oov_and_markers():

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from snm.train_cmd import main
-from snm_core import synthetic
+from snm_core.text import synthetic
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_killed_run_resumes_to_the_same_model(corpus, capsys):
 
 
 def test_tagged_needs_tags(corpus):
-    from snm_core.errors import SnmInputError
+    from snm_core.io.errors import SnmInputError
     with pytest.raises(SnmInputError, match="--tagged needs tagged sources"):
         main(args(corpus, corpus[0] / "x") + ["--tagged"])
 
@@ -92,7 +92,7 @@ def test_add_to_trains_on_the_sum_of_old_and_new_counts(tmp_path, capsys):
     first.write_text("".join(lines[:700]))
     second.write_text("".join(lines[700:]))
     vocab = tmp_path / "vocab.txt"
-    from snm_core.vocab import Vocabulary
+    from snm_core.text.vocab import Vocabulary
     Vocabulary(sorted({w for line in lines for w in line.split()})).save(str(vocab))
 
     def run(out, *train_args):
@@ -124,8 +124,8 @@ def test_add_to_trains_on_the_sum_of_old_and_new_counts(tmp_path, capsys):
 def test_a_second_run_on_one_directory_is_refused_until_the_first_is_gone(corpus, tmp_path):
     """A held lock names its holder and leaves the directory alone; a dead holder's
     lock is taken over."""
-    from snm_core.errors import SnmInputError
-    from snm_core.runlock import LOCK_NAME, run_lock
+    from snm_core.io.errors import SnmInputError
+    from snm_core.io.runlock import LOCK_NAME, run_lock
 
     out = tmp_path / "locked"
     with run_lock(str(out), "snm train (the first)"):

@@ -2,11 +2,11 @@ import math
 
 import numpy as np
 import pytest
-
-from snm_core import kernels, synthetic, trainer
-from snm_core.metafeatures import MetaFeatureSpec, VARIANTS
-
 from modelutil import STEP, problem, random_theta
+
+from snm_core.fit import kernels, trainer
+from snm_core.fit.metafeatures import VARIANTS, MetaFeatureSpec
+from snm_core.text import synthetic
 
 TRAIN = synthetic.generate(400, seed=1)
 HELDOUT = synthetic.generate(60, seed=2)
@@ -108,8 +108,9 @@ def unadjusted_perplexity(sources, heldout_lines, config_text):
     """P(w|e) = mean over the event's training features of c(w|f), by plain counting."""
     from collections import Counter
 
-    from snm_core.config import parse_config
     from modelutil import vocabulary
+
+    from snm_core.text.config import parse_config
     config = parse_config(config_text)
     vocab = vocabulary([line for s in sources for line in s] + list(heldout_lines))
     windows = [w for block in config.extractors for w in block.windows()]

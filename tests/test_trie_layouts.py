@@ -1,4 +1,4 @@
-"""The trie layouts (``snm_core.trie_layout``, ``snm_core.small_layout``): the float
+"""The trie layouts (``snm_core.model.layouts.trie``, ``snm_core.model.layouts.small``): the float
 model's probabilities (the small layout's within its rounding bound), normalised, in
 about 10 and under 3 bytes a link, for n-gram models only."""
 
@@ -11,16 +11,18 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_model import SKIP, brute_force_perplexity, build_model
 
 from snm.cli import main
-from snm_core import huffman, small_layout, trie_kernels
-from snm_core.errors import SnmInputError
-from snm_core.model import Model, compile_model
-from snm_core.small_layout import SmallModel
-from snm_core.text import tokenize
-from snm_core.trie_layout import TrieModel
-from test_model import SKIP, brute_force_perplexity, build_model
+from snm_core.io.errors import SnmInputError
+from snm_core.model.compact import compile_model, load_model
+from snm_core.model.layouts import huffman, trie_kernels
+from snm_core.model.layouts import small as small_layout
+from snm_core.model.layouts.small import SmallModel
+from snm_core.model.layouts.trie import TrieModel
+from snm_core.text.tokenize import tokenize
 
 #: Largest factor between a probability of a layout and the hashed layout's: float32
 #: values summed in another order (trie), values rounded to a log grid (small).
@@ -52,10 +54,10 @@ def within(ratio, layout):
 @pytest.mark.parametrize("layout", TRIES)
 def test_trie_model_is_the_float_model(models, layout):
     dirs, test = models
-    model = Model.load(str(dirs[layout]))
+    model = load_model(str(dirs[layout]))
     assert isinstance(model, {"trie": TrieModel, "small": SmallModel}[layout])
     ratio = event_probabilities(model, test) / event_probabilities(
-        Model.load(str(dirs["hashed"])), test)
+        load_model(str(dirs["hashed"])), test)
     assert within(ratio, layout)
     if layout == "small":
         assert not np.all(np.abs(ratio - 1) < 1e-6)  # values were rounded
@@ -67,7 +69,7 @@ def test_trie_model_is_the_float_model(models, layout):
 @pytest.mark.parametrize("layout", TRIES)
 def test_trie_model_distributions_sum_to_one_and_agree_with_scoring(models, layout):
     dirs, test = models
-    model = Model.load(str(dirs[layout]))
+    model = load_model(str(dirs[layout]))
     rng = np.random.default_rng(0)
     words = model.vocab.words[3:]
     for context in [[], ["begin1"], test[0].split()[:4]] + [
@@ -84,7 +86,7 @@ def test_scores_do_not_depend_on_batches_or_threads(models, layout):
     """Sentences are scored side by side in lanes: which sentences share a batch, and
     how many threads score the batches, changes no probability."""
     dirs, test = models
-    model = Model.load(str(dirs[layout]))
+    model = load_model(str(dirs[layout]))
     lines = test * 3
 
     def probabilities(**kwargs):
@@ -104,8 +106,8 @@ def test_escapes_and_blocks_do_not_change_a_probability(models, monkeypatch, tmp
     monkeypatch.setattr(small_layout, "ESCAPE", 2)
     monkeypatch.setattr(small_layout, "BLOCK_ENTRIES", 4)
     compile_model(str(other), "small")
-    expected = event_probabilities(Model.load(str(dirs["small"])), test)
-    np.testing.assert_array_equal(event_probabilities(Model.load(str(other)), test), expected)
+    expected = event_probabilities(load_model(str(dirs["small"])), test)
+    np.testing.assert_array_equal(event_probabilities(load_model(str(other)), test), expected)
 
 
 @pytest.mark.parametrize("criterion", ["backoff", "mass"])
@@ -113,14 +115,14 @@ def test_pruned_model_in_the_trie_layouts(models, criterion, tmp_path):
     """Pruning leaves n-grams that are only prefixes (value 0) and, by mass, contexts
     whose shorter context is gone: each layout scores them as the model defines."""
     dirs, test = models
-    target = Model.load(str(dirs["hashed"])).manifest["totals"]["links"] // 3
+    target = load_model(str(dirs["hashed"])).manifest["totals"]["links"] // 3
     scored = {}
     for layout in ("hashed",) + TRIES:
         out = tmp_path / layout
         assert main(["prune", "--model", str(dirs["hashed"]), "--out", str(out),
                      "--target_links", str(target), "--criterion", criterion,
                      "--layout", layout]) == 0
-        model = Model.load(str(out))
+        model = load_model(str(out))
         scored[layout] = event_probabilities(model, test)
         # the sums over every feature present, as a Python loop over the tables has them
         assert model.evaluate_lines(test)["adjusted"]["perplexity"] == pytest.approx(
@@ -171,12 +173,12 @@ def test_skip_gram_models_are_refused(tmp_path):
 def test_a_tagged_model_is_one_trie_per_tag_summed(tmp_path):
     """Corpus tags: the features of each tag form a trie; an event sums over all."""
     hashed, test = build_model(tmp_path / "tagged", "5gram", tagged=True)
-    expected = event_probabilities(Model.load(str(hashed)), test)
+    expected = event_probabilities(load_model(str(hashed)), test)
     for layout in TRIES:
         copy = tmp_path / layout
         shutil.copytree(hashed, copy)
         compile_model(str(copy), layout)
-        model = Model.load(str(copy))
+        model = load_model(str(copy))
         assert model.compact["tags"] == 2
         assert within(event_probabilities(model, test) / expected, layout)
         assert model.evaluate_lines(test)["adjusted"]["perplexity"] == pytest.approx(
@@ -219,20 +221,21 @@ def test_train_stores_its_model_in_the_layout_asked_for(tmp_path, capsys):
     """``snm train --layout trie``: the model and its evaluation in that layout; asking
     for another layout then redoes apply and eval only; a skip-gram configuration is
     refused before any stage runs."""
-    from snm_core import synthetic
     from test_launch import train_argv
+
+    from snm_core.text import synthetic
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
     corpus = {"train": train, "dev": dev, "test": test}
     out = tmp_path / "run"
     assert main(["train", *train_argv(corpus, out), "--layout", "trie"]) == 0
     printed = capsys.readouterr().out
     assert "Adjusted" in printed and "Unadjusted" not in printed
-    assert isinstance(Model.load(str(out / "model")), TrieModel)
+    assert isinstance(load_model(str(out / "model")), TrieModel)
     reports = json.loads((out / "eval.json").read_text())
     assert list(reports) == ["adjusted"]
     assert main(["train", *train_argv(corpus, out), "--layout", "small"]) == 0
     assert capsys.readouterr().out.count("up to date, skipped") == 4  # vocab .. fit
-    assert isinstance(Model.load(str(out / "model")), SmallModel)
+    assert isinstance(load_model(str(out / "model")), SmallModel)
     argv = train_argv(corpus, tmp_path / "skip")
     argv[argv.index("5gram")] = "skip5gram"
     assert main(["train", *argv, "--layout", "trie"]) == 2
@@ -250,11 +253,11 @@ def test_a_damaged_array_is_a_one_line_error_naming_it(models, layout, tmp_path)
     stored = np.load(path)
     np.save(path, np.zeros(len(stored)))
     with pytest.raises(SnmInputError, match=f"{name}.npy: float64 .* delete"):
-        Model.load(str(copy))
+        load_model(str(copy))
     np.save(path, stored[:-1])
     with pytest.raises(SnmInputError, match="(do not agree in length|bits.npy: uint64 of "
                                             "shape).* delete"):  # one entry short
-        Model.load(str(copy))
+        load_model(str(copy))
 
 
 @pytest.mark.parametrize("layout", TRIES)
@@ -270,13 +273,13 @@ def test_entries_outside_the_vocabulary_are_refused(models, layout, tmp_path):
     path.write_text(json.dumps(compact))
     message = {"trie": "entries.npy holds", "small": "bits.npy decodes to"}[layout]
     with pytest.raises(SnmInputError, match=f"{message} a word outside the vocabulary; delete"):
-        Model.load(str(copy))
+        load_model(str(copy))
 
 
 def test_a_second_process_scores_with_the_compiled_loop_cached(models, tmp_path):
     """The scoring loop is compiled once and cached, not once per process that loads a
     model (a loop whose cache key changed in every process took seconds a load)."""
-    script = ("import sys; from snm_core.model import Model; m = Model.load(sys.argv[1]);"
+    script = ("import sys; from snm_core.model.compact import load_model; m = load_model(sys.argv[1]);"
               "list(m.score_lines(['the verb1 noun3'], threads=1)); s = m._event_sums.stats;"
               "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))")
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
@@ -297,8 +300,8 @@ def test_compact_converts_a_finished_model_and_keeps_its_card(models, tmp_path, 
         assert f"layout {layout}" in capsys.readouterr().out
         text = card.read_text()
         assert f"- layout {layout} (" in text and text.endswith("| adjusted | test | 1.00 |\n")
-        probs = event_probabilities(Model.load(str(model)), test)
+        probs = event_probabilities(load_model(str(model)), test)
         np.testing.assert_array_equal(probs, event_probabilities(
-            Model.load(str(dirs[layout])), test))
+            load_model(str(dirs[layout])), test))
     assert main(["compact", "--model", str(dirs["hashed"].parent / "counts"), "--layout",
                  "trie"]) == 2

@@ -18,8 +18,10 @@ import pytest
 
 from snm import cli
 from snm.train_cmd import main as train
-from snm_core import synthetic, tables, validation
-from snm_core.errors import SnmInputError
+from snm_core.io import tables
+from snm_core.io.errors import SnmInputError
+from snm_core.stages import validation
+from snm_core.text import synthetic
 
 HASH_SIZE = 1024
 BUCKETS = 2

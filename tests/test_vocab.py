@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from snm_core.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary, VocabularyError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from modelutil import speedups
+
+from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary, VocabularyError
 
 
 def test_markers_have_fixed_ids_and_unknown_words_map_to_unk():

@@ -14,7 +14,7 @@ before it calls ``invoke_finish_bundle``.  Exit status 1 while the bug is there,
 
 snm does not depend on it: its DoFns emit everything from ``process``
 (pipelines/count.py, ``ExtractLinkPartials``), and each stage's manifest checks
-that what it wrote adds up to what it read (snm_core/losscheck.py).
+that what it wrote adds up to what it read (snm_core/io/losscheck.py).
 """
 
 import sys

@@ -1,0 +1,331 @@
+"""Counting links (f, w) and features with numpy and pyarrow, many sentences at a time.
+
+The count pipeline is four pure steps; the Beam code only moves their
+outputs around (DESIGN.md, "Speed"):
+
+1. :func:`batch_partials`: one batch's links, summed, and its distinct
+   features with their type and words, sorted by feature key.
+2. :func:`cut_by_bucket`: a worker finds the key-range buckets' rows in the
+   partials of many batches and sends one part per bucket (the concatenation
+   of its slices).
+3. :func:`merge_links` then :func:`merge_features` (together
+   :func:`merge_bucket`): sum all partials of one bucket and produce its final
+   tables, sorted, with C(f,*) and the diversity of each feature.
+4. :func:`extension_keys` then :func:`add_continuation`: every link of a type
+   that extends a shorter one (an n-gram of the (n-1)-gram) names the link it
+   extends; the names are shuffled to that link's bucket and counted there
+   (Kneser-Ney's continuation count N1+(. f w)).
+
+Partials are dicts of numpy arrays (they pickle cheaply):
+
+* links: ``feature`` uint64, ``word`` int32, ``count`` int64
+* features: ``feature`` uint64, ``type`` int32 (type id: tag-major), ``words``
+  int32 (n, max_words), identity words oldest first, padded with -1
+"""
+
+import numpy as np
+import pyarrow as pa
+
+from snm_core.io import tables
+from snm_core.io.arrays import (
+    group_rows,
+    padded_lists,
+    run_starts,
+    stable_argsort,
+    take_rows,
+    take_runs,
+)
+from snm_core.text import hashing
+
+#: Bits of a packed (feature index, word) pair given to the word id.
+_WORD_BITS = 32
+
+
+def batch_partials(events):
+    """Summed links and distinct features of one batch, both sorted by feature key.
+
+    The occurrences are sorted by feature key (:func:`snm_core.io.arrays.stable_argsort`),
+    numbered by run of equal keys, and each packed into one uint64 (run
+    number, word) that a second sort orders: runs of equal values are the
+    links, their lengths the counts.  About 3x faster than numbering the keys
+    with a hash table (pyarrow's dictionary encoding), and the key order lets
+    :func:`cut_by_bucket` find its key ranges without copying.
+
+    Parameters
+    ----------
+    events : snm_core.text.features.EventFeatures
+
+    Returns
+    -------
+    links : links partial, sorted by (feature, word)
+    features : features partial, one row per distinct key (type and words of
+        its first occurrence), sorted by feature
+    """
+    order, keys = stable_argsort(events.key, return_sorted=True)
+    new_key = np.ones(len(keys), dtype=bool)
+    np.not_equal(keys[1:], keys[:-1], out=new_key[1:])
+    run = np.cumsum(new_key) - 1
+    packed = (run.astype(np.uint64) << np.uint64(_WORD_BITS)) | \
+        events.target[events.event][order].astype(np.uint64)
+    packed.sort()
+    starts = run_starts(packed)
+    unique = packed[starts]
+    key_starts = np.flatnonzero(new_key)
+    distinct = keys[key_starts]
+    links = {"feature": distinct[(unique >> np.uint64(_WORD_BITS)).astype(np.int64)],
+             "word": (unique & np.uint64((1 << _WORD_BITS) - 1)).astype(np.int32),
+             "count": np.diff(np.r_[starts, len(packed)]).astype(np.int64)}
+    # The first occurrence of each key (the sort is stable): the choice matters
+    # only for colliding keys, but stays fixed.
+    first = order[key_starts]
+    features = {"feature": distinct, "type": events.type[first],
+                "words": events.context_words(first)}
+    return links, features
+
+
+def concat_partials(parts):
+    """Concatenate partial dicts column by column (None for an empty list; one part
+    is returned as a new dict of the same arrays, not copied)."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return dict(parts[0])
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+_COUNTED_LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()),
+                           ("count", pa.int64())])
+
+
+def partials_from_tables(links, features, extractor):
+    """A count bucket's tables as one part, as if counted anew (for adding more data).
+
+    Returns ``{"links": links partial, "features": features partial}``.
+    """
+    n_types = len(extractor.feature_types)
+    type_id = (features["tag"].to_numpy().astype(np.int32) * n_types
+               + features["type"].to_numpy().astype(np.int32))
+    words, _ = padded_lists(features["words"], extractor.max_words, np.int32)
+    return {"links": {"feature": links["feature"].to_numpy(), "word": links["word"].to_numpy(),
+                      "count": links["count"].to_numpy()},
+            "features": {"feature": features["feature"].to_numpy(), "type": type_id,
+                         "words": words}}
+
+
+def cut_by_bucket(partial, num_buckets):
+    """A partial ordered by key-range bucket, and where each bucket's rows are.
+
+    A partial sorted by feature key (as :func:`batch_partials` makes them) is
+    returned as it is, each bucket's first row found by binary search; any
+    other is reordered by bucket first (stably).
+
+    Returns
+    -------
+    ordered : partial (the same dict of arrays, or a reordered copy)
+    bounds : ndarray of int64, shape (num_buckets + 1,); bucket ``b``'s rows are
+        ``bounds[b]:bounds[b + 1]``
+    """
+    keys = partial["feature"]
+    if np.all(keys[1:] >= keys[:-1]):
+        bounds = np.r_[np.searchsorted(keys, hashing.bucket_starts(num_buckets)), len(keys)]
+        return partial, bounds.astype(np.int64)
+    order, bounds = group_rows(hashing.bucket_of(keys, num_buckets), num_buckets)
+    return {k: v[order] for k, v in partial.items()}, bounds
+
+
+def sort_by_feature_and_word(feature, word):
+    """Permutation that sorts rows by (feature, word).
+
+    Two stable sorts (:func:`snm_core.io.arrays.stable_argsort`) instead of
+    ``np.lexsort``, about 10x faster here: sort by feature, number the runs of
+    equal features, then sort by (run number, word) packed into one int64 (as
+    few bits as the largest word needs, so the index fits beside them).
+    """
+    by_feature, f = stable_argsort(feature, return_sorted=True)
+    run = np.zeros(len(f), dtype=np.int64)
+    if len(f):
+        np.cumsum(f[1:] != f[:-1], out=run[1:])
+    word = word[by_feature].astype(np.int64)
+    word_bits = int(word.max()).bit_length() if len(word) else 0
+    packed = (run << np.int64(word_bits)) | word
+    return by_feature[stable_argsort(packed)]
+
+
+def merge_bucket(link_parts, feature_parts, num_feature_types):
+    """Final tables of one bucket from all its partials: :func:`merge_links` then
+    :func:`merge_features`.
+
+    Parameters
+    ----------
+    link_parts : list of links partials (emptied: the merge copies them)
+    feature_parts : list of features partials (emptied likewise)
+    num_feature_types : int
+        Feature types per tag, to split a type id into (tag, type).
+
+    Returns
+    -------
+    links : pyarrow.Table, feature, word, count (no continuation yet), sorted by (feature, word)
+    features : pyarrow.Table, schema :data:`snm_core.io.tables.FEATURES`, sorted by feature
+    collisions : int, keys that two different features share (their counts are merged)
+    """
+    links = merge_links(link_parts)
+    return (links,) + merge_features(feature_parts, links, num_feature_types)
+
+
+def merge_links(link_parts):
+    """One bucket's links partials, summed: a table sorted by (feature, word).
+
+    ``link_parts`` is a list of links partials; it is emptied (the arrays are
+    copied, so the parts can go: a bucket's peak memory).
+    """
+    if not link_parts:
+        return _COUNTED_LINKS.empty_table()
+    parts = concat_partials(link_parts)
+    link_parts.clear()
+    order = sort_by_feature_and_word(parts["feature"], parts["word"])
+    feature = parts.pop("feature")[order]
+    word = parts.pop("word")[order]
+    count = parts.pop("count")[order]
+    del order
+    new_link = np.empty(len(feature), dtype=bool)
+    new_link[:1] = True
+    np.not_equal(feature[1:], feature[:-1], out=new_link[1:])
+    new_link[1:] |= word[1:] != word[:-1]
+    starts = np.flatnonzero(new_link)
+    feature, word, count = feature[starts], word[starts], np.add.reduceat(count, starts)
+    return pa.table({"feature": feature, "word": word.astype(np.int32),
+                     "count": count.astype(np.int64)})
+
+
+def merge_features(feature_parts, links, num_feature_types):
+    """One bucket's feature table from its features partials and its merged links.
+
+    Returns ``(features, collisions)``: the table (schema
+    :data:`snm_core.io.tables.FEATURES`, one row per feature of ``links``, with
+    C(f,*) and the diversity from the links) and the number of keys that two
+    different features share.  ``feature_parts`` is emptied.
+    """
+    if not feature_parts:
+        return tables.FEATURES.empty_table(), 0
+    feature = links["feature"].to_numpy()
+    count = links["count"].to_numpy()
+    row_starts = run_starts(feature)
+    row_keys = feature[row_starts]
+    row_count = np.add.reduceat(count, row_starts)
+    diversity = np.diff(np.r_[row_starts, len(feature)])
+
+    feats = concat_partials(feature_parts)
+    feature_parts.clear()
+    by_key, keys = stable_argsort(feats["feature"], return_sorted=True)
+    new_key = np.r_[True, keys[1:] != keys[:-1]]
+    types, words = feats["type"][by_key], take_rows(feats["words"], by_key)
+    del feats
+    # Rows with one key must name one feature; two identities on one key is a
+    # 64-bit collision (about n**2 / 2**65 pairs expected among n features).
+    # Compared column by column: np.any(axis=1) over the rows took 3x as long.
+    differs = types[1:] != types[:-1]
+    for col in range(words.shape[1]):
+        differs |= words[1:, col] != words[:-1, col]
+    collisions = int(np.count_nonzero(differs & ~new_key[1:]))
+    if not np.array_equal(keys[new_key], row_keys):
+        raise ValueError("feature rows and link rows disagree: every feature must have links")
+    type_id = types[new_key].astype(np.int64)
+    words = take_rows(words, np.flatnonzero(new_key))
+    # Padding (-1) is at the end of each row, so the non-negative values in
+    # row order are each row's words, oldest first.
+    lengths = np.zeros(len(words), dtype=np.int32)
+    for col in range(words.shape[1]):
+        lengths += words[:, col] >= 0
+    offsets = np.zeros(len(words) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = words.ravel()
+    words_list = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[flat >= 0]))
+    feature_table = pa.table({
+        "feature": row_keys,
+        "tag": (type_id // num_feature_types).astype(np.int16),
+        "type": (type_id % num_feature_types).astype(np.int16),
+        "count": row_count.astype(np.int64),
+        "diversity": diversity.astype(np.int64),
+        "words": words_list,
+    }, schema=tables.FEATURES)
+    return feature_table, collisions
+
+
+# --- continuation counts ------------------------------------------------------------------
+
+def parent_types(config):
+    """For each feature type, the type it extends by one older word (-1 if none).
+
+    An n-gram of length n extends the (n-1)-gram; a skip-gram (r, s, a) extends
+    (r-1, s, a) when r >= 2 and the configuration has that type.
+    """
+    from snm_core.text.config import FeatureType
+
+    types = config.feature_types()
+    index = {t: i for i, t in enumerate(types)}
+    parents = np.full(len(types), -1, dtype=np.int64)
+    for i, t in enumerate(types):
+        if t.kind == "ngram" and t.adjacent >= 1:
+            parent = FeatureType("ngram", 0, 0, t.adjacent - 1)
+        elif t.kind == "skip" and t.remote >= 2:
+            parent = FeatureType("skip", t.remote - 1, t.skip, t.adjacent)
+        else:
+            continue
+        parents[i] = index.get(parent, -1)
+    return parents
+
+
+def extension_keys(features, links, extractor, parents):
+    """Where each link (f', w) of a type that extends another sends its continuation.
+
+    The link extends (f, w), f being f' without its oldest word (same tag);
+    every distinct f' of a (f, w) adds one to the continuation count of (f, w),
+    the number of distinct words seen right before f followed by w (Kneser-Ney's
+    N1+(. f w)).
+
+    Returns
+    -------
+    parent_feature : uint64 (k,), key of f for the k links that extend one
+    parent_link : uint64 (k,), :func:`snm_core.text.hashing.link_key` of (f, w)
+    """
+    n_types = len(extractor.feature_types)
+    type_index = features["type"].to_numpy().astype(np.int64)
+    type_id = features["tag"].to_numpy().astype(np.int64) * n_types + type_index
+    parent_key = np.zeros(features.num_rows, dtype=np.uint64)
+    has_parent = parents[type_index] >= 0 if features.num_rows else np.zeros(0, bool)
+    lists = features["words"].combine_chunks()
+    flat = lists.values.to_numpy()
+    starts = lists.offsets.to_numpy()[:-1]
+    # The rows of each (tag, type), from one sort: a scan of all rows per type
+    # was 3.5% of a skip-10-gram merge (29 types).
+    by_type, bounds = group_rows(type_id, len(extractor.tags) * n_types)
+    for t in np.flatnonzero(parents >= 0):
+        width = extractor.feature_types[t].num_words
+        for g in range(len(extractor.tags)):
+            rows = by_type[bounds[g * n_types + t]:bounds[g * n_types + t + 1]]
+            if not len(rows):
+                continue
+            # Every row of one type has its width: all but its first word are one
+            # run of the list values.
+            words = take_runs(flat, starts[rows] + 1, width - 1)
+            parent_key[rows] = extractor.keys_for(g * n_types + parents[t], words)
+    diversity = features["diversity"].to_numpy()
+    link_has = np.repeat(has_parent, diversity)
+    link_parent = np.repeat(parent_key, diversity)[link_has]
+    word = links["word"].to_numpy()[link_has]
+    return link_parent, hashing.link_key(link_parent, word)
+
+
+def add_continuation(links, extension_link_keys):
+    """``links`` with a ``continuation`` column: how many extension keys name each link."""
+    feature = links["feature"].to_numpy()
+    own = hashing.link_key(feature, links["word"].to_numpy())
+    ext = np.sort(extension_link_keys)
+    starts = run_starts(ext)
+    named, times = ext[starts], np.diff(np.r_[starts, len(ext)])
+    counts = np.zeros(len(own), dtype=np.int64)
+    if len(named):
+        order, own = stable_argsort(own, return_sorted=True)  # sorted queries: fewer misses
+        at = np.minimum(np.searchsorted(named, own), len(named) - 1)
+        counts[order] = np.where(named[at] == own, times[at], 0)
+    return links.append_column("continuation", pa.array(counts))

@@ -1,0 +1,321 @@
+"""The fit stage (``snm fit``): small M + held-out events -> theta.
+
+Reads a ``snm join`` directory.  Writes to the output directory:
+
+* ``theta.npy``: float32 (hash_size,), the hashed meta-feature weights;
+* ``train_log.jsonl``: one JSON object per epoch and run (loss, held-out
+  perplexity, seconds), including the selection runs;
+* ``manifest.json`` (last): meta-feature settings, training settings, the
+  chosen variant and epochs and why, final held-out perplexity.
+
+Choosing the variant and the epochs without test text (as scikit-learn's
+early stopping does): a share of the held-out sentences
+(``validation_fraction``, a fixed hash of each sentence's position) is held
+back, and the candidates train on the rest.
+
+* ``selection="race"`` (default): every candidate trains one epoch; those
+  more than ``race_margin`` behind the best validation perplexity stop; after
+  ``race_epochs`` epochs only the leader goes on, until validation perplexity
+  has not improved for ``patience`` epochs (or ``max_epochs``).  The cost is
+  about one epoch of each variant plus the leader's run, where training every
+  candidate to its own best costs each one's run.
+* ``selection="each"``: every candidate trains until it stops improving (the
+  behaviour before racing).
+
+The (variant, epochs) with the lowest validation perplexity wins and is
+retrained from scratch on all the held-out data.  This is how the paper's
+observation plays out here: lexicalized meta-features over-train after an
+epoch or two, unlexicalized ones keep improving for several.
+"""
+
+import dataclasses
+import json
+import time
+
+import pyarrow as pa
+
+from snm_core.fit import kernels, trainer
+from snm_core.fit import metafeatures as mf
+from snm_core.fit.problem import VALIDATION_SHARE, load_join
+from snm_core.io import memory, storage, tables
+from snm_core.io.errors import SnmInputError
+from snm_core.stages import validation
+
+AUTO = "auto"
+#: Epochs without improvement of validation perplexity before a candidate stops.
+PATIENCE = 2
+DEFAULT_MAX_EPOCHS = 10
+#: After the first epoch, candidates this far (relative) behind the best stop.
+RACE_MARGIN = 0.01
+#: Epochs after which only the leading candidate trains on.
+RACE_EPOCHS = 2
+SELECTIONS = ("race", "each")
+#: The order candidates train in, each round: one compiled problem is held at a
+#: time, so the last one trained stays loaded for the next round and the final
+#: run; unlexicalized, the usual winner on matched data, goes last.
+TRAINING_ORDER = ("lexicalized", "feature-only", "unlexicalized")
+
+
+@dataclasses.dataclass
+class FitOptions:
+    """What ``snm fit`` takes; see :func:`fit_directory`.
+
+    ``variants``: the candidate meta-feature variants (one: no choice);
+    ``epochs``: an int or "auto" (chosen on the validation share, at most
+    ``max_epochs``).  ``threads`` changes speed only, never theta.
+    """
+
+    variants: tuple = mf.VARIANTS
+    epochs: object = AUTO
+    max_epochs: int = DEFAULT_MAX_EPOCHS
+    validation_fraction: float = VALIDATION_SHARE
+    patience: int = PATIENCE
+    selection: str = "race"
+    race_margin: float = RACE_MARGIN
+    hash_size: int = mf.DEFAULT_HASH_SIZE
+    diversity: bool = True
+    continuation: bool = True
+    batch_size: int = trainer.BATCH_SIZE
+    gamma: float = trainer.GAMMA
+    delta0: float = trainer.DELTA0
+    renormalize: str = "batch"
+    seed: int = 0
+    threads: int = 0  # 0: one per core
+
+    def __post_init__(self):
+        self.variants = tuple(self.variants)
+        unknown = [v for v in self.variants if v not in mf.VARIANTS]
+        if unknown or not self.variants:
+            raise SnmInputError(f"unknown meta-feature variant(s) {', '.join(unknown) or '(none)'}"
+                                f"; choose from {', '.join(mf.VARIANTS)}")
+        if self.selection not in SELECTIONS:
+            raise SnmInputError(f"selection must be one of {', '.join(SELECTIONS)}, "
+                                f"got {self.selection!r}")
+        if not 0 < self.validation_fraction < 1:
+            raise SnmInputError("validation_fraction must be between 0 and 1 (exclusive), got "
+                                f"{self.validation_fraction}")
+        if self.patience < 1 or self.max_epochs < 1:
+            raise SnmInputError("patience and max_epochs must be at least 1")
+        if not 0 <= self.threads <= kernels.MAX_THREADS:
+            raise SnmInputError(f"threads must be between 0 (one per core) and "
+                                f"{kernels.MAX_THREADS}, got {self.threads}")
+        if self.race_margin < 0:
+            raise SnmInputError(f"race_margin must be >= 0, got {self.race_margin}")
+
+    @property
+    def choosing(self):
+        return len(self.variants) > 1 or self.epochs == AUTO
+
+    def candidates(self):
+        """The candidates' specs, in training order (:data:`TRAINING_ORDER`)."""
+        # Continuation counts go with unlexicalized meta-features: feature-only
+        # ones have no link meta-features, and lexicalized ones would carry
+        # ~40 more entries a link to refine weights that are already per link.
+        variants = sorted(self.variants, key=TRAINING_ORDER.index)
+        return [mf.MetaFeatureSpec(v, self.hash_size, self.diversity,
+                                   self.continuation and v == "unlexicalized")
+                for v in variants]
+
+    def settings(self, epochs):
+        return trainer.TrainSettings(epochs=epochs, batch_size=self.batch_size, gamma=self.gamma,
+                                     delta0=self.delta0, renormalize=self.renormalize,
+                                     seed=self.seed)
+
+    def signature(self):
+        """The options that change theta (not ``threads``)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "threads"}
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One variant in the selection: its training state and validation history."""
+
+    spec: mf.MetaFeatureSpec
+    state: trainer.TrainState = None
+    history: list = dataclasses.field(default_factory=list)
+    stopped: str = None  # why it stopped, once it has
+
+    @property
+    def best(self):
+        return min(self.history, key=lambda h: h["valid_perplexity"])
+
+    def stalled(self, patience):
+        return len(self.history) - 1 - self.best["epoch"] >= patience
+
+
+class Selection:
+    """Trains candidates on the training share, one epoch at a time, one problem in memory."""
+
+    def __init__(self, problem_for, options, cap, say, log_entries):
+        self.problem_for = problem_for
+        self.options = options
+        self.cap = cap
+        self.say = say
+        self.log_entries = log_entries
+        self.split = None
+
+    def epoch(self, candidate):
+        """Train ``candidate`` one more epoch (or record epoch 0 on its first call)."""
+        problem = self.problem_for(candidate.spec)
+        if self.split is None:
+            train_events, valid_events = problem.split_events(self.options.validation_fraction)
+            if not len(valid_events) or not len(train_events):
+                raise SnmInputError(
+                    "the held-out set is too small to hold a share back; give --epochs N and a "
+                    "single --variants VARIANT, or raise --validation_fraction")
+            self.split = train_events, valid_events
+
+        def log(entry):
+            self.log_entries.append({"run": "select", "metafeatures": candidate.spec.variant,
+                                     **entry})
+            self.say(f"  select {candidate.spec.variant:<14} epoch {entry['epoch']:>2}: "
+                     f"validation perplexity {entry['valid_perplexity']:.3f} "
+                     f"({entry['seconds']:.2f} s)")
+
+        settings = self.options.settings(self.cap)
+        if candidate.state is None:
+            candidate.state = trainer.TrainState.start(problem, settings)
+            trainer.run_epochs(problem, settings, candidate.state, 0, *self.split, log=log,
+                               history=candidate.history, train_metrics=False)
+        trainer.run_epochs(problem, settings, candidate.state, 1, *self.split, log=log,
+                           history=candidate.history, train_metrics=False)
+        if candidate.state.epoch >= self.cap:
+            candidate.stopped = candidate.stopped or "max_epochs"
+        elif candidate.stalled(self.options.patience):
+            candidate.stopped = "patience"
+
+    def run(self, candidates):
+        """Train the candidates as ``options.selection`` says; each ends with ``stopped`` set."""
+        if self.options.selection == "each":
+            for candidate in candidates:
+                while not candidate.stopped:
+                    self.epoch(candidate)
+                candidate.state = None
+            return
+        while True:
+            running = [c for c in candidates if not c.stopped]
+            if not running:
+                return
+            for candidate in running:
+                self.epoch(candidate)
+            leader = min(candidates, key=lambda c: c.best["valid_perplexity"])
+            for candidate in running:
+                if candidate is leader or candidate.stopped:
+                    continue
+                behind = candidate.best["valid_perplexity"] / leader.best["valid_perplexity"] - 1
+                epochs = len(candidate.history) - 1
+                if epochs >= RACE_EPOCHS or behind > self.options.race_margin:
+                    candidate.stopped = f"{behind:.1%} behind {leader.spec.variant} after " \
+                                        f"{epochs} epoch(s)"
+            for candidate in candidates:
+                if candidate.stopped:
+                    candidate.state = None  # not needed any more
+
+
+def fit_directory(join_dir, out_dir, options, say=print, progress=None):
+    """Fit theta on a join directory and write the fit directory; returns its manifest."""
+    # pyarrow's default pool keeps freed memory for reuse; the system allocator
+    # returns it to the OS, and reading Parquet is a small part of this stage.
+    pa.set_memory_pool(pa.system_memory_pool())
+    memory.limit_heap_retention()
+    started = time.perf_counter()
+    log_entries = []
+    problems = {}
+    join_manifest = validation.validate_directory(join_dir, "join").manifest
+    # A directory without a manifest is not a finished fit: never old settings
+    # beside a new theta if this run is cut short.
+    storage.remove_file(storage.join(out_dir, tables.MANIFEST))
+
+    def problem_for(spec):
+        if spec not in problems:
+            for old in problems.values():
+                old.close()
+            problems.clear()  # hold one compiled problem at a time
+            memory.release_memory()
+            problems[spec] = load_join(join_dir, spec, options.threads or None)[0]
+            memory.release_memory()  # what reading and compiling small M left
+        return problems[spec]
+
+    choice = None
+    candidates = [Candidate(spec) for spec in options.candidates()]
+    select_seconds = 0.0
+    if options.choosing:
+        cap = options.max_epochs if options.epochs == AUTO else int(options.epochs)
+        say(f"choosing {'meta-features and ' if len(candidates) > 1 else ''}epochs on a "
+            f"held-back {options.validation_fraction:.0%} of the held-out sentences "
+            f"({options.selection}, up to {cap} epochs)")
+        select_started = time.perf_counter()
+        Selection(problem_for, options, cap, say, log_entries).run(candidates)
+        select_seconds = time.perf_counter() - select_started
+        winner = min(candidates, key=lambda c: c.best["valid_perplexity"])
+        spec, epochs = winner.spec, winner.best["epoch"]
+        if options.epochs != AUTO:
+            epochs = int(options.epochs)
+        choice = {"rule": f"lowest validation perplexity on a held-back "
+                          f"{options.validation_fraction:.0%} of the held-out sentences "
+                          f"({options.selection}), then retrained on all of them",
+                  "validation_perplexity": winner.best["valid_perplexity"],
+                  "candidates": {c.spec.variant: {
+                      "epochs": c.best["epoch"],
+                      "validation_perplexity": c.best["valid_perplexity"],
+                      "epochs_trained": len(c.history) - 1, "stopped": c.stopped}
+                      for c in candidates}}
+        for c in candidates:
+            c.state = None
+    else:
+        spec, epochs = candidates[0].spec, int(options.epochs)
+
+    problem = problem_for(spec)
+    say(f"training {spec.variant} meta-features (hash size {spec.hash_size:,}) for {epochs} "
+        f"epoch(s) on {problem.num_events:,} held-out events")
+
+    def log(entry):
+        entry = {"run": "final", "metafeatures": spec.variant, **entry}
+        log_entries.append(entry)
+        say(f"  epoch {entry['epoch']:>2}: held-out perplexity {entry['train_perplexity']:.3f} "
+            f"({entry['seconds']:.2f} s)")
+
+    final_started = time.perf_counter()
+    theta, history = trainer.train(problem, options.settings(epochs), log=log, progress=progress)
+    final_seconds = time.perf_counter() - final_started
+    problem.close()  # its batch buffers, before the hash_size-long table is made
+    storage.makedirs(out_dir)
+    storage.write_npy(problem.dense_theta(theta), storage.join(out_dir, "theta.npy"))
+    storage.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in log_entries),
+                       storage.join(out_dir, "train_log.jsonl"))
+    final = history[-1]
+    manifest = {
+        "kind": "fit", "format_version": tables.FORMAT_VERSION,
+        "files": ["theta.npy", "train_log.jsonl"],
+        "join": storage.absolute(join_dir),
+        "metafeatures": spec.to_dict(),
+        "training": dataclasses.asdict(options.settings(epochs)),
+        "choice": choice,
+        "small_m": {"rows": problem.num_rows, "classes": problem.num_classes,
+                    "links": problem.num_links},
+        "heldout_events": problem.num_events,
+        "heldout_events_unseen_target": problem.num_unseen_targets,
+        "weights_in_use": problem.weights_in_use(),
+        "nonzero_weights": final["nonzero_params"],
+        "heldout_perplexity_unadjusted": history[0]["train_perplexity"],
+        "heldout_perplexity": final["train_perplexity"],
+        "seconds": {"total": round(time.perf_counter() - started, 3),
+                    "selection": round(select_seconds, 3), "final": round(final_seconds, 3)},
+        "vocabulary_fingerprint": join_manifest["vocabulary_fingerprint"],
+    }
+    storage.write_json(manifest, storage.join(out_dir, tables.MANIFEST))
+    if problem.num_unseen_targets:
+        say(f"note: {problem.num_unseen_targets:,} held-out events predict a word no training "
+            "feature saw (probability 0 whatever theta); they were left out")
+    return manifest
+
+
+def load_theta(fit_dir):
+    """``(theta float32 (hash_size,), MetaFeatureSpec, manifest)`` of a fit directory."""
+    manifest = validation.validate_directory(fit_dir, "fit").manifest  # theta's header too
+    path = storage.join(fit_dir, "theta.npy")
+    try:
+        theta = storage.read_npy(path)
+    except (OSError, ValueError, EOFError) as e:
+        raise SnmInputError(f"{path}: cannot read ({tables.one_line(e)}); re-run snm fit") from None
+    return theta, mf.MetaFeatureSpec(**manifest["metafeatures"]), manifest

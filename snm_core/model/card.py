@@ -1,0 +1,90 @@
+"""The model card, ``model_card.md``: what a model is, what it was trained on, how good it is."""
+
+from snm_core.io import storage, tables
+from snm_core.model.layouts.hashed import COMPACT, COMPACT_LAYOUT
+
+
+def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False):
+    """``model_card.md``: what the model is, what it was trained on, how good it is.
+
+    ``evaluation`` maps a text's name to its ``{"adjusted": ..., "unadjusted": ...}`` report;
+    with ``keep_evaluation`` the Evaluation section of the card there is kept instead.
+    """
+    card = storage.join(model_dir, "model_card.md")
+    kept = ""
+    if keep_evaluation and storage.isfile(card):
+        text = storage.read_text(card)
+        kept = text[text.index("\n## Evaluation"):] if "\n## Evaluation" in text else ""
+    totals, fit = manifest.get("count_totals", {}), manifest.get("fit", {})
+    spec, training = fit.get("metafeatures", {}), fit.get("training", {})
+    tags = ", ".join(manifest["tags"]) if any(manifest["tags"]) else "none (pooled)"
+    extras = "".join(f" + {name}" for name in ("diversity", "continuation") if spec.get(name))
+    skipped = totals.get("empty_lines", 0) + totals.get("invalid_lines", 0)
+    name = storage.basename(storage.absolute(model_dir))
+    lines = [
+        f"# SNM language model: {name}",
+        "",
+        "## Configuration",
+        "```", manifest["config"].rstrip(), "```",
+        f"- corpus tags: {tags}",
+        f"- vocabulary: {manifest['vocabulary_size']:,} words (with <S>, </S>, <UNK>)",
+        f"- meta-features: {spec.get('variant')}{extras}, hash size "
+        f"{spec.get('hash_size', 0):,}, {fit.get('weights_in_use', 0):,} weights in use",
+        f"- training: {training.get('epochs')} AdaGrad epoch(s), batch "
+        f"{training.get('batch_size')}, gamma {training.get('gamma')}",
+        "",
+        "## Data",
+        f"- training: {totals.get('sentences', 0):,} sentences, {totals.get('tokens', 0):,} "
+        f"words ({totals.get('oov_tokens', 0):,} out of vocabulary), {skipped:,} lines skipped",
+        f"- model: {manifest['totals']['features']:,} features, "
+        f"{manifest['totals']['links']:,} links",
+        f"- held-out: {fit.get('heldout_events', 0):,} events; perplexity "
+        f"{fit.get('heldout_perplexity_unadjusted', float('nan')):.2f} unadjusted, "
+        f"{fit.get('heldout_perplexity', float('nan')):.2f} adjusted",
+    ]
+    pruning = manifest.get("pruning")
+    if pruning:
+        before = pruning["links_before"]
+        lines += ["", "## Pruning",
+                  f"- {manifest['totals']['links']:,} of {before:,} links kept "
+                  f"({manifest['totals']['links'] / max(before, 1):.1%}), "
+                  f"{manifest['totals']['features']:,} of {pruning['features_before']:,} "
+                  "features",
+                  f"- criterion: {pruning['criterion']}; target "
+                  f"{pruning['target_links'] or '-'} links, score threshold "
+                  f"{pruning['threshold']:.3g}",
+                  f"- pruned from: {pruning['source']}"]
+        if pruning.get("heldout"):
+            lines.append(f"- the features of the held-out text in {pruning['heldout']} "
+                         f"weighed {pruning['heldout_weight']:g} times more")
+    compact = storage.join(model_dir, COMPACT, tables.MANIFEST)
+    if storage.isfile(compact):
+        stored = storage.read_json(compact)
+        links = max(manifest["totals"]["links"], 1)
+        lines += ["", "## Storage",
+                  f"- compact/: {stored['bytes']:,} bytes, {stored['bytes'] / links:.1f} bytes "
+                  "a link (memory-mapped for scoring)"]
+        if stored.get("layout") == COMPACT_LAYOUT:
+            lines.append(f"- layout hashed ({COMPACT_LAYOUT}): hashed keys, 8-byte entries (32 "
+                         "key bits and a float32 M), float32 c(w|f) for the unadjusted model")
+        elif str(stored.get("layout")).startswith("trie"):
+            lines.append(f"- layout trie ({stored['layout']}): {stored['entries']:,} n-gram "
+                         "entries by context, word ranks and float32 M; no unadjusted model")
+        elif str(stored.get("layout")).startswith("small"):
+            lines.append(f"- layout small ({stored['layout']}): {stored['entries']:,} n-gram "
+                         "entries by context, Huffman-coded; M rounded to a log step of "
+                         f"{stored['value_step']:.3g} (perplexity within 0.1%); no unadjusted "
+                         "model")
+    if evaluation:
+        lines += ["", "## Evaluation", "",
+                  "| model | text | perplexity | excluding OOV | OOV | words | sentences |",
+                  "|---|---|---|---|---|---|---|"]
+        for text, report in evaluation.items():
+            for kind in ("adjusted", "unadjusted"):
+                if kind not in report:  # the trie layouts keep no unadjusted model
+                    continue
+                r = report[kind]
+                lines.append(f"| {kind} | {text} | {r['perplexity']:.2f} | "
+                             f"{r['perplexity_excluding_oov']:.2f} | {r['oov']:,} | "
+                             f"{r['words']:,} | {r['sentences']:,} |")
+    storage.write_text("\n".join(lines) + "\n" + kept, card)  # kept: "\n## Evaluation..."

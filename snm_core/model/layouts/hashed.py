@@ -1,0 +1,410 @@
+"""The hashed layout of ``compact/``: any model, memory-mapped for scoring.
+
+Two tables of random-looking 64-bit keys (:class:`EntryTable`), sorted, each
+with a direct-address index on the keys' top b bits (one to two keys a slot; a
+slot's first entry is a uint16 offset from its block of 256 slots).  An entry
+is 8 bytes: the 32 key bits after the slot's b (the slot holds the rest) and a
+float32 value, so a lookup is one index read and a scan of one cache line that
+also holds the value, instead of the ~23 dependent cache misses of a binary
+search.  Keys that agree in all b + 32 bits (rare: about n^2 / 2^(b+33) pairs)
+are also kept whole in a small overflow table, which settles a match on them.
+An absent key matches a present one with probability about 2^-32 a lookup.
+
+* features: key -> M_f* (float32)
+* links: :func:`snm_core.text.hashing.link_key` (feature key, word) -> M_fw
+  (float32), and, for the unadjusted model, c(w|f) (float32, its own array).
+
+About 13 bytes a link and 10 a feature.  ``compact/`` is a cache of the
+Parquet tables: one of an older layout is rebuilt on load.  The builder is
+:mod:`snm_core.model.layouts.hashed_build`; ``--layout trie`` and ``small``
+store an n-gram model as a trie instead (:mod:`snm_core.model.layouts.trie`,
+:mod:`snm_core.model.layouts.small`).
+"""
+
+import math
+import os
+
+import numpy as np
+
+from snm_core.fit import kernels
+from snm_core.io import storage
+from snm_core.io.errors import SnmInputError
+from snm_core.model.layouts.npy import NpyWriter, load_checked
+from snm_core.model.scoring import LineScoring, Scores, ratios, suffix_closed
+from snm_core.text.config import parse_config
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.hashing import link_key
+from snm_core.text.tokenize import SentenceBatch
+from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
+
+COMPACT = "compact"
+#: The layout of ``compact/`` (its manifest's ``layout``); another is rebuilt on load.
+COMPACT_LAYOUT = 3
+COMPACT_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
+                 "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
+                 "seen_words")
+#: Slots a block of an entry table's index: a slot's first entry is its block's first
+#: (int64) plus the slot's uint16 offset in the block (a block holds ~380 entries).
+SLOT_BLOCK_BITS = 8
+#: An entry of a compact table: the 32 key bits below the slot bits, and the value.
+ENTRY = np.dtype([("remainder", "<u4"), ("value", "<f4")])
+#: The overflow table: whole keys (ascending) whose entries share all stored bits.
+OVERFLOW = np.dtype([("key", "<u8"), ("row", "<i8")])
+
+
+# --- compact storage ----------------------------------------------------------------------
+
+class KeyIndex:
+    """Lookup in a sorted array of uniformly spread uint64 keys.
+
+    ``start[b]`` is the first position whose key has top bits ``b``; with one to
+    two keys per slot, finding a key reads ``start`` twice and compares a key
+    or two: about two cache misses, where a binary search takes ~23 dependent
+    ones.  The index costs 2-4 bytes a key.
+
+    Parameters
+    ----------
+    keys : uint64 array, sorted, distinct
+    start : int array (2**bits + 1,), optional (built when absent)
+
+    Examples
+    --------
+    >>> idx = KeyIndex(np.array([3, 2**63, 2**64 - 1], dtype=np.uint64))
+    >>> idx.find(np.array([2**63, 5], dtype=np.uint64)).tolist()
+    [1, -1]
+    """
+
+    def __init__(self, keys, start=None):
+        self.keys = keys
+        if start is None:
+            writer = KeyIndexWriter(len(keys))
+            writer.add(keys)
+            start = writer.finish()
+        self.start = start
+        self.shift = np.uint64(64 - int(round(math.log2(len(start) - 1))))
+
+    def find(self, queries):
+        """Position of each query key, -1 where absent."""
+        from snm_core.model.layouts import hashed_kernels  # numba: scoring only
+        return hashed_kernels.find(self.keys, self.start, self.shift,
+                            np.ascontiguousarray(queries, dtype=np.uint64))
+
+
+class KeyIndexWriter:
+    """The ``start`` array of a :class:`KeyIndex`, built from its sorted keys a chunk at a time.
+
+    Parameters
+    ----------
+    n : int, the number of keys in all
+    out : NpyWriter, optional: the entries are written there as they are
+        filled, instead of kept (``finish`` then returns None)
+    bits : int, optional: slot bits (default :func:`index_bits`)
+    """
+
+    def __init__(self, n, out=None, bits=None):
+        self.n, self.out = n, out
+        self.bits = index_bits(n) if bits is None else bits
+        self.dtype = np.int32 if n < 2 ** 31 else np.int64
+        self.done = self.next_slot = 0
+        self.parts = []
+
+    def add(self, keys):
+        start, self.next_slot = kernels.key_index_chunk(keys, self.bits, self.done,
+                                                        self.next_slot)
+        self._emit(start)
+        self.done += len(keys)
+
+    def finish(self):
+        self._emit(np.full((1 << self.bits) + 1 - self.next_slot, self.n, np.int64))
+        if self.out is None:
+            return np.concatenate(self.parts)
+
+    def _emit(self, start):
+        start = start.astype(self.dtype)
+        if self.out is None:
+            self.parts.append(start)
+        else:
+            self.out.append(start)
+
+
+def index_bits(n):
+    """Top-bit slots of a KeyIndex over n keys: about two keys a slot."""
+    return max(1, int(math.ceil(math.log2(max(n, 1)))) - 1)
+
+
+def table_bits(n):
+    """Top-bit slots of an :class:`EntryTable` over n keys: one to two keys a slot (two
+    to four made lookups ~10% slower for 1.3 bytes a key less); at most 32, so that
+    the 32 stored bits follow the slot's."""
+    return min(32, index_bits(n))
+
+
+class EntryTable:
+    """Lookup of 64-bit keys in a compact table (see the module docstring).
+
+    The keys are hashes (bits spread uniformly): a query that differs from a
+    present key only in the bits below the stored ones is taken for it.
+
+    Parameters
+    ----------
+    entries : ENTRY array (n,), sorted by key
+    offsets : uint16 array (2**bits + 1,), each slot's first entry less its block's
+    blocks : int64 array ((2**bits >> SLOT_BLOCK_BITS) + 1,), each block's first entry
+    overflow : OVERFLOW array, the whole keys of entries sharing all stored bits
+
+    Examples
+    --------
+    >>> table = EntryTable.build(np.array([2**40, 2**63, 2**64 - 1], dtype=np.uint64),
+    ...                          np.array([0.5, 1.5, 2.5], dtype=np.float32))
+    >>> table.find(np.array([2**63, 2**50], dtype=np.uint64)).tolist()
+    [1, -1]
+    """
+
+    def __init__(self, entries, offsets, blocks, overflow):
+        self.entries, self.offsets, self.blocks, self.overflow = entries, offsets, blocks, overflow
+        self.shift = np.uint64(64 - int(round(math.log2(len(offsets) - 1))))
+        self.values = entries["value"]
+        # Contiguous views for the compiled loops (numba indexes a field view slower):
+        # entry p is words[2p] (its remainder) and value_words[2p + 1] (its value).
+        self.words = entries.view(np.uint32)
+        self.value_words = entries.view(np.float32)
+        self.overflow_keys = np.ascontiguousarray(overflow["key"])
+        self.overflow_rows = np.ascontiguousarray(overflow["row"])
+
+    @classmethod
+    def build(cls, keys, values):
+        """A table in memory from sorted distinct keys and their values."""
+        writer = EntryTableWriter(len(keys))
+        writer.add(keys, values)
+        return cls(*writer.finish())
+
+    @property
+    def parts(self):
+        """The arrays :func:`snm_core.model.layouts.hashed_kernels.find_entries` takes, in its order."""
+        return (self.words, self.offsets, self.blocks, self.shift, self.overflow_keys,
+                self.overflow_rows)
+
+    def find(self, queries):
+        """Row of each query key, -1 where absent."""
+        from snm_core.model.layouts import hashed_kernels  # numba: scoring only
+        return hashed_kernels.find_entries(*self.parts, np.ascontiguousarray(queries, np.uint64))
+
+
+class SlotIndexWriter:
+    """The two-level slot index of an :class:`EntryTable` from its slot starts in order
+    (the ``out`` of a :class:`KeyIndexWriter`): uint16 offsets, written as they come,
+    and the int64 start of each block of ``2**SLOT_BLOCK_BITS`` slots."""
+
+    def __init__(self, offsets_out):
+        self.out = offsets_out  # NpyWriter, or None: kept
+        self.kept, self.blocks = [], []
+        self.pending = np.zeros(0, np.int64)
+
+    def append(self, start):
+        self.pending = np.concatenate([self.pending, np.asarray(start, np.int64)])
+        whole = len(self.pending) >> SLOT_BLOCK_BITS << SLOT_BLOCK_BITS
+        if whole:
+            self._blocks(self.pending[:whole])
+            self.pending = self.pending[whole:]
+
+    def _blocks(self, start):
+        size = 1 << SLOT_BLOCK_BITS
+        block = start.reshape(-1, size) if len(start) % size == 0 else start[None, :]
+        offsets = block - block[:, :1]
+        if offsets.max(initial=0) > np.iinfo(np.uint16).max:
+            raise SnmInputError("a block of the compact index holds more than 65,535 keys: "
+                                "the keys are not hashes; please report this")
+        self.blocks.append(block[:, 0])
+        offsets = offsets.astype(np.uint16).ravel()
+        if self.out is None:
+            self.kept.append(offsets)
+        else:
+            self.out.append(offsets)
+
+    def finish(self):
+        """``(offsets or None when written, blocks)``."""
+        for i in range(0, len(self.pending), 1 << SLOT_BLOCK_BITS):  # the last, short block
+            self._blocks(self.pending[i:i + (1 << SLOT_BLOCK_BITS)])
+        blocks = np.concatenate(self.blocks + [np.zeros(0, np.int64)])
+        if self.out is None:
+            return np.concatenate(self.kept), blocks
+        return None, blocks
+
+
+class EntryTableWriter:
+    """An :class:`EntryTable` built from sorted keys a chunk at a time, written to
+    ``directory/{name}_entries.npy``, ``_index.npy``, ``_blocks.npy`` and
+    ``_overflow.npy`` (or kept in memory without a directory)."""
+
+    def __init__(self, n, directory=None, name=None):
+        self.n, self.directory, self.name = n, directory, name
+        self.bits = table_bits(n)
+        self.low = np.uint64(64 - self.bits - 32)  # the stored bits' lowest
+        self.entries = self._output("entries", ENTRY, n)
+        self.slots = SlotIndexWriter(self._output("index", np.uint16, (1 << self.bits) + 1))
+        self.index = KeyIndexWriter(n, self.slots, bits=self.bits)
+        self.overflow = []
+        self.kept = []  # the entries, without a directory
+        self.done = 0
+        self.last = None  # (stored bits, key, already in overflow) of the previous chunk's last
+
+    def _output(self, part, dtype, n):
+        if self.directory is None:
+            return None
+        return NpyWriter(os.path.join(self.directory, f"{self.name}_{part}.npy"), dtype, n)
+
+    def add(self, keys, values):
+        keys = np.ascontiguousarray(keys, np.uint64)
+        stored = keys >> self.low
+        entries = np.empty(len(keys), ENTRY)
+        entries["remainder"] = stored  # the low 32 of the shifted bits
+        entries["value"] = values
+        if self.entries is None:
+            self.kept.append(entries)
+        else:
+            self.entries.append(entries)
+        self.index.add(keys)
+        if len(keys):
+            same = stored[1:] == stored[:-1]
+            shared = np.zeros(len(keys), bool)
+            shared[1:] |= same
+            shared[:-1] |= same
+            if self.last is not None and self.last[0] == stored[0]:
+                shared[0] = True
+                if not self.last[2]:
+                    self.overflow.append((np.array([self.last[1]]), np.array([self.done - 1])))
+            rows = np.flatnonzero(shared)
+            self.overflow.append((keys[rows], rows + self.done))
+            self.last = (stored[-1], keys[-1], bool(shared[-1]))
+        self.done += len(keys)
+
+    def finish(self):
+        """In memory: ``(entries, offsets, blocks, overflow)``; written: the bytes written."""
+        self.index.finish()
+        offsets, blocks = self.slots.finish()
+        overflow = np.zeros(sum(len(k) for k, _ in self.overflow), OVERFLOW)
+        if len(overflow):
+            overflow["key"] = np.concatenate([k for k, _ in self.overflow])
+            overflow["row"] = np.concatenate([r for _, r in self.overflow])
+        if self.directory is None:
+            entries = np.concatenate(self.kept + [np.zeros(0, ENTRY)])
+            return entries, offsets, blocks, overflow
+        for part, array in (("overflow", overflow), ("blocks", blocks)):
+            storage.write_npy(array, os.path.join(self.directory, f"{self.name}_{part}.npy"))
+        return self.entries.close() + self.slots.out.close() + overflow.nbytes + blocks.nbytes
+
+
+class Model(LineScoring):
+    """A trained model loaded for scoring, without Beam.
+
+    Use :meth:`load`; then :meth:`score_lines`, :meth:`evaluate_lines`,
+    :meth:`prob` or :meth:`distribution`.
+
+    One model may be shared by threads: after ``__init__`` nothing in it
+    changes (its arrays are only read, the vocabulary's lookup table is built
+    here, and every call's work arrays are its own), so concurrent calls give
+    exactly the scores of one thread (``tests/test_model_threads.py``).
+    """
+
+    def __init__(self, manifest, vocab, arrays):
+        from snm_core.model.layouts import hashed_kernels  # numba: scoring only
+        self._kernels = hashed_kernels
+        self.manifest = manifest
+        self.vocab = vocab
+        vocab.ids([])  # builds its lookup table now: nothing is built lazily while scoring
+        self.config = parse_config(manifest["config"])
+        self.extractor = FeatureExtractor(self.config, manifest["tags"])
+        self.features, self.links = (
+            EntryTable(*(arrays[f"{table}_{part}"]
+                         for part in ("entries", "index", "blocks", "overflow")))
+            for table in ("feature", "link"))
+        self.m_star = self.features.values
+        self.link_m = self.links.values
+        self.link_c = arrays["link_c"]
+        seen = np.asarray(arrays["seen_words"])
+        # Unseen words read as <UNK>; the markers keep their ids.
+        self.word_map = np.where(seen, np.arange(len(seen)), UNK_ID).astype(np.int32)
+        self.word_map[[BOS_ID, EOS_ID]] = [BOS_ID, EOS_ID]
+        self.word_map.flags.writeable = False
+        # Type id of each n-gram type's suffix one word shorter (same tag), else -1:
+        # in a suffix-closed model an n-gram (and its link) is there only if that suffix
+        # is, so the lookups of the longer one are skipped where the shorter one failed.
+        types = self.extractor.feature_types
+        closed = suffix_closed(manifest)
+        ngram_type = {(tag, t.adjacent): tag * len(types) + i
+                      for tag in range(len(self.extractor.tags))
+                      for i, t in enumerate(types) if t.kind == "ngram"}
+        self._prerequisite = np.array(
+            [ngram_type.get((tag, t.adjacent - 1), -1)
+             if t.kind == "ngram" and closed else -1
+             for tag in range(len(self.extractor.tags)) for t in types], dtype=np.int64)
+
+    @property
+    def scored_words(self):
+        """Word ids the model predicts (seen in training), ``</S>`` included, ``<S>`` not."""
+        ids = np.flatnonzero(self.word_map == np.arange(len(self.word_map)))
+        return ids[ids != BOS_ID]
+
+    def score_batch(self, batch, unadjusted=True):
+        """Probabilities of every event of a :class:`SentenceBatch` (ids from ``self.vocab``)."""
+        mapped = SentenceBatch(self.word_map[batch.tokens], batch.offsets)
+        events = self.extractor.extract(mapped)
+        type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
+        sums = self._kernels.event_sums(
+            events.key, events.event, type_bounds, self._prerequisite, events.target,
+            events.num_events, *self.features.parts, self.features.value_words,
+            *self.links.parts, self.links.value_words, self.link_c)
+        return Scores(events.target, events.sentence, *ratios(*sums, unadjusted))
+
+    def _probabilities(self, pair_event, row, link, n_events, unadjusted=True):
+        """(adjusted, unadjusted) P(target) per event from the pairs' rows and links."""
+        present = row >= 0
+        linked = link >= 0
+        return ratios(
+            np.bincount(pair_event[present], weights=self.m_star[row[present]],
+                        minlength=n_events),
+            np.bincount(pair_event[linked], weights=self.link_m[link[linked]],
+                        minlength=n_events),
+            np.bincount(pair_event[linked], weights=self.link_c[link[linked]],
+                        minlength=n_events),
+            np.bincount(pair_event[present], minlength=n_events), unadjusted)
+
+    def prob(self, context, word):
+        """P(word | context): ``context`` a list of words after ``<S>`` (strings)."""
+        return float(self.distribution(context, [word])[0])
+
+    def distribution(self, context, words=None, unadjusted=False):
+        """P(w | context) for the given words (default: every word the model predicts)."""
+        ids = self.scored_words if words is None else self.word_map[self.vocab.ids(words)]
+        # The sentence is the context alone: its last event, the one predicting </S>,
+        # has the whole context (an EOS token appended would be a context word).
+        sentence = list(self.word_map[self.vocab.ids(list(context))])
+        events = self.extractor.extract(SentenceBatch.from_lists([sentence]))
+        keys = events.key[events.event == events.num_events - 1]
+        rows = self.features.find(keys)
+        keys, rows = keys[rows >= 0], rows[rows >= 0]
+        pair_event = np.repeat(np.arange(len(ids)), len(keys))
+        links = self.links.find(link_key(np.tile(keys, len(ids)), np.repeat(ids, len(keys))))
+        probs = self._probabilities(pair_event, np.tile(rows, len(ids)), links, len(ids))
+        return probs[1 if unadjusted else 0]
+
+
+def load_compact(compact_dir, compact, vocabulary_size, mmap):
+    """The arrays of a local ``compact/`` directory, each checked against its manifest
+    (dtype, length): a damaged one is an :class:`SnmInputError` naming it."""
+    n_features, n_links = compact["features"], compact["links"]
+    expected = {"feature_entries": (ENTRY, (n_features,)),
+                "link_entries": (ENTRY, (n_links,)), "link_c": (np.float32, (n_links,)),
+                "seen_words": (np.bool_, (vocabulary_size,)),
+                "feature_overflow": (OVERFLOW, None), "link_overflow": (OVERFLOW, None)}
+    for table, n in (("feature", n_features), ("link", n_links)):
+        slots = 1 << table_bits(n)
+        expected[table + "_index"] = (np.uint16, (slots + 1,))
+        expected[table + "_blocks"] = (np.int64, ((slots >> SLOT_BLOCK_BITS) + 1,))
+    arrays = load_checked(compact_dir, COMPACT_FILES, expected, mmap=mmap)
+    for table, n in (("feature", n_features), ("link", n_links)):
+        rows = arrays[table + "_overflow"]["row"]
+        if len(rows) and (rows.min() < 0 or rows.max() >= n):
+            raise SnmInputError(f"{os.path.join(compact_dir, table + '_overflow.npy')}: a row "
+                                f"outside the table; delete {compact_dir} to have it built again")
+    return arrays

@@ -1,0 +1,247 @@
+"""Compiled loops (numba) of the hashed layout's scoring.
+
+Scoring looks up every (event, feature) pair in the model, a key-index probe
+for the feature, then one for the link to the target word.  In numpy that was
+a dozen whole-array passes per batch under the GIL; :func:`event_sums` makes a
+few tight passes per block of pairs, whose cache misses overlap, with the GIL
+released.  Only scoring imports this module (numba costs ~150 MiB a process).
+
+The tests hold these to independent computations: brute-force perplexity from
+the counts, probabilities that sum to one, KenLM on the exported ARPA, and
+positions in a small sorted array.
+"""
+
+import numba
+import numpy as np
+
+from snm_core.text.compiled import _combine_one
+
+# --- key lookup ---------------------------------------------------------------------------------
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _link_key(feature_key, word):
+    """:func:`snm_core.text.hashing.link_key` of one pair."""
+    return _combine_one(feature_key, np.uint64(word))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _find_one(keys, start, shift, query):
+    """Position of ``query`` in ``keys`` (a :class:`KeyIndex`), -1 where absent."""
+    slot = np.int64(query >> shift)
+    for position in range(start[slot], start[slot + 1]):
+        key = keys[position]
+        if key >= query:
+            return position if key == query else -1
+    return -1
+
+
+#: Pairs looked up per pass: enough loads in flight, temporaries in the L1/L2 cache.
+BLOCK = 1024
+
+
+@numba.njit(nogil=True, cache=True)
+def _positions(keys, start, shift, queries, n, position, found):
+    """``found[j]`` = position of ``queries[j]`` in the index, or -1, for j < n.
+
+    In passes, so that the cache misses of many queries are in flight at once
+    (a loop doing one query at a time waits for each miss in turn): the slot
+    bounds, then each slot's first key, then the matching, where the few
+    queries past their slot's first key scan on.
+    """
+    end = np.empty(n, np.int64)
+    first = np.empty(n, np.uint64)
+    for j in range(n):
+        slot = np.int64(queries[j] >> shift)
+        position[j] = start[slot]
+        end[j] = start[slot + 1]
+    last = len(keys) - 1
+    if last < 0:
+        found[:n] = -1
+        return
+    for j in range(n):
+        first[j] = keys[min(position[j], last)]
+    for j in range(n):
+        found[j] = -1
+        if position[j] < end[j] and first[j] <= queries[j]:
+            if first[j] == queries[j]:
+                found[j] = position[j]
+            else:
+                found[j] = _find_one(keys, start, shift, queries[j])
+
+
+@numba.njit(nogil=True, cache=True)
+def find(keys, start, shift, queries):
+    """:meth:`snm_core.model.layouts.hashed.KeyIndex.find` for an array of queries."""
+    result = np.empty(len(queries), np.int64)
+    position = np.empty(BLOCK, np.int64)
+    for lo in range(0, len(queries), BLOCK):
+        hi = min(lo + BLOCK, len(queries))
+        _positions(keys, start, shift, queries[lo:hi], hi - lo, position, result[lo:hi])
+    return result
+
+
+_STORED_BITS = np.uint64(32)
+_BLOCK_BITS = 8  # snm_core.model.layouts.hashed.SLOT_BLOCK_BITS (model imports this module, not back)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+#: _entry_positions' mark of a match that the overflow table must settle.
+TWIN = -2
+
+
+@numba.njit(nogil=True, cache=True)
+def _overflow_row(overflow_keys, overflow_rows, query):
+    """Row of ``query`` in the overflow table (whole keys), or -1."""
+    i = np.searchsorted(overflow_keys, query)
+    if i < len(overflow_keys) and overflow_keys[i] == query:
+        return overflow_rows[i]
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def _entry_positions(words, offsets, blocks, shift, overflow_keys, overflow_rows, queries, n,
+                     position, found):
+    """``found[j]`` = row of ``queries[j]`` in an :class:`snm_core.model.layouts.hashed.EntryTable`, or -1,
+    for j < n.  ``words`` is the table's entries as uint32 (2n,): entry p's remainder is
+    ``words[2p]`` (a contiguous array: numba indexes a strided field view slower).
+
+    In passes, like :func:`_positions`: the slot bounds, then each slot's first
+    remainder (branch-free, so that the cache misses of many queries are in flight
+    at once), then the matching, where the queries past their slot's first entry
+    scan on.
+    """
+    end = np.empty(n, np.int64)
+    first = np.empty(n, np.uint32)
+    wanted = np.empty(n, np.uint32)
+    low = shift - _STORED_BITS
+    for j in range(n):
+        slot = np.int64(queries[j] >> shift)
+        position[j] = blocks[slot >> _BLOCK_BITS] + offsets[slot]
+        end[j] = blocks[(slot + 1) >> _BLOCK_BITS] + offsets[slot + 1]
+        wanted[j] = np.uint32((queries[j] >> low) & _LOW32)
+    last = len(words) // 2 - 1
+    if last < 0:
+        found[:n] = -1
+        return
+    for j in range(n):
+        first[j] = words[2 * min(position[j], last)]
+    twins = 0
+    for j in range(n):
+        found[j] = -1
+        if position[j] >= end[j] or first[j] > wanted[j]:
+            continue
+        for p in range(position[j], end[j]):
+            stored = words[2 * p]
+            if stored >= wanted[j]:
+                if stored == wanted[j]:
+                    twin = p + 1 < end[j] and words[2 * p + 2] == stored
+                    found[j] = TWIN if twin else p
+                    twins += twin
+                break
+    # A match whose next entry has the same stored bits (rare): settled by whole keys.
+    if twins:
+        for j in range(n):
+            if found[j] == TWIN:
+                found[j] = _overflow_row(overflow_keys, overflow_rows, queries[j])
+
+
+@numba.njit(nogil=True, cache=True)
+def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, queries):
+    """:meth:`snm_core.model.layouts.hashed.EntryTable.find` for an array of queries."""
+    result = np.empty(len(queries), np.int64)
+    position = np.empty(BLOCK, np.int64)
+    for lo in range(0, len(queries), BLOCK):
+        hi = min(lo + BLOCK, len(queries))
+        _entry_positions(words, offsets, blocks, shift, overflow_keys, overflow_rows,
+                         queries[lo:hi], hi - lo, position, result[lo:hi])
+    return result
+
+
+@numba.njit(nogil=True, cache=True)
+def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events,
+               feature_words, feature_offsets, feature_blocks, feature_shift,
+               feature_overflow_keys, feature_overflow_rows, m_star,
+               link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
+               link_overflow_rows, link_m, link_c):
+    """Per-event sums over the pairs whose feature (and link) the model holds.
+
+    Pairs come grouped by type id.  A pair whose type has a prerequisite type
+    (an n-gram's suffix one word shorter) is looked up only where the event's
+    prerequisite feature was found, and its link only where that feature's link
+    was: every occurrence of an n-gram is one of its suffix, so the lookups
+    skipped would fail.  Sums run over the pairs in their order.
+
+    Parameters
+    ----------
+    pair_key : uint64 (n_pairs,), feature key of each pair
+    pair_event : int64 (n_pairs,), event of each pair
+    type_bounds : int64 (n_types + 1,), pairs of type id t are type_bounds[t]:type_bounds[t+1]
+    prerequisite : int64 (n_types,), type id that must be found first, or -1
+    target : int32 (n_events,), target word of each event
+    feature_words .. feature_overflow_rows : the feature
+        :class:`snm_core.model.layouts.hashed.EntryTable` (its ``parts``)
+    m_star : float32 (2 n_features,), the feature entries as float32: M_f* of row r at 2r + 1
+    link_words .. link_overflow_rows : the link table's ``parts``
+    link_m : float32 (2 n_links,), the link entries as float32: M_fw of row r at 2r + 1
+    link_c : float32 (n_links,), c(w|f)
+
+    Returns
+    -------
+    m_star_sum, link_m_sum, link_c_sum : float64 (n_events,)
+    n_features : int64 (n_events,), pairs whose feature the model holds
+    """
+    m_star_sum = np.zeros(n_events)
+    link_m_sum = np.zeros(n_events)
+    link_c_sum = np.zeros(n_events)
+    n_features = np.zeros(n_events, np.int64)
+    n_types = len(prerequisite)
+    row_found = np.zeros((n_types, n_events), np.bool_)
+    link_found = np.zeros((n_types, n_events), np.bool_)
+    pair = np.empty(BLOCK, np.int64)
+    query = np.empty(BLOCK, np.uint64)
+    position = np.empty(BLOCK, np.int64)
+    row = np.empty(BLOCK, np.int64)
+    linked = np.empty(BLOCK, np.int64)
+    link = np.empty(BLOCK, np.int64)
+    value = np.empty(BLOCK)
+    value_c = np.empty(BLOCK)
+    for t in range(n_types):
+        before = prerequisite[t]
+        for lo in range(type_bounds[t], type_bounds[t + 1], BLOCK):
+            n = 0
+            for i in range(lo, min(lo + BLOCK, type_bounds[t + 1])):
+                if before < 0 or row_found[before, pair_event[i]]:
+                    pair[n] = i
+                    query[n] = pair_key[i]
+                    n += 1
+            _entry_positions(feature_words, feature_offsets, feature_blocks, feature_shift,
+                             feature_overflow_keys, feature_overflow_rows, query, n, position,
+                             row)
+            # Branch-free gathers first (their cache misses overlap), sums after.
+            for j in range(n):
+                value[j] = m_star[2 * max(row[j], 0) + 1]
+            k = 0
+            for j in range(n):
+                if row[j] < 0:
+                    continue
+                i = pair[j]
+                event = pair_event[i]
+                m_star_sum[event] += value[j]
+                n_features[event] += 1
+                row_found[t, event] = True
+                if before < 0 or link_found[before, event]:
+                    linked[k] = i
+                    query[k] = _link_key(pair_key[i], target[event])
+                    k += 1
+            _entry_positions(link_words, link_offsets, link_blocks, link_shift,
+                             link_overflow_keys, link_overflow_rows, query, k, position, link)
+            for j in range(k):
+                value[j] = link_m[2 * max(link[j], 0) + 1]
+                value_c[j] = link_c[max(link[j], 0)]
+            for j in range(k):
+                if link[j] >= 0:
+                    event = pair_event[linked[j]]
+                    link_m_sum[event] += value[j]
+                    link_c_sum[event] += value_c[j]
+                    link_found[t, event] = True
+    return m_star_sum, link_m_sum, link_c_sum, n_features

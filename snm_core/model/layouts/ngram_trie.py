@@ -1,0 +1,229 @@
+"""An n-gram model as a forward trie: what the trie and small layouts of ``compact/`` share.
+
+For an n-gram configuration every feature is a context (the k words before
+the target) and every link (context, word) is an n-gram one word longer, so
+the model is one forward trie: entry ``(c, w)`` of order j is the n-gram
+whose first j - 1 words are the entry c of order j - 1 (order 0 has one
+entry, the empty context) and whose last word is w.  An entry is a link
+(its value M_cw) or only a prefix of longer ones (value 0: ``<S>``, or what
+pruning removed), and it is the context of the entries of the next order.
+Per order, entries are sorted by key ``c * radix + rank(w)``, words ranked
+by how often they are predicted.
+
+Scoring follows the trie as KenLM does: the entries found for one event's
+target are the next event's contexts, so an event costs one lookup per
+order (``trie_kernels.event_sums``); the layouts differ in the lookup.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+
+from snm_core.io import storage, tables
+from snm_core.io.errors import SnmInputError
+from snm_core.model.scoring import LineScoring, Scores
+from snm_core.text.config import parse_config
+from snm_core.text.tokenize import SentenceBatch
+from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
+
+
+def ngram_span(manifest, where, layout):
+    """``(min_n, max_n)`` of a model a trie can store; else a one-line error."""
+    config = parse_config(manifest["config"])
+    lengths = sorted(t.adjacent for t in config.feature_types())
+    if not config.is_ngram_only or lengths != list(range(lengths[0], lengths[-1] + 1)):
+        raise SnmInputError(f"{where}: the {layout} layout stores n-gram models only (this "
+                            "one has skip-gram features); use --layout hashed")
+    return lengths[0], lengths[-1]
+
+
+@dataclasses.dataclass
+class Trie:
+    """A model's trie entries, order by order, one trie per corpus tag.
+
+    Attributes
+    ----------
+    keys : list of int64 arrays
+        ``keys[p]``, shape (n_p,): the sorted keys of order j = 1 .. max_n + 1 of tag t
+        at ``p = t * (max_n + 1) + j - 1`` (the features of each tag form a trie; an
+        event's sums run over all of them).
+    values : list of float32 arrays
+        M of each entry (0: a prefix only).
+    rank : int64 (vocabulary size,)
+        Each word's rank (``radix`` = vocabulary size).
+    seen : bool (vocabulary size,)
+        The words the empty context predicts.
+    """
+
+    keys: list
+    values: list
+    rank: np.ndarray
+    seen: np.ndarray
+    radix: int
+    min_n: int
+    max_n: int
+    tags: int
+
+    @classmethod
+    def of_model(cls, model_dir, manifest, layout):
+        """The trie of a model directory's Parquet tables (all in memory)."""
+        min_n, max_n = ngram_span(manifest, model_dir, layout)
+        grams, gram_order, m, gram_tag = _read_ngrams(model_dir, manifest, max_n)
+        radix = manifest["vocabulary_size"]
+        seen = np.zeros(radix, dtype=bool)
+        seen[grams[gram_order == 1, 0]] = True
+        # Ranks by how often a word is predicted; ties by id.
+        rank = np.empty(radix, dtype=np.int64)
+        targets = grams[np.arange(len(m)), gram_order - 1]
+        rank[np.argsort(-np.bincount(targets, minlength=radix), kind="stable")] = \
+            np.arange(radix)
+        keys, values = [], []
+        for tag in range(len(manifest["tags"])):
+            rows = np.flatnonzero(gram_tag == tag)
+            tag_keys, tag_values = _tag_trie(grams[rows], gram_order[rows], m[rows], rank,
+                                             radix, max_n)
+            keys += tag_keys
+            values += tag_values
+        return cls(keys, values, rank, seen, radix, min_n, max_n, len(manifest["tags"]))
+
+    def contexts(self, p):
+        """How many contexts the entries ``keys[p]`` have: the entries of the order below
+        (one, the empty context, below order 1)."""
+        return 1 if p % (self.max_n + 1) == 0 else len(self.keys[p - 1])
+
+    def context_runs(self, p):
+        """``(contexts, starts, ends)`` of the entries ``keys[p]``: each context (an entry
+        of the order below) that has entries, and their index range."""
+        context = self.keys[p] // self.radix
+        starts = np.flatnonzero(np.r_[True, context[1:] != context[:-1]])
+        ends = np.r_[starts[1:], len(context)]
+        return context[starts], starts, ends
+
+
+def _tag_trie(grams, gram_order, m, rank, radix, max_n):
+    """``(keys, values)`` of each order of one tag's links (n-grams)."""
+    ids = np.zeros(len(m), dtype=np.int64)  # each link's prefix of the current order
+    keys, values = [], []
+    for j in range(1, max_n + 2):
+        rows = np.flatnonzero(gram_order >= j)
+        query = ids[rows] * radix + rank[grams[rows, j - 1]]
+        keys.append(np.unique(query))
+        ids[rows] = np.searchsorted(keys[-1], query)
+        ending = rows[gram_order[rows] == j]
+        values.append(np.zeros(len(keys[-1]), dtype=np.float32))
+        values[-1][ids[ending]] = m[ending]
+    return keys, values
+
+
+def _read_ngrams(model_dir, manifest, max_n):
+    """Every link as an n-gram: ``(words (n_links, max_n + 1) int32 padded with -1,
+    order (n_links,), M (n_links,) float32, tag (n_links,))``."""
+    parts = []
+    for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
+        feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
+                                  ["words", "diversity", "tag"])
+        matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
+                                   tables.MATRIX, ["word", "m"])
+        diversity = feats["diversity"].to_numpy()
+        words = feats["words"].combine_chunks()
+        offsets = words.offsets.to_numpy()
+        flat = words.values.to_numpy()
+        length = np.repeat(np.diff(offsets), diversity)
+        start = np.repeat(offsets[:-1], diversity)
+        target = matrix["word"].to_numpy()
+        grams = np.full((len(target), max_n + 1), -1, dtype=np.int32)
+        for j in range(max_n):
+            rows = np.flatnonzero(length > j)
+            grams[rows, j] = flat[start[rows] + j]
+        grams[np.arange(len(target)), length] = target
+        parts.append((grams, (length + 1).astype(np.int8), matrix["m"].to_numpy(),
+                      np.repeat(feats["tag"].to_numpy(), diversity)))
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
+
+
+def order_starts(parts):
+    """Where the records of each order start when ``parts`` (one array per position p of
+    :attr:`Trie.keys`) are concatenated: order ``p + 1`` at ``[p + 1]``, with a leading 0
+    for order 0, which has none; int64 (len(parts) + 2,)."""
+    return np.concatenate([[0, 0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+
+
+def write_arrays(arrays, directory, manifest, layout, trie, settings):
+    """Write a trie layout's arrays as ``.npy`` files into the local ``directory``;
+    returns its compact manifest."""
+    for name, array in arrays.items():
+        storage.write_npy(array, os.path.join(directory, name + ".npy"))
+    return {"kind": "compact", "format_version": tables.FORMAT_VERSION, "layout": layout,
+            "files": [n + ".npy" for n in arrays],
+            "features": int(manifest["totals"]["features"]),
+            "links": int(manifest["totals"]["links"]),
+            "entries": int(sum(len(k) for k in trie.keys)),
+            "min_n": trie.min_n, "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix,
+            **settings,
+            "bytes": int(sum(a.nbytes for a in arrays.values()))}
+
+
+class TrieScoring(LineScoring):
+    """Scoring of a model stored as a trie (adjusted probabilities only).
+
+    A subclass sets ``_event_sums`` (its layout's compiled loop in
+    :mod:`snm_core.model.layouts.trie_kernels`) and ``_tables`` (its arrays).  Thread-safe as
+    :class:`snm_core.model.layouts.hashed.Model` is: nothing changes after loading.
+    """
+
+    REPORTS = {"adjusted": "prob"}
+
+    def __init__(self, manifest, vocab, compact, seen, rank):
+        self.manifest = manifest
+        self.compact = compact
+        self.vocab = vocab
+        vocab.ids([])  # its lookup table, built now rather than while scoring
+        self.word_map = np.where(seen, np.arange(len(seen)), UNK_ID).astype(np.int32)
+        self.word_map[[BOS_ID, EOS_ID]] = [BOS_ID, EOS_ID]
+        self.word_map.flags.writeable = False
+        self.rank = rank
+
+    @property
+    def WITHOUT_UNADJUSTED(self):
+        return (f"the {self.compact['layout'].split('-')[0]} layout keeps no unadjusted "
+                "model; store it with --layout hashed")
+
+    @property
+    def scored_words(self):
+        """Word ids the model predicts (seen in training), ``</S>`` included, ``<S>`` not."""
+        ids = np.flatnonzero(self.word_map == np.arange(len(self.word_map)))
+        return ids[ids != BOS_ID]
+
+    def score_batch(self, batch, unadjusted=False):
+        """Probabilities of every event of a :class:`SentenceBatch` (ids from ``self.vocab``)."""
+        mapped = self.word_map[batch.tokens]
+        offsets = np.asarray(batch.offsets, dtype=np.int64)
+        numerator, denominator = self._event_sums(
+            self.rank[mapped], offsets, self.rank[BOS_ID], self.rank[EOS_ID],
+            self.compact["min_n"], self.compact["max_n"], self.compact["tags"], self._tables)
+        lengths = np.diff(offsets) + 1
+        sentence = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+        target = np.full(len(sentence), EOS_ID, dtype=np.int32)
+        target[np.arange(len(mapped)) + np.repeat(np.arange(len(lengths)), lengths - 1)] = mapped
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return Scores(target, sentence, numerator / denominator)
+
+    def prob(self, context, word):
+        """P(word | context): ``context`` a list of words after ``<S>`` (strings)."""
+        return float(self.distribution(context, [word])[0])
+
+    def distribution(self, context, words=None, unadjusted=False):
+        """P(w | context) for the given words (default: every word the model predicts)."""
+        if unadjusted:
+            raise SnmInputError(self.WITHOUT_UNADJUSTED)
+        ids = self.scored_words if words is None else self.word_map[self.vocab.ids(words)]
+        history = self.word_map[self.vocab.ids(list(context))]
+        # One sentence "context w" per word w; its event predicting w is the one wanted.
+        n, width = len(ids), len(history) + 1
+        tokens = np.empty((n, width), dtype=np.int32)
+        tokens[:, :-1] = history
+        tokens[:, -1] = ids
+        scores = self.score_batch(SentenceBatch(tokens.ravel(),
+                                                np.arange(n + 1, dtype=np.int64) * width))
+        return scores.prob[np.arange(n) * (width + 1) + width - 1]

@@ -1,0 +1,64 @@
+"""``.npy`` files of a layout: written in order, and loaded with their dtype and shape checked."""
+
+import os
+
+import numpy as np
+
+from snm_core.io import tables
+from snm_core.io.errors import SnmInputError
+
+
+class NpyWriter:
+    """A ``.npy`` file of ``n`` elements written in order, then renamed into place.
+
+    Plain writes, not a memory map: the pages written are the page cache's,
+    not this process's resident memory.
+    """
+
+    def __init__(self, path, dtype, n):
+        from numpy.lib import format as npy_format
+
+        self.path, self.dtype, self.n, self.count = path, np.dtype(dtype), n, 0
+        self.file = open(path + ".tmp", "wb")
+        npy_format.write_array_header_1_0(self.file, {"descr": npy_format.dtype_to_descr(
+            self.dtype), "fortran_order": False, "shape": (n,)})
+
+    def append(self, array):
+        array = np.ascontiguousarray(array, self.dtype)
+        self.file.write(memoryview(array).cast("B"))
+        self.count += len(array)
+
+    def close(self):
+        self.file.close()
+        if self.count != self.n:
+            raise RuntimeError(f"{self.path}: wrote {self.count} of {self.n} elements")
+        os.replace(self.path + ".tmp", self.path)
+        return self.n * self.dtype.itemsize
+
+
+def load_checked(compact_dir, names, expected, agree=None, mmap=True):
+    """``{name: array}`` of a local ``compact/`` directory's ``.npy`` files, each checked
+    against ``expected[name] = (dtype or tuple of dtypes, shape or None for any 1-d)``,
+    and all by ``agree(arrays)`` if given (their lengths): a damaged one is an
+    :class:`SnmInputError` naming it and saying to delete the directory.  Memory-mapped
+    arrays keep the map but not np.memmap's per-index overhead."""
+    arrays = {}
+    remedy = f"delete {compact_dir} to have it built again"
+    for name in names:
+        path = os.path.join(compact_dir, name + ".npy")
+        try:
+            array = np.asarray(np.load(path, mmap_mode="r" if mmap else None))
+        except (OSError, ValueError, EOFError) as e:
+            raise SnmInputError(f"{path}: cannot load ({tables.one_line(e)}); {remedy}") from None
+        dtypes, shape = expected[name]
+        dtypes = dtypes if isinstance(dtypes, tuple) else (dtypes,)
+        shape = (shape,) if isinstance(shape, int) else shape
+        if array.dtype not in [np.dtype(d) for d in dtypes] or (
+                array.shape != shape if shape is not None else array.ndim != 1):
+            raise SnmInputError(f"{path}: {array.dtype} of shape {array.shape}, expected "
+                                f"{' or '.join(str(np.dtype(d)) for d in dtypes)} of shape "
+                                f"{shape or '(n,)'}; {remedy}")
+        arrays[name] = array
+    if agree is not None and not agree(arrays):
+        raise SnmInputError(f"{compact_dir}: its arrays do not agree in length; {remedy}")
+    return arrays

@@ -1,0 +1,184 @@
+"""Checks of a stage's input directory before the stage works on it.
+
+In the spirit of pocolm's ``validate_*_dir.py`` scripts: every consumer calls
+:func:`validate_directory` first, so a damaged or mistaken input is one line
+naming the file and what to do (:class:`SnmInputError`: ``snm CMD: error:
+MESSAGE``, exit 2), not a traceback from deep inside a worker.
+
+What is checked, for the kinds that consumers read:
+
+========  ==========================================================================
+kind      checks
+========  ==========================================================================
+any       ``manifest.json``: valid JSON, the expected kind (another stage's
+          manifest is named as such), this release's ``format_version``, every
+          listed file present (:func:`snm_core.io.tables.read_manifest`)
+count     ``links-*``/``features-*``: Parquet footers readable, columns and types
+          of :data:`~snm_core.io.tables.LINKS`/:data:`~snm_core.io.tables.FEATURES`,
+          row counts adding up to ``totals``; ``vocab.txt`` has the manifest's
+          ``vocabulary_fingerprint``
+join      ``events-*``/``small_m-*`` likewise (totals ``events``, ``small_m_links``)
+fit       ``theta.npy``: a ``.npy`` header of float32, shape (``hash_size``,), and
+          the file's size is that array's
+model     ``matrix-*``/``features-*`` (optional: scoring reads ``compact/``),
+          ``theta.npy`` and ``vocab.txt`` as above
+vocab     ``word_counts.parquet``, ``vocab.txt``
+========  ==========================================================================
+
+Cost: one ``listdir``, the manifest, each Parquet file's footer (not its
+data), the first ~128 bytes of ``theta.npy`` and the vocabulary parsed once
+(returned, so the caller need not read it again).  A kernel 5-gram count
+directory (64 buckets, 7.3M links): see ``DESIGN.md`` 7.2.
+
+Damage inside a Parquet file's data pages that leaves its footer intact is
+found when the stage reads the file: :func:`snm_core.io.storage.read_parquet`
+turns pyarrow's error into an :class:`SnmInputError` naming the file.
+"""
+
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from snm_core.io import storage, tables
+from snm_core.io.errors import SnmInputError
+from snm_core.io.tables import one_line
+from snm_core.text.vocab import Vocabulary
+
+VOCAB = "vocab.txt"
+THETA = "theta.npy"
+#: Kinds whose directory holds the vocabulary its word ids refer to.
+WITH_VOCABULARY = ("vocab", "count", "model")
+
+#: Per kind: file prefix -> (schema, the manifest total its row counts add up to).
+PARQUET = {
+    "count": {"links": (tables.LINKS, "links"), "features": (tables.FEATURES, "features")},
+    "join": {"events": (tables.EVENTS, "events"), "small_m": (tables.SMALL_M, "small_m_links")},
+    "model": {"matrix": (tables.MATRIX, "links"), "features": (tables.MODEL_FEATURES, "features")},
+    "vocab": {"word_counts": (tables.WORD_COUNTS, None)},
+}
+
+
+@dataclasses.dataclass
+class InputDirectory:
+    """A checked stage directory: its manifest and, if it has one, its vocabulary."""
+
+    directory: str
+    kind: str
+    manifest: dict
+    vocabulary: Vocabulary = None
+
+
+def validate_directory(directory, kind, parquet=True):
+    """Check a ``kind`` stage directory (module docstring) before reading it.
+
+    Parameters
+    ----------
+    directory : str, local path or URL
+    kind : str, ``"count"``, ``"join"``, ``"fit"``, ``"model"`` or ``"vocab"``
+    parquet : bool
+        Check the Parquet files' footers (False: a model loaded for scoring
+        reads only ``compact/``).
+
+    Returns
+    -------
+    InputDirectory
+
+    Raises
+    ------
+    SnmInputError
+        One line naming the first damaged file and the stage to re-run.
+    """
+    manifest = tables.read_manifest(directory, kind)
+    command = tables.writer(kind)
+    files = manifest.get("files", [])
+    if parquet:
+        for prefix, (schema, total) in PARQUET.get(kind, {}).items():
+            names = sorted(n for n in files if n.startswith(prefix + "-")
+                           or n == prefix + ".parquet")
+            rows = sum(check_parquet(storage.join(directory, n), schema, command)
+                       for n in names)
+            expected = manifest.get("totals", {}).get(total) if total else None
+            if expected is not None and rows != expected:
+                raise SnmInputError(
+                    f"{directory}: its {prefix}-*.parquet files hold {rows:,} rows, "
+                    f"{tables.MANIFEST} says {expected:,}; they were changed after "
+                    f"'{command}' wrote them (re-run it)")
+    if THETA in files:
+        hash_size = _metafeatures(manifest).get("hash_size")
+        if hash_size is not None:
+            check_npy(storage.join(directory, THETA), np.float32, (hash_size,), command,
+                      f"hash_size in {tables.MANIFEST}")
+    vocabulary = None
+    if VOCAB in files or kind in WITH_VOCABULARY:
+        vocabulary = check_vocabulary(directory, manifest.get("vocabulary_fingerprint"), command)
+    return InputDirectory(directory, kind, manifest, vocabulary)
+
+
+def _metafeatures(manifest):
+    """The meta-feature settings of a fit manifest, or of the fit recorded in a model's."""
+    return manifest.get("metafeatures") or (manifest.get("fit") or {}).get("metafeatures") or {}
+
+
+def check_parquet(path, schema, command):
+    """Check a Parquet file's footer against ``schema`` (every column, its type);
+    returns its row count.  Reads the footer only."""
+    try:
+        fs, inner = storage.filesystem(path)
+        with fs.open_input_file(inner) as f:
+            footer = pq.ParquetFile(f)
+            found, rows = footer.schema_arrow, footer.metadata.num_rows
+    except (OSError, pa.ArrowException) as e:
+        raise SnmInputError(f"{path}: not a readable Parquet file ({one_line(e)}); "
+                            f"re-run '{command}'") from None
+    for field in schema:
+        index = found.get_field_index(field.name)
+        if index < 0:
+            raise SnmInputError(f"{path}: column {field.name!r} is missing; re-run '{command}'")
+        if found.field(index).type != field.type:
+            raise SnmInputError(f"{path}: column {field.name!r} has type "
+                                f"{found.field(index).type}, expected {field.type}; "
+                                f"re-run '{command}'")
+    return rows
+
+
+def check_npy(path, dtype, shape, command, source):
+    """Check a ``.npy`` file's header (dtype, shape) and that its size is that array's,
+    reading its first bytes only; ``source`` says where ``shape`` comes from."""
+    from numpy.lib import format as npy_format
+
+    dtype = np.dtype(dtype)
+    readers = {(1, 0): npy_format.read_array_header_1_0,
+               (2, 0): npy_format.read_array_header_2_0}
+    try:
+        fs, inner = storage.filesystem(path)
+        with fs.open_input_file(inner) as f:
+            size = f.size()
+            version = npy_format.read_magic(f)
+            if version not in readers:
+                raise ValueError(f".npy format version {version}")
+            found_shape, _, found_dtype = readers[version](f)
+            offset = f.tell()
+    except (OSError, ValueError, EOFError, SyntaxError) as e:
+        raise SnmInputError(f"{path}: not a readable .npy array ({one_line(e)}); "
+                            f"re-run '{command}'") from None
+    if found_dtype != dtype or tuple(found_shape) != tuple(shape):
+        raise SnmInputError(f"{path}: {found_dtype} of shape {tuple(found_shape)}, expected "
+                            f"{dtype} of shape {tuple(shape)} ({source}); re-run '{command}'")
+    expected = offset + dtype.itemsize * int(np.prod(shape))
+    if size != expected:
+        raise SnmInputError(f"{path}: {size:,} bytes, expected {expected:,} for {dtype} of shape "
+                            f"{tuple(shape)} (truncated or damaged); re-run '{command}'")
+
+
+def check_vocabulary(directory, fingerprint, command):
+    """``directory``'s vocab.txt, which must have ``fingerprint``; returns the vocabulary."""
+    path = storage.join(directory, VOCAB)
+    vocabulary = Vocabulary.load(path)
+    found = vocabulary.fingerprint()
+    if found != fingerprint:
+        raise SnmInputError(f"{path} does not match its manifest (fingerprint {found}, "
+                            f"{tables.MANIFEST} says {fingerprint}): it was edited after "
+                            f"'{command}'; restore it or re-run '{command}'")
+    return vocabulary

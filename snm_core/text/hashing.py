@@ -1,0 +1,143 @@
+"""Stable 64-bit hashing, vectorised with numpy.
+
+Feature keys, shard buckets and meta-feature indices are all derived from the
+functions here, so they must give the same value in every process, on every
+machine and in every release: no use of Python's ``hash()``, whose string
+hashing is salted per process.
+
+* :func:`fingerprint` hashes a string with xxhash64 (used for the handful of
+  constants: feature-type salts, tag names, meta-feature namespaces).
+* :func:`mix64` and :func:`combine` hash whole uint64 arrays at numpy speed;
+  they are the murmur3 64-bit finaliser, a bijection on 64-bit integers with
+  full avalanche, so distinct inputs collide only by chance (about n**2 / 2**65
+  pairs among n keys).
+
+In a process that has imported :mod:`snm_core.text.compiled` (scoring does), the
+two run as its numba ufuncs instead: the same values, about 20x faster (one
+pass instead of seven).  Nothing else imports it: numba costs ~150 MiB a
+process, and hashing is a sliver of the time of counting.  The fit's and
+apply's meta-feature hashes are computed in ``_kernels.c``, with the same
+definitions.
+"""
+
+import sys
+
+import numpy as np
+import xxhash
+
+# murmur3 fmix64 constants and the 64-bit golden ratio (Weyl increment).
+_MIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_S33 = np.uint64(33)
+
+#: Seed of every word-sequence hash; changing it changes every feature key.
+SEQUENCE_SEED = np.uint64(0x5EED5A5E0F5A11ED)
+
+
+def fingerprint(text):
+    """Stable 64-bit fingerprint of a string (xxhash64, seed 0), as ``np.uint64``.
+
+    >>> int(fingerprint("3-gram")) == int(fingerprint("3-gram"))
+    True
+    """
+    return np.uint64(xxhash.xxh64_intdigest(text.encode("utf-8")))
+
+
+def mix64(x):
+    """murmur3 fmix64 of a uint64 array (or scalar); returns a new array.
+
+    Parameters
+    ----------
+    x : ndarray of uint64, any shape
+
+    Returns
+    -------
+    ndarray of uint64, same shape
+    """
+    compiled = sys.modules.get("snm_core.text.compiled")
+    if compiled is not None:
+        return compiled.mix64(x)
+    return fmix64_steps(np.array(x, dtype=np.uint64, copy=True))
+
+
+def fmix64_steps(x):
+    """The fmix64 steps on ``x``: a uint64 array (changed in place) or, compiled by
+    :mod:`snm_core.text.compiled`, one uint64; returns ``x``.  The one definition both use."""
+    x ^= x >> _S33
+    x *= _MIX_C1
+    x ^= x >> _S33
+    x *= _MIX_C2
+    x ^= x >> _S33
+    return x
+
+
+def combine(h, values):
+    """Fold ``values`` into running hashes ``h``: ``mix64(h ^ (values + 1) * golden)``.
+
+    The ``+ 1`` keeps value 0 from being a no-op.  Order matters:
+    ``combine(combine(s, a), b) != combine(combine(s, b), a)``.  Values are
+    taken modulo 2**64 (a -1 pad is 2**64 - 1).
+
+    Parameters
+    ----------
+    h : ndarray of uint64, shape (n,) or scalar
+    values : ndarray of integers, shape (n,)
+    """
+    compiled = sys.modules.get("snm_core.text.compiled")
+    if compiled is not None:
+        return compiled.combine(h, values)
+    v = np.asarray(values).astype(np.uint64)
+    v += np.uint64(1)
+    v *= GOLDEN
+    v ^= h
+    return mix64(v)
+
+
+def link_key(feature_keys, words):
+    """The 64-bit key of links (f, w): the feature key with the word id folded in.
+
+    Counting (continuation counts), the compact model and the ARPA export all
+    name a link by this key.
+    """
+    return combine(np.asarray(feature_keys, np.uint64), np.asarray(words))
+
+
+def bucket_of(keys, num_buckets):
+    """Key-range bucket of each uint64 key: ``floor(key * num_buckets / 2**64)``.
+
+    Range partitioning keeps the buckets' concatenation sorted by key, so files
+    written one per bucket form a globally sorted table.
+
+    Parameters
+    ----------
+    keys : ndarray of uint64, shape (n,)
+    num_buckets : int, 1 <= num_buckets <= 2**16
+
+    Returns
+    -------
+    ndarray of int64, shape (n,), values in [0, num_buckets)
+    """
+    if not 1 <= num_buckets <= 1 << 16:
+        raise ValueError(f"num_buckets must be in [1, 65536], got {num_buckets}")
+    keys = np.asarray(keys, dtype=np.uint64)
+    # (key >> 16) * num_buckets < 2**64, so the product cannot overflow.
+    return ((keys >> np.uint64(16)) * np.uint64(num_buckets) >> np.uint64(48)).astype(np.int64)
+
+
+def bucket_starts(num_buckets):
+    """The smallest key of each bucket of :func:`bucket_of`: uint64 (num_buckets,).
+
+    Bucket ``b`` holds the keys ``k`` with ``(k >> 16) * n >> 48 >= b``, that
+    is ``k >= ceil(b * 2**48 / n) << 16``; a sorted key array is cut into its
+    buckets by a binary search for these.
+
+    Examples
+    --------
+    >>> bucket_starts(4).tolist() == [0, 2**62, 2**63, 3 * 2**62]
+    True
+    """
+    if not 1 <= num_buckets <= 1 << 16:
+        raise ValueError(f"num_buckets must be in [1, 65536], got {num_buckets}")
+    return np.array([-(-b * (1 << 48) // num_buckets) << 16 for b in range(num_buckets)],
+                    dtype=np.uint64)
