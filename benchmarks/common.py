@@ -62,7 +62,7 @@ def read_train_run(out):
     def load(*parts):
         with open(os.path.join(out, *parts)) as f:
             return json.load(f)
-    return load("stages.json"), load("adjust", "manifest.json"), load("eval.json")
+    return load("stages.json"), load("fit", "manifest.json"), load("eval.json")
 
 
 def print_table(rows, columns):

@@ -57,13 +57,13 @@ def kernel_join(config):
         "--vocab", corpus("kernel", "vocab.txt"), "--num_buckets", str(BUCKETS[config]),
         "--out", os.path.join(WORK, "counts", f"kernel-{config}"), *MODE))
     return ensure(os.path.join(WORK, "heldout", f"kernel-{config}"), snm(
-        "join", "--counts", counts, "--heldout", corpus("kernel", "dev.txt"),
+        "join", "--count", counts, "--heldout", corpus("kernel", "dev.txt"),
         "--out", os.path.join(WORK, "heldout", f"kernel-{config}")))
 
 
 def run_fit(heldout, label, args, baseline_rss):
     out = os.path.join(WORK, "fit", label)
-    seconds, rss = run_measured(snm("fit", "--small_m", heldout, "--out", out, *args),
+    seconds, rss = run_measured(snm("fit", "--join", heldout, "--out", out, *args),
                                 log=out + ".log")
     with open(os.path.join(out, "manifest.json")) as f:
         manifest = json.load(f)

@@ -64,7 +64,7 @@ def main(argv=None):
             stages, fit, report = read_train_run(out)
             stages = {name: stage["seconds"] for name, stage in stages.items()}
             results[tagged] = report
-            for bulky in ("counts", "model"):  # tens of GB for the skip-gram configurations
+            for bulky in ("count", "model"):  # tens of GB for the skip-gram configurations
                 shutil.rmtree(os.path.join(out, bulky), ignore_errors=True)
             rows.append({
                 "config": config, "training": "tagged" if tagged else "pooled",

@@ -70,7 +70,7 @@ def main(argv=None):
             count_run = step(counts, snm("count", "--config", config, "--train", train_glob(setup),
                                          "--vocab", corpus(setup, "vocab.txt"), "--out", counts,
                                          "--num_buckets", str(BUCKETS[config]), *MODE))
-            step(heldout, snm("join", "--counts", counts, "--heldout", corpus(setup, "dev.txt"),
+            step(heldout, snm("join", "--count", counts, "--heldout", corpus(setup, "dev.txt"),
                               "--out", heldout, *MODE))
             with open(os.path.join(counts, "manifest.json")) as f:
                 links = json.load(f)["totals"]["links"]
@@ -80,10 +80,10 @@ def main(argv=None):
                 report_path = os.path.join(base, f"eval-{variant}.json")
                 fit_run = None
                 if not os.path.exists(report_path):
-                    fit_run = step(adjust, snm("fit", "--small_m", heldout, "--out", adjust,
+                    fit_run = step(adjust, snm("fit", "--join", heldout, "--out", adjust,
                                                "--metafeatures", variant, "--epochs",
                                                EPOCHS.get((config, variant), "auto")))
-                    step(model, snm("apply", "--counts", counts, "--theta", adjust, "--out",
+                    step(model, snm("apply", "--count", counts, "--fit", adjust, "--out",
                                     model, *MODE))
                     with open(report_path + ".tmp", "w") as f:
                         subprocess.run(snm("eval", "--model", model, corpus(setup, "test.txt"),

@@ -60,7 +60,7 @@ def prepare(fraction, tagged):
         run_measured(snm("count", "--config", "skip5gram", "--vocab", corpus("mix", "vocab.txt"),
                          "--out", counts, "--num_buckets", "32", *train, *MODE),
                      log=counts + ".log")
-        run_measured(snm("join", "--counts", counts, "--heldout", corpus("mix", "dev.txt"),
+        run_measured(snm("join", "--count", counts, "--heldout", corpus("mix", "dev.txt"),
                          "--out", heldout, *MODE), log=heldout + ".log")
         # The counts are not read again (gigabytes at the larger parts).
         shutil.rmtree(counts)
@@ -97,7 +97,7 @@ def main(argv=None):
             heldout, words = prepare(fraction, training == "tagged")
             for variant in VARIANTS:
                 out = os.path.join(WORK, "projection", "fit")
-                seconds, rss = run_measured(snm("fit", "--small_m", heldout, "--out", out,
+                seconds, rss = run_measured(snm("fit", "--join", heldout, "--out", out,
                                                 "--variants", variant, "--epochs", "1"),
                                             log=out + ".log")
                 with open(os.path.join(out, "manifest.json")) as f:

@@ -180,7 +180,7 @@ def pruned_row(model, target, criterion, test_path, arpa=False, heldout_weight=N
     extra = []
     if heldout_weight is not None:
         label += f" --heldout_weight {heldout_weight:g}"
-        extra = ["--heldout", heldout or os.path.join(os.path.dirname(model), "heldout"),
+        extra = ["--heldout", heldout or os.path.join(os.path.dirname(model), "join"),
                  "--heldout_weight", str(heldout_weight)]
     out = os.path.join(os.path.dirname(model),
                        f"pruned-{label.replace('--', '').replace(' ', '-')}-{target}")
@@ -278,15 +278,15 @@ def choose_weight(args, work):
     for path, part in ((first, lines[:len(lines) // 2]), (second, lines[len(lines) // 2:])):
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(part)
-    with open(os.path.join(run, "adjust", "manifest.json")) as f:
+    with open(os.path.join(run, "fit", "manifest.json")) as f:
         fit = json.load(f)
     join, theta, model = (os.path.join(base, name) for name in ("heldout", "adjust", "model"))
-    counts = os.path.join(run, "counts")
-    for cmd, out in ((snm("join", "--counts", counts, "--heldout", first, "--out", join), join),
-                     (snm("fit", "--small_m", join, "--out", theta, "--variants",
+    counts = os.path.join(run, "count")
+    for cmd, out in ((snm("join", "--count", counts, "--heldout", first, "--out", join), join),
+                     (snm("fit", "--join", join, "--out", theta, "--variants",
                           fit["metafeatures"]["variant"], "--epochs",
                           str(fit["training"]["epochs"])), theta),
-                     (snm("apply", "--counts", counts, "--theta", theta, "--out", model, *MODE),
+                     (snm("apply", "--count", counts, "--fit", theta, "--out", model, *MODE),
                       model)):
         if not os.path.exists(os.path.join(out, "manifest.json")):
             run_measured(cmd, log=out + ".log")

@@ -64,11 +64,11 @@ def build_model(model):
     steps = [
         (counts, snm("count", "--config", "5gram", "--train", corpus("kernel", "train.txt.gz"),
                      "--vocab", corpus("kernel", "vocab.txt"), "--out", counts, *MODE)),
-        (heldout, snm("join", "--counts", counts, "--heldout", corpus("kernel", "dev.txt"),
+        (heldout, snm("join", "--count", counts, "--heldout", corpus("kernel", "dev.txt"),
                       "--out", heldout)),
-        (fit, snm("fit", "--small_m", heldout, "--out", fit, "--metafeatures", "unlexicalized",
+        (fit, snm("fit", "--join", heldout, "--out", fit, "--metafeatures", "unlexicalized",
                   "--epochs", str(FIT_EPOCHS))),
-        (model, snm("apply", "--counts", counts, "--theta", fit, "--out", model)),
+        (model, snm("apply", "--count", counts, "--fit", fit, "--out", model)),
     ]
     for out, cmd in steps:
         if not os.path.exists(os.path.join(out, "manifest.json")):

@@ -21,15 +21,15 @@ Tasks::
   every stage (vocab, count, join, fit, apply, eval) as ``snm train`` runs
   them, with the Beam options that ``python -m snm.launchers LAUNCHER``
   prints (computed when the task runs).
-* ``train_added``: ``python -m snm train --add_to OLD/counts --train
-  'RUN/shards/*' --out RUN``, OLD being the current model's run: counts are
-  additive, so ``snm train`` counts only the new shards, adds OLD's counts
-  into ``RUN/counts`` and goes on from the sum (join, fit, apply, eval).  The
+* ``train_added``: ``python -m snm train --add_to OLD --train
+  'RUN/shards/*' --out RUN``, OLD being the current model's count directory:
+  counts are additive, so ``snm train`` counts only the new shards, adds OLD's
+  counts into ``RUN/count`` and goes on from the sum (join, fit, apply, eval).  The
   same arguments and Beam options as ``train_all``, but no ``--vocab``,
   ``--min_count`` or ``--num_buckets``: the vocabulary and buckets are
   OLD's.
-* ``switch`` (only after a successful ``train_*``): checks that the counts,
-  the model and ``eval.json`` are complete, then ``ROOT/previous`` -> the
+* ``switch`` (only after a successful ``train_*``): checks with ``python -m
+  snm validate RUN`` that every stage of the run is whole, then ``ROOT/previous`` -> the
   old model, ``ROOT/current`` -> the new one (each symlink replaced
   atomically by a rename), the shards added to ``counted.txt``, runs other
   than current and previous deleted.  A failed run switches nothing; its
@@ -48,6 +48,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 
 try:  # Airflow 3
     from airflow.providers.standard.operators.bash import BashOperator
@@ -137,10 +138,10 @@ def train_all_command(run=RUN):
 
 
 def train_added_command(run=RUN, old=OLD):
-    """``train_added``: ``snm train`` on the new shards' counts added to those of ``old``."""
+    """``train_added``: ``snm train`` on the new shards' counts added to the count
+    directory ``old``."""
     return _prelude() + _command(
-        [PYTHON, "-m", "snm", "train"] + _train_args(run) + ["--add_to", f"{old}/counts"],
-        EXTRA_AND_BEAM)
+        [PYTHON, "-m", "snm", "train"] + _train_args(run) + ["--add_to", old], EXTRA_AND_BEAM)
 
 
 # --- plan and switch ------------------------------------------------------------------------
@@ -154,9 +155,11 @@ def plan_run(root, incoming, full, **context):
         with open(counted_path, encoding="utf-8") as f:
             counted = set(f.read().splitlines())
     current = os.path.join(root, "current")
-    old = ""
-    if str(full) != "1" and os.path.isfile(os.path.join(current, "counts", "manifest.json")):
-        old = os.path.realpath(current)
+    old = ""  # the current model's count directory (counts/: runs of older releases)
+    for name in ("count", "counts"):
+        if str(full) != "1" and os.path.isfile(os.path.join(current, name, "manifest.json")):
+            old = os.path.join(os.path.realpath(current), name)
+            break
     shards = sorted(os.path.abspath(p) for p in glob.glob(incoming) if os.path.isfile(p))
     if old:
         shards = [p for p in shards if p not in counted]
@@ -174,7 +177,7 @@ def plan_run(root, incoming, full, **context):
         json.dump({"old": old, "shards": shards}, f, indent=2)
     context["ti"].xcom_push(key="run", value=run)
     context["ti"].xcom_push(key="old", value=old)
-    print(f"run {run}: {len(shards)} new shard(s)" + (f", adding to {old}/counts" if old else ""))
+    print(f"run {run}: {len(shards)} new shard(s)" + (f", adding to {old}" if old else ""))
     return "train_added" if old else "train_all"
 
 
@@ -186,16 +189,13 @@ def _replace_symlink(target, link):
     os.replace(tmp, link)  # rename(2): readers see the old or the new target
 
 
-#: What a complete ``snm train`` run directory holds (each written last by its stage).
-COMPLETE = ("counts/manifest.json", "model/manifest.json", "eval.json")
-
-
 def switch_current(root, run):
     """previous -> old current, current -> ``run``; record the shards; prune old runs."""
-    missing = [name for name in COMPLETE if not os.path.isfile(os.path.join(run, name))]
-    if missing:
-        raise RuntimeError(f"{run} is incomplete ({', '.join(missing)} missing); "
-                           "current model unchanged")
+    checked = subprocess.run([PYTHON, "-m", "snm", "validate", run], capture_output=True,
+                             text=True, check=False)
+    if checked.returncode:
+        raise RuntimeError(f"{run} is incomplete ({checked.stdout.strip()} "
+                           f"{checked.stderr.strip()}); current model unchanged")
     with open(os.path.join(run, "plan.json"), encoding="utf-8") as f:
         plan = json.load(f)
     current = os.path.join(root, "current")

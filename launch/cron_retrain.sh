@@ -10,23 +10,23 @@
 # a retraining reads only the new shards:
 #   first run, or FULL=1   snm train --train 'RUN/shards/*' --out RUN [--vocab|--min_count]
 #                            --num_buckets N
-#   later runs             snm train --add_to OLD/counts --train 'RUN/shards/*' --out RUN
+#   later runs             snm train --add_to OLD/count --train 'RUN/shards/*' --out RUN
 # where OLD is ROOT/current.  With --add_to, `snm train` counts only the new
-# shards into RUN/counts, adding OLD/counts, and goes on from their sum (join,
+# shards into RUN/count, adding OLD/count, and goes on from their sum (join,
 # fit, apply, eval): the same model as counting every shard at once.  The
 # configuration must stay that of the first run, and the shards of the same
-# kind (all tagged or none); the vocabulary and buckets are OLD/counts' (so
+# kind (all tagged or none); the vocabulary and buckets are OLD/count's (so
 # VOCAB, MIN_COUNT and NUM_BUCKETS apply to a first run only, and a later run
 # passes neither --vocab nor --min_count).  To change them, start afresh: FULL=1.
 #
 # Layout under ROOT:
 #   runs/YYYYMMDDTHHMMSSZ/  one retraining: shards/ (symlinks to the shards it
-#                           added) and `snm train`'s run directory: counts/
-#                           heldout/ adjust/ model/ eval.json stages.json
+#                           added) and `snm train`'s run directory: count/
+#                           join/ fit/ model/ eval.json stages.json
 #                           (vocab/ in a first run)
 #   current  -> runs/...    the model in use; switched atomically (rename of a
-#                           symlink) only after `snm train` succeeded and its
-#                           counts, model and eval.json are complete
+#                           symlink) only after `snm train` succeeded and
+#                           `snm validate` found every stage of the run whole
 #   previous -> runs/...    the model before it, kept for a quick roll-back:
 #                           ln -s runs/OLD ROOT/current.new && mv -T ROOT/current.new ROOT/current
 #   counted.txt             every shard already counted, one absolute path a line
@@ -97,8 +97,13 @@ fi
 
 # The new shards: files matching INCOMING that are not in counted.txt.
 OLD=""
-if [[ "$FULL" != 1 && -e "$ROOT/current/counts/manifest.json" ]]; then
-  OLD="$(readlink -f "$ROOT/current")"
+OLD_COUNT=""
+if [[ "$FULL" != 1 ]]; then
+  for name in count counts; do  # counts/: runs of releases before the stage directories' one name
+    if [[ -e "$ROOT/current/$name/manifest.json" ]]; then
+      OLD="$(readlink -f "$ROOT/current")"; OLD_COUNT="$OLD/$name"; break
+    fi
+  done
 fi
 shopt -s nullglob
 new=()
@@ -124,7 +129,7 @@ for i in "${!new[@]}"; do
 done
 spec="$RUN/shards/*"
 [[ -n "$TAG" ]] && spec="$TAG=$spec"
-log "run $RUN: ${#new[@]} new shard(s)${OLD:+, adding to $OLD/counts}"
+log "run $RUN: ${#new[@]} new shard(s)${OLD_COUNT:+, adding to $OLD_COUNT}"
 
 read -r -a launcher_args <<< "$LAUNCHER"
 options="$("$PYTHON" -m snm.launchers "${launcher_args[@]}")"
@@ -137,19 +142,18 @@ set -x
 if [[ -n "$OLD" ]]; then
   # The new shards counted and added to the current counts, then join, fit,
   # apply, eval on the sum; vocabulary, tags and buckets are OLD's.
-  "$PYTHON" -m snm train "${train_args[@]}" --add_to "$OLD/counts" "${BEAM_OPTS[@]}"
+  "$PYTHON" -m snm train "${train_args[@]}" --add_to "$OLD_COUNT" "${BEAM_OPTS[@]}"
 else
   if [[ -n "$VOCAB" ]]; then vocab_args=(--vocab "$(absolute "$VOCAB")"); else vocab_args=(--min_count "$MIN_COUNT"); fi
   "$PYTHON" -m snm train "${train_args[@]}" "${vocab_args[@]}" --num_buckets "$NUM_BUCKETS" \
     "${BEAM_OPTS[@]}"
 fi
 set +x
-for done_file in counts/manifest.json model/manifest.json eval.json; do
-  if [[ ! -s "$RUN/$done_file" ]]; then
-    log "$RUN/$done_file missing after snm train; current model unchanged ($RUN kept)"
-    exit 1
-  fi
-done
+# Every stage of the run whole (the stage table of `snm train`, read by `snm validate`).
+if ! "$PYTHON" -m snm validate "$RUN" >&2; then
+  log "$RUN is not whole after snm train; current model unchanged ($RUN kept)"
+  exit 1
+fi
 
 # Quality gate (optional): keep the current model if the new one is worse.
 if [[ -n "$MAX_PPL_RATIO" && -e "$ROOT/current/eval.json" ]]; then

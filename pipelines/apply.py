@@ -1,6 +1,6 @@
 """snm apply: the adjusted matrix M for every link of the count table, as a model directory.
 
-    snm apply --counts counts/ --theta adjust/ --out model/
+    snm apply --count count/ --fit fit/ --out model/
 
 Reads: a count directory (``snm count``) and a fit directory (``snm fit``:
 ``theta.npy`` and its meta-feature settings).  Writes a self-contained model
@@ -22,7 +22,6 @@ CombinePerKey shuffle.
 """
 
 import dataclasses
-import logging
 
 import apache_beam as beam
 import numpy as np
@@ -32,12 +31,13 @@ from snm_core.fit.metafeatures import MetaFeatureSpec
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
-from snm_core.io.runlock import run_lock
 from snm_core.model.adjust import adjust_bucket
 from snm_core.model.card import write_model_card
 from snm_core.model.compact import compile_model
 from snm_core.model.layouts import ngram_trie
 from snm_core.model.layouts.hashed import COMPACT
+from snm_core.stages import manifests
+from snm_core.stages.validation import validate_directory
 
 
 class AdjustBucket(beam.DoFn):
@@ -76,10 +76,10 @@ class AdjustBucket(beam.DoFn):
 
 def check_apply(totals, counts):
     """What apply read (the count's manifest) against what it wrote (:mod:`snm_core.io.losscheck`)."""
-    losscheck.check_each_once("apply", "buckets", range(counts["num_buckets"]),
+    losscheck.check_each_once("apply", "buckets", range(counts.num_buckets),
                               [t["bucket"] for t in totals])
     for name in ("links", "features"):
-        losscheck.check_equal("apply", f"{name} counted", counts["totals"][name],
+        losscheck.check_equal("apply", f"{name} counted", counts.totals[name],
                               f"{name} applied", sum(t[name] for t in totals))
 
 
@@ -88,73 +88,53 @@ def write_manifest(totals, out, settings, fit_manifest):
     check_apply(totals, counts)
     files = [tables.bucket_file(prefix, b, settings.num_buckets)
              for prefix in ("features", "matrix") for b in range(settings.num_buckets)]
-    manifest = {
-        "kind": "model", "format_version": tables.FORMAT_VERSION,
-        "config": counts["config"], "tags": counts["tags"],
-        "feature_types": counts["feature_types"],
-        "vocabulary_size": counts["vocabulary_size"],
-        "vocabulary_fingerprint": counts["vocabulary_fingerprint"],
-        "num_buckets": settings.num_buckets,
-        "files": sorted(files + ["vocab.txt", "theta.npy", "config.cfg"]),
-        "totals": {k: sum(t[k] for t in totals) for k in ("links", "features")},
-        "count_totals": counts["totals"],
-        "sources": counts["sources"],
-        "fit": {k: fit_manifest.get(k) for k in (
-            "metafeatures", "training", "choice", "small_m", "heldout_events",
-            "weights_in_use", "heldout_perplexity_unadjusted", "heldout_perplexity")},
-    }
+    manifest = manifests.Model(
+        config=counts.config, tags=counts.tags, feature_types=counts.feature_types,
+        vocabulary_size=counts.vocabulary_size,
+        vocabulary_fingerprint=counts.vocabulary_fingerprint, num_buckets=settings.num_buckets,
+        files=sorted(files + ["vocab.txt", "theta.npy", "config.cfg"]),
+        totals={k: sum(t[k] for t in totals) for k in ("links", "features")},
+        count_totals=counts.totals, sources=counts.sources, fit=fit_manifest.summary())
     storage.remove_stale(out, set(files), ["matrix-*.parquet", "features-*.parquet"])
-    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
-    return manifest
+    return manifest.write(out)
 
 
 @dataclasses.dataclass(frozen=True)
 class ApplyOptions:
     """What ``snm apply`` does; one field per command-line flag."""
 
-    counts: str
-    theta: str  # the fit directory
+    count: str  # the count directory
+    fit: str  # the fit directory (theta.npy)
     out: str
     layout: str = "hashed"  # of compact/: snm_core.model.compact.LAYOUTS
 
     def __post_init__(self):
-        running.absolute_paths(self, "counts", "theta", "out")
+        running.absolute_paths(self, "count", "fit", "out")
         running.check_layout(self.layout)
 
 
-def main(argv=None):
-    """``snm apply`` from the command line."""
-    parser = running.stage_parser(__doc__)
-    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
-    parser.add_argument("--theta", required=True, help="fit directory (snm fit --out)")
-    parser.add_argument("--out", required=True, help="model directory")
-    running.add_layout_argument(parser)
-    options, beam_args = running.parse_stage_args(parser, ApplyOptions, argv)
-    with run_lock(options.out, "snm apply"):
-        return run(options, beam_args)
-
-
-def run(args, beam_args=()):
-    """Run the apply pipeline, then build the scoring arrays; returns the model's manifest."""
-    from snm_core.stages.validation import validate_directory
+def run(args, beam_args=(), model_card=True):
+    """Run the apply pipeline, then build the scoring arrays and (unless ``model_card`` is
+    false: ``snm train`` writes it once, with the evaluation) the model card; returns the
+    model's manifest."""
     beam_args = list(beam_args)
-    settings = count_directory.CountDirectory.load(args.counts)  # validated
-    fit_manifest = validate_directory(args.theta, "fit").manifest  # theta.npy's header too
-    if fit_manifest["vocabulary_fingerprint"] != settings.manifest["vocabulary_fingerprint"]:
-        raise SnmInputError(f"{args.theta} was fitted with another vocabulary than "
-                            f"{args.counts}; run snm join and snm fit on these counts")
+    settings = count_directory.CountDirectory.load(args.count)  # validated
+    fit_manifest = validate_directory(args.fit, "fit").manifest  # theta.npy's header too
+    if fit_manifest.vocabulary_fingerprint != settings.manifest.vocabulary_fingerprint:
+        raise SnmInputError(f"{args.fit} was fitted with another vocabulary than "
+                            f"{args.count}; run snm join and snm fit on these counts")
     if args.layout != "hashed":  # refused before the pipeline runs
-        ngram_trie.ngram_span(settings.manifest, args.counts, args.layout)
-    spec = MetaFeatureSpec(**fit_manifest["metafeatures"])
-    theta_path = storage.join(args.theta, "theta.npy")
+        ngram_trie.ngram_span(settings.manifest, args.count, args.layout)
+    spec = MetaFeatureSpec(**fit_manifest.metafeatures)
+    theta_path = storage.join(args.fit, "theta.npy")
     storage.makedirs(args.out)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
     storage.remove_tree(storage.join(args.out, COMPACT))
     for name in ("vocab.txt",):
-        storage.write_bytes(storage.read_bytes(storage.join(args.counts, name)),
+        storage.write_bytes(storage.read_bytes(storage.join(args.count, name)),
                            storage.join(args.out, name))
     storage.write_bytes(storage.read_bytes(theta_path), storage.join(args.out, "theta.npy"))
-    storage.write_text(settings.manifest["config"], storage.join(args.out, "config.cfg"))
+    storage.write_text(settings.manifest.config, storage.join(args.out, "config.cfg"))
 
     def build(p):
         _ = (p
@@ -163,14 +143,10 @@ def run(args, beam_args=()):
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, settings, fit_manifest))
 
     metrics = running.run_pipeline(beam_args, build, "apply", shared_paths=[args.out])
-    manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
+    manifest = manifests.Model.read(args.out)
     compile_model(args.out, args.layout)  # scoring arrays (a remote model: built here)
-    write_model_card(args.out, manifest)
-    running.print_summary(f"snm apply: {manifest['totals']['links']:,} links -> {args.out}",
-                          manifest["totals"], metrics)
+    if model_card:
+        write_model_card(args.out, manifest)
+    running.print_summary(f"snm apply: {manifest.totals['links']:,} links -> {args.out}",
+                          manifest.totals, metrics)
     return manifest
-
-
-if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.WARNING)
-    main()

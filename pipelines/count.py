@@ -35,14 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import count_directory, reading, running, training_sources
+from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
 from snm_core.count import counting
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
-from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
-from snm_core.text import hashing
+from snm_core.stages import manifests
 from snm_core.text.config import load_config, parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
@@ -237,75 +237,6 @@ class WriteLinks(beam.DoFn):
         running.release_memory()
 
 
-# --- the reference path: one Beam element per feature occurrence ----------------------
-
-def _reference_pairs(shard, settings, batch_bytes):
-    """Yield one ("link", ((key, word), 1)) and one ("feature", ...) element per occurrence."""
-    vocab, extractor = settings.build()
-    stats = {"shards": [shard.name]}
-    for batch in reading.ShardReader(batch_bytes).batches(shard):
-        sentences, _, sentence_stats = tokenize(batch.lines, vocab)
-        events = extractor.extract(sentences, tags=[batch.source])
-        words = events.context_words()
-        targets = events.target[events.event]
-        for p in range(events.num_pairs):
-            key = int(events.key[p])
-            yield "link", ((key, int(targets[p])), 1)
-            yield "feature", (key, (int(events.type[p]), tuple(int(w) for w in words[p])))
-        losscheck.add_totals(stats, {**vars(sentence_stats), "events": events.num_events,
-                                     "feature_occurrences": events.num_pairs})
-    yield "stats", stats
-
-
-def _reference_part(element, num_buckets):
-    """All links of one feature and its identity -> ``(bucket, ("part", part))``."""
-    key, values = element
-    words, counts, identity = [], [], None
-    for kind, value in values:
-        if kind == "link":
-            words.append(value[0])
-            counts.append(value[1])
-        else:
-            identity = value
-    keys = np.full(len(words), key, dtype=np.uint64)
-    part = {"links": {"feature": keys, "word": np.array(words, np.int32),
-                      "count": np.array(counts, np.int64)},
-            "features": {"feature": keys[:1], "type": np.array([identity[0]], np.int32),
-                         "words": np.array([identity[1]], np.int32)}}
-    return int(hashing.bucket_of(keys[:1], num_buckets)[0]), ("part", part)
-
-
-class ReferenceLinkPartials(beam.PTransform):
-    """The slow, obviously correct count: ``CombinePerKey(sum)`` over single occurrences."""
-
-    def __init__(self, settings, num_buckets, batch_bytes):
-        super().__init__()
-        self.settings = settings
-        self.num_buckets = num_buckets
-        self.batch_bytes = batch_bytes
-
-    def expand(self, shards):
-        tagged = shards | "Occurrences" >> beam.FlatMap(_reference_pairs, self.settings,
-                                                        self.batch_bytes)
-        links = (tagged
-                 | "Links" >> beam.Filter(lambda kv: kv[0] == "link") | "LinkKV" >> beam.Values()
-                 | "SumLinks" >> beam.CombinePerKey(sum)
-                 | "ByFeature" >> beam.Map(lambda kv: (kv[0][0], ("link", (kv[0][1], kv[1])))))
-        features = (tagged
-                    | "Features" >> beam.Filter(lambda kv: kv[0] == "feature")
-                    | "FeatureKV" >> beam.Values()
-                    | "OneIdentity" >> beam.CombinePerKey(min)
-                    | "Identity" >> beam.Map(lambda kv: (kv[0], ("feature", kv[1]))))
-        parts = ((links, features)
-                 | "LinksAndFeatures" >> beam.Flatten()
-                 | "GroupByFeature" >> beam.GroupByKey()
-                 | "Parts" >> beam.Map(_reference_part, self.num_buckets))
-        stats = (tagged
-                 | "Stats" >> beam.Filter(lambda kv: kv[0] == "stats")
-                 | "StatsKV" >> beam.Map(lambda kv: (0, ("stats", kv[1]))))
-        return (parts, stats) | "AllPartials" >> beam.Flatten()
-
-
 class ReadCountBucket(beam.DoFn):
     """Bucket number -> the bucket of an existing count directory, as one part (``--add_to``)."""
 
@@ -372,22 +303,14 @@ class CountLinks(beam.PTransform):
 
 def _previous_counts(args, config, tags):
     """Check that ``--add_to`` can be extended by this run; its manifest, vocabulary and tags."""
-    if args.vocab or args.min_count:
-        raise SnmInputError("--add_to uses the existing count's vocabulary; drop --vocab and "
-                            "--min_count")
-    if args.reference:
-        raise SnmInputError("--add_to works with the fast path only; drop --reference")
-    if args.out == args.add_to:
-        raise SnmInputError("--out must differ from --add_to: the old counts stay intact until "
-                            "the new ones are complete")
     settings = count_directory.CountDirectory.load(args.add_to)
     previous = settings.manifest
-    if parse_config(previous["config"]).to_text() != config.to_text():
+    if parse_config(previous.config).to_text() != config.to_text():
         raise SnmInputError(f"--config differs from the configuration of {args.add_to}")
-    if (tags == [""]) != (previous["tags"] == [""]):
-        raise SnmInputError(f"{args.add_to} is {'pooled' if previous['tags'] == [''] else 'tagged'}"
+    if (tags == [""]) != (previous.tags == [""]):
+        raise SnmInputError(f"{args.add_to} is {'pooled' if previous.tags == [''] else 'tagged'}"
                             "; give the new sources the same kind of tags")
-    merged_tags = previous["tags"] + [t for t in tags if t not in previous["tags"]]
+    merged_tags = previous.tags + [t for t in tags if t not in previous.tags]
     return previous, settings.vocabulary(), merged_tags
 
 
@@ -419,23 +342,16 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
               for name in STAT_NAMES + ("links", "features", "key_collisions", "link_count_sum")}
     if previous:  # the new data's statistics plus the old ones (links, features are merged)
         for name in STAT_NAMES:
-            totals[name] += previous["totals"].get(name, 0)
-    manifest = {
-        "kind": "count", "format_version": tables.FORMAT_VERSION,
-        "config": config.to_text(),
-        "tags": list(tags),
-        "feature_types": [t.name for t in config.feature_types()],
-        "vocabulary_size": vocab_size,
-        "vocabulary_fingerprint": vocab_fingerprint,
-        "num_buckets": num_buckets,
-        "sources": (previous["sources"] if previous else [])
+            totals[name] += previous.totals.get(name, 0)
+    manifest = manifests.Count(
+        config=config.to_text(), tags=list(tags),
+        feature_types=[t.name for t in config.feature_types()], vocabulary_size=vocab_size,
+        vocabulary_fingerprint=vocab_fingerprint, num_buckets=num_buckets,
+        sources=(previous.sources if previous else [])
         + [{"tag": s.tag, "glob": s.glob} for s in sources],
-        "files": sorted(files),
-        "totals": totals,
-    }
+        files=sorted(files), totals=totals)
     storage.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
-    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
-    return manifest
+    return manifest.write(out)
 
 
 def check_counts(counted, shards, previous=None):
@@ -443,7 +359,7 @@ def check_counts(counted, shards, previous=None):
     losscheck.check_each_once("count", "text shards", shards, counted.get("shards", []))
     occurrences = counted.get("feature_occurrences", 0)
     if previous:
-        occurrences += previous["totals"]["feature_occurrences"]
+        occurrences += previous.totals["feature_occurrences"]
     losscheck.check_equal("count", "feature occurrences extracted", occurrences,
                           "the sum of the link counts written", counted.get("link_count_sum", 0))
     losscheck.check_equal("count", "words and sentence ends read",
@@ -451,14 +367,26 @@ def check_counts(counted, shards, previous=None):
                           "events extracted", counted.get("events", 0))
 
 
+def vocab_file(path):
+    """The vocabulary file ``--vocab`` names: the file itself, or a vocab directory's
+    ``vocab.txt`` (its manifest checked); one line for anything else."""
+    if storage.isdir(path):
+        manifests.Vocab.read(path)
+        return storage.join(path, "vocab.txt")
+    if not storage.isfile(path):
+        raise SnmInputError(f"--vocab {path}: no such file or vocab directory")
+    return path
+
+
 def load_vocabulary(args, beam_args, sources):
     """The vocabulary from ``--vocab`` or, with ``--min_count``, from a vocab run into OUT/vocab."""
     if args.vocab:
+        path = vocab_file(args.vocab)
         try:
-            text = storage.read_bytes(args.vocab).decode("utf-8")
+            text = storage.read_bytes(path).decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise SnmInputError(f"--vocab {args.vocab}: cannot read ({e})") from None
-        return Vocabulary.parse(text, args.vocab)
+            raise SnmInputError(f"--vocab {path}: cannot read ({e})") from None
+        return Vocabulary.parse(text, path)
     from pipelines import vocab as vocab_stage
     vocab_dir = storage.join(args.out, "vocab")
     vocab_stage.run(vocab_stage.VocabOptions(
@@ -495,42 +423,18 @@ class CountOptions:
         if self.vocab is not None and self.min_count is not None:
             raise SnmInputError("give --vocab or --min_count, not both")
         if self.add_to is None and self.vocab is None and self.min_count is None:
-            raise SnmInputError("give --vocab FILE or --min_count N (or --add_to COUNTS)")
+            raise SnmInputError("give --vocab FILE or --min_count N (or --add_to COUNT_DIR)")
+        if self.add_to is not None:
+            if self.vocab is not None or self.min_count is not None:
+                raise SnmInputError("--add_to uses the existing count's vocabulary; drop "
+                                    "--vocab and --min_count")
+            if self.reference:
+                raise SnmInputError("--add_to works with the fast path only; drop --reference")
+            if self.out == self.add_to:
+                raise SnmInputError("--out must differ from --add_to: the old counts stay "
+                                    "intact until the new ones are complete")
         if self.shuffle not in MODES:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
-
-
-def main(argv=None):
-    """``snm count`` from the command line."""
-    parser = running.stage_parser(__doc__)
-    parser.add_argument("--config", required=True,
-                        help="preset (5gram, skip10gram, skip5gram) or configuration file")
-    training_sources.add_source_args(parser)
-    parser.add_argument("--add_to", metavar="COUNTS",
-                        help="an existing count directory: count only the new --train files "
-                             "and write the sum of both to --out (same config, vocabulary "
-                             "and buckets; counts are additive)")
-    vocab_group = parser.add_mutually_exclusive_group()
-    vocab_group.add_argument("--vocab", help="vocabulary file, one word a line")
-    vocab_group.add_argument("--min_count", type=int,
-                             help="build the vocabulary first: words seen this often")
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--num_buckets", type=int, default=DEFAULT_NUM_BUCKETS,
-                        help="key-range buckets = output files = shuffle parallelism "
-                             "(default %(default)s)")
-    parser.add_argument("--flush_links", type=int, default=DEFAULT_FLUSH_LINKS,
-                        help="links a worker holds before emitting them (default %(default)s)")
-    parser.add_argument("--shuffle", choices=MODES, default="files",
-                        help="how partial counts reach their bucket: 'files' (scratch "
-                             "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
-    parser.add_argument("--scratch", metavar="DIR",
-                        help="where the 'files' shuffle writes its parts (default: OUT/_scratch); "
-                             "on a cluster a path every worker reads, e.g. s3://bucket/tmp")
-    parser.add_argument("--reference", action="store_true",
-                        help="count with one Beam element per occurrence (slow; for tests)")
-    options, beam_args = running.parse_stage_args(parser, CountOptions, argv)
-    with run_lock(options.out, "snm count"):
-        return run(options, beam_args)
 
 
 def run(args, beam_args=()):
@@ -542,7 +446,7 @@ def run(args, beam_args=()):
     previous = None
     if args.add_to:
         previous, vocab, tags = _previous_counts(args, config, tags)
-        args = dataclasses.replace(args, num_buckets=previous["num_buckets"])
+        args = dataclasses.replace(args, num_buckets=previous.num_buckets)
     else:
         vocab = load_vocabulary(args, beam_args, sources)
     files = training_sources.expand_sources(sources, tags)
@@ -582,8 +486,3 @@ def run(args, beam_args=()):
     running.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out}",
                           manifest["totals"], metrics)
     return manifest
-
-
-if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.WARNING)
-    main()

@@ -75,15 +75,15 @@ class CountDirectory:
 
     def vocabulary(self):
         return shared_vocabulary(storage.join(self.counts_dir, "vocab.txt"),
-                                 self.manifest["vocabulary_fingerprint"])
+                                 self.manifest.vocabulary_fingerprint)
 
     @property
     def num_buckets(self):
-        return self.manifest["num_buckets"]
+        return self.manifest.num_buckets
 
     def build(self):
-        extractor = FeatureExtractor(parse_config(self.manifest["config"]),
-                                     self.manifest["tags"])
+        extractor = FeatureExtractor(parse_config(self.manifest.config),
+                                     self.manifest.tags)
         return self.vocabulary(), extractor
 
     def bucket_paths(self, bucket):

@@ -1,6 +1,6 @@
 """snm join: the held-out events and "small M", the rows of the count matrix they touch.
 
-    snm join --counts counts/ --heldout dev.txt --out heldout/
+    snm join --count count/ --heldout dev.txt --out join/
 
 Reads: a count directory (``snm count``) and held-out text (a file or glob,
 plain or .gz).  The held-out text is read with the count's vocabulary and
@@ -27,7 +27,6 @@ all counts, and the counts are not shuffled).
 """
 
 import dataclasses
-import logging
 
 import apache_beam as beam
 import numpy as np
@@ -38,7 +37,7 @@ from snm_core.io import losscheck, storage, tables, textfile
 from snm_core.io.arrays import sorted_distinct
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
-from snm_core.io.runlock import run_lock
+from snm_core.stages import manifests
 from snm_core.text import hashing
 from snm_core.text.tokenize import tokenize
 
@@ -128,19 +127,14 @@ def write_manifest(results, out, settings, heldout, shards):
     event_files = sorted(stats.pop("event_files", []))
     small_m_files = [tables.bucket_file("small_m", b, settings.num_buckets)
                      for b in range(settings.num_buckets)]
-    manifest = {
-        "kind": "join", "format_version": tables.FORMAT_VERSION,
-        "counts": settings.counts_dir, "heldout": heldout,
-        "config": settings.manifest["config"], "tags": settings.manifest["tags"],
-        "feature_types": settings.manifest["feature_types"],
-        "vocabulary_fingerprint": settings.manifest["vocabulary_fingerprint"],
-        "num_buckets": settings.num_buckets,
-        "files": sorted(event_files + small_m_files),
-        "totals": stats,
-    }
-    storage.remove_stale(out, set(manifest["files"]), ["events-*.parquet", "small_m-*.parquet"])
-    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
-    return manifest
+    counts = settings.manifest
+    manifest = manifests.Join(
+        counts=settings.counts_dir, heldout=heldout, config=counts.config, tags=counts.tags,
+        feature_types=counts.feature_types,
+        vocabulary_fingerprint=counts.vocabulary_fingerprint, num_buckets=settings.num_buckets,
+        files=sorted(event_files + small_m_files), totals=stats)
+    storage.remove_stale(out, set(manifest.files), ["events-*.parquet", "small_m-*.parquet"])
+    return manifest.write(out)
 
 
 class JoinHeldout(beam.PTransform):
@@ -176,31 +170,19 @@ class JoinHeldout(beam.PTransform):
 class JoinOptions:
     """What ``snm join`` does; one field per command-line flag."""
 
-    counts: str
+    count: str  # the count directory
     heldout: str  # a file or glob
     out: str
     batch_bytes: int = textfile.DEFAULT_BATCH_BYTES
 
     def __post_init__(self):
-        running.absolute_paths(self, "counts", "heldout", "out")
-
-
-def main(argv=None):
-    """``snm join`` from the command line."""
-    parser = running.stage_parser(__doc__)
-    parser.add_argument("--counts", required=True, help="count directory (snm count --out)")
-    parser.add_argument("--heldout", required=True, help="held-out text file or glob")
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--batch_bytes", type=int, default=textfile.DEFAULT_BATCH_BYTES)
-    options, beam_args = running.parse_stage_args(parser, JoinOptions, argv)
-    with run_lock(options.out, "snm join"):
-        return run(options, beam_args)
+        running.absolute_paths(self, "count", "heldout", "out")
 
 
 def run(args, beam_args=()):
     """Run the join pipeline; returns its manifest."""
     beam_args = list(beam_args)
-    settings = count_directory.CountDirectory.load(args.counts)
+    settings = count_directory.CountDirectory.load(args.count)
     paths = storage.glob(args.heldout)
     if not paths:
         raise SnmInputError(f"--heldout {args.heldout!r} matches no file")
@@ -220,8 +202,3 @@ def run(args, beam_args=()):
     running.print_summary(f"snm join: {manifest['totals']['small_m_links']:,} small-M links -> "
                           f"{args.out}", manifest["totals"], metrics)
     return manifest
-
-
-if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.WARNING)
-    main()

@@ -26,7 +26,6 @@ Three criteria (:mod:`snm_core.model.prune` has the arithmetic):
 
 import dataclasses
 import io
-import logging
 
 import apache_beam as beam
 import numpy as np
@@ -34,7 +33,6 @@ import numpy as np
 from pipelines import running
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.io.runlock import run_lock
 from snm_core.model import prune as prune_lib
 from snm_core.model.card import write_model_card
 from snm_core.model.compact import compile_model
@@ -255,35 +253,3 @@ def run(options, beam_args=()):
     prune_lib.prune_model(options.model, options.out, target_links=options.target_links,
                           threshold=options.threshold, layout=options.layout)
     return storage.read_json(storage.join(options.out, tables.MANIFEST))
-
-
-def main(argv=None):
-    """``snm prune`` from the command line."""
-    parser = running.stage_parser(__doc__)
-    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
-    parser.add_argument("--out", required=True, help="directory of the pruned model")
-    size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--target_links", type=int,
-                      help="links to keep (backoff: the unigrams always are, and an "
-                           "n-gram's tag copies go together; mass, count: within 1%%, the empty "
-                           "feature's links always kept)")
-    size.add_argument("--threshold", type=float,
-                      help="keep the links whose score is at least this")
-    parser.add_argument("--criterion", choices=CRITERIA,
-                        help="backoff (n-gram models; the default for them), mass (any "
-                             "model; the default for skip-gram models) or count")
-    parser.add_argument("--heldout", help="mass or count: a join directory (snm join "
-                                          "--out) on the model's counts; the features its "
-                                          "text touches weigh --heldout_weight times more")
-    parser.add_argument("--heldout_weight", type=float,
-                        help=f"with --heldout (default {HELDOUT_WEIGHT:g})")
-    running.add_layout_argument(parser)
-    options, beam_args = running.parse_stage_args(parser, PruneOptions, argv)
-    with run_lock(options.out, "snm prune"):
-        run(options, beam_args)
-    return 0
-
-
-if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.WARNING)
-    main()

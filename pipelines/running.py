@@ -1,7 +1,6 @@
-"""Running a stage's pipeline: Beam options, the run itself, metrics, allocators,
-the command line's parser, and :class:`CallOnce` for a stage's last step."""
+"""Running a stage's pipeline: Beam options, the run itself, metrics, allocators, and
+:class:`CallOnce` for a stage's last step."""
 
-import argparse
 import logging
 import re
 import sys
@@ -13,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import runners
 from snm_core.io import memory, storage
 from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
-from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
+from snm_core.model.compact import LAYOUTS
 
 #: Namespace of every Beam counter the toolkit reports.
 METRICS_NAMESPACE = "snm"
@@ -236,25 +235,6 @@ def absolute_paths(options, *names):
             object.__setattr__(options, name, storage.absolute(getattr(options, name)))
 
 
-def add_layout_argument(parser):
-    """``--layout``: the form of the model's scoring arrays (``compact/``)."""
-    parser.add_argument("--layout", choices=LAYOUTS, default="hashed", help=LAYOUT_HELP)
-
-
 def check_layout(layout):
     if layout not in LAYOUTS:
         raise SnmInputError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-
-
-def parse_stage_args(parser, options_type, argv):
-    """``(options_type(**flags), beam_args)``: the parser's flags (named as the
-    options' fields) and the leftover arguments, which must be Beam's
-    (:func:`pipelines.runners.check_options`)."""
-    args, beam_args = parser.parse_known_args(argv)
-    runners.check_options(beam_args, parser)
-    return options_type(**vars(args)), beam_args
-
-
-def stage_parser(description):
-    return argparse.ArgumentParser(description=description, epilog=runners.RUNNER_HELP,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)

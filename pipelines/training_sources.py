@@ -9,7 +9,6 @@ import re
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
-from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 
 _TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -69,11 +68,3 @@ def expand_sources(sources, tags=None):
         raise SnmInputError("a training file is matched by two --train patterns; each file "
                             "must be counted once")
     return files
-
-
-def add_source_args(parser):
-    parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
-                        help="training text (one sentence a line, plain or .gz); repeat "
-                             "for several sources, each with its own TAG")
-    parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
-                        help="text per numpy batch (default %(default)s)")

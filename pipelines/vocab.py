@@ -17,7 +17,6 @@ test word would have probability zero.
 """
 
 import dataclasses
-import logging
 from typing import Optional
 
 import apache_beam as beam
@@ -27,8 +26,8 @@ import pyarrow.compute as pc
 from pipelines import reading, running, training_sources
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
+from snm_core.stages import manifests
 from snm_core.text.tokenize import TokenizeStats, count_words, sum_word_counts
 from snm_core.text.vocab import Vocabulary
 
@@ -97,17 +96,12 @@ def write_vocabulary(result, out, min_count, max_size, sources, shards):
                                   schema=tables.WORD_COUNTS),
                          storage.join(out, "word_counts.parquet"))
     storage.write_text("".join(w + "\n" for w in vocab.words), storage.join(out, "vocab.txt"))
-    manifest = {
-        "kind": "vocab", "format_version": tables.FORMAT_VERSION,
-        "files": ["vocab.txt", "word_counts.parquet"],
-        "min_count": min_count, "max_size": max_size,
-        "vocabulary_size": len(vocab), "vocabulary_fingerprint": vocab.fingerprint(),
-        "distinct_words": counts.num_rows,
-        "sources": [{"tag": s.tag, "glob": s.glob} for s in sources],
-        "totals": {k: stats.get(k, 0) for k in vars(TokenizeStats())},
-    }
-    storage.write_json(manifest, storage.join(out, tables.MANIFEST))
-    return manifest
+    return manifests.Vocab(
+        files=["vocab.txt", "word_counts.parquet"], min_count=min_count, max_size=max_size,
+        vocabulary_size=len(vocab), vocabulary_fingerprint=vocab.fingerprint(),
+        distinct_words=counts.num_rows,
+        sources=[{"tag": s.tag, "glob": s.glob} for s in sources],
+        totals={k: stats.get(k, 0) for k in vars(TokenizeStats())}).write(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,20 +119,6 @@ class VocabOptions:
         running.absolute_paths(self, "out")
         if self.min_count < 1:
             raise SnmInputError("--min_count must be at least 1")
-
-
-def main(argv=None):
-    """``snm vocab`` from the command line."""
-    parser = running.stage_parser(__doc__)
-    training_sources.add_source_args(parser)
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--min_count", type=int, default=DEFAULT_MIN_COUNT,
-                        help="keep words seen at least this often (default %(default)s)")
-    parser.add_argument("--max_size", type=int, default=None,
-                        help="keep at most this many words")
-    options, beam_args = running.parse_stage_args(parser, VocabOptions, argv)
-    with run_lock(options.out, "snm vocab"):
-        return run(options, beam_args)
 
 
 def run(args, beam_args=()):
@@ -161,8 +141,3 @@ def run(args, beam_args=()):
     running.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
                           manifest["totals"], metrics)
     return manifest
-
-
-if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.WARNING)
-    main()

@@ -5,12 +5,13 @@ import gzip
 import os
 
 from snm_core.io import tables
+from snm_core.stages import manifests
 from snm_core.text.vocab import BOS_ID, EOS_ID
 
 
 def read_counts(directory):
     """``(links table, features table, manifest)`` of a count directory."""
-    manifest = tables.read_manifest(str(directory), "count")
+    manifest = manifests.Count.read(str(directory))
     links = tables.read_tables(str(directory), manifest, "links", tables.LINKS)
     features = tables.read_tables(str(directory), manifest, "features", tables.FEATURES)
     return links, features, manifest

@@ -13,10 +13,10 @@ from countutil import (
     write_lines,
 )
 
-from pipelines import count as count_stage
-from pipelines import vocab as vocab_stage
-from snm_core.io import tables
+from snm.commands import count as count_cmd
+from snm.commands import vocab as vocab_cmd
 from snm_core.io.errors import SnmInputError
+from snm_core.stages import manifests
 from snm_core.text import synthetic
 from snm_core.text.config import load_config
 from snm_core.text.vocab import Vocabulary
@@ -53,7 +53,8 @@ def run_count(corpus, out, config, sources, *extra):
             "--num_buckets", "4"]
     for spec in sources:
         argv += ["--train", spec]
-    return count_stage.main(argv + list(extra))
+    assert count_cmd.main(argv + list(extra)) == 0
+    return manifests.Count.read(str(out))
 
 
 @pytest.mark.parametrize("config_name", ["5gram", "skip"])
@@ -141,8 +142,9 @@ def test_bad_input(corpus, tmp_path):
 
 
 def test_vocab_stage_counts_words(corpus, tmp_path):
-    manifest = vocab_stage.main(["--train", f"{corpus['root']}/*/part-0*",
-                                "--out", str(tmp_path / "v"), "--min_count", "3"])
+    assert vocab_cmd.main(["--train", f"{corpus['root']}/*/part-0*",
+                           "--out", str(tmp_path / "v"), "--min_count", "3"]) == 0
+    manifest = manifests.Vocab.read(str(tmp_path / "v"))
     counts = pq.read_table(tmp_path / "v" / "word_counts.parquet").to_pylist()
     expected = {}
     for path, opener in ((corpus["a"], open), (corpus["b"], gzip.open)):
@@ -155,7 +157,7 @@ def test_vocab_stage_counts_words(corpus, tmp_path):
     vocab = Vocabulary.load(tmp_path / "v" / "vocab.txt")
     assert set(vocab.words[3:]) == {w for w, c in expected.items() if c >= 3} - {"<S>", "</S>"}
     assert manifest["vocabulary_size"] == len(vocab)
-    assert tables.read_manifest(str(tmp_path / "v"), "vocab")["min_count"] == 3
+    assert manifests.Vocab.read(str(tmp_path / "v"))["min_count"] == 3
 
 
 @pytest.mark.parametrize("tagged", [False, True])
@@ -167,25 +169,26 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
     new = [f"web={corpus['b']}", f"man={extra}"] if tagged else [corpus["b"], extra]
     run_count(corpus, tmp_path / "all", corpus["skip"], old + new)
     run_count(corpus, tmp_path / "old", corpus["skip"], old)
-    added = count_stage.main(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
-                             "--out", str(tmp_path / "added")]
-                            + sum((["--train", spec] for spec in new), []))
+    assert count_cmd.main(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
+                           "--out", str(tmp_path / "added")]
+                          + sum((["--train", spec] for spec in new), [])) == 0
+    added = manifests.Count.read(str(tmp_path / "added"))
     names = [n for n in os.listdir(tmp_path / "all") if n.endswith((".parquet", ".txt"))]
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "all", tmp_path / "added", names,
                                                shallow=False)
     assert not mismatch and not errors
-    everything = tables.read_manifest(str(tmp_path / "all"), "count")
+    everything = manifests.Count.read(str(tmp_path / "all"))
     assert added["totals"] == everything["totals"]
     assert added["tags"] == everything["tags"]
     with pytest.raises(SnmInputError, match="--config differs"):
-        count_stage.main(["--config", "5gram", "--add_to", str(tmp_path / "old"),
-                         "--out", str(tmp_path / "x"), "--train", corpus["b"]])
+        count_cmd.main(["--config", "5gram", "--add_to", str(tmp_path / "old"),
+                        "--out", str(tmp_path / "x"), "--train", corpus["b"]])
     # Workers read the vocabulary from the count directory, so an edited one is refused.
     with open(tmp_path / "old" / "vocab.txt", "a", encoding="utf-8") as f:
         f.write("an-added-word\n")
     with pytest.raises(SnmInputError, match="vocab.txt does not match its manifest"):
-        count_stage.main(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
-                         "--out", str(tmp_path / "y"), "--train", corpus["b"]])
+        count_cmd.main(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
+                        "--out", str(tmp_path / "y"), "--train", corpus["b"]])
 
 
 def test_sharded_readers_together_read_every_batch_once(tmp_path):

@@ -20,7 +20,9 @@ from test_launch import (  # noqa: E402,F401
 )
 
 from pipelines import count as count_stage  # noqa: E402
-from snm import cli, train_cmd  # noqa: E402
+from snm import cli  # noqa: E402
+from snm.commands import count as count_cmd
+from snm.commands import train as train_cmd  # noqa: E402
 from snm.dask_cluster import LocalDaskCluster  # noqa: E402
 from snm_core.io import checkpoints  # noqa: E402
 
@@ -55,9 +57,9 @@ def test_count_added_to_on_dask_matches_the_local_runner(corpus, cluster, tmp_pa
     base = ["--config", "skip5gram", "--num_buckets", "4", "--shuffle", shuffle,
             "--batch_bytes", "4000"]
     for name, extra in (("local", []), ("dask", cluster.runner_options())):
-        count_stage.main(base + ["--train", corpus["dev"], "--min_count", "1",
+        count_cmd.main(base + ["--train", corpus["dev"], "--min_count", "1",
                                  "--out", str(tmp_path / name / "old")] + extra)
-        count_stage.main(base + ["--train", corpus["train"], "--add_to",
+        count_cmd.main(base + ["--train", corpus["train"], "--add_to",
                                  str(tmp_path / name / "old"),
                                  "--out", str(tmp_path / name / "new")] + extra)
     assert_same_tree(tmp_path / "local", tmp_path / "dask")
@@ -116,7 +118,7 @@ def test_a_worker_killed_in_mid_count_leaves_the_right_count(corpus, tmp_path, r
         killed.stop()
     assert proc.returncode == 0, stderr.decode()[-2000:]
     local = tmp_path / "local"
-    count_stage.main(argv[:-1] + [str(local)])
+    count_cmd.main(argv[:-1] + [str(local)])
     assert_same_tree(local, out)
 
 

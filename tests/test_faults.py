@@ -74,10 +74,10 @@ def test_a_full_disk_in_fit_leaves_the_earlier_stages_and_names_the_stage(corpus
     proc = snm("train", *train_argv(corpus, out), limit_file_bytes=4_000_000)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"snm train: failed: fit: writing {out}/adjust/theta.npy: ")
-    for stage in ("vocab", "counts", "heldout"):
+    assert proc.stderr.startswith(f"snm train: failed: fit: writing {out}/fit/theta.npy: ")
+    for stage in ("vocab", "count", "join"):
         assert (out / stage / "manifest.json").exists()
-    assert not (out / "adjust" / "manifest.json").exists()
+    assert not (out / "fit" / "manifest.json").exists()
     assert not (out / "model").exists()
     rerun = snm("train", *train_argv(corpus, out))
     assert rerun.returncode == 0, rerun.stderr[-2000:]

@@ -6,15 +6,15 @@ from test_join import joined  # noqa: F401  (module fixture: counts + heldout on
 
 from snm.cli import main
 from snm_core.fit.selection import load_theta
-from snm_core.io import tables
+from snm_core.stages import manifests
 
 
 def test_fit_auto_selects_and_writes_theta(joined, tmp_path, capsys):  # noqa: F811
     root, _ = joined
     out = tmp_path / "adjust"
-    assert main(["fit", "--small_m", str(root / "heldout"), "--out", str(out),
+    assert main(["fit", "--join", str(root / "heldout"), "--out", str(out),
                  "--max_epochs", "3", "--hash_size", "65536", "--batch_size", "256"]) == 0
-    manifest = tables.read_manifest(str(out), "fit")
+    manifest = manifests.Fit.read(str(out))
     assert set(manifest["choice"]["candidates"]) == {"lexicalized", "unlexicalized",
                                                      "feature-only"}
     chosen = manifest["metafeatures"]["variant"]
@@ -37,15 +37,15 @@ def test_fit_fixed_variant_and_epochs_is_deterministic(joined, tmp_path):  # noq
     thetas = []
     # "c": one thread instead of one per core: the same theta.
     for name, threads in (("a", []), ("b", []), ("c", ["--threads", "1"])):
-        assert main(["fit", "--small_m", str(root / "heldout"), "--out", str(tmp_path / name),
+        assert main(["fit", "--join", str(root / "heldout"), "--out", str(tmp_path / name),
                      "--metafeatures", "lexicalized", "--epochs", "2", "--hash_size", "4096",
                      *threads]) == 0
         thetas.append((tmp_path / name / "theta.npy").read_bytes())
     assert thetas[0] == thetas[1] == thetas[2]
-    assert tables.read_manifest(str(tmp_path / "a"), "fit")["choice"] is None
+    assert manifests.Fit.read(str(tmp_path / "a"))["choice"] is None
 
 
 def test_fit_on_a_missing_directory_exits_2(tmp_path, capsys):
-    assert main(["fit", "--small_m", str(tmp_path), "--out", str(tmp_path / "o"),
+    assert main(["fit", "--join", str(tmp_path), "--out", str(tmp_path / "o"),
                  "--epochs", "1", "--metafeatures", "unlexicalized"]) == 2
     assert "not the output of a finished 'snm join'" in capsys.readouterr().err

@@ -24,12 +24,13 @@ import pyarrow.compute as pc
 import pytest
 from modelutil import speedups
 
-from pipelines import apply as apply_stage
-from pipelines import count as count_stage
-from pipelines import join as join_stage
 from snm.cli import main
+from snm.commands import apply as apply_cmd
+from snm.commands import count as count_cmd
+from snm.commands import join as join_cmd
 from snm_core.fit.selection import FitOptions, fit_directory
-from snm_core.io import tables, textfile
+from snm_core.io import textfile
+from snm_core.stages import manifests
 from snm_core.text import synthetic
 from snm_core.text.tokenize import count_words, split_lines, tokenize
 from snm_core.text.vocab import SPECIALS, UNK_ID, Vocabulary
@@ -87,14 +88,14 @@ def build_model(root, train, dev, *vocab_args):
     """count -> join -> fit -> apply (the real stages, small and quick); the model dir."""
     (root / "train.txt").write_bytes(train)
     (root / "dev.txt").write_bytes(dev)
-    count_stage.main(["--config", "5gram", "--train", str(root / "train.txt"), *vocab_args,
+    count_cmd.main(["--config", "5gram", "--train", str(root / "train.txt"), *vocab_args,
                       "--out", str(root / "counts"), "--num_buckets", "2"])
-    join_stage.main(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
+    join_cmd.main(["--count", str(root / "counts"), "--heldout", str(root / "dev.txt"),
                      "--out", str(root / "heldout")])
     fit_directory(str(root / "heldout"), str(root / "adjust"),
                   FitOptions(variants=("unlexicalized",), epochs=1, hash_size=1 << 12,
                              batch_size=128), say=lambda *_: None)
-    apply_stage.main(["--counts", str(root / "counts"), "--theta", str(root / "adjust"),
+    apply_cmd.main(["--count", str(root / "counts"), "--fit", str(root / "adjust"),
                       "--out", str(root / "model")])
     return root / "model"
 
@@ -282,11 +283,11 @@ def test_count_and_join_read_odd_text_as_its_sentences(odd_model):
     expected_words = {w for w, c in frequency.items() if c >= 2} - set(SPECIALS)
     assert set(vocab.words[3:]) == expected_words
     assert {CAFE, CAFE_DECOMPOSED, RESUME} <= expected_words and NUL_WORD not in expected_words
-    counted = tables.read_manifest(str(odd_model.parent / "counts"), "count")["totals"]
+    counted = manifests.Count.read(str(odd_model.parent / "counts"))["totals"]
     expected = expected_stats(TRAIN, set(vocab.words[3:]))
     assert {k: counted[k] for k in expected} == expected
     assert expected["marker_tokens"] == 4 and expected["invalid_lines"] == 2
-    joined = tables.read_manifest(str(odd_model.parent / "heldout"), "join")["totals"]
+    joined = manifests.Join.read(str(odd_model.parent / "heldout"))["totals"]
     expected = expected_stats(DEV, set(vocab.words[3:]))
     assert {k: joined[k] for k in expected} == expected
 

@@ -1,10 +1,11 @@
 import pytest
 from countutil import read_counts, write_lines
 
-from pipelines import count as count_stage
-from pipelines import join as join_stage
+from snm.commands import count as count_cmd
+from snm.commands import join as join_cmd
 from snm_core.io import tables
 from snm_core.io.errors import SnmInputError
+from snm_core.stages import manifests
 from snm_core.text import synthetic
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
@@ -20,10 +21,10 @@ def joined(tmp_path_factory):
     write_lines(str(root / "b.txt"), train[150:])
     heldout = synthetic.generate(40, seed=12) + ["", "begin1 zebra unknown words"]
     write_lines(str(root / "dev.txt"), heldout)
-    count_stage.main(["--config", "skip5gram", "--train", f"a={root}/a.txt",
+    count_cmd.main(["--config", "skip5gram", "--train", f"a={root}/a.txt",
                      "--train", f"b={root}/b.txt", "--min_count", "2", "--out",
                      str(root / "counts"), "--num_buckets", "3"])
-    join_stage.main(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
+    join_cmd.main(["--count", str(root / "counts"), "--heldout", str(root / "dev.txt"),
                     "--out", str(root / "heldout")])
     return root, heldout
 
@@ -42,7 +43,7 @@ def test_small_m_equals_a_brute_force_join(joined):
          feature_rows[r["feature"]]["diversity"], feature_rows[r["feature"]]["tag"],
          feature_rows[r["feature"]]["type"])
         for r in links.to_pylist() if r["feature"] in wanted)
-    join_manifest = tables.read_manifest(str(root / "heldout"), "join")
+    join_manifest = manifests.Join.read(str(root / "heldout"))
     small = tables.read_tables(str(root / "heldout"), join_manifest, "small_m", tables.SMALL_M)
     got = [tuple(r.values()) for r in small.to_pylist()]
     assert got == expected  # also checks the (feature, word) order across bucket files
@@ -51,7 +52,7 @@ def test_small_m_equals_a_brute_force_join(joined):
 
 def test_events_carry_every_tagged_feature(joined):
     root, heldout = joined
-    join_manifest = tables.read_manifest(str(root / "heldout"), "join")
+    join_manifest = manifests.Join.read(str(root / "heldout"))
     events = tables.read_tables(str(root / "heldout"), join_manifest, "events", tables.EVENTS)
     vocab = Vocabulary.load(root / "counts" / "vocab.txt")
     extractor = FeatureExtractor(parse_config(join_manifest["config"]), join_manifest["tags"])
@@ -68,8 +69,8 @@ def test_events_carry_every_tagged_feature(joined):
 def test_missing_inputs_are_clear_errors(joined, tmp_path):
     root, _ = joined
     with pytest.raises(SnmInputError, match="matches no file"):
-        join_stage.main(["--counts", str(root / "counts"), "--heldout", str(tmp_path / "x*"),
+        join_cmd.main(["--count", str(root / "counts"), "--heldout", str(tmp_path / "x*"),
                         "--out", str(tmp_path / "o")])
     with pytest.raises(SnmInputError, match="not the output of a finished 'snm count'"):
-        join_stage.main(["--counts", str(tmp_path), "--heldout", str(root / "dev.txt"),
+        join_cmd.main(["--count", str(tmp_path), "--heldout", str(root / "dev.txt"),
                         "--out", str(tmp_path / "o")])

@@ -34,10 +34,11 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
-from pipelines import count as count_stage
 from pipelines import runners
-from pipelines import vocab as vocab_stage
-from snm import launchers, train_cmd
+from snm import launchers
+from snm.commands import count as count_cmd
+from snm.commands import train as train_cmd
+from snm.commands import vocab as vocab_cmd
 from snm_core.text import synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,6 +71,7 @@ def test_local_options():
 
 
 def test_dask_options():
+    pytest.importorskip("apache_beam.runners.dask.dask_runner")  # registers DaskOptions
     options = beam_view(runners.normalize(launchers.dask_options(address="10.0.0.5:8786")))
     assert options.view_as(StandardOptions).runner == runners.DASK_RUNNER
     assert options.get_all_options()["address"] == "10.0.0.5:8786"
@@ -271,9 +273,14 @@ if args[:1] == ["-"]:  # cron_retrain.sh's quality gate
     sys.exit(0)
 if args[:1] == ["-c"]:  # the scripts' import checks
     sys.exit(0)
+word = args[2] if args[:2] == ["-m", "snm"] else os.path.basename(args[0])
+if word == "validate":  # what snm validate finds missing of a run that `train` below wrote
+    missing = [n for n in ("count/manifest.json", "model/manifest.json", "eval.json")
+               if not os.path.isfile(os.path.join(args[3], n))]
+    print(f"{args[3]}: {len(missing)} problem(s): {', '.join(missing)} missing")
+    sys.exit(2 if missing else 0)
 with open(@LOG@, "a") as f:
     f.write(json.dumps(args) + "\\n")
-word = args[2] if args[:2] == ["-m", "snm"] else os.path.basename(args[0])
 if os.environ.get("FAKE_FAIL") == word:
     sys.exit(1)
 out = args[args.index("--out") + 1] if "--out" in args else ""
@@ -287,8 +294,8 @@ def write(name, text):
 
 
 if out and "://" not in out and word == "train":
-    write("counts/vocab.txt", "a\\n")
-    write("counts/manifest.json", json.dumps({"kind": "count", "add_to": "--add_to" in args}))
+    write("count/vocab.txt", "a\\n")
+    write("count/manifest.json", json.dumps({"kind": "count", "add_to": "--add_to" in args}))
     write("model/manifest.json", json.dumps({"kind": "model"}))
     if not os.environ.get("FAKE_INCOMPLETE"):
         ppl = float(os.environ.get("FAKE_PPL", "10"))
@@ -476,9 +483,9 @@ def test_cron_retrain_first_run_is_snm_train(retrain, tmp_path):
 
 
 def assert_added_training(train, run, old):
-    """``train`` is one ``snm train --add_to OLD/counts`` of ``run``'s new shards."""
+    """``train`` is one ``snm train --add_to OLD/count`` of ``run``'s new shards."""
     assert train[:3] == ["-m", "snm", "train"]
-    assert option(train, "add_to") == f"{old}/counts"
+    assert option(train, "add_to") == f"{old}/count"
     assert option(train, "out") == run
     assert option_values(train, "train") in ([f"{run}/shards/*"], [f"web={run}/shards/*"])
     # The vocabulary and buckets are OLD's: --add_to excludes --vocab and --min_count.
@@ -532,7 +539,8 @@ def test_cron_retrain_switches_current_only_after_a_complete_better_model(retrai
     assert not os.path.lexists(root / "previous")
     assert counted(root) == shards
     if "FAKE_INCOMPLETE" in failure:
-        assert "eval.json missing after snm train; current model unchanged" in stderr
+        assert "eval.json missing" in stderr and "is not whole after snm train; current model " \
+            "unchanged" in stderr
     if "MAX_PPL_RATIO" in failure:
         assert "test perplexity: current 10.000, new 10.500" in stderr
     read_log()
@@ -572,7 +580,7 @@ def train_argv(corpus, out):
             "--num_buckets", "4", "--metafeatures", "unlexicalized", "--epochs", "2"]
 
 
-def assert_same_run(a, b, stages=("vocab", "counts", "heldout", "adjust", "model")):
+def assert_same_run(a, b, stages=("vocab", "count", "join", "fit", "model")):
     """Every output of two ``snm train`` runs is byte-identical, paths and timings aside."""
     for stage in stages:
         names = sorted(os.path.relpath(os.path.join(d, n), a / stage)
@@ -665,7 +673,7 @@ def test_portable_runner_with_a_worker_pool_matches_the_default_runner(
 def test_portable_runner_with_relative_paths(corpus, worker_pool, tmp_path, monkeypatch):
     monkeypatch.chdir(corpus["root"])
     out = os.path.relpath(tmp_path / "vocab", corpus["root"])
-    vocab_stage.main(["--train", os.path.basename(corpus["train"]), "--out", out]
+    vocab_cmd.main(["--train", os.path.basename(corpus["train"]), "--out", out]
                     + launchers.portable_options(job_endpoint="embed",
                                                  worker_pool=worker_pool["address"]))
 
@@ -724,11 +732,11 @@ def test_cron_retrain_adds_new_shards_and_switches_current(corpus, tmp_path):
     with open(root / "counted.txt", encoding="utf-8") as f:
         assert sorted(f.read().splitlines()) == shards
     # The added counts equal counting all three shards at once with the same vocabulary.
-    count_stage.main(["--config", "5gram", "--vocab", os.path.join(first, "counts", "vocab.txt"),
+    count_cmd.main(["--config", "5gram", "--vocab", os.path.join(first, "count", "vocab.txt"),
                      "--num_buckets", "4", "--out", str(tmp_path / "all")]
                     + sum((["--train", s] for s in shards), []))
     names = [n for n in os.listdir(tmp_path / "all") if n.endswith((".parquet", ".txt"))]
-    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "all", os.path.join(second, "counts"),
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "all", os.path.join(second, "count"),
                                            names, shallow=False)
     assert not mismatch and not errors
     for run in (first, second):
@@ -812,7 +820,7 @@ def test_airflow_dag_tasks_run_snm_train(fake_tools, tmp_path, monkeypatch):
 
     shards.append(add_shard(incoming, "shard-2.txt"))
     branch, second, old = plan()
-    assert (branch, old) == ("train_added", run)
+    assert (branch, old) == ("train_added", f"{run}/count")
     train = task(module.train_added_command(run=second, old=old))
     assert_added_training(train, second, run)
     assert (option(train, "heldout"), option(train, "test")) == ("/data/dev.txt",
@@ -829,7 +837,8 @@ def test_airflow_dag_tagged_commands(tmp_path, monkeypatch):
     train_all = shlex.split(module.train_all_command(run="/r/x").splitlines()[-1])
     assert option_values(train_all, "train") == ["web=/r/x/shards/*"] and "--tagged" in train_all
     assert option(train_all, "vocab") == "/data/vocab.txt"
-    added = shlex.split(module.train_added_command(run="/r/x", old="/r/w").splitlines()[-1])
+    added = shlex.split(module.train_added_command(run="/r/x", old="/r/w/count")
+                        .splitlines()[-1])
     assert added[0] == module.PYTHON
     assert_added_training(added[1:], "/r/x", "/r/w")
     assert option_values(added, "train") == ["web=/r/x/shards/*"] and "--tagged" in added

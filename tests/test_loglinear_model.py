@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from snm import cli
-from snm.train_cmd import main as train_main
+from snm.commands.train import main as train_main
 from snm_core.io.errors import SnmInputError
 from snm_core.loglinear import directory as loglinear_directory
 from snm_core.text import synthetic
@@ -60,7 +60,7 @@ def test_model_holds_the_ngrams_of_the_text_with_their_own_counts(run):
         context.append((int(model.tree.word[j]),) + context[model.tree.parent[j]])
     got = {(context[int(j)], int(w)) for j, w in zip(model.pair_node, model.word)}
     assert got == pairs
-    m, own_counts, _ = loglinear_directory.from_counts(str(run["out"] / "counts"))
+    m, own_counts, _ = loglinear_directory.from_counts(str(run["out"] / "count"))
     got_own = {(context[int(j)], int(w)): c for j, w, c in zip(m.pair_node, m.word, own_counts)
                if c}
     assert got_own == dict(own)

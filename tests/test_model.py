@@ -7,15 +7,15 @@ import pytest
 from countutil import write_lines
 from modelutil import speedups
 
-from pipelines import apply as apply_stage
-from pipelines import count as count_stage
-from pipelines import join as join_stage
 from snm.cli import main
+from snm.commands import apply as apply_cmd
+from snm.commands import count as count_cmd
+from snm.commands import join as join_cmd
 from snm_core.fit.selection import FitOptions, fit_directory
-from snm_core.io import tables
 from snm_core.model.compact import load_model, read_model_tables
 from snm_core.model.layouts.hashed import KeyIndex
 from snm_core.model.scoring import SCORE_BATCH_LINES
+from snm_core.stages import manifests
 from snm_core.text import synthetic
 from snm_core.text.config import parse_config
 from snm_core.text.vocab import Vocabulary
@@ -38,14 +38,14 @@ def build_model(root, config, tagged, variant="unlexicalized"):
         config = str(root / "config.cfg")
     specs = ["--train", f"a={root}/a.txt", "--train", f"b={root}/b.txt"] if tagged else \
         ["--train", f"{root}/[ab].txt"]
-    count_stage.main(["--config", config, *specs, "--min_count", "2", "--out",
+    count_cmd.main(["--config", config, *specs, "--min_count", "2", "--out",
                      str(root / "counts"), "--num_buckets", "3"])
-    join_stage.main(["--counts", str(root / "counts"), "--heldout", str(root / "dev.txt"),
+    join_cmd.main(["--count", str(root / "counts"), "--heldout", str(root / "dev.txt"),
                     "--out", str(root / "heldout")])
     fit_directory(str(root / "heldout"), str(root / "adjust"),
                   FitOptions(variants=(variant,), epochs=2, hash_size=1 << 16, batch_size=128),
                   say=lambda *_: None)
-    apply_stage.main(["--counts", str(root / "counts"), "--theta", str(root / "adjust"),
+    apply_cmd.main(["--count", str(root / "counts"), "--fit", str(root / "adjust"),
                      "--out", str(root / "model")])
     return root / "model", test
 
@@ -134,7 +134,7 @@ def test_perplexity_equals_brute_force(which, request):
 def test_model_matches_the_trainer_on_heldout(ngram_model):
     """M from apply equals M in the trainer: the model's dev perplexity is the fit's."""
     model_dir, _ = ngram_model
-    fit = tables.read_manifest(str(model_dir.parent / "adjust"), "fit")
+    fit = manifests.Fit.read(str(model_dir.parent / "adjust"))
     dev = (model_dir.parent / "dev.txt").read_text().splitlines()
     report = load_model(str(model_dir)).evaluate_lines(dev)
     assert report["adjusted"]["perplexity"] == pytest.approx(fit["heldout_perplexity"], rel=1e-5)

@@ -10,6 +10,7 @@ from snm_core.io import tables
 from snm_core.model import prune
 from snm_core.model.arpa import backoff_form
 from snm_core.model.compact import load_model, read_model_tables
+from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 from snm_core.text.vocab import BOS_ID
 
@@ -22,7 +23,7 @@ def models(tmp_path_factory):
 
 
 def links_of(model_dir):
-    return tables.read_manifest(str(model_dir), "model")["totals"]["links"]
+    return manifests.Model.read(str(model_dir))["totals"]["links"]
 
 
 @pytest.mark.parametrize("which", ["pooled", "tagged"])
@@ -186,9 +187,10 @@ def test_link_masses_are_the_training_and_adjusted_masses(skipgram_model):
     touched = np.unique(features["feature"].to_numpy()[::3])
     masses = prune.link_masses(features, matrix, events, touched, heldout_weight=5.0)
     links = matrix.to_pylist()
+    touched_set = set(touched.tolist())
     link = 0
     for f in features.to_pylist():
-        weight = (5.0 if f["feature"] in set(touched.tolist()) else 1.0) / events
+        weight = (5.0 if f["feature"] in touched_set else 1.0) / events
         for _ in range(f["diversity"]):
             c_wf = links[link]["count"] / f["count"]
             assert masses["count"][link] == pytest.approx(weight * f["count"] * c_wf)
@@ -274,12 +276,12 @@ def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, mo
                      "--target_links", str(target), *extra]) == 0
         features = read_model_tables(str(out))[0]
         touched = np.isin(features["feature"].to_numpy(),
-                          tables.read_tables(str(heldout), tables.read_manifest(
-                              str(heldout), "join"), "small_m", tables.SMALL_M)["feature"]
+                          tables.read_tables(str(heldout), manifests.Join.read(
+                              str(heldout)), "small_m", tables.SMALL_M)["feature"]
                           .to_numpy())
         kept_share[name] = features["diversity"].to_numpy()[touched].sum() / links_of(out)
     assert kept_share["heldout"] > kept_share["plain"]
-    manifest = tables.read_manifest(str(tmp_path / "heldout"), "model")
+    manifest = manifests.Model.read(str(tmp_path / "heldout"))
     assert manifest["pruning"]["heldout"] == str(heldout)
     assert manifest["pruning"]["heldout_weight"] == 8.0
     assert "weighed 8 times more" in (tmp_path / "heldout" / "model_card.md").read_text()
@@ -301,7 +303,7 @@ def test_train_prunes_a_skipgram_model_weighing_its_heldout_features(tmp_path, c
     argv[argv.index("5gram")] = "skip5gram"
     assert main(["train", *argv, "--prune_to", "5000"]) == 0
     assert "=== 7/7 eval" in capsys.readouterr().out
-    manifest = tables.read_manifest(str(tmp_path / "run" / "pruned"), "model")
+    manifest = manifests.Model.read(str(tmp_path / "run" / "pruned"))
     assert abs(manifest["totals"]["links"] - 5000) <= 50
     assert manifest["pruning"]["criterion"].startswith("mass")
-    assert manifest["pruning"]["heldout"] == str(tmp_path / "run" / "heldout")
+    assert manifest["pruning"]["heldout"] == str(tmp_path / "run" / "join")

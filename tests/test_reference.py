@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from pipelines import count as count_stage
-from pipelines import join as join_stage
+from snm.commands import count as count_cmd
+from snm.commands import join as join_cmd
 from snm_core.fit.metafeatures import MetaFeatureSpec
 from snm_core.fit.problem import load_join
 from snm_core.fit.trainer import perplexity
@@ -17,12 +17,12 @@ from snm_core.fit.trainer import perplexity
 @pytest.fixture(scope="module")
 def kernel_join(corpora, tmp_path_factory):
     root = tmp_path_factory.mktemp("kernel")
-    count_stage.main(["--config", "5gram",
+    count_cmd.main(["--config", "5gram",
                      "--train", os.path.join(corpora, "kernel", "train.txt.gz"),
                      "--vocab", os.path.join(corpora, "kernel", "vocab.txt"),
                      "--out", str(root / "counts"), "--direct_running_mode=multi_threading",
                      "--direct_num_workers=2"])
-    join_stage.main(["--counts", str(root / "counts"), "--heldout",
+    join_cmd.main(["--count", str(root / "counts"), "--heldout",
                     os.path.join(corpora, "kernel", "dev.txt"), "--out", str(root / "heldout")])
     return str(root / "heldout")
 

@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from snm.train_cmd import main as train_main
+from snm.commands.train import main as train_main
 from snm_core.io import storage, tables, textfile
 from snm_core.io.errors import SnmInputError
+from snm_core.stages import manifests
 from snm_core.text import synthetic
 
 BUCKET = "snm-test"
@@ -102,11 +103,11 @@ def test_manifest_checks_listed_files_on_s3(s3):
     storage.write_json({"kind": "fit", "format_version": tables.FORMAT_VERSION,
                         "files": ["theta.npy"]}, f"{directory}/manifest.json")
     with pytest.raises(SnmInputError, match="theta.npy is listed"):
-        tables.read_manifest(directory, "fit")
+        manifests.Fit.read(directory)
     with pytest.raises(SnmInputError, match="expected 'snm count'"):
-        tables.read_manifest(directory, "count")
+        manifests.Count.read(directory)
     with pytest.raises(SnmInputError, match="no manifest.json"):
-        tables.read_manifest(f"{s3}/nothing-here", "fit")
+        manifests.Fit.read(f"{s3}/nothing-here")
 
 
 @pytest.mark.parametrize("name, compress", [
@@ -193,7 +194,8 @@ def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypat
         json.loads(local["eval.json"])["adjusted"]["perplexity"], rel=1e-12)
 
     # eval and score read the remote model (its arrays cached locally).
-    from snm.eval_cmd import evaluate, score_main
+    from snm.commands.score import main as score_main
+    from snm.evaluation import evaluate
     assert evaluate(f"{remote_out}/model", remote[test]) == json.loads(bucket["eval.json"])
     assert os.listdir(tmp_path / "cache")  # the scoring arrays, copied on first load
     assert score_main(["--model", f"{remote_out}/model", remote[test],

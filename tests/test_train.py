@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from snm.train_cmd import main
+from snm.commands.train import main
 from snm_core.text import synthetic
 
 
@@ -104,7 +104,7 @@ def test_add_to_trains_on_the_sum_of_old_and_new_counts(tmp_path, capsys):
                "--vocab", str(vocab)) == 0
     assert run(tmp_path / "old", "--train", str(first), "--vocab", str(vocab)) == 0
     assert run(tmp_path / "new", "--train", str(second),
-               "--add_to", str(tmp_path / "old" / "counts")) == 0
+               "--add_to", str(tmp_path / "old" / "count")) == 0
     out = capsys.readouterr().out
     assert out.count("vocab   given") == 3
     whole, added = tmp_path / "all" / "model", tmp_path / "new" / "model"
@@ -117,7 +117,7 @@ def test_add_to_trains_on_the_sum_of_old_and_new_counts(tmp_path, capsys):
 
     # Re-run: everything current; new old counts would redo the count.
     assert run(tmp_path / "new", "--train", str(second),
-               "--add_to", str(tmp_path / "old" / "counts")) == 0
+               "--add_to", str(tmp_path / "old" / "count")) == 0
     assert capsys.readouterr().out.count("up to date, skipped") == 5
 
 

@@ -143,7 +143,7 @@ def test_trie_layouts_are_deterministic_and_stated(models, layout, tmp_path):
     for path in (dirs[layout] / "compact").glob("*.npy"):
         assert (again / "compact" / path.name).read_bytes() == path.read_bytes(), path.name
     counts, fit = (str(dirs["hashed"].parent / name) for name in ("counts", "adjust"))
-    assert main(["apply", "--counts", counts, "--theta", fit, "--out",
+    assert main(["apply", "--count", counts, "--fit", fit, "--out",
                  str(tmp_path / "applied"), "--layout", layout]) == 0
     compact = json.loads((tmp_path / "applied" / "compact" / "manifest.json").read_text())
     assert compact["layout"].startswith(layout)

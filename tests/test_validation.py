@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from snm import cli
-from snm.train_cmd import main as train
+from snm.commands.train import main as train
 from snm_core.io import tables
 from snm_core.io.errors import SnmInputError
-from snm_core.stages import validation
+from snm_core.stages import manifests, validation
 from snm_core.text import synthetic
 
 HASH_SIZE = 1024
@@ -29,7 +29,7 @@ BUCKETS = 2
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """``{"corpus": (train, dev, test), "counts": DIR, "heldout": DIR, "adjust": DIR,
+    """``{"corpus": (train, dev, test), "count": DIR, "join": DIR, "fit": DIR,
     "model": DIR}`` of one small run."""
     root = tmp_path_factory.mktemp("validation")
     corpus = synthetic.write_corpus(str(root / "corpus"), num_train=300, num_dev=60,
@@ -40,7 +40,7 @@ def run(tmp_path_factory):
                   "--epochs", "1", "--hash_size", str(HASH_SIZE),
                   "--num_buckets", str(BUCKETS)]) == 0
     return {"corpus": corpus, **{name: str(out / name)
-                                 for name in ("counts", "heldout", "adjust", "model")}}
+                                 for name in ("count", "join", "fit", "model")}}
 
 
 # --- damage -------------------------------------------------------------------------------
@@ -96,18 +96,18 @@ def fewer_rows(path):
 # --- the commands that read each directory ----------------------------------------------
 
 def join(run, dirs, out):
-    return ["join", "--counts", dirs.get("counts", run["counts"]),
+    return ["join", "--count", dirs.get("count", run["count"]),
             "--heldout", run["corpus"][1], "--out", out]
 
 
 def fit(run, dirs, out):
-    return ["fit", "--small_m", dirs.get("heldout", run["heldout"]), "--out", out,
+    return ["fit", "--join", dirs.get("join", run["join"]), "--out", out,
             "--metafeatures", "unlexicalized", "--epochs", "1", "--hash_size", str(HASH_SIZE)]
 
 
 def apply(run, dirs, out):
-    return ["apply", "--counts", dirs.get("counts", run["counts"]),
-            "--theta", dirs.get("adjust", run["adjust"]), "--out", out]
+    return ["apply", "--count", dirs.get("count", run["count"]),
+            "--fit", dirs.get("fit", run["fit"]), "--out", out]
 
 
 def evaluate(run, dirs, out):
@@ -121,41 +121,41 @@ def export_arpa(run, dirs, out):
 
 def add_to(run, dirs, out):
     return ["count", "--config", "5gram", "--train", run["corpus"][0],
-            "--add_to", dirs.get("counts", run["counts"]), "--out", out]
+            "--add_to", dirs.get("count", run["count"]), "--out", out]
 
 
 #: (directory damaged, file in it, damage, command, what the message says)
 CASES = {
-    "count links truncated": ("counts", "links-00001-of-00002.parquet", truncate, join,
+    "count links truncated": ("count", "links-00001-of-00002.parquet", truncate, join,
                               "not a readable Parquet file"),
-    "count features garbage": ("counts", "features-00000-of-00002.parquet", garbage, apply,
+    "count features garbage": ("count", "features-00000-of-00002.parquet", garbage, apply,
                                "not a readable Parquet file"),
-    "count links data page damaged": ("counts", "links-00000-of-00002.parquet",
+    "count links data page damaged": ("count", "links-00000-of-00002.parquet",
                                       damage_first_page, join, "cannot read as Parquet"),
-    "count vocab edited": ("counts", "vocab.txt", edit_vocabulary, join,
+    "count vocab edited": ("count", "vocab.txt", edit_vocabulary, join,
                            "does not match its manifest"),
-    "count vocab edited, add_to": ("counts", "vocab.txt", edit_vocabulary, add_to,
+    "count vocab edited, add_to": ("count", "vocab.txt", edit_vocabulary, add_to,
                                    "does not match its manifest"),
-    "count links truncated, add_to": ("counts", "links-00000-of-00002.parquet", truncate,
+    "count links truncated, add_to": ("count", "links-00000-of-00002.parquet", truncate,
                                       add_to, "not a readable Parquet file"),
-    "count features missing": ("counts", "features-00001-of-00002.parquet", remove, apply,
+    "count features missing": ("count", "features-00001-of-00002.parquet", remove, apply,
                                "is listed in manifest.json but missing"),
-    "count from the future": ("counts", "manifest.json", future_version, join,
+    "count from the future": ("count", "manifest.json", future_version, join,
                               "upgrade snm"),
-    "join small_m garbage": ("heldout", "small_m-00000-of-00002.parquet", garbage, fit,
+    "join small_m garbage": ("join", "small_m-00000-of-00002.parquet", garbage, fit,
                              "not a readable Parquet file"),
-    "join events truncated": ("heldout", "events-0000-000000001.parquet", truncate, fit,
+    "join events truncated": ("join", "events-0000-000000001.parquet", truncate, fit,
                               "not a readable Parquet file"),
-    "join small_m data page damaged": ("heldout", "small_m-00001-of-00002.parquet",
+    "join small_m data page damaged": ("join", "small_m-00001-of-00002.parquet",
                                        damage_first_page, fit, "cannot read as Parquet"),
-    "join small_m of another schema": ("heldout", "small_m-00000-of-00002.parquet",
+    "join small_m of another schema": ("join", "small_m-00000-of-00002.parquet",
                                        other_schema, fit, "column 'feature_count' is missing"),
-    "join from the future": ("heldout", "manifest.json", future_version, fit, "upgrade snm"),
-    "fit theta truncated": ("adjust", "theta.npy", truncate, apply, "truncated or damaged"),
-    "fit theta float64": ("adjust", "theta.npy", float64_theta, apply,
+    "join from the future": ("join", "manifest.json", future_version, fit, "upgrade snm"),
+    "fit theta truncated": ("fit", "theta.npy", truncate, apply, "truncated or damaged"),
+    "fit theta float64": ("fit", "theta.npy", float64_theta, apply,
                           "float64 of shape (1024,), expected float32"),
-    "fit theta garbage": ("adjust", "theta.npy", garbage, apply, "not a readable .npy array"),
-    "fit theta missing": ("adjust", "theta.npy", remove, apply, "is listed"),
+    "fit theta garbage": ("fit", "theta.npy", garbage, apply, "not a readable .npy array"),
+    "fit theta missing": ("fit", "theta.npy", remove, apply, "is listed"),
     "model vocab edited, eval": ("model", "vocab.txt", edit_vocabulary, evaluate,
                                  "does not match its manifest"),
     "model vocab edited, export": ("model", "vocab.txt", edit_vocabulary, export_arpa,
@@ -205,22 +205,22 @@ def test_a_damaged_input_is_one_line_naming_the_file(run, tmp_path, capsys, case
 
 
 def test_rows_that_do_not_add_up_name_the_files(run, tmp_path, capsys):
-    directory = damaged_copy(run, tmp_path, "counts", "links-00001-of-00002.parquet",
+    directory = damaged_copy(run, tmp_path, "count", "links-00001-of-00002.parquet",
                              fewer_rows)
     out = str(tmp_path / "out")
-    line = refused(join(run, {"counts": directory}, out), capsys, out)
+    line = refused(join(run, {"count": directory}, out), capsys, out)
     assert f"{directory}: its links-*.parquet files hold" in line
     assert "re-run it" in line
 
 
 @pytest.mark.parametrize("command, option, given, found", [
-    (join, "counts", "model", "a model directory (the output of 'snm apply'), expected "
+    (join, "count", "model", "a model directory (the output of 'snm apply'), expected "
                               "'snm count' output"),
-    (fit, "heldout", "counts", "a count directory (the output of 'snm count'), expected "
+    (fit, "join", "count", "a count directory (the output of 'snm count'), expected "
                                "'snm join' output"),
-    (apply, "adjust", "heldout", "a join directory (the output of 'snm join'), expected "
+    (apply, "fit", "join", "a join directory (the output of 'snm join'), expected "
                                  "'snm fit' output"),
-    (evaluate, "model", "adjust", "a fit directory (the output of 'snm fit'), expected "
+    (evaluate, "model", "fit", "a fit directory (the output of 'snm fit'), expected "
                                   "'snm apply' output (a model directory)"),
 ])
 def test_another_stage_s_directory_is_named_as_such(run, tmp_path, capsys, command, option,
@@ -240,19 +240,19 @@ def test_a_model_without_compact_checks_its_tables_before_building_it(run, tmp_p
 
 
 def test_undamaged_directories_pass_and_return_their_vocabulary(run):
-    for kind, directory in (("count", run["counts"]), ("join", run["heldout"]),
-                            ("fit", run["adjust"]), ("model", run["model"])):
+    for kind, directory in (("count", run["count"]), ("join", run["join"]),
+                            ("fit", run["fit"]), ("model", run["model"])):
         checked = validation.validate_directory(directory, kind)
         assert checked.manifest["kind"] == kind
         assert (checked.vocabulary is not None) == (kind in ("count", "model"))
-    vocab = os.path.join(os.path.dirname(run["counts"]), "vocab")
+    vocab = os.path.join(os.path.dirname(run["count"]), "vocab")
     assert len(validation.validate_directory(vocab, "vocab").vocabulary) > 3
     with pytest.raises(SnmInputError, match="expected 'snm count' output"):
         validation.validate_directory(run["model"], "count")
 
 
 @pytest.mark.parametrize("kind, name, damage, command", [
-    ("counts", "links-00000-of-00002.parquet", damage_first_page, join),  # in a Beam worker
+    ("count", "links-00000-of-00002.parquet", damage_first_page, join),  # in a Beam worker
     ("model", "compact/link_c.npy", truncate, evaluate),
 ])
 def test_the_command_prints_one_line_and_exits_2(run, tmp_path, kind, name, damage, command):
@@ -265,3 +265,64 @@ def test_the_command_prints_one_line_and_exits_2(run, tmp_path, kind, name, dama
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and os.path.join(directory, name) in lines[0], proc.stderr
     assert not os.path.exists(os.path.join(out, tables.MANIFEST))
+
+
+# --- snm validate, and the stage directories' one name ------------------------------------
+
+def test_validate_checks_every_stage_of_a_run_and_names_what_is_wrong(run, tmp_path, capsys):
+    run_dir = os.path.dirname(run["model"])
+    assert cli.main(["validate", run_dir]) == 0
+    out = capsys.readouterr().out
+    for stage in ("vocab", "count", "join", "fit", "apply", "eval"):
+        assert f"  {stage}: " in out, out
+    assert "count: ok, a count directory (snm count)" in out
+    copy = str(tmp_path / "run")
+    shutil.copytree(run_dir, copy)
+    truncate(os.path.join(copy, "join", "small_m-00001-of-00002.parquet"))
+    os.remove(os.path.join(copy, "eval.json"))
+    assert cli.main(["validate", copy]) == 2
+    out = capsys.readouterr().out
+    assert f"{copy}: snm train run, 2 problem(s)" in out
+    assert os.path.join(copy, "join", "small_m-00001-of-00002.parquet") in out
+    assert f"eval: {os.path.join(copy, 'eval.json')} is missing" in out
+
+
+def test_validate_takes_any_stage_directory(run, tmp_path, capsys):
+    assert cli.main(["validate", run["count"], run["fit"], run["model"]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{run['count']}: ok, a count directory")
+    assert lines[2].startswith(f"{run['model']}: ok, a model directory")
+    damaged = damaged_copy(run, tmp_path, "model", "compact/link_c.npy", truncate)
+    assert cli.main(["validate", damaged, str(tmp_path / "nothing")]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2
+    assert os.path.join(damaged, "compact", "link_c.npy") in errors[0]
+    assert "no manifest.json" in errors[1]
+
+
+def test_a_manifest_reads_back_as_its_class(run):
+    count = manifests.Count.read(run["count"])
+    assert count.num_buckets == BUCKETS and count.tags == [""]
+    assert count.totals["links"] == sum(
+        pq.read_metadata(os.path.join(run["count"], n)).num_rows
+        for n in count.files if n.startswith("links-"))
+    model = manifests.Model.read(run["model"])
+    assert model.fit == manifests.Fit.read(run["fit"]).summary()
+    assert model.suffix_closed and model.pruning is None
+    # keys a class does not declare are kept, and written back unchanged
+    data = {**count.to_dict(), "written_by_a_later_release": [1, 2]}
+    again = manifests.Count.from_dict(data)
+    assert again.extra == {"written_by_a_later_release": [1, 2]}
+    assert again.to_dict() == data
+
+
+def test_the_flags_before_one_name_per_stage_still_work(run, tmp_path, capsys, caplog):
+    out = str(tmp_path / "join")
+    assert cli.main(["join", "--counts", run["count"], "--heldout", run["corpus"][1],
+                     "--out", out]) == 0
+    assert "--counts: this flag is now --count" in caplog.text
+    assert manifests.Join.read(out).counts == run["count"]
+    with pytest.raises(SystemExit):
+        cli.main(["join", "--counts", run["count"], "--count", run["count"],
+                  "--heldout", run["corpus"][1], "--out", out])
+    assert "give --count only" in capsys.readouterr().err

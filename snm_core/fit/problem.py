@@ -54,6 +54,7 @@ import pyarrow as pa
 from snm_core.fit import kernels
 from snm_core.io.arrays import sorted_distinct
 from snm_core.io.errors import SnmInputError
+from snm_core.stages import manifests
 from snm_core.text import hashing
 from snm_core.text.features import FeatureExtractor
 
@@ -121,9 +122,9 @@ def load_join(directory, spec, threads=None):
     Small M is read one bucket file at a time, so only the compiled arrays
     stay in memory.
     """
-    from snm_core.io import storage, tables
+    from snm_core.io import storage
 
-    manifest = tables.read_manifest(directory, "join")
+    manifest = manifests.Join.read(directory)
     names = sorted(manifest["files"])
     event_tables = [storage.read_parquet(storage.join(directory, n))
                     for n in names if n.startswith("events-")]

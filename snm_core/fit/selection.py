@@ -39,7 +39,7 @@ from snm_core.fit import metafeatures as mf
 from snm_core.fit.problem import VALIDATION_SHARE, load_join
 from snm_core.io import memory, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.stages import validation
+from snm_core.stages import manifests, validation
 
 AUTO = "auto"
 #: Epochs without improvement of validation perplexity before a candidate stops.
@@ -87,10 +87,12 @@ class FitOptions:
         unknown = [v for v in self.variants if v not in mf.VARIANTS]
         if unknown or not self.variants:
             raise SnmInputError(f"unknown meta-feature variant(s) {', '.join(unknown) or '(none)'}"
-                                f"; choose from {', '.join(mf.VARIANTS)}")
+                                f"; choose from {', '.join(mf.VARIANTS)}, comma-separated")
         if self.selection not in SELECTIONS:
             raise SnmInputError(f"selection must be one of {', '.join(SELECTIONS)}, "
                                 f"got {self.selection!r}")
+        if self.epochs != AUTO and not (isinstance(self.epochs, int) and self.epochs >= 0):
+            raise SnmInputError(f"epochs must be a number >= 0 or 'auto', got {self.epochs!r}")
         if not 0 < self.validation_fraction < 1:
             raise SnmInputError("validation_fraction must be between 0 and 1 (exclusive), got "
                                 f"{self.validation_fraction}")
@@ -101,6 +103,7 @@ class FitOptions:
                                 f"{kernels.MAX_THREADS}, got {self.threads}")
         if self.race_margin < 0:
             raise SnmInputError(f"race_margin must be >= 0, got {self.race_margin}")
+        self.settings(0)  # batch_size, gamma, delta0, renormalize: checked there
 
     @property
     def choosing(self):
@@ -284,26 +287,20 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     storage.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in log_entries),
                        storage.join(out_dir, "train_log.jsonl"))
     final = history[-1]
-    manifest = {
-        "kind": "fit", "format_version": tables.FORMAT_VERSION,
-        "files": ["theta.npy", "train_log.jsonl"],
-        "join": storage.absolute(join_dir),
-        "metafeatures": spec.to_dict(),
-        "training": dataclasses.asdict(options.settings(epochs)),
-        "choice": choice,
-        "small_m": {"rows": problem.num_rows, "classes": problem.num_classes,
-                    "links": problem.num_links},
-        "heldout_events": problem.num_events,
-        "heldout_events_unseen_target": problem.num_unseen_targets,
-        "weights_in_use": problem.weights_in_use(),
-        "nonzero_weights": final["nonzero_params"],
-        "heldout_perplexity_unadjusted": history[0]["train_perplexity"],
-        "heldout_perplexity": final["train_perplexity"],
-        "seconds": {"total": round(time.perf_counter() - started, 3),
-                    "selection": round(select_seconds, 3), "final": round(final_seconds, 3)},
-        "vocabulary_fingerprint": join_manifest["vocabulary_fingerprint"],
-    }
-    storage.write_json(manifest, storage.join(out_dir, tables.MANIFEST))
+    manifest = manifests.Fit(
+        files=["theta.npy", "train_log.jsonl"], join=storage.absolute(join_dir),
+        metafeatures=spec.to_dict(), training=dataclasses.asdict(options.settings(epochs)),
+        choice=choice,
+        small_m={"rows": problem.num_rows, "classes": problem.num_classes,
+                 "links": problem.num_links},
+        heldout_events=problem.num_events,
+        heldout_events_unseen_target=problem.num_unseen_targets,
+        weights_in_use=problem.weights_in_use(), nonzero_weights=final["nonzero_params"],
+        heldout_perplexity_unadjusted=history[0]["train_perplexity"],
+        heldout_perplexity=final["train_perplexity"],
+        seconds={"total": round(time.perf_counter() - started, 3),
+                 "selection": round(select_seconds, 3), "final": round(final_seconds, 3)},
+        vocabulary_fingerprint=join_manifest.vocabulary_fingerprint).write(out_dir)
     if problem.num_unseen_targets:
         say(f"note: {problem.num_unseen_targets:,} held-out events predict a word no training "
             "feature saw (probability 0 whatever theta); they were left out")

@@ -34,8 +34,12 @@ class TrainSettings:
     def __post_init__(self):
         if self.renormalize not in ("batch", "epoch"):
             raise SnmInputError(f"renormalize must be 'batch' or 'epoch', got {self.renormalize!r}")
-        if self.epochs < 0 or self.batch_size < 1 or self.gamma <= 0 or self.delta0 <= 0:
-            raise SnmInputError("need epochs >= 0, batch_size >= 1, gamma > 0 and delta0 > 0")
+        for name, value, low in (("epochs", self.epochs, 0), ("batch_size", self.batch_size, 1)):
+            if value < low:
+                raise SnmInputError(f"{name} must be at least {low}, got {value}")
+        for name, value in (("gamma", self.gamma), ("delta0", self.delta0)):
+            if not value > 0:
+                raise SnmInputError(f"{name} must be positive, got {value}")
 
 
 def perplexity(loglik, n):

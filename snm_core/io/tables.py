@@ -30,7 +30,6 @@ Bucket b holds the features whose key lies in the b-th of N equal key ranges
 bucket order form one table sorted by feature.
 """
 
-import json
 
 import pyarrow as pa
 
@@ -67,71 +66,18 @@ def bucket_file(prefix, bucket, num_buckets):
     return f"{prefix}-{bucket:05d}-of-{num_buckets:05d}.parquet"
 
 
-#: What each manifest kind is, and the command that writes it (for error messages).
-KINDS = {"vocab": ("a vocabulary directory", "snm vocab"),
-         "count": ("a count directory", "snm count"),
-         "join": ("a join directory", "snm join"),
-         "fit": ("a fit directory", "snm fit"),
-         "model": ("a model directory", "snm apply"),
-         "loglinear": ("a log-linear model directory", "snm train --family loglinear"),
-         "compact": ("a model's compact/ directory", "snm apply")}
-
-
-def writer(kind):
-    """The command that writes a ``kind`` directory: ``"snm apply"`` for ``"model"``."""
-    return KINDS.get(kind, (None, f"snm {kind}"))[1]
-
-
-def check_manifest(manifest, path, kind):
-    """Raise :class:`SnmInputError` unless ``manifest`` (from ``path``) is a current ``kind``'s."""
-    name, command = KINDS.get(kind, (f"a {kind} directory", writer(kind)))
-    found = manifest.get("kind") if isinstance(manifest, dict) else None
-    if found != kind:
-        if found in KINDS:
-            what = f"{KINDS[found][0]} (the output of '{KINDS[found][1]}')"
-        else:
-            what = "not an snm stage's manifest" if found is None else \
-                f"of unknown kind {found!r}"
-        raise SnmInputError(f"{path}: this is {what}, expected '{command}' output "
-                            f"({name}); check the path")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        if isinstance(version, int) and version > FORMAT_VERSION:
-            raise SnmInputError(f"{path}: format version {version} is newer than this release "
-                                f"reads ({FORMAT_VERSION}); upgrade snm, or re-run "
-                                f"'{command}' with this release")
-        raise SnmInputError(f"{path}: format version {version}, this release reads version "
-                            f"{FORMAT_VERSION}; re-run '{command}'")
-
-
-def read_manifest(directory, kind):
-    """Load and check ``directory/manifest.json`` of a stage of the given kind
-    (local or remote, :mod:`snm_core.io.storage`); every file it lists must exist.
-
-    Raises
-    ------
-    SnmInputError
-        If the directory is not a finished stage output of that kind.
-    """
-    path = storage.join(directory, MANIFEST)
-    try:
-        data = storage.read_bytes(path)
-    except FileNotFoundError:
-        raise SnmInputError(f"{directory}: no {MANIFEST}; not the output of a finished "
-                            f"'{writer(kind)}' run (re-run that stage)") from None
-    except OSError as e:
-        raise SnmInputError(f"{path}: cannot read ({e})") from None
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SnmInputError(f"{path}: not valid JSON ({e})") from None
-    check_manifest(manifest, path, kind)
-    present = set(storage.listdir(directory))
-    for name in manifest.get("files", []):
-        if name not in present and not storage.isfile(storage.join(directory, name)):
-            raise SnmInputError(f"{storage.join(directory, name)} is listed in {MANIFEST} but "
-                                f"missing; re-run '{writer(kind)}'")
-    return manifest
+def check_columns(path, found, schema, columns=None, remedy=""):
+    """Raise :class:`SnmInputError` unless the Arrow schema ``found`` (of the file ``path``)
+    has ``schema``'s columns (or the named ``columns`` of it) with their types;
+    ``remedy``, if given, ends the message ("; re-run 'snm count'")."""
+    for name in columns or schema.names:
+        want = schema.field(name).type
+        index = found.get_field_index(name)
+        if index < 0:
+            raise SnmInputError(f"{path}: column {name!r} is missing{remedy}")
+        if found.field(index).type != want:
+            raise SnmInputError(f"{path}: column {name!r} has type {found.field(index).type}, "
+                                f"expected {want}{remedy}")
 
 
 def read_table(path, schema, columns=None):
@@ -140,13 +86,7 @@ def read_table(path, schema, columns=None):
         table = storage.read_parquet(path, columns=columns)
     except (OSError, pa.ArrowException) as e:
         raise SnmInputError(f"{path}: cannot read as Parquet ({one_line(e)})") from None
-    for name in columns or schema.names:
-        want = schema.field(name).type
-        if name not in table.column_names:
-            raise SnmInputError(f"{path}: column {name!r} is missing")
-        if table.schema.field(name).type != want:
-            raise SnmInputError(f"{path}: column {name!r} has type "
-                                f"{table.schema.field(name).type}, expected {want}")
+    check_columns(path, table.schema, schema, columns)
     return table
 
 

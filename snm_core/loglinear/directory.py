@@ -46,13 +46,14 @@ from snm_core.loglinear.model import (
 )
 from snm_core.loglinear.optimizers import fit
 from snm_core.model import arpa
+from snm_core.model.layouts.npy import load_checked
 from snm_core.model.scoring import LineScoring, Scores
-from snm_core.stages import validation
+from snm_core.stages import manifests, validation
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch, tokenize
 from snm_core.text.vocab import BOS_ID
 
-KIND = "loglinear"
+KIND = manifests.LogLinear.KIND
 #: The default λ grid, times 1/P (see :class:`LogLinearOptions`).
 LAM_SCALES = (0.1, 0.3, 1.0)
 ARRAYS = {"node_parent": np.int64, "node_word": np.int64, "pair_ptr": np.int64,
@@ -121,13 +122,12 @@ def save(model, directory, vocab, info):
         storage.write_npy(np.ascontiguousarray(arrays[name], dtype), storage.join(directory,
                                                                                   name + ".npy"))
     vocab.save(storage.join(directory, "vocab.txt"))
-    manifest = {"kind": KIND, "format_version": tables.FORMAT_VERSION,
-                "files": ["vocab.txt"] + [name + ".npy" for name in ARRAYS],
-                "vocabulary_size": len(vocab), "vocabulary_fingerprint": vocab.fingerprint(),
-                "totals": {"nodes": int(model.tree.size), "pairs": int(model.num_pairs),
-                           "nonzero_pairs": int(np.count_nonzero(model.weight))},
-                **info}
-    storage.write_json(manifest, storage.join(directory, tables.MANIFEST))
+    manifest = manifests.LogLinear(
+        files=["vocab.txt"] + [name + ".npy" for name in ARRAYS], vocabulary_size=len(vocab),
+        vocabulary_fingerprint=vocab.fingerprint(),
+        totals={"nodes": int(model.tree.size), "pairs": int(model.num_pairs),
+                "nonzero_pairs": int(np.count_nonzero(model.weight))},
+        extra=info).write(directory)
     return manifest
 
 
@@ -139,19 +139,9 @@ def load_arrays(directory):
     n, m = totals["nodes"], totals["pairs"]
     shapes = {"node_parent": n, "node_word": n, "pair_ptr": n + 1, "pair_word": m,
               "pair_weight": m}
-    arrays = {}
-    for name, dtype in ARRAYS.items():
-        path = storage.join(local, name + ".npy")
-        try:
-            array = np.load(path, mmap_mode="r")
-        except (OSError, ValueError, EOFError) as e:
-            raise SnmInputError(f"{path}: cannot load ({tables.one_line(e)}); re-run "
-                                "'snm train --family loglinear'") from None
-        if array.dtype != np.dtype(dtype) or array.shape != (shapes[name],):
-            raise SnmInputError(f"{path}: {array.dtype} of shape {array.shape}, expected "
-                                f"{np.dtype(dtype)} of shape ({shapes[name]},); re-run "
-                                "'snm train --family loglinear'")
-        arrays[name] = np.asarray(array)
+    arrays = load_checked(local, ARRAYS, {name: (dtype, (shapes[name],))
+                                          for name, dtype in ARRAYS.items()},
+                          remedy="re-run 'snm train --family loglinear'")
     V = checked.manifest["vocabulary_size"]
     parent, word = arrays["node_parent"], arrays["node_word"]
     keys = parent[1:] * V + word[1:]
@@ -325,12 +315,9 @@ def select(model, position_pairs, dev, options, say=print):
 
 
 def is_loglinear(directory):
-    """Whether ``directory`` holds a log-linear model (its manifest's kind)."""
-    path = storage.join(directory, tables.MANIFEST)
-    try:
-        return storage.read_json(path).get("kind") == KIND
-    except (OSError, ValueError, AttributeError):
-        return False  # the SNM reader then reports what is wrong with it
+    """Whether ``directory`` holds a log-linear model (its manifest's kind; anything else,
+    the SNM reader then reports what is wrong with it)."""
+    return manifests.kind_of(directory) == KIND
 
 
 def export_arpa(directory, out_path, say=print):

@@ -13,7 +13,7 @@ import tempfile
 from snm_core.io import memory, storage, tables
 from snm_core.model.layouts import hashed, hashed_build, ngram_trie, small, trie
 from snm_core.model.layouts.hashed import COMPACT, COMPACT_FILES, COMPACT_LAYOUT
-from snm_core.stages import validation
+from snm_core.stages import manifests, validation
 
 #: Layouts ``compact/`` may be built in (``--layout``): hashed keys (any
 #: model), or an n-gram model's trie, plain (:mod:`snm_core.model.layouts.trie`) or coded
@@ -32,7 +32,7 @@ def compile_model(model_dir, layout="hashed", partition_links=hashed_build.COMPI
     in a local directory, then uploaded, their manifest last.
     """
     memory.limit_heap_retention()  # its 20-50 MB temporaries: 1.7 -> 0.9 GiB on mix skip-5-gram
-    manifest = tables.read_manifest(model_dir, "model")
+    manifest = manifests.Model.read(model_dir)
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     if layout != "hashed":
@@ -42,9 +42,7 @@ def compile_model(model_dir, layout="hashed", partition_links=hashed_build.COMPI
         def build(directory):
             shutil.rmtree(directory, ignore_errors=True)
             os.makedirs(directory)
-            compact = builder(model_dir, manifest, directory)
-            storage.write_json(compact, os.path.join(directory, tables.MANIFEST))
-            return compact
+            return builder(model_dir, manifest, directory).write(directory)
     else:
         def build(directory):
             return hashed_build.build_hashed(model_dir, manifest, directory, partition_links)
@@ -83,7 +81,7 @@ def load_model(model_dir, mmap=True):
     if not built:  # missing, or an older version of its layout ("small-0": small)
         name = layout.split("-")[0] if isinstance(layout, str) else "hashed"
         compile_model(model_dir, name if name in LAYOUTS else "hashed")
-    compact = tables.read_manifest(stored_compact, "compact")
+    compact = manifests.Compact.read(stored_compact)
     vocabulary_size = checked.manifest["vocabulary_size"]
     if compact["layout"] in tries:
         files, load, model_type = tries[compact["layout"]]

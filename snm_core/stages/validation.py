@@ -12,7 +12,7 @@ kind      checks
 ========  ==========================================================================
 any       ``manifest.json``: valid JSON, the expected kind (another stage's
           manifest is named as such), this release's ``format_version``, every
-          listed file present (:func:`snm_core.io.tables.read_manifest`)
+          listed file present (:func:`snm_core.stages.manifests.read_manifest`)
 count     ``links-*``/``features-*``: Parquet footers readable, columns and types
           of :data:`~snm_core.io.tables.LINKS`/:data:`~snm_core.io.tables.FEATURES`,
           row counts adding up to ``totals``; ``vocab.txt`` has the manifest's
@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.tables import one_line
+from snm_core.stages import manifests
 from snm_core.text.vocab import Vocabulary
 
 VOCAB = "vocab.txt"
@@ -66,7 +67,7 @@ class InputDirectory:
 
     directory: str
     kind: str
-    manifest: dict
+    manifest: manifests.Manifest
     vocabulary: Vocabulary = None
 
 
@@ -76,7 +77,7 @@ def validate_directory(directory, kind, parquet=True):
     Parameters
     ----------
     directory : str, local path or URL
-    kind : str, ``"count"``, ``"join"``, ``"fit"``, ``"model"`` or ``"vocab"``
+    kind : str, a kind of :data:`snm_core.stages.manifests.KINDS`
     parquet : bool
         Check the Parquet files' footers (False: a model loaded for scoring
         reads only ``compact/``).
@@ -90,16 +91,16 @@ def validate_directory(directory, kind, parquet=True):
     SnmInputError
         One line naming the first damaged file and the stage to re-run.
     """
-    manifest = tables.read_manifest(directory, kind)
-    command = tables.writer(kind)
-    files = manifest.get("files", [])
+    manifest = manifests.KINDS[kind].from_dict(manifests.read_manifest(directory, kind))
+    command = manifests.writer(kind)
+    files = manifest.files
     if parquet:
         for prefix, (schema, total) in PARQUET.get(kind, {}).items():
             names = sorted(n for n in files if n.startswith(prefix + "-")
                            or n == prefix + ".parquet")
             rows = sum(check_parquet(storage.join(directory, n), schema, command)
                        for n in names)
-            expected = manifest.get("totals", {}).get(total) if total else None
+            expected = manifest.totals.get(total) if total else None
             if expected is not None and rows != expected:
                 raise SnmInputError(
                     f"{directory}: its {prefix}-*.parquet files hold {rows:,} rows, "
@@ -112,7 +113,7 @@ def validate_directory(directory, kind, parquet=True):
                       f"hash_size in {tables.MANIFEST}")
     vocabulary = None
     if VOCAB in files or kind in WITH_VOCABULARY:
-        vocabulary = check_vocabulary(directory, manifest.get("vocabulary_fingerprint"), command)
+        vocabulary = check_vocabulary(directory, manifest.vocabulary_fingerprint, command)
     return InputDirectory(directory, kind, manifest, vocabulary)
 
 
@@ -132,14 +133,7 @@ def check_parquet(path, schema, command):
     except (OSError, pa.ArrowException) as e:
         raise SnmInputError(f"{path}: not a readable Parquet file ({one_line(e)}); "
                             f"re-run '{command}'") from None
-    for field in schema:
-        index = found.get_field_index(field.name)
-        if index < 0:
-            raise SnmInputError(f"{path}: column {field.name!r} is missing; re-run '{command}'")
-        if found.field(index).type != field.type:
-            raise SnmInputError(f"{path}: column {field.name!r} has type "
-                                f"{found.field(index).type}, expected {field.type}; "
-                                f"re-run '{command}'")
+    tables.check_columns(path, found, schema, remedy=f"; re-run '{command}'")
     return rows
 
 

@@ -21,6 +21,7 @@ from snm_core.io.arrays import group_rows
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts.hashed import COMPACT_FILES, COMPACT_LAYOUT, EntryTableWriter
 from snm_core.model.layouts.npy import NpyWriter
+from snm_core.stages import manifests
 from snm_core.text.hashing import link_key
 
 #: Links sorted at once when the compact arrays are built (~170 MB of work
@@ -101,8 +102,6 @@ def build_hashed(model_dir, manifest, directory, partition_links):
                             "(expected about n**2 / 2**65); please report this")
     storage.write_npy(seen, os.path.join(directory, "seen_words.npy"))
     sizes += seen.nbytes
-    compact = {"kind": "compact", "format_version": tables.FORMAT_VERSION,
-               "layout": COMPACT_LAYOUT, "files": [n + ".npy" for n in COMPACT_FILES],
-               "features": int(n_features), "links": int(n_links), "bytes": int(sizes)}
-    storage.write_json(compact, os.path.join(directory, tables.MANIFEST))
-    return compact
+    return manifests.Compact(layout=COMPACT_LAYOUT, files=[n + ".npy" for n in COMPACT_FILES],
+                             features=int(n_features), links=int(n_links),
+                             bytes=int(sizes)).write(directory)

@@ -23,6 +23,7 @@ import numpy as np
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.model.scoring import LineScoring, Scores
+from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
@@ -154,14 +155,12 @@ def write_arrays(arrays, directory, manifest, layout, trie, settings):
     returns its compact manifest."""
     for name, array in arrays.items():
         storage.write_npy(array, os.path.join(directory, name + ".npy"))
-    return {"kind": "compact", "format_version": tables.FORMAT_VERSION, "layout": layout,
-            "files": [n + ".npy" for n in arrays],
-            "features": int(manifest["totals"]["features"]),
-            "links": int(manifest["totals"]["links"]),
-            "entries": int(sum(len(k) for k in trie.keys)),
-            "min_n": trie.min_n, "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix,
-            **settings,
-            "bytes": int(sum(a.nbytes for a in arrays.values()))}
+    return manifests.Compact(
+        layout=layout, files=[n + ".npy" for n in arrays],
+        features=int(manifest.totals["features"]), links=int(manifest.totals["links"]),
+        bytes=int(sum(a.nbytes for a in arrays.values())),
+        extra={"entries": int(sum(len(k) for k in trie.keys)), "min_n": trie.min_n,
+               "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix, **settings})
 
 
 class TrieScoring(LineScoring):

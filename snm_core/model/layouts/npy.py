@@ -36,14 +36,15 @@ class NpyWriter:
         return self.n * self.dtype.itemsize
 
 
-def load_checked(compact_dir, names, expected, agree=None, mmap=True):
+def load_checked(compact_dir, names, expected, agree=None, mmap=True, remedy=None):
     """``{name: array}`` of a local ``compact/`` directory's ``.npy`` files, each checked
     against ``expected[name] = (dtype or tuple of dtypes, shape or None for any 1-d)``,
     and all by ``agree(arrays)`` if given (their lengths): a damaged one is an
-    :class:`SnmInputError` naming it and saying to delete the directory.  Memory-mapped
-    arrays keep the map but not np.memmap's per-index overhead."""
+    :class:`SnmInputError` naming it and saying what to do (``remedy``; default: delete the
+    directory, a cache, to have it built again).  Memory-mapped arrays keep the map but not
+    np.memmap's per-index overhead."""
     arrays = {}
-    remedy = f"delete {compact_dir} to have it built again"
+    remedy = remedy or f"delete {compact_dir} to have it built again"
     for name in names:
         path = os.path.join(compact_dir, name + ".npy")
         try:

@@ -5,18 +5,17 @@ prune and train); this converts a finished model directory in place, and
 rewrites its model card.
 """
 
-import argparse
-
+from snm.commands import arguments
 from snm_core.io.runlock import run_lock
 from snm_core.model.card import write_model_card
-from snm_core.model.compact import LAYOUT_HELP, LAYOUTS, compile_model
+from snm_core.model.compact import compile_model
 from snm_core.stages.validation import validate_directory
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="snm compact", description=__doc__)
+    parser = arguments.parser("compact", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
-    parser.add_argument("--layout", choices=LAYOUTS, required=True, help=LAYOUT_HELP)
+    arguments.layout_argument(parser, required=True)
     args = parser.parse_args(argv)
     manifest = validate_directory(args.model, "model").manifest
     with run_lock(args.model, "snm compact"):

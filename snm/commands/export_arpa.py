@@ -1,14 +1,13 @@
 """``snm export-arpa``: write an n-gram model as an ARPA file for existing decoders."""
 
-import argparse
-
+from snm.commands import arguments
 from snm_core.loglinear.directory import export_arpa as export_loglinear_arpa
 from snm_core.loglinear.directory import is_loglinear
 from snm_core.model.arpa import export_arpa
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="snm export-arpa", description=__doc__)
+    parser = arguments.parser("export-arpa", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
     parser.add_argument("--out", required=True, help="ARPA file to write")
     args = parser.parse_args(argv)

@@ -1,9 +1,10 @@
-"""``snm fit``: learn the adjustment model's weights on small M (one worker, no Beam)."""
+"""``snm fit``: learn the adjustment model's weights on small M (one worker, no Beam).
 
-import argparse
-import sys
-import time
+The flags are parsed here and checked by :class:`snm_core.fit.selection.FitOptions`.
+"""
 
+from snm.commands import arguments
+from snm.evaluation import FitProgress
 from snm_core.fit import metafeatures, trainer
 from snm_core.fit.problem import VALIDATION_SHARE
 from snm_core.fit.selection import (
@@ -20,36 +21,13 @@ from snm_core.io.runlock import run_lock
 
 
 def _epochs(text):
-    if text == AUTO:
-        return AUTO
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("epochs must be >= 0 or 'auto'")
-    return value
+    """A number of epochs or ``auto``."""
+    return AUTO if text == AUTO else int(text)
 
 
 def _variants(text):
-    variants = tuple(v.strip() for v in text.split(",") if v.strip())
-    unknown = [v for v in variants if v not in metafeatures.VARIANTS]
-    if unknown or not variants:
-        raise argparse.ArgumentTypeError(
-            f"unknown variant(s) {', '.join(unknown) or '(none)'}; choose from "
-            f"{', '.join(metafeatures.VARIANTS)}, comma-separated")
-    return variants
-
-
-def _fraction(text):
-    value = float(text)
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError("must be between 0 and 1 (exclusive)")
-    return value
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+    """Comma-separated variants."""
+    return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
 def add_fit_args(parser):
@@ -64,12 +42,12 @@ def add_fit_args(parser):
     group.add_argument("--epochs", type=_epochs, default=AUTO,
                        help="AdaGrad epochs, or 'auto' (default): chosen on the validation "
                             f"share, at most --max_epochs ({DEFAULT_MAX_EPOCHS})")
-    group.add_argument("--max_epochs", type=_positive, default=DEFAULT_MAX_EPOCHS)
-    group.add_argument("--validation_fraction", type=_fraction,
+    group.add_argument("--max_epochs", type=int, default=DEFAULT_MAX_EPOCHS)
+    group.add_argument("--validation_fraction", type=float,
                        default=VALIDATION_SHARE,
                        help="share of the held-out sentences held back to choose the variant "
                             "and the epochs (default %(default)s)")
-    group.add_argument("--patience", type=_positive, default=PATIENCE,
+    group.add_argument("--patience", type=int, default=PATIENCE,
                        help="epochs without a better validation perplexity before a candidate "
                             "stops (default %(default)s)")
     group.add_argument("--selection", choices=SELECTIONS, default="race",
@@ -86,7 +64,7 @@ def add_fit_args(parser):
     group.add_argument("--no_continuation", action="store_true",
                        help="leave out the continuation-count meta-features (N1+(. f w)) "
                             "of the unlexicalized variant")
-    group.add_argument("--batch_size", type=_positive, default=trainer.BATCH_SIZE)
+    group.add_argument("--batch_size", type=int, default=trainer.BATCH_SIZE)
     group.add_argument("--gamma", type=float, default=trainer.GAMMA)
     group.add_argument("--delta0", type=float, default=trainer.DELTA0)
     group.add_argument("--renormalize", choices=("batch", "epoch"), default="batch",
@@ -97,46 +75,35 @@ def add_fit_args(parser):
                             "depend on it")
 
 
-def options_from(args):
-    variants = args.variants
-    if args.metafeatures:
-        variants = metafeatures.VARIANTS if args.metafeatures == AUTO else (args.metafeatures,)
-    return FitOptions(variants=variants, epochs=args.epochs, max_epochs=args.max_epochs,
-                      validation_fraction=args.validation_fraction, patience=args.patience,
-                      selection=args.selection, race_margin=args.race_margin,
-                      hash_size=args.hash_size, diversity=not args.no_diversity,
-                      continuation=not args.no_continuation, batch_size=args.batch_size,
-                      gamma=args.gamma, delta0=args.delta0, renormalize=args.renormalize,
-                      seed=args.seed, threads=args.threads)
-
-
-class Progress:
-    """A progress line for long epochs, at most every 2 s (stderr)."""
-
-    def __init__(self):
-        self.epoch, self.last = None, 0.0
-
-    def __call__(self, epoch, done, total):
-        now = time.monotonic()
-        if epoch != self.epoch:
-            self.epoch, self.last = epoch, now
-        elif now - self.last >= 2 and done < total:
-            self.last = now
-            print(f"  epoch {epoch}: {done:,}/{total:,} events ({100 * done / total:.0f}%)",
-                  file=sys.stderr, flush=True)
+def options_from(flags):
+    """The :class:`FitOptions` of the parsed flags of :func:`add_fit_args` (a dict)."""
+    variants = flags["variants"]
+    if flags["metafeatures"]:
+        variants = (metafeatures.VARIANTS if flags["metafeatures"] == AUTO
+                    else (flags["metafeatures"],))
+    return FitOptions(variants=variants, epochs=flags["epochs"], max_epochs=flags["max_epochs"],
+                      validation_fraction=flags["validation_fraction"],
+                      patience=flags["patience"], selection=flags["selection"],
+                      race_margin=flags["race_margin"], hash_size=flags["hash_size"],
+                      diversity=not flags["no_diversity"],
+                      continuation=not flags["no_continuation"], batch_size=flags["batch_size"],
+                      gamma=flags["gamma"], delta0=flags["delta0"],
+                      renormalize=flags["renormalize"], seed=flags["seed"],
+                      threads=flags["threads"])
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="snm fit", description=__doc__)
-    parser.add_argument("--small_m", required=True, help="snm join output directory")
-    parser.add_argument("--out", required=True, help="output directory (theta.npy, ...)")
+    parser = arguments.parser("fit", __doc__)
+    arguments.stage_input(parser, "join", renamed_from="small_m")
+    parser.add_argument("--out", required=True, help="output directory (a fit/ directory: "
+                                                     "theta.npy, train_log.jsonl)")
     add_fit_args(parser)
-    args = parser.parse_args(argv)
-    with run_lock(args.out, "snm fit"):
-        manifest = fit_directory(args.small_m, args.out, options_from(args),
-                                 progress=Progress())
-    print(f"== snm fit: {manifest['metafeatures']['variant']}, "
-          f"{manifest['training']['epochs']} epoch(s): held-out perplexity "
-          f"{manifest['heldout_perplexity_unadjusted']:.3f} unadjusted -> "
-          f"{manifest['heldout_perplexity']:.3f} adjusted; theta -> {args.out}/theta.npy ==")
+    flags, _ = arguments.parse(parser, argv)
+    with run_lock(flags["out"], "snm fit"):
+        manifest = fit_directory(flags["join"], flags["out"], options_from(flags),
+                                 progress=FitProgress())
+    print(f"== snm fit: {manifest.metafeatures['variant']}, "
+          f"{manifest.training['epochs']} epoch(s): held-out perplexity "
+          f"{manifest.heldout_perplexity_unadjusted:.3f} unadjusted -> "
+          f"{manifest.heldout_perplexity:.3f} adjusted; theta -> {flags['out']}/theta.npy ==")
     return 0

@@ -1,0 +1,314 @@
+"""``snm train``'s stage chain: one declarative table, and the runner that skips what is current.
+
+:data:`STAGES` lists every stage a run can have, in order: its name (the
+subcommand that runs it alone), the directory it writes under the run
+directory, the kind of that directory's manifest
+(:mod:`snm_core.stages.manifests`; the directory, the kind and the flag that
+names it to its consumers are one name), the stages and files it reads, and
+what runs it.  ``snm train`` runs the table's stages that apply to its
+options (:func:`stages_for`); ``snm validate RUN`` checks a run directory's
+stage directories by the same table; the launchers call both.
+
+A stage is skipped when its directory holds a complete output (its done
+marker: the manifest, or ``eval.json``) made from the same inputs:
+``stages.json`` keeps, per stage, a digest of its settings, its input files
+(path, size, time) and the manifests of the stages it reads.  A re-run stage
+changes its manifest, so the stages after it run again too.
+"""
+
+import dataclasses
+import hashlib
+import json
+import resource
+import time
+from typing import Callable, Optional
+
+from pipelines import apply as apply_stage
+from pipelines import count as count_stage
+from pipelines import join as join_stage
+from pipelines import prune as prune_stage
+from pipelines import vocab as vocab_stage
+from snm.evaluation import FitProgress, evaluate, format_report, plot_perplexity
+from snm_core.fit.selection import fit_directory
+from snm_core.io import memory, storage, tables
+from snm_core.io.checkpoints import checkpoint
+from snm_core.io.errors import SnmStageError
+from snm_core.loglinear.directory import train as train_loglinear
+from snm_core.model.card import write_model_card
+from snm_core.stages import manifests
+
+#: The run directory's record of what each stage ran on.
+STATE = "stages.json"
+EVAL = "eval.json"
+PLOT = "heldout_perplexity.png"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """A row of the chain: see the module docstring."""
+
+    name: str
+    directory: str  # under the run directory (eval: its report file)
+    kind: Optional[str]  # the directory's manifest kind; None for eval's file
+    reads: tuple  # the stages whose output it reads, and the run's input files
+    run: Callable  # run(plan): the stage's work, its done marker written last
+    describe: Callable  # describe(plan): one line about its output
+    families: tuple = ("snm",)
+    when: Callable = None  # when(plan) -> bool: whether the run has the stage (default yes)
+
+
+@dataclasses.dataclass
+class Plan:
+    """One run: where its stages write, and what they are given (``snm train``'s options)."""
+
+    out: str
+    family: str
+    beam_args: list
+    train_specs: list  # [TAG=]GLOB
+    train_stamps: list  # storage.file_stamp of every training file
+    tags: list
+    config_text: str
+    config: str  # the --config as given (preset name or path)
+    heldout: str
+    test: str
+    vocab: str  # a given vocabulary file, or None
+    add_to: str  # a previous count directory, or None
+    min_count: int
+    num_buckets: int
+    layout: str
+    prune_to: Optional[int]
+    fit_options: object = None  # FitOptions (snm) or LogLinearOptions (loglinear)
+    ngram: bool = True  # an n-gram configuration (pruning criterion, ARPA)
+
+    def path(self, stage_name):
+        return storage.join(self.out, STAGE[stage_name].directory)
+
+    def manifest(self, stage_name):
+        stage = STAGE[stage_name]
+        return manifests.KINDS[stage.kind].read(self.path(stage_name))
+
+    @property
+    def vocab_path(self):
+        return self.vocab or storage.join(self.add_to or self.path("vocab"), "vocab.txt")
+
+    @property
+    def final(self):
+        """The stage whose model eval evaluates."""
+        return ("loglinear" if self.family == "loglinear"
+                else "prune" if self.prune_to else "apply")
+
+
+def _digest(obj):
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def manifest_digest(directory):
+    return hashlib.sha256(storage.read_bytes(storage.join(directory, tables.MANIFEST))).hexdigest()
+
+
+# --- what each stage reads, and runs ---------------------------------------------------------
+
+def _inputs(plan, stage):
+    """The signature inputs of ``stage``: the files and settings it reads."""
+    given = {
+        "train": plan.train_stamps,
+        "heldout": storage.file_stamp(plan.heldout),
+        "test": storage.file_stamp(plan.test),
+    }
+    inputs = {}
+    for name in stage.reads:
+        if name in given:
+            inputs[name] = given[name]
+        elif name in STAGE:
+            inputs[name] = manifest_digest(plan.path(name))
+    if stage.name == "vocab":
+        inputs["min_count"] = plan.min_count
+    elif stage.name == "count":
+        inputs.update(tags=plan.tags, config=plan.config_text, buckets=plan.num_buckets,
+                      vocab=storage.file_stamp(plan.vocab_path))
+        if plan.add_to:
+            inputs["add_to"] = manifest_digest(plan.add_to)
+    elif stage.name == "fit":
+        inputs["options"] = plan.fit_options.signature()  # threads change speed only
+    elif stage.name == "loglinear":
+        inputs["options"] = dataclasses.asdict(plan.fit_options)
+    elif stage.name == "prune":
+        inputs["target_links"] = plan.prune_to
+    if plan.layout != "hashed" and stage.name in (plan.final, "eval"):
+        inputs["layout"] = plan.layout  # (runs before --layout: hashed, no such input)
+    return inputs
+
+
+def _run_vocab(plan):
+    vocab_stage.run(vocab_stage.VocabOptions(train=plan.train_specs, out=plan.path("vocab"),
+                                             min_count=plan.min_count), plan.beam_args)
+
+
+def _run_count(plan):
+    count_stage.run(count_stage.CountOptions(
+        config=plan.config, train=plan.train_specs, out=plan.path("count"),
+        vocab=None if plan.add_to else plan.vocab_path, add_to=plan.add_to,
+        num_buckets=plan.num_buckets), plan.beam_args)
+
+
+def _run_join(plan):
+    join_stage.run(join_stage.JoinOptions(count=plan.path("count"), heldout=plan.heldout,
+                                          out=plan.path("join")), plan.beam_args)
+
+
+def _run_fit(plan):
+    fit_directory(plan.path("join"), plan.path("fit"), plan.fit_options,
+                  progress=FitProgress())
+
+
+def _run_apply(plan):
+    # With --prune_to the pruned model takes --layout; the model it is pruned from, hashed.
+    apply_stage.run(apply_stage.ApplyOptions(
+        count=plan.path("count"), fit=plan.path("fit"), out=plan.path("apply"),
+        layout="hashed" if plan.prune_to else plan.layout), plan.beam_args,
+        model_card=plan.final != "apply")  # the final model's card: written by eval
+
+
+def _run_prune(plan):
+    prune_stage.run(prune_stage.PruneOptions(
+        model=plan.path("apply"), out=plan.path("prune"), target_links=plan.prune_to,
+        heldout=None if plan.ngram else plan.path("join"),  # mass weighs held-out features
+        layout=plan.layout), plan.beam_args)
+
+
+def _run_loglinear(plan):
+    train_loglinear(plan.path("count"), plan.heldout, plan.path("loglinear"), plan.fit_options)
+
+
+def _run_eval(plan):
+    model_dir = plan.path(plan.final)
+    reports = evaluate(model_dir, plan.test)
+    checkpoint("eval.scored")  # fault tests stop the run here
+    if plan.family == "snm":
+        write_model_card(model_dir, plan.manifest(plan.final),
+                         {storage.basename(plan.test): reports})
+        plot_perplexity(plan.path("fit"), storage.join(plan.out, PLOT))
+    storage.write_json(reports, plan.path("eval"))  # last: it marks the stage done
+    for name, report in reports.items():
+        print(format_report("Log-linear" if name == "loglinear" else name.capitalize(),
+                            report))
+
+
+def _describe_eval(plan):
+    reports = storage.read_json(plan.path("eval"))
+    return "test perplexity " + ", ".join(f"{report['perplexity']:.2f} {name}"
+                                          for name, report in reports.items())
+
+
+def _describe_fit(plan):
+    fit = plan.manifest("fit")
+    return (f"{fit.metafeatures['variant']}, {fit.training['epochs']} epoch(s): held-out "
+            f"perplexity {fit.heldout_perplexity_unadjusted:.2f} -> "
+            f"{fit.heldout_perplexity:.2f}")
+
+
+def _describe_loglinear(plan):
+    model = plan.manifest("loglinear")
+    return (f"{plan.fit_options.penalty} lambda {model['lam']:g} alpha {model['alpha']:g}: "
+            f"held-out perplexity {model['heldout_perplexity']:.2f}, "
+            f"{model.totals['nonzero_pairs']:,} of {model.totals['pairs']:,} weights nonzero")
+
+
+#: The chain, in order (see the module docstring).
+STAGES = (
+    Stage("vocab", "vocab", "vocab", ("train",), _run_vocab,
+          lambda p: f"{p.manifest('vocab').vocabulary_size:,} words",
+          families=("snm", "loglinear"), when=lambda p: not (p.vocab or p.add_to)),
+    Stage("count", "count", "count", ("train",), _run_count,
+          lambda p: f"{p.manifest('count').totals['tokens']:,} words -> "
+                    f"{p.manifest('count').totals['links']:,} links",
+          families=("snm", "loglinear")),
+    Stage("join", "join", "join", ("count", "heldout"), _run_join,
+          lambda p: f"{p.manifest('join').totals['events']:,} held-out events, "
+                    f"{p.manifest('join').totals['small_m_links']:,} small-M links"),
+    Stage("fit", "fit", "fit", ("join",), _run_fit, _describe_fit),
+    Stage("apply", "model", "model", ("count", "fit"), _run_apply,
+          lambda p: f"{p.manifest('apply').totals['links']:,} links"),
+    Stage("prune", "pruned", "model", ("apply",), _run_prune,
+          lambda p: f"{p.manifest('prune').totals['links']:,} of "
+                    f"{p.manifest('apply').totals['links']:,} links",
+          when=lambda p: bool(p.prune_to)),
+    Stage("loglinear", "loglinear", "loglinear", ("count", "heldout"), _run_loglinear,
+          _describe_loglinear, families=("loglinear",)),
+    Stage("eval", EVAL, None, ("final", "test"), _run_eval, _describe_eval,
+          families=("snm", "loglinear")),
+)
+STAGE = {stage.name: stage for stage in STAGES}
+
+
+def stages_for(plan):
+    """The stages a run has, in order."""
+    return [s for s in STAGES
+            if plan.family in s.families and (s.when is None or s.when(plan))]
+
+
+def done_marker(plan, stage):
+    path = plan.path(stage.name)
+    return storage.join(path, tables.MANIFEST) if stage.kind else path
+
+
+class Runner:
+    """Runs a plan's stages in order, skipping those whose output is complete and current."""
+
+    def __init__(self, plan, force):
+        self.plan, self.force = plan, force
+        self.state_path = storage.join(plan.out, STATE)
+        self.state = {}
+        if storage.isfile(self.state_path) and not force:
+            self.state = storage.read_json(self.state_path)
+        self.rows = []
+
+    def run(self):
+        plan = self.plan
+        stages = stages_for(plan)
+        if "vocab" not in [s.name for s in stages]:
+            self.rows.append(("vocab", "given", None, plan.vocab_path))
+        for number, stage in enumerate(stages, 1):
+            self._stage(number, len(stages), stage)
+        self.summary()
+
+    def _stage(self, number, total, stage):
+        plan = self.plan
+        reads = stage.reads + ((plan.final,) if "final" in stage.reads else ())
+        inputs = _inputs(plan, dataclasses.replace(stage, reads=reads))
+        signature = _digest(inputs)
+        previous = self.state.get(stage.name, {})
+        if (not self.force and storage.exists(done_marker(plan, stage))
+                and previous.get("signature") == signature):
+            self.rows.append((stage.name, "skipped", previous.get("seconds"),
+                              stage.describe(plan)))
+            print(f"=== {number}/{total} {stage.name}: up to date, skipped "
+                  f"({stage.describe(plan)}) ===", flush=True)
+            return
+        print(f"=== {number}/{total} {stage.name} ===", flush=True)
+        start = time.perf_counter()
+        try:
+            stage.run(plan)
+        except SnmStageError as e:  # a fault: name the stage it stopped
+            message = str(e)
+            raise SnmStageError(message if message.startswith(f"{stage.name}: ")
+                                else f"{stage.name}: {message}") from None
+        memory.release_memory()  # what the stage left in the allocators, before the next
+        seconds = round(time.perf_counter() - start, 3)
+        summary = stage.describe(plan)
+        self.state[stage.name] = {"signature": signature, "seconds": seconds,
+                                  "summary": summary}
+        storage.write_json(self.state, self.state_path)
+        self.rows.append((stage.name, "ran", seconds, summary))
+        print(f"=== {number}/{total} {stage.name}: {summary} ({seconds:.1f} s) ===",
+              flush=True)
+
+    def summary(self):
+        print("\n== snm train summary ==")
+        print(f"{'stage':<7} {'status':<8} {'seconds':>9}  result")
+        for name, status, seconds, text in self.rows:
+            shown = "-" if seconds is None else f"{seconds:.1f}"
+            print(f"{name:<7} {status:<8} {shown:>9}  {text}")
+        peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+        print(f"peak RSS of one process: {peak:,.0f} MiB")

@@ -1,0 +1,18 @@
+"""``snm apply``: the adjusted matrix M of every link, as a model directory (a Beam pipeline)."""
+
+from pipelines import apply as stage
+from snm.commands import arguments
+from snm_core.io.runlock import run_lock
+
+
+def main(argv=None):
+    parser = arguments.parser("apply", stage.__doc__, beam=True)
+    arguments.stage_input(parser, "count", renamed_from="counts")
+    arguments.stage_input(parser, "fit", renamed_from="theta")
+    parser.add_argument("--out", required=True, help="model directory")
+    arguments.layout_argument(parser)
+    flags, beam_args = arguments.parse(parser, argv, beam=True)
+    options = stage.ApplyOptions(**flags)
+    with run_lock(options.out, "snm apply"):
+        stage.run(options, beam_args)
+    return 0

@@ -1,0 +1,42 @@
+"""``snm count``: C(f,w), C(f,*) and continuation counts over sharded text (a Beam pipeline)."""
+
+from pipelines import count as stage
+from pipelines.shuffle import MODES
+from snm.commands import arguments
+from snm_core.io.runlock import run_lock
+
+
+def main(argv=None):
+    parser = arguments.parser("count", stage.__doc__, beam=True)
+    parser.add_argument("--config", required=True,
+                        help="preset (5gram, skip10gram, skip5gram) or configuration file")
+    arguments.source_arguments(parser)
+    parser.add_argument("--add_to", metavar="DIR",
+                        help="an existing count directory: count only the new --train files "
+                             "and write the sum of both to --out (same config, vocabulary "
+                             "and buckets; counts are additive)")
+    vocab_group = parser.add_mutually_exclusive_group()
+    vocab_group.add_argument("--vocab", metavar="FILE|DIR",
+                             help="vocabulary: a file, one word a line, or a vocab directory "
+                                  "(snm vocab --out)")
+    vocab_group.add_argument("--min_count", type=int,
+                             help="build the vocabulary first: words seen this often")
+    parser.add_argument("--out", required=True, help="output directory (a count/ directory)")
+    parser.add_argument("--num_buckets", type=int, default=stage.DEFAULT_NUM_BUCKETS,
+                        help="key-range buckets = output files = shuffle parallelism "
+                             "(default %(default)s)")
+    parser.add_argument("--flush_links", type=int, default=stage.DEFAULT_FLUSH_LINKS,
+                        help="links a worker holds before emitting them (default %(default)s)")
+    parser.add_argument("--shuffle", choices=MODES, default="files",
+                        help="how partial counts reach their bucket: 'files' (scratch "
+                             "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
+    parser.add_argument("--scratch", metavar="DIR",
+                        help="where the 'files' shuffle writes its parts (default: OUT/_scratch); "
+                             "on a cluster a path every worker reads, e.g. s3://bucket/tmp")
+    parser.add_argument("--reference", action="store_true",
+                        help="count with one Beam element per occurrence (slow; for tests)")
+    flags, beam_args = arguments.parse(parser, argv, beam=True)
+    options = stage.CountOptions(**flags)
+    with run_lock(options.out, "snm count"):
+        stage.run(options, beam_args)
+    return 0

@@ -1,0 +1,33 @@
+"""``snm prune``: a model pruned to a number of links, or by a score threshold."""
+
+from pipelines import prune as stage
+from snm.commands import arguments
+from snm_core.io.runlock import run_lock
+
+
+def main(argv=None):
+    parser = arguments.parser("prune", stage.__doc__, beam=True)
+    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--out", required=True, help="directory of the pruned model")
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--target_links", type=int,
+                      help="links to keep (backoff: the unigrams always are, and an "
+                           "n-gram's tag copies go together; mass, count: within 1%%, the empty "
+                           "feature's links always kept)")
+    size.add_argument("--threshold", type=float,
+                      help="keep the links whose score is at least this")
+    parser.add_argument("--criterion", choices=stage.CRITERIA,
+                        help="backoff (n-gram models; the default for them), mass (any "
+                             "model; the default for skip-gram models) or count")
+    parser.add_argument("--heldout", metavar="DIR",
+                        help="mass or count: a join directory (snm join --out) on the model's "
+                             "counts; the features its held-out text touches weigh "
+                             "--heldout_weight times more")
+    parser.add_argument("--heldout_weight", type=float,
+                        help=f"with --heldout (default {stage.HELDOUT_WEIGHT:g})")
+    arguments.layout_argument(parser)
+    flags, beam_args = arguments.parse(parser, argv, beam=True)
+    options = stage.PruneOptions(**flags)
+    with run_lock(options.out, "snm prune"):
+        stage.run(options, beam_args)
+    return 0

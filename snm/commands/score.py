@@ -1,0 +1,55 @@
+"""``snm score``: each line's log10 probability (``</S>`` included), one line per input line."""
+
+import contextlib
+import io
+import math
+import sys
+
+import numpy as np
+
+from snm.commands import arguments
+from snm.evaluation import load_checked
+from snm_core.io import storage
+from snm_core.io.textfile import read_lines
+from snm_core.model.scoring import SCORE_BATCH_LINES
+
+
+def main(argv=None):
+    parser = arguments.parser(
+        "score", "Per-sentence log10 probability (</S> included), one line per input line: "
+                    "log10_prob, predicted words, OOVs, the sentence; tab-separated.")
+    parser.add_argument("--model", required=True, help="model directory")
+    parser.add_argument("file", help="text to score")
+    parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
+    parser.add_argument("--out", help="output file (default: standard output)")
+    args = parser.parse_args(argv)
+    model = load_checked(args.model, args.unadjusted)
+    lines = read_lines(args.file)
+    with contextlib.ExitStack() as stack:
+        if args.out:  # written whole or not at all, local or remote
+            out = io.TextIOWrapper(stack.enter_context(storage.atomic_output(args.out)),
+                                   encoding="utf-8", write_through=True)
+        else:
+            out = sys.stdout
+        for start, kept, scores in model.score_lines(lines, batch_lines=SCORE_BATCH_LINES):
+            prob = scores.prob_unadjusted if args.unadjusted else scores.prob
+            with np.errstate(divide="ignore"):
+                log10 = np.bincount(scores.sentence, weights=np.log10(prob),
+                                    minlength=len(kept))
+            words = np.bincount(scores.sentence, minlength=len(kept))
+            oov = np.bincount(scores.sentence, weights=scores.target == 2, minlength=len(kept))
+            by_line = {int(k): i for i, k in enumerate(kept)}
+            end = min(start + SCORE_BATCH_LINES, len(lines))
+            for offset in range(end - start):
+                i = by_line.get(offset)
+                text = lines[start + offset]
+                text = "" if text is None else text  # not valid UTF-8: logged, not scored
+                if i is None:
+                    out.write(f"0\t0\t0\t{text}\n")
+                else:
+                    value = log10[i] if math.isfinite(log10[i]) else float("-inf")
+                    out.write(f"{value:.6f}\t{words[i]}\t{int(oov[i])}\t{text}\n")
+        if args.out:
+            out.flush()
+            out.detach()
+    return 0

@@ -1,0 +1,172 @@
+"""``snm train``: from training text to an evaluated model, one command, resumable.
+
+    snm train --config 5gram --train 'corpus/*.gz' --heldout dev.txt --test test.txt \\
+        --out run/ [--vocab FILE | --min_count N | --add_to OLD/count] [--tagged]
+        [fit options] [Beam options]
+    snm train --family loglinear --penalty wt2 --config 5gram ... (the same inputs)
+
+Stages, each in its own directory under ``--out`` (the table is
+:data:`snm.chain.STAGES`)::
+
+    1 vocab   vocab/      word counts and vocabulary (skipped with --vocab, --add_to)
+    2 count   count/      C(f,w), C(f,*), continuation counts        (Beam)
+                          (with --add_to: of the new --train files, plus OLD's)
+    3 join    join/       held-out events and small M                 (Beam)
+    4 fit     fit/        theta, train_log.jsonl                      (one worker)
+    5 apply   model/      the adjusted model, compact arrays          (Beam)
+   (+ prune   pruned/     with --prune_to N: the model pruned to N links)
+    6 eval    eval.json, heldout_perplexity.png, the final model's model_card.md
+
+With ``--family loglinear`` (a log-linear model with a tree-structured
+penalty, Nelakanti et al. 2013, on the same counts) the stages are vocab,
+count, loglinear (``loglinear/``: λ and α chosen on --heldout) and eval.
+
+A stage is skipped when its complete output (its manifest) exists and was
+made from the same inputs and settings (``stages.json``).  So a killed run
+resumes where it stopped, and changing e.g. the fit options re-runs fit,
+apply and eval only.  ``--force`` redoes every stage.  Beam options
+(``--runner``, ``--direct_num_workers``, ...) go to the Beam stages.
+``snm validate RUN`` checks every stage directory of a run.
+"""
+
+import argparse
+
+from pipelines import count as count_stage
+from pipelines import training_sources
+from pipelines import vocab as vocab_stage
+from pipelines.count import vocab_file
+from snm import chain
+from snm.commands import arguments
+from snm.commands.fit import add_fit_args, options_from
+from snm_core.io import storage
+from snm_core.io.errors import SnmInputError
+from snm_core.io.runlock import run_lock
+from snm_core.loglinear import penalties
+from snm_core.loglinear.directory import LogLinearOptions
+from snm_core.model.layouts import ngram_trie
+from snm_core.stages import manifests
+from snm_core.text.config import load_config
+
+
+def main(argv=None):
+    parser = arguments.parser("train", __doc__, beam=True)
+    parser.add_argument("--config", required=True, help="preset or configuration file")
+    parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB")
+    parser.add_argument("--heldout", required=True, help="held-out text (trains theta)")
+    parser.add_argument("--test", required=True, help="test text (evaluation only)")
+    parser.add_argument("--out", required=True, help="run directory")
+    vocab_group = parser.add_mutually_exclusive_group()
+    vocab_group.add_argument("--vocab", metavar="FILE|DIR",
+                             help="vocabulary: a file, one word a line, or a vocab directory")
+    vocab_group.add_argument("--min_count", type=int, default=vocab_stage.DEFAULT_MIN_COUNT,
+                             help="build the vocabulary: words seen this often (default "
+                                  "%(default)s)")
+    vocab_group.add_argument("--add_to", metavar="DIR",
+                             help="a finished count directory (a previous run's count/): "
+                                  "count only the --train files and train on their sum with "
+                                  "it (its configuration, vocabulary, tags and buckets)")
+    parser.add_argument("--tagged", action="store_true",
+                        help="keep the sources' tags in the features (corpus-tagged SNM); "
+                             "without it the sources are pooled")
+    parser.add_argument("--num_buckets", type=int, default=count_stage.DEFAULT_NUM_BUCKETS)
+    parser.add_argument("--force", action="store_true", help="redo every stage")
+    parser.add_argument("--prune_to", type=int, metavar="LINKS",
+                        help="also prune the model to this many links (snm prune, its default "
+                             "criterion) into pruned/, which eval then evaluates")
+    arguments.layout_argument(parser)
+    add_fit_args(parser)
+    family = parser.add_argument_group("log-linear family (--family loglinear)")
+    family.add_argument("--family", choices=("snm", "loglinear"), default="snm",
+                        help="snm (default) or loglinear: a log-linear n-gram model with a "
+                             "tree-structured penalty on the same counts")
+    family.add_argument("--penalty", default="t2", choices=penalties.PENALTIES,
+                        help="the penalty (default %(default)s); w* weight depth d by alpha^d")
+    family.add_argument("--lam", type=_floats, default=None, metavar="L[,L..]",
+                        help="penalty strength(s) lambda; each is fitted and the best on "
+                             "--heldout kept (default: 0.1, 0.3 and 1 over the number of "
+                             "training words and sentence ends)")
+    family.add_argument("--alpha", type=_floats, default=None, metavar="A[,A..]",
+                        help="depth weight(s) of wl2 wl1 wt2 wtinf (default 1.4, the best of "
+                             "0.7 and 1.4 on kernel-100k: deeper suffixes penalised more)")
+    family.add_argument("--optimizer", choices=("adagrad", "fista", "pgd", "lbfgs"),
+                        default="adagrad",
+                        help="stochastic proximal gradient variant (default %(default)s), or "
+                             "lbfgs: full-batch L-BFGS-B to the penalised optimum, for l2 l1 "
+                             "wl2 wl1 (an epoch is then 10 iterations)")
+    family.add_argument("--batches_per_epoch", type=int, default=25)
+    family.add_argument("--step", type=float, default=1.0, help="base step size")
+    flags, beam_args = arguments.parse(parser, argv, beam=True)
+    args = argparse.Namespace(**flags)
+    with run_lock(storage.absolute(args.out), "snm train"):
+        plan = _plan(args, beam_args)
+        chain.Runner(plan, args.force).run()
+    final = plan.path(plan.final)
+    card = "" if plan.family == "loglinear" else \
+        f"  (card: {storage.join(final, 'model_card.md')})"
+    plot = "" if plan.family == "loglinear" else \
+        f"; plot: {storage.join(plan.out, chain.PLOT)}"
+    print(f"model: {final}{card}; eval: {plan.path('eval')}{plot}")
+    return 0
+
+
+def _floats(text):
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
+    return values
+
+
+def _loglinear_options(args):
+    weighted = args.penalty.startswith("w")
+    alphas = args.alpha if args.alpha is not None else ((1.4,) if weighted else (1.0,))
+    epochs = args.epochs if isinstance(args.epochs, int) else LogLinearOptions.epochs
+    return LogLinearOptions(penalty=args.penalty, lams=args.lam, alphas=alphas,
+                            optimizer=args.optimizer, epochs=epochs,
+                            batches_per_epoch=args.batches_per_epoch, step=args.step,
+                            patience=args.patience, seed=args.seed)
+
+
+def _plan(args, beam_args):
+    """The run's :class:`snm.chain.Plan`, every option checked before any stage runs."""
+    config = load_config(args.config)
+    loglinear = args.family == "loglinear"
+    if loglinear:
+        if config.ngram_order is None:
+            raise SnmInputError("--family loglinear takes n-gram configurations (5gram, or a "
+                                "file with one ngram_extractor); skip-grams are SNM only")
+        if args.tagged or args.prune_to or args.layout != "hashed":
+            raise SnmInputError("--family loglinear trains on pooled sources, unpruned, "
+                                "stored its own way: drop --tagged, --prune_to and --layout")
+    fit_options = _loglinear_options(args) if loglinear else options_from(vars(args))
+    sources = training_sources.parse_sources(args.train, pooled=not args.tagged)
+    if args.tagged and training_sources.source_tags(sources) == [""]:
+        raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
+    tags = training_sources.source_tags(sources)
+    if args.layout != "hashed":  # refused before any stage runs
+        ngram_trie.ngram_span({"config": config.to_text(), "tags": tags}, args.config,
+                              args.layout)
+    files = training_sources.expand_sources(sources)
+    vocab = vocab_file(args.vocab) if args.vocab else None
+    for path in (args.heldout, args.test):
+        if not storage.isfile(path):
+            raise SnmInputError(f"{path}: no such file")
+    if args.prune_to is not None and args.prune_to < 1:
+        raise SnmInputError("--prune_to must be at least 1")
+    out = storage.absolute(args.out)
+    add_to = storage.absolute(args.add_to) if args.add_to else None
+    plan = chain.Plan(
+        out=out, family=args.family, beam_args=list(beam_args),
+        train_specs=[f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources],
+        train_stamps=[storage.file_stamp(p) for _, p in files], tags=[s.tag for s in sources],
+        config_text=config.to_text(), config=args.config, heldout=args.heldout,
+        test=args.test, vocab=vocab, add_to=add_to, min_count=args.min_count,
+        num_buckets=args.num_buckets, layout=args.layout, prune_to=args.prune_to,
+        fit_options=fit_options, ngram=bool(config.ngram_order))
+    if add_to:
+        manifests.Count.read(add_to)  # a finished count, before anything is written
+        if add_to == plan.path("count"):
+            raise SnmInputError("--add_to must not be this run's own count/ (it is "
+                                "rewritten); give the previous run's")
+    storage.makedirs(out)
+    return plan

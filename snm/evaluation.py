@@ -1,0 +1,97 @@
+"""What the commands share about models and their evaluation: loading any model directory,
+evaluating a text, the KenLM-style report, the fit's progress line and its plot."""
+
+import io
+import json
+import sys
+import time
+
+from snm_core.io import storage
+from snm_core.io.errors import SnmInputError
+from snm_core.io.textfile import read_lines
+from snm_core.loglinear.directory import LogLinearScorer, is_loglinear
+from snm_core.model.compact import load_model
+
+
+def format_report(name, report):
+    """A report in the spirit of KenLM's ``query`` summary."""
+    return "\n".join([
+        f"{name} model:",
+        f"  Perplexity including OOVs:\t{report['perplexity']:.4f}",
+        f"  Perplexity excluding OOVs:\t{report['perplexity_excluding_oov']:.4f}",
+        f"  OOVs:\t{report['oov']}",
+        f"  Tokens:\t{report['words']}",
+        f"  Sentences:\t{report['sentences']}",
+    ] + ([f"  Zero-probability tokens:\t{report['zero_probability']} (perplexity is infinite: "
+          "the model never saw <UNK>; build the vocabulary with --min_count 2 or more)"]
+         if report["zero_probability"] else [])
+      + ([f"  Lines skipped:\t{report['invalid_lines']} not valid UTF-8 or holding a NUL byte "
+          f"(the first few logged), {report['empty_lines']} empty"]
+         if report.get("invalid_lines") or report.get("empty_lines") else []))
+
+
+def load_scorer(model_dir):
+    """The scorer of any model directory, by its manifest's kind: an SNM model's
+    (:func:`snm_core.model.compact.load_model`) or a log-linear one's."""
+    if is_loglinear(model_dir):
+        return LogLinearScorer.load(model_dir)
+    return load_model(model_dir)
+
+
+def load_checked(model_dir, unadjusted=False):
+    """The scorer of ``model_dir``, refusing ``unadjusted`` before any text is read when the
+    model has no unadjusted form."""
+    model = load_scorer(model_dir)
+    if unadjusted and "unadjusted" not in model.REPORTS:
+        raise SnmInputError(f"{model_dir}: {model.WITHOUT_UNADJUSTED}")
+    return model
+
+
+def evaluate(model_dir, path):
+    """A report per model of a text file: ``{"adjusted": .., "unadjusted": ..}`` for an SNM,
+    ``{"loglinear": ..}`` for a log-linear model."""
+    return load_scorer(model_dir).evaluate_lines(read_lines(path))
+
+
+class FitProgress:
+    """A progress line for long epochs, at most every 2 s (stderr)."""
+
+    def __init__(self):
+        self.epoch, self.last = None, 0.0
+
+    def __call__(self, epoch, done, total):
+        now = time.monotonic()
+        if epoch != self.epoch:
+            self.epoch, self.last = epoch, now
+        elif now - self.last >= 2 and done < total:
+            self.last = now
+            print(f"  epoch {epoch}: {done:,}/{total:,} events ({100 * done / total:.0f}%)",
+                  file=sys.stderr, flush=True)
+
+
+def plot_perplexity(fit_dir, path):
+    """PNG of held-out perplexity per epoch: the final run and each selection run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = [json.loads(line) for line in
+           storage.read_text(storage.join(fit_dir, "train_log.jsonl")).splitlines()]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for variant in sorted({e["metafeatures"] for e in log if e["run"] == "select"}):
+        runs = [e for e in log if e["run"] == "select" and e["metafeatures"] == variant]
+        ax.plot([e["epoch"] for e in runs], [e["valid_perplexity"] for e in runs], "--",
+                marker=".", label=f"{variant}: held-back tenth (selection)")
+    final = [e for e in log if e["run"] == "final"]
+    ax.plot([e["epoch"] for e in final], [e["train_perplexity"] for e in final], "-",
+            marker="o", color="black", label=f"{final[0]['metafeatures']}: all held-out (final)")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("held-out perplexity")
+    ax.set_title("SNM adjustment training")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    plt.close(fig)
+    storage.write_bytes(png.getvalue(), path)
