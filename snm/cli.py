@@ -34,6 +34,7 @@ TOOLS = {
     "export-arpa": "snm.export_cmd",
     "compact": "snm.compact_cmd",
     "train": "snm.train_cmd",
+    "sample": "snm.commands.sample",
 }
 
 
