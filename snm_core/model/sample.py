@@ -125,16 +125,16 @@ class Stream:
     ----------
     seed, shard : int
     quota : int, the shard's words
-    max_length, max_run : int
+    max_length, max_run, ring : int (``ring``: :func:`sample_kernels.ring_size`)
     """
 
-    def __init__(self, seed, shard, quota, max_length, max_run):
+    def __init__(self, seed, shard, quota, max_length, max_run, ring):
         lanes = sample_kernels.LANES
         self.rng = np.stack([sample_kernels.seed_state(seed, shard * lanes + lane)
                              for lane in range(lanes)])
         self.history = np.zeros((lanes, max_length + 1), np.int32)
         self.position = np.zeros(lanes, np.int64)
-        self.hashes = np.zeros((lanes, max_length + 1, max_run + 1), np.uint64)
+        self.hashes = np.zeros((lanes, ring, max_run + 1), np.uint64)
         self.words = np.zeros(1, np.int64)
         self.quota, self.max_length = quota, max_length
         self.finished = quota == 0
@@ -168,7 +168,8 @@ class Sampler:
             pa.array(self.vocab.words, pa.large_string()))
 
     def stream(self, seed, shard, quota, max_length):
-        return Stream(seed, shard, quota, max_length, self.max_run)
+        return Stream(seed, shard, quota, max_length, self.max_run,
+                      sample_kernels.ring_size(self.windows))
 
     def draw(self, stream, words_wanted):
         """``(ids, stats)``: the next sentences of ``stream``, at least ``words_wanted``

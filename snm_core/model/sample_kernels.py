@@ -11,9 +11,9 @@ row's alias table (a word in one read, whatever the row's length).
 A history's keys are those :class:`snm_core.text.features.FeatureExtractor`
 gives the event (the tests compare the two on random histories): per position
 j of the sentence (``<S>`` at 0), ``hashes[j, n]`` is the hash of the n words
-before j, newest first (``_sequence_hashes``); a window (r, s, a) has base
-hash ``combine(hashes[j, a], hashes[j - a - s, r])`` (``hashes[j, a]`` when
-r = 0); a tied type's windows, by increasing skip, drop a window whose remote
+before j, newest first (``_sequence_hashes``; kept for the last positions a
+window reaches); a window (r, s, a) has base hash ``combine(hashes[j, a],
+hashes[j - a - s, r])`` (``hashes[j, a]`` when r = 0); a tied type's windows, by increasing skip, drop a window whose remote
 words an earlier valid one had (``_type_pairs``); each tag salts the base.
 
 The random numbers are xoshiro256** (Blackman and Vigna), four uint64 words of
@@ -96,10 +96,12 @@ def uniforms(state, n):
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _position_hashes(history, j, hashes, max_run):
-    """``hashes[j, n]``: the n words before position j folded newest first, n <= min(j, max_run)."""
-    hashes[j, 0] = SEQUENCE_SEED
+    """Row ``j % len(hashes)`` of ``hashes``: the n words before position j folded newest
+    first, n <= min(j, max_run).  The rows are a ring longer than the widest window."""
+    row = j % hashes.shape[0]
+    hashes[row, 0] = SEQUENCE_SEED
     for n in range(1, min(j, max_run) + 1):
-        hashes[j, n] = _combine_one(hashes[j, n - 1], np.uint64(history[j - n]))
+        hashes[row, n] = _combine_one(hashes[row, n - 1], np.uint64(history[j - n]))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -107,8 +109,10 @@ def _event_keys(hashes, j, windows, salts, remote, valid, keys):
     """Keys of the features of the event whose target is at position j; returns how many.
 
     ``windows`` is int64 (n, 5): type index, r, s, a, and the first window of
-    its type (a tied type's windows consecutive, by increasing s).
+    its type (a tied type's windows consecutive, by increasing s); ``hashes`` the ring
+    of :func:`_position_hashes`, filled up to position j.
     """
+    ring = hashes.shape[0]
     n = 0
     for g in range(windows.shape[0]):
         t, r, s, a, first = windows[g, 0], windows[g, 1], windows[g, 2], windows[g, 3], \
@@ -116,9 +120,9 @@ def _event_keys(hashes, j, windows, salts, remote, valid, keys):
         valid[g] = j >= r + s + a
         if not valid[g]:
             continue
-        base = hashes[j, a]
+        base = hashes[j % ring, a]
         if r > 0:
-            remote[g] = hashes[j - a - s, r]
+            remote[g] = hashes[(j - a - s) % ring, r]
             seen = False
             for h in range(first, g):
                 if valid[h] and remote[h] == remote[g]:
@@ -134,10 +138,19 @@ def _event_keys(hashes, j, windows, salts, remote, valid, keys):
 
 
 @numba.njit(nogil=True, cache=True)
+def ring_size(windows):
+    """Rows of the hash ring: one more than the widest window's r + s + a."""
+    widest = 0
+    for g in range(windows.shape[0]):
+        widest = max(widest, windows[g, 1] + windows[g, 2] + windows[g, 3])
+    return widest + 1
+
+
+@numba.njit(nogil=True, cache=True)
 def history_keys(history, windows, salts, max_run):
     """Feature keys of the event after ``history`` (int32 word ids, ``<S>`` first)."""
     j = len(history)
-    hashes = np.empty((j + 1, max_run + 1), np.uint64)
+    hashes = np.empty((ring_size(windows), max_run + 1), np.uint64)
     for p in range(1, j + 1):
         _position_hashes(history, p, hashes, max_run)
     keys = np.empty(windows.shape[0] * salts.shape[0], np.uint64)
@@ -243,7 +256,7 @@ def sample_sentences(rng, history, position, hashes, stream_words, words_wanted,
     rng : uint64 (LANES, 4), each lane's random state (:func:`seed_state`)
     history : int32 (LANES, max_length + 1), each lane's sentence so far, ``<S>`` first
     position : int64 (LANES,), each lane's next target position (0: idle)
-    hashes : uint64 (LANES, max_length + 1, max_run + 1), work space of the keys
+    hashes : uint64 (LANES, ring_size(windows), max_run + 1), work space of the keys
     stream_words : int64 (1,), the stream's words so far
     words_wanted : int
     quota : int, the stream's words
