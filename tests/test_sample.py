@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import scipy.stats
 from test_model import SKIP, build_model
+from test_storage import s3  # noqa: F401  (the fixture)
 
 from snm.cli import main
+from snm_core.io import storage
 from snm_core.model import sample as sample_module
 from snm_core.model import sample_kernels
 from snm_core.model.compact import load_model
@@ -250,3 +252,22 @@ def test_bad_requests_and_ctrl_c_are_one_line(ngram_model, tmp_path, capsys, mon
     assert err.strip().splitlines()[-1].startswith("snm sample: interrupted; ")
     assert "Traceback" not in err
     assert not [n for n in os.listdir(out) if n.endswith(".tmp") or n == "manifest.json"]
+
+
+def test_a_model_in_object_storage_samples_into_object_storage(ngram_model, s3, tmp_path,
+                                                                monkeypatch):
+    """The rows of a remote model are built in the local cache; the shards are written
+    to the bucket; the text is the local model's."""
+    monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
+    remote = f"{s3}/sample/model"
+    storage.upload_tree(str(ngram_model), remote)
+    manifest = sample(SampleOptions(model=remote, words=5_000, out=f"{s3}/sample/out",
+                                    seed=4, shards=2, gzip=True))
+    assert os.listdir(tmp_path / "cache")  # the rows
+    local, _ = draw(ngram_model, tmp_path / "local", 5_000, seed=4, shards=2)
+    remote_lines = []
+    for name in manifest["files"]:
+        remote_lines += gzip.decompress(
+            storage.read_bytes(f"{s3}/sample/out/{name}")).decode("utf-8").splitlines()
+    assert remote_lines == local
+    assert storage.read_json(f"{s3}/sample/out/manifest.json")["totals"] == manifest["totals"]

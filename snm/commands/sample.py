@@ -12,7 +12,7 @@ def main(argv=None):
         "corpus tags. The same seed and --shards give the same files on any number of threads.")
     parser.add_argument("--model", required=True, help="model directory (snm apply or "
                         "snm prune --out)")
-    parser.add_argument("--words", required=True, type=_count, help="words to draw in all "
+    parser.add_argument("--words", required=True, type=word_count, help="words to draw in all "
                         "(</S> not counted; 1e6, 500M and 2G are read too); each shard "
                         "finishes the sentence that reaches its share")
     parser.add_argument("--out", required=True, help="output directory: "
@@ -46,7 +46,7 @@ def main(argv=None):
     return 0
 
 
-def _count(text):
+def word_count(text):
     """An integer that may be written 1e6, 500M, 2G or 50k."""
     scale = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "b": 10 ** 9}
     value = text.strip().lower().replace(",", "").replace("_", "")

@@ -217,7 +217,7 @@ def sample(options, say=lambda message: None):
                 sink.close()
 
     threads = options.threads or min(options.shards, os.cpu_count() or 1)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         futures = [pool.submit(write_shard, k) for k in range(options.shards)]
         try:
@@ -226,7 +226,7 @@ def sample(options, say=lambda message: None):
             cancel.set()
             concurrent.futures.wait(futures)
             raise
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     storage.remove_stale(options.out, set(names), SHARD_PATTERNS)
     totals = {name: int(v) for name, v in zip(sample_kernels.STATS, stats.sum(axis=0))}
     manifest = {
@@ -235,7 +235,8 @@ def sample(options, say=lambda message: None):
         "config": sampler.manifest["config"], "tags": sampler.manifest["tags"],
         "seed": options.seed, "words_requested": options.words, "max_length": options.max_length,
         "files": names, "shard_words": stats[:, 0].tolist(), "totals": totals,
-        "seconds": round(seconds, 3), "threads": threads,
+        "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
+        "threads": threads,
     }
     storage.write_json(manifest, manifest_path)
     return manifest
