@@ -12,8 +12,9 @@ compiled loop releases the GIL).
 
 A shard draws :data:`snm_core.model.sample_kernels.LANES` sentences side by
 side; once it has its share of words it starts no more and finishes those
-under way, so it holds its share plus at most that many sentences.  An empty sentence
-(``</S>`` drawn first) is counted, not written: text readers skip empty lines.
+under way, so it holds its share plus at most that many sentences.  An empty
+sentence (``</S>`` drawn first) is counted, not written: text readers skip
+empty lines.
 A sentence that reaches ``max_length`` words ends there (counted).  A history
 none of whose features is in the model (possible only without the empty
 feature) ends its sentence (counted as a dead end).
@@ -104,14 +105,17 @@ def shard_words(words, shards):
 def kernel_tables(extractor):
     """``(windows, salts, max_run)`` of :func:`snm_core.model.sample_kernels.sample_sentences`
     for an extractor: its windows by type, a tied type's by increasing skip."""
+    by_type = {}
+    for type_index, r, s, a in extractor.generators:
+        by_type.setdefault(type_index, []).append((r, s, a))
     rows = []
-    for type_index, windows in extractor._windows_by_type.items():
+    for type_index, windows in by_type.items():
         first = len(rows)
-        for _, r, s, a in sorted(windows, key=lambda w: w[2]):
-            rows.append((type_index, r, s, a, first))
+        rows += [(type_index, r, s, a, first) for r, s, a in sorted(windows, key=lambda w: w[1])]
     windows = np.array(rows, np.int64).reshape(-1, 5)
     max_run = max(max(r, a) for _, r, _, a, _ in rows)
-    return windows, np.ascontiguousarray(extractor._salts), max_run
+    salts = extractor.type_salts.reshape(len(extractor.tags), len(extractor.feature_types))
+    return windows, np.ascontiguousarray(salts), max_run
 
 
 class _Cancelled(Exception):

@@ -62,10 +62,6 @@ class ModelRows:
         self.thresholds = self.links.view(np.float64)
 
     @property
-    def num_features(self):
-        return len(self.records) // RECORD - 1
-
-    @property
     def parts(self):
         """The arrays :func:`snm_core.model.sample_kernels.sample_sentences` takes, in its order."""
         return (self.records, self.masses, self.index, self.shift, self.links, self.thresholds)
@@ -141,7 +137,7 @@ def build_rows(model_dir, manifest, directory):
     records = output("records", np.uint64, RECORD * (n_f + 1))
     links = output("links", np.uint64, 2 * n_l)
     index = KeyIndexWriter(n_f)
-    index.out = output("index", index.dtype, (1 << index.bits) + 1)
+    index.out = output("index", index.dtype, (1 << index.bits) + 1)  # its slots, as they come
     links_done, last_key = 0, None
     for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
         matrix_name = "matrix-" + name[len("features-"):]
