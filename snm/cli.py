@@ -20,7 +20,7 @@ COMMANDS = {
     "vocab": "vocab", "count": "count", "join": "join", "fit": "fit", "apply": "apply",
     "prune": "prune", "train": "train", "eval": "eval", "score": "score",
     "export-arpa": "export_arpa", "compact": "compact", "validate": "validate",
-    "features": "features", "synth": "synth",
+    "features": "features", "synth": "synth", "sample": "sample",
 }
 
 

@@ -1,0 +1,243 @@
+"""Billion-word scale (issue 32): corpora sampled from a model of mix, then every stage on them.
+
+    nice python benchmarks/scale.py corpora                  # the model, then the corpora
+    nice python benchmarks/scale.py corpora --sizes 50M,100M --dir /data/scale
+    nice python benchmarks/scale.py sampler --words 20M      # snm sample on 1 and 2 threads
+
+Steps (each skips what it finds done, so a run picks up where the last stopped):
+
+* ``corpora``: ``snm train --config 5gram`` on all of mix pooled (its four sources,
+  dev.txt, test.txt, vocab.txt; ``DIR/mix-5gram/``), then for each size a training
+  corpus of that many words sampled from it in shards of ``--shard_words`` (10M:
+  five shards at 50M, fifty at 500M) and a sampled dev and test set beside it
+  (50K and 100K words, mix's sizes), each with its own seed
+  (``DIR/corpus-50M/{train,dev,test}/sample-*.txt``, see :func:`corpus_paths`).
+  Before each corpus the free disk is checked against its expected size (the bytes
+  a word of the corpora already made, else 6.5). Reports words, seconds, words/s,
+  peak RSS and bytes per part.
+* ``sampler``: ``snm sample`` of ``--words`` into a scratch directory on one thread
+  and on two (two shards each, so the text is the same), alternating, ``--repeats``
+  rounds; the best of each, and their ratio.
+
+The peak RSS of ``snm sample`` includes the pages of the model's rows it has read
+(memory-mapped files: the page cache's, given back under pressure).  Prints a table
+and appends to benchmarks/results.jsonl (benchmark ``scale``, ``step`` the step).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import (  # noqa: E402
+    MIX_SOURCES,
+    MODE,
+    WORK,
+    corpus,
+    print_table,
+    record,
+    run_measured,
+)
+
+from snm.commands.sample import word_count as words_of  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = "50M,100M,250M,500M"
+SHARD_WORDS = 10_000_000
+#: Sampled held-out sets beside each corpus: mix's own sizes.
+HELDOUT_WORDS = {"dev": 50_000, "test": 100_000}
+#: Expected bytes a word of sampled text (words, spaces, newlines) before any is made.
+BYTES_PER_WORD = 6.5
+#: Disk left free for the other work on the machine while a corpus is written.
+DISK_RESERVE = 10 << 30
+
+
+def label(words):
+    """50_000_000 -> ``50M``."""
+    for suffix, unit in (("G", 10 ** 9), ("M", 10 ** 6), ("k", 10 ** 3)):
+        if words % unit == 0:
+            return f"{words // unit}{suffix}"
+    return str(words)
+
+
+def snm(*args):
+    return [sys.executable, "-m", "snm", *args]
+
+
+def environment():
+    """This checkout's snm for the subprocesses."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def model_dir(directory):
+    return os.path.join(directory, "mix-5gram", "model")
+
+
+def corpus_paths(directory, words):
+    """The files of the corpus of ``words`` words: ``train`` (a glob), ``dev``, ``test``,
+    and each part's directory (``train_dir``, ...); what the later steps read."""
+    root = os.path.join(directory, f"corpus-{label(words)}")
+    paths = {part + "_dir": os.path.join(root, part) for part in ("train", "dev", "test")}
+    paths["train"] = os.path.join(root, "train", "sample-*.txt")
+    for part in HELDOUT_WORDS:
+        paths[part] = os.path.join(root, part, "sample-00000-of-00001.txt")
+    return paths
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def tree_bytes(directory):
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(directory) for name in names)
+
+
+def train_model(directory):
+    """``snm train --config 5gram`` on mix pooled, unless done; returns its row."""
+    out = os.path.dirname(model_dir(directory))
+    done = os.path.exists(os.path.join(out, "eval.json"))
+    row = {"part": "mix 5-gram model", "status": "skipped" if done else "ran"}
+    if not done:
+        train_dir = corpus("mix", "train")
+        cmd = snm("train", "--config", "5gram", "--heldout", corpus("mix", "dev.txt"),
+                  "--test", corpus("mix", "test.txt"), "--vocab", corpus("mix", "vocab.txt"),
+                  "--out", out, "--num_buckets", "16", *MODE)
+        for source in MIX_SOURCES:
+            cmd += ["--train", f"{source}={os.path.join(train_dir, source + '.txt.gz')}"]
+        row["seconds"], row["peak_rss_mib"] = run_measured(cmd, env=environment(),
+                                                            log=out + ".log")
+    manifest = read_json(os.path.join(out, "model", "manifest.json"))
+    report = read_json(os.path.join(out, "eval.json"))
+    row.update(links=manifest["totals"]["links"], features=manifest["totals"]["features"],
+               test_perplexity=report["adjusted"]["perplexity"])
+    return row
+
+
+def sample_part(model, out, words, seed, shards):
+    """``snm sample`` into ``out`` unless a sample of this model, words, seed and shards
+    is there; returns its row."""
+    with open(os.path.join(model, "manifest.json"), "rb") as f:
+        identity = hashlib.sha256(f.read()).hexdigest()
+    manifest_path = os.path.join(out, "manifest.json")
+    done = read_json(manifest_path) if os.path.exists(manifest_path) else None
+    wanted = {"words_requested": words, "seed": seed, "model_manifest_sha256": identity}
+    row = {"status": "skipped"}
+    if done is None or len(done["files"]) != shards or any(
+            done[k] != v for k, v in wanted.items()):
+        row["status"] = "ran"
+        cmd = snm("sample", "--model", model, "--words", str(words), "--out", out,
+                  "--seed", str(seed), "--shards", str(shards))
+        row["seconds"], row["peak_rss_mib"] = run_measured(cmd, env=environment(),
+                                                            log=out + ".log")
+        done = read_json(manifest_path)
+    totals = done["totals"]
+    row.update(words=totals["words"], sentences=totals["sentences"], shards=len(done["files"]),
+               sample_seconds=done["seconds"], cpu_seconds=done.get("cpu_seconds"),
+               threads=done["threads"],
+               words_per_second=totals["words"] / done["seconds"], bytes=tree_bytes(out))
+    row["bytes_per_word"] = row["bytes"] / row["words"]
+    return row
+
+
+def corpora(args):
+    """The model, then each size's corpus and its dev and test sets."""
+    os.makedirs(args.dir, exist_ok=True)
+    rows = [train_model(args.dir)]
+    print_table(rows, ["part", "status", "seconds", "peak_rss_mib", "features", "links",
+                       "test_perplexity"])
+    record("scale", [{"step": "corpora", **r} for r in rows if r["status"] == "ran"])
+    model = model_dir(args.dir)
+    bytes_per_word = BYTES_PER_WORD
+    rows = []
+    for words in (words_of(s) for s in args.sizes.split(",")):
+        paths = corpus_paths(args.dir, words)
+        need = int(words * bytes_per_word)
+        have = os.path.exists(os.path.join(paths["train_dir"], "manifest.json"))
+        free = shutil.disk_usage(args.dir).free
+        print(f"{label(words)}: about {need / 2 ** 30:.1f} GiB ({bytes_per_word:.2f} bytes a "
+              f"word); {free / 2 ** 30:.1f} GiB free", flush=True)
+        if not have and free - need < DISK_RESERVE:
+            print(f"{label(words)}: skipped, the disk is too small for it with "
+                  f"{DISK_RESERVE >> 30} GiB left over", flush=True)
+            continue
+        shards = max(1, -(-words // args.shard_words))
+        parts = [("train", words, shards)] + [(part, n, 1) for part, n in HELDOUT_WORDS.items()]
+        for offset, (part, n, k) in enumerate(parts):
+            # Seeds differ between sizes and parts: no corpus repeats another's text.
+            row = sample_part(model, paths[part + "_dir"], n, 3 * words + offset, k)
+            row.update(corpus=label(words), part=part, free_disk_gib=free / 2 ** 30)
+            rows.append(row)
+            print_table([row], COLUMNS)
+        bytes_per_word = rows[-3]["bytes_per_word"]
+    print()
+    print_table(rows, COLUMNS)
+    record("scale", [{"step": "corpora", **r} for r in rows if r["status"] == "ran"])
+
+
+COLUMNS = ["corpus", "part", "status", "words", "sentences", "shards", "sample_seconds",
+           "words_per_second", "seconds", "peak_rss_mib", "bytes", "bytes_per_word"]
+
+
+def sampler(args):
+    """``snm sample`` on one thread and on two, alternating."""
+    model = model_dir(args.dir)
+    if not os.path.exists(os.path.join(model, "manifest.json")):
+        raise SystemExit(f"{model}: no model; run the corpora step first")
+    words = words_of(args.words)
+    scratch = os.path.join(args.dir, "sampler-scratch")
+    best = {}
+    for _ in range(args.repeats):
+        for threads in (1, 2):
+            shutil.rmtree(scratch, ignore_errors=True)
+            cmd = snm("sample", "--model", model, "--words", str(words), "--out", scratch,
+                      "--seed", "1", "--shards", "2", "--threads", str(threads))
+            seconds, rss = run_measured(cmd, env=environment())
+            manifest = read_json(os.path.join(scratch, "manifest.json"))
+            run = {"threads": threads, "words": manifest["totals"]["words"],
+                   "sample_seconds": manifest["seconds"], "seconds": seconds,
+                   "cpu_seconds": manifest["cpu_seconds"], "peak_rss_mib": rss}
+            run["words_per_second"] = run["words"] / run["sample_seconds"]
+            run["words_per_cpu_second"] = run["words"] / run["cpu_seconds"]
+            print_table([run], SAMPLER_COLUMNS)
+            if threads not in best or run["sample_seconds"] < best[threads]["sample_seconds"]:
+                best[threads] = run
+    shutil.rmtree(scratch, ignore_errors=True)
+    rows = [best[1], best[2]]
+    rows[1]["speedup"] = rows[0]["sample_seconds"] / rows[1]["sample_seconds"]
+    print()
+    print_table(rows, SAMPLER_COLUMNS + ["speedup"])
+    record("scale", [{"step": "sampler", "repeats": args.repeats, **r} for r in rows])
+
+
+SAMPLER_COLUMNS = ["threads", "words", "sample_seconds", "words_per_second", "cpu_seconds",
+                   "words_per_cpu_second", "seconds", "peak_rss_mib"]
+STEPS = {"corpora": corpora, "sampler": sampler}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("steps", nargs="+", choices=sorted(STEPS), help="steps to run, in order")
+    parser.add_argument("--dir", default=os.path.join(WORK, "scale"),
+                        help="where the model and corpora go (default benchmarks/work/scale)")
+    parser.add_argument("--sizes", default=SIZES, help=f"corpus sizes (default {SIZES})")
+    parser.add_argument("--shard_words", type=words_of, default=SHARD_WORDS,
+                        help="words a training shard (default 10M)")
+    parser.add_argument("--words", default="20M", help="sampler: words a run (default 20M)")
+    parser.add_argument("--repeats", type=int, default=2, help="sampler: rounds (default 2)")
+    args = parser.parse_args(argv)
+    for step in args.steps:
+        print(f"=== {step} ===", flush=True)
+        STEPS[step](args)
+
+
+if __name__ == "__main__":
+    main()

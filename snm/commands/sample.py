@@ -1,0 +1,63 @@
+"""``snm sample``: text drawn from a model, a sentence a line, in shards (SRILM's ngram -gen)."""
+
+import argparse
+import sys
+
+from snm.commands import arguments
+from snm_core.model.sample import SampleOptions, interrupted_message, sample
+
+
+def main(argv=None):
+    parser = arguments.parser(
+        "sample", __doc__ + " Any configuration: n-grams, skip-grams, corpus tags. The same "
+        "seed and --shards give the same files on any number of threads.")
+    parser.add_argument("--model", required=True, help="model directory (snm apply or "
+                        "snm prune --out)")
+    parser.add_argument("--words", required=True, type=word_count, help="words to draw in all "
+                        "(</S> not counted; 1e6, 500M and 2G are read too); each shard "
+                        "finishes the sentence that reaches its share")
+    parser.add_argument("--out", required=True, help="output directory: "
+                        "sample-KKKKK-of-NNNNN.txt[.gz] and manifest.json (written last)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--shards", type=int, default=1, help="output files, each its own "
+                        "random stream (default 1); they are drawn in parallel")
+    parser.add_argument("--threads", type=int, help="shards drawn at once (default: one per "
+                        "core); the output does not depend on it")
+    parser.add_argument("--gzip", action="store_true", help="write .txt.gz shards")
+    parser.add_argument("--max_length", type=int, default=1000, help="longest sentence in "
+                        "words: a longer one is cut there and counted (default 1000)")
+    args = parser.parse_args(argv)
+    options = SampleOptions(model=args.model, words=args.words, out=args.out, seed=args.seed,
+                            shards=args.shards, threads=args.threads, gzip=args.gzip,
+                            max_length=args.max_length)
+    try:
+        manifest = sample(options, say=lambda message: print(message, file=sys.stderr,
+                                                             flush=True))
+    except KeyboardInterrupt:
+        print(f"snm sample: {interrupted_message(args.out)}", file=sys.stderr)
+        return 130
+    totals = manifest["totals"]
+    seconds = manifest["seconds"]
+    print(f"sample: {totals['words']:,} words, {totals['sentences']:,} sentences in "
+          f"{len(manifest['files'])} shard(s) under {args.out} in {seconds:.1f} s "
+          f"({totals['words'] / max(seconds, 1e-9):,.0f} words/s; "
+          f"{manifest['threads']} thread(s)); empty sentences {totals['empty_sentences']:,}, "
+          f"cut at --max_length {totals['truncated_sentences']:,}, "
+          f"dead ends {totals['dead_ends']:,}")
+    return 0
+
+
+def word_count(text):
+    """An integer that may be written 1e6, 500M, 2G or 50k."""
+    scale = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "b": 10 ** 9}
+    value = text.strip().lower().replace(",", "").replace("_", "")
+    factor = scale.get(value[-1:], 1)
+    if factor > 1:
+        value = value[:-1]
+    try:
+        number = float(value) * factor
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of words") from None
+    if number != int(number):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of words")
+    return int(number)
