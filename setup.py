@@ -27,6 +27,9 @@ setup(
         "scipy>=1.11",
         # snm train plots held-out perplexity per epoch as a PNG.
         "matplotlib>=3.5",
+        # tqdm: the progress bars of long stages on a terminal (rate, time left, terminal
+        # width and redrawing done right); elsewhere they are log lines (io/progress.py).
+        "tqdm>=4.60",
     ],
     extras_require={
         # kenlm: the tests load our ARPA export with KenLM and compare perplexities.

@@ -102,7 +102,7 @@ def main(argv=None):
                     "setup": setup, "config": config, "metafeatures": variant,
                     "links": links,
                     "unadjusted_ppl": report["unadjusted"]["perplexity"],
-                    "adjusted_ppl": report["perplexity"],
+                    "adjusted_ppl": report["adjusted"]["perplexity"],
                     "kn5_ppl": KN5_TEST[setup],
                     "adjusted_vs_kn5": report["perplexity"] / KN5_TEST[setup],
                     "unadjusted_reference": UNADJUSTED_REFERENCE.get((setup, config)),

@@ -77,7 +77,7 @@ def kenlm_perplexity(arpa, test_path):
 def snm_perplexity(model, test_path):
     out = subprocess.run(snm("eval", "--model", model, "--json", test_path),
                          capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["perplexity"]  # the adjusted model's
+    return json.loads(out)["adjusted"]["perplexity"]
 
 
 def lmplz_rows(lmplz, work, test_path):

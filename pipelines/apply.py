@@ -57,6 +57,8 @@ class AdjustBucket(beam.DoFn):
         _, extractor = self.settings.build()
         self.type_salts = extractor.type_salts
         self.num_feature_types = len(extractor.feature_types)
+        self.progress = running.worker_progress("apply: buckets", "bucket",
+                                                self.settings.num_buckets)
 
     def process(self, bucket):
         paths = self.settings.bucket_paths(bucket)
@@ -70,6 +72,7 @@ class AdjustBucket(beam.DoFn):
         checkpoint("apply.bucket")  # fault tests stop a worker here, mid-write
         storage.write_parquet(model_features, storage.join(
             self.out, tables.bucket_file("features", bucket, num_buckets)))
+        self.progress.update()
         self.links_counter.inc(matrix.num_rows)
         yield {"links": matrix.num_rows, "features": model_features.num_rows, "bucket": bucket}
 

@@ -107,11 +107,13 @@ class ExtractLinkPartials(beam.DoFn):
         # the config: a type has at most one pair per event and window.
         self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
                               // self.extractor.max_windows_per_type)
+        self.progress = running.worker_progress("count: text read", "line")
 
     def process(self, shard):
         links, features, pending = [], [], 0
         stats = {"shards": [shard.name]}
         for batch in self.reader.batches(shard):
+            self.progress.update(len(batch.lines))
             sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
             batch_stats = vars(sentence_stats)
             for chunk in sentences.chunks(self.max_events):
@@ -166,6 +168,8 @@ class MergeBucket(beam.DoFn):
         running.configure_allocators()
         _, self.extractor = self.settings.build()
         self.parents = counting.parent_types(self.extractor.config)
+        self.progress = running.worker_progress("count: buckets merged", "bucket",
+                                                self.num_buckets)
 
     def process(self, element):
         bucket, parts = element
@@ -185,6 +189,7 @@ class MergeBucket(beam.DoFn):
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
+        self.progress.update()
         self.features_counter.inc(features.num_rows)
         yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions})
         yield bucket, ("links", self.shuffle.send(
@@ -211,6 +216,8 @@ class WriteLinks(beam.DoFn):
 
     def setup(self):
         running.configure_allocators()
+        self.progress = running.worker_progress("count: buckets written", "bucket",
+                                                self.num_buckets)
 
     def process(self, element):
         bucket, parts = element
@@ -228,6 +235,7 @@ class WriteLinks(beam.DoFn):
         storage.write_parquet(links.cast(tables.LINKS), storage.join(
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))
         self.links_counter.inc(links.num_rows)
+        self.progress.update()
         losscheck.add_totals(totals, {
             "links": links.num_rows,
             "link_count_sum": int(pc.sum(links["count"]).as_py() or 0)})
@@ -447,9 +455,10 @@ def run(args, beam_args=()):
     if args.add_to:
         previous, vocab, tags = _previous_counts(args, config, tags)
         args = dataclasses.replace(args, num_buckets=previous.num_buckets)
-    else:
-        vocab = load_vocabulary(args, beam_args, sources)
     files = training_sources.expand_sources(sources, tags)
+    training_sources.check_has_words(files)
+    if not args.add_to:
+        vocab = load_vocabulary(args, beam_args, sources)
 
     storage.makedirs(args.out)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))

@@ -57,11 +57,13 @@ class ExtractHeldoutEvents(beam.DoFn):
     def setup(self):
         running.configure_allocators()
         self.vocab, self.extractor = self.settings.build()
+        self.progress = running.worker_progress("join: held-out text read", "line")
 
     def process(self, shard):
         yield "stats", {"shards": [shard.name]}
         for batch in self.reader.batches(shard):
             yield from self._batch(batch)
+            self.progress.update(len(batch.lines))
 
     def _batch(self, batch):
         sentences, kept, stats = tokenize(batch.lines, self.vocab)
@@ -89,6 +91,9 @@ class JoinBucket(beam.DoFn):
         self.num_buckets = num_buckets
         self.links_counter = running.counter("small_m_links")
 
+    def setup(self):
+        self.progress = running.worker_progress("join: buckets", "bucket", self.num_buckets)
+
     def process(self, element):
         bucket, grouped = element
         parts = list(grouped["heldout"])
@@ -100,6 +105,7 @@ class JoinBucket(beam.DoFn):
         name = tables.bucket_file("small_m", bucket, self.num_buckets)
         storage.write_parquet(rows, storage.join(self.out, name))
         checkpoint("join.bucket")  # fault tests stop a worker here
+        self.progress.update()
         self.links_counter.inc(rows.num_rows)
         yield {"small_m_links": rows.num_rows,
                "small_m_features": len(sorted_distinct(rows["feature"].to_numpy())),

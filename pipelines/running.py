@@ -12,6 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import runners
 from snm_core.io import memory, storage
 from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
+from snm_core.io.progress import Progress
 from snm_core.model.compact import LAYOUTS
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -52,6 +53,12 @@ def _in_memory_workers_warning(record):
 
 def counter(name):
     return beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
+
+
+def worker_progress(stage, unit, total=None):
+    """A worker's :class:`~snm_core.io.progress.Progress`: log lines, which reach the user
+    through the runner's logging (a worker cannot draw a bar on the user's terminal)."""
+    return Progress(stage, total=total, unit=unit, bar=False)
 
 
 #: glibc's malloc keeps blocks below this size in its heaps for reuse (see
@@ -168,13 +175,15 @@ def _snm_error(error, stage):
     """What a runner's wrapping of a worker's exception holds, as snm's own error: an
     :class:`SnmInputError`/:class:`SnmStageError` (found by type along the chain, else in
     the message), a full disk or memory exhausted (an :class:`SnmStageError` naming the
-    stage); else ``error`` itself."""
+    stage), Ctrl-C (:class:`KeyboardInterrupt`); else ``error`` itself."""
     def staged(message):
         message = message.split(" [while running")[0].splitlines()[0].strip()
         return message if message.startswith(f"{stage}: ") else f"{stage}: {message}"
 
     seen = error
     while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):  # Ctrl-C inside a DoFn: Beam wraps it
+            return KeyboardInterrupt()
         if isinstance(seen, SnmInputError):
             return SnmInputError(str(seen).split(" [while running")[0].splitlines()[0])
         if isinstance(seen, SnmStageError):
@@ -198,6 +207,8 @@ def _snm_error(error, stage):
                                     else what))
     if re.search(r"\bMemoryError\b", text):
         return SnmStageError(staged(OUT_OF_MEMORY))
+    if re.match(r"KeyboardInterrupt\b", text):
+        return KeyboardInterrupt()
     return error
 
 

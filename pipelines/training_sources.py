@@ -9,6 +9,7 @@ import re
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
+from snm_core.io.textfile import line_batches
 
 _TAG = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -68,3 +69,20 @@ def expand_sources(sources, tags=None):
         raise SnmInputError("a training file is matched by two --train patterns; each file "
                             "must be counted once")
     return files
+
+
+#: What :func:`check_has_words` reads at a time.
+_WORD_SEARCH_BYTES = 1 << 16
+
+
+def check_has_words(files):
+    """Raise :class:`SnmInputError` naming the training files when none of them holds a word
+    (empty, or only blank lines), before any stage counts nothing.  Reads each file until a
+    line with a word: usually the first batch of the first file."""
+    for _, path in files:
+        for _, lines in line_batches(path, batch_bytes=_WORD_SEARCH_BYTES):
+            if any(line and not line.isspace() for line in lines):
+                return
+    shown = ", ".join(path for _, path in files[:3]) + (", ..." if len(files) > 3 else "")
+    raise SnmInputError(f"--train {shown}: no words (the training text is empty or blank); "
+                        "give the training text")

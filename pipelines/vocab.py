@@ -126,6 +126,7 @@ def run(args, beam_args=()):
     beam_args = list(beam_args)
     sources = training_sources.parse_sources(args.train)
     files = training_sources.expand_sources(sources)
+    training_sources.check_has_words(files)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
 
     def build(p):

@@ -293,6 +293,9 @@ class Runner:
             message = str(e)
             raise SnmStageError(message if message.startswith(f"{stage.name}: ")
                                 else f"{stage.name}: {message}") from None
+        except KeyboardInterrupt as e:  # the CLI's one line names the stage
+            e.stage = stage.name
+            raise
         memory.release_memory()  # what the stage left in the allocators, before the next
         seconds = round(time.perf_counter() - start, 3)
         summary = stage.describe(plan)

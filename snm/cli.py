@@ -11,9 +11,14 @@ import gc
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 
 from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
+
+#: Exit status of an interrupted command (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
 
 #: Every subcommand: name -> its module in ``snm.commands`` (``main(argv)``, all its argparse).
 COMMANDS = {
@@ -33,13 +38,21 @@ class _QuietFilter(logging.Filter):
       one line.
     * Beam's import-time warning that the BigQuery client libraries are
       missing (snm uses none).
+    * Everything after Ctrl-C: the workers the interrupt stopped fail in their
+      own ways (a scratch file removed under them, a closed queue); the CLI says
+      in one line that the command was interrupted.
     """
+
+    #: Set when the user interrupts (:func:`interrupt`).
+    interrupted = False
 
     MARKERS = ("SnmInputError: ", "SnmStageError: ", "MemoryError: ",
                "apitools not found, and bigquery client libraries") + tuple(
         f"[Errno {number}] " for number in RESOURCE_ERRNOS)
 
     def filter(self, record):
+        if _QuietFilter.interrupted:
+            return False
         error = record.exc_info[1] if record.exc_info else None
         if isinstance(error, (SnmInputError, SnmStageError, MemoryError)):
             return False
@@ -81,6 +94,13 @@ def main(argv=None):
         configure_logging()
         module = importlib.import_module(f"snm.commands.{COMMANDS[command]}")
         return module.main(rest) or 0
+    except KeyboardInterrupt as e:
+        _QuietFilter.interrupted = True
+        stage = getattr(e, "stage", None)
+        where = f" during {stage}" if stage and stage != command else ""
+        print(f"snm {command}: interrupted{where}; run the same command again to go on "
+              "(what was finished is kept)", file=sys.stderr, flush=True)
+        return INTERRUPTED
     except SnmInputError as e:
         print(f"snm {command}: error: {e}", file=sys.stderr)
         return 2
@@ -114,9 +134,46 @@ def entry():
     the exit takes 0.03 s.  Only here, not in :func:`main`: a process that goes
     on after ``main()`` (the tests) still wants its collections.
     """
+    watch_for_interrupt()
     status = main()
+    if status == INTERRUPTED:
+        # Worker threads the interrupt stopped may still be running, and Python would
+        # wait for them at exit: the outputs they were writing are temporary files
+        # that the re-run replaces, and every manifest is written last.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
     gc.freeze()
     return status
+
+
+def watch_for_interrupt():
+    """Ctrl-C stops the command with one line, whatever runs it.
+
+    A terminal sends SIGINT to every process of the foreground group: a
+    multi-processing runner's workers too, each of which would print its own
+    traceback.  So SIGINT is ignored here before any worker starts (a worker
+    inherits that through the shell Beam starts it with, and Python then installs
+    no handler of its own), and blocked, so that it stays pending for one thread
+    that waits for it: that thread silences the log (:class:`_QuietFilter`) and
+    interrupts the main thread with SIGUSR1, whose handler raises
+    :class:`KeyboardInterrupt`.  The workers end when the runner they serve is gone.
+    """
+    main_thread = threading.main_thread().ident
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    def wait():
+        signal.sigwait({signal.SIGINT})
+        _QuietFilter.interrupted = True
+        threading.excepthook = lambda args: None  # threads stopped by the interrupt
+        signal.pthread_kill(main_thread, signal.SIGUSR1)
+
+    signal.signal(signal.SIGUSR1, interrupted)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a blocked signal stays pending even so
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    threading.Thread(target=wait, name="snm-interrupt", daemon=True).start()
 
 
 if __name__ == "__main__":

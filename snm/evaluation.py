@@ -3,11 +3,10 @@ evaluating a text, the KenLM-style report, the fit's progress line and its plot.
 
 import io
 import json
-import sys
-import time
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
+from snm_core.io.progress import Progress
 from snm_core.io.textfile import read_lines
 from snm_core.loglinear.directory import LogLinearScorer, is_loglinear
 from snm_core.model.compact import load_model
@@ -25,8 +24,9 @@ def format_report(name, report):
     ] + ([f"  Zero-probability tokens:\t{report['zero_probability']} (perplexity is infinite: "
           "the model never saw <UNK>; build the vocabulary with --min_count 2 or more)"]
          if report["zero_probability"] else [])
-      + ([f"  Lines skipped:\t{report['invalid_lines']} not valid UTF-8 or holding a NUL byte "
-          f"(the first few logged), {report['empty_lines']} empty"]
+      + ([f"  Lines skipped:\t{report['invalid_lines']} that do not decode or hold a NUL "
+          f"byte (the first few logged), {report['empty_lines']} empty; the figures are over "
+          f"the other {report['sentences']} lines"]
          if report.get("invalid_lines") or report.get("empty_lines") else []))
 
 
@@ -47,6 +47,20 @@ def load_checked(model_dir, unadjusted=False):
     return model
 
 
+def check_undecoded(path, report, lines, encoding, skip):
+    """Raise :class:`SnmInputError` when lines of ``path`` did not decode (``report``'s
+    ``invalid_lines``) and ``skip`` is false: the report's figures are over the other lines,
+    which this says, with what to do."""
+    undecoded = report.get("invalid_lines", 0)
+    if undecoded and not skip:
+        name = "UTF-8" if encoding == "utf-8" else encoding
+        raise SnmInputError(
+            f"{path}: {undecoded:,} of {lines:,} lines are not valid {name} or hold a NUL "
+            f"byte (the first few logged); the figures are over the other "
+            f"{lines - undecoded:,}: give --encoding ENC to read them, or --skip_invalid to "
+            "accept the figures without them")
+
+
 def evaluate(model_dir, path):
     """A report per model of a text file: ``{"adjusted": .., "unadjusted": ..}`` for an SNM,
     ``{"loglinear": ..}`` for a log-linear model."""
@@ -54,19 +68,21 @@ def evaluate(model_dir, path):
 
 
 class FitProgress:
-    """A progress line for long epochs, at most every 2 s (stderr)."""
+    """The fit's epochs as progress (:class:`snm_core.io.progress.Progress`: a bar on a
+    terminal, log lines otherwise), for ``fit_directory(progress=...)``."""
 
     def __init__(self):
-        self.epoch, self.last = None, 0.0
+        self.epoch, self.progress = None, None
 
     def __call__(self, epoch, done, total):
-        now = time.monotonic()
         if epoch != self.epoch:
-            self.epoch, self.last = epoch, now
-        elif now - self.last >= 2 and done < total:
-            self.last = now
-            print(f"  epoch {epoch}: {done:,}/{total:,} events ({100 * done / total:.0f}%)",
-                  file=sys.stderr, flush=True)
+            if self.progress is not None:
+                self.progress.close()
+            self.epoch = epoch
+            self.progress = Progress(f"fit: epoch {epoch}", total=total, unit="event")
+        self.progress.update(done - self.progress.done)
+        if done >= total:
+            self.progress.close()
 
 
 def plot_perplexity(fit_dir, path):

@@ -1,3 +1,5 @@
+import os
+import stat
 import subprocess
 import sys
 
@@ -80,3 +82,80 @@ def test_runner_short_names_and_options(tmp_path, capsys):
     assert main(["count", "--config", "5gram", "--train", _train_args(tmp_path)[3],
                  "--min_count", "1", "--out", str(tmp_path / "c"), "--runner", "dask"]) == 2
     assert "--runner dask needs --dask_address HOST:PORT" in capsys.readouterr().err
+
+
+# --- a newcomer's mistakes, each its own line ------------------------------------------
+
+def _corpus(tmp_path):
+    from snm_core.text import synthetic
+    return synthetic.write_corpus(str(tmp_path / "corpus"), 200, 40, 40, seed=2)
+
+
+def test_empty_training_text_is_refused_before_any_stage(tmp_path, capsys):
+    train, dev, test = _corpus(tmp_path)
+    empty, blank = tmp_path / "empty.txt", tmp_path / "blank.txt"
+    empty.write_text("")
+    blank.write_text("\n  \n\t\n")
+    for command in (["train", "--heldout", dev, "--test", test], ["count", "--min_count", "1"]):
+        out = tmp_path / ("out-" + command[0])
+        assert main([command[0], "--config", "5gram", "--train", str(empty), "--train",
+                     str(blank), "--out", str(out), *command[1:]]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert f"--train {empty}, {blank}: no words (the training text is empty or blank)" \
+            in err
+        assert not (out / "vocab").exists() and not (out / "count").exists()
+
+
+def test_a_file_where_a_directory_belongs_and_the_reverse(tmp_path, capsys):
+    train, dev, test = _corpus(tmp_path)
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("x\n")
+    argv = ["train", "--config", "5gram", "--train", train, "--heldout", dev, "--test", test]
+    assert main(argv + ["--out", str(a_file)]) == 2
+    assert f"--out {a_file}: a file, not a directory" in capsys.readouterr().err
+    assert main(["train", "--config", "5gram", "--train", train, "--heldout", str(tmp_path),
+                 "--test", test, "--out", str(tmp_path / "run")]) == 2
+    assert f"--heldout {tmp_path}: a directory, expected a file" in capsys.readouterr().err
+    assert main(["eval", "--model", str(tmp_path), str(tmp_path)]) == 2  # neither a model
+    assert main(["count", "--config", "5gram", "--train", train, "--vocab", str(tmp_path),
+                 "--out", str(tmp_path / "c")]) == 2
+    assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_order_is_the_plain_ngram_configuration(tmp_path, capsys):
+    from snm_core.text.config import load_config, preset
+    assert load_config("5gram").to_text() == preset("5gram").to_text()
+    assert load_config("3gram").ngram_order == 3
+    assert main(["features", "--config", "2gram", "a b"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "</S>\t[]  [b]"
+    train, dev, test = _corpus(tmp_path)
+    assert main(["count", "--order", "3", "--train", train, "--min_count", "1",
+                 "--out", str(tmp_path / "c")]) == 0
+    from snm_core.stages import manifests
+    assert manifests.Count.read(str(tmp_path / "c")).feature_types == ["0-gram", "1-gram",
+                                                                        "2-gram"]
+    capsys.readouterr()
+    assert main(["count", "--order", "0", "--train", train, "--min_count", "1",
+                 "--out", str(tmp_path / "d")]) == 2
+    assert "--order must be between 1 and" in capsys.readouterr().err
+
+
+def test_each_subcommand_s_usage_names_it(capsys):
+    import pytest
+
+    from snm.cli import COMMANDS
+    for command in COMMANDS:
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert capsys.readouterr().out.startswith(f"usage: snm {command} "), command
+
+
+def test_outputs_are_created_with_the_user_s_umask(tmp_path):
+    from snm_core.io import storage
+    old = os.umask(0o022)
+    try:
+        storage.write_text("x", str(tmp_path / "a.txt"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == 0o644

@@ -52,6 +52,55 @@ def test_a_run_killed_anywhere_resumes_to_the_same_bytes(point, corpus, referenc
     assert_same_run(reference_run, out)
 
 
+@pytest.mark.parametrize("point", ["count.merged", "fit.batch"])
+def test_ctrl_c_is_one_line_and_the_rerun_resumes(point, corpus, reference_run, tmp_path):
+    """SIGINT to the whole process group (what a terminal's Ctrl-C sends) inside a stage:
+    one line naming the stage, exit 130, no traceback; the re-run gives the same bytes."""
+    out = tmp_path / "run"
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = {**os.environ, checkpoints.PAUSE_AT: point, checkpoints.PAUSE_DIR: str(pause)}
+    proc = subprocess.Popen([sys.executable, "-m", "snm", "train"] + train_argv(corpus, out),
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    checkpoints.wait_for(str(pause), point)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    stage = CHECKPOINTS[point]
+    assert proc.returncode == 130
+    assert stderr == (f"snm train: interrupted during {stage}; run the same command again to "
+                      "go on (what was finished is kept)\n")
+    assert not (out / stage / "manifest.json").exists()
+    rerun = snm("train", *train_argv(corpus, out))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert_same_run(reference_run, out)
+
+
+def test_ctrl_c_stops_a_multiprocessing_count_and_its_workers_quietly(corpus, tmp_path):
+    """The workers of the multi-processing runner are in the terminal's process group too:
+    they must not print their own tracebacks."""
+    out, pause = tmp_path / "count", tmp_path / "pause"
+    pause.mkdir()
+    env = {**os.environ, checkpoints.PAUSE_AT: "count.flushed",
+           checkpoints.PAUSE_DIR: str(pause)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snm", "count", "--config", "5gram", "--train", corpus["train"],
+         "--min_count", "1", "--out", str(out), "--flush_links", "2000", "--direct_num_workers=2",
+         "--direct_running_mode=multi_processing"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    checkpoints.wait_for(str(pause), "count.flushed")  # a worker process waits there
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    (pause / "count.flushed.go").touch()  # the paused worker goes on, finds its runner gone
+    assert proc.returncode == 130
+    ours = [line for line in stderr.splitlines() if line.startswith("snm ")]
+    assert ours == ["snm count: interrupted; run the same command again to go on (what was "
+                    "finished is kept)"]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert not (out / "manifest.json").exists()
+
+
 def test_a_full_disk_in_count_is_one_line_and_leaves_no_manifest(corpus, tmp_path):
     out = tmp_path / "counts"
     proc = snm("count", "--config", "5gram", "--train", corpus["train"], "--min_count", "1",

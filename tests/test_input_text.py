@@ -114,15 +114,18 @@ def run(capsys, *argv):
     return status, out, err
 
 
-def eval_json(capsys, model_dir, path):
-    status, out, err = run(capsys, "eval", "--model", str(model_dir), str(path), "--json")
+def eval_json(capsys, model_dir, path, model="adjusted"):
+    """A model's report of ``snm eval --json --skip_invalid`` (the adjusted one's)."""
+    status, out, err = run(capsys, "eval", "--model", str(model_dir), str(path), "--json",
+                           "--skip_invalid")
     assert status == 0, err
-    return json.loads(out)
+    return json.loads(out)[model]
 
 
 def score_rows(capsys, model_dir, path, tmp_path):
     out = tmp_path / (path.name + ".scores")
-    status, _, err = run(capsys, "score", "--model", str(model_dir), str(path), "--out", str(out))
+    status, _, err = run(capsys, "score", "--model", str(model_dir), str(path), "--out", str(out),
+                         "--skip_invalid")
     assert status == 0, err
     text = out.read_bytes().decode("utf-8")
     assert text.endswith("\n")
@@ -346,7 +349,7 @@ def test_a_text_of_only_oov_words(odd_model, tmp_path, capsys):
     path.write_text("zzz qqq\nxxx\n\nzzz zzz zzz\n")
     report = eval_json(capsys, odd_model, path)
     assert (report["words"], report["oov"], report["sentences"]) == (9, 6, 3)
-    for r in (report, report["unadjusted"]):
+    for r in (report, eval_json(capsys, odd_model, path, "unadjusted")):
         assert r["zero_probability"] == 0
         assert 1 < r["perplexity"] < 1e6 and 1 < r["perplexity_excluding_oov"] < 1e6
 
@@ -363,7 +366,7 @@ def test_only_oov_words_with_a_model_that_never_saw_unk(tmp_path, capsys):
     path = tmp_path / "oov.txt"
     path.write_text("zzz qqq\nxxx\n")
     report = eval_json(capsys, model, path)
-    for r in (report, report["unadjusted"]):
+    for r in (report, eval_json(capsys, model, path, "unadjusted")):
         assert (r["words"], r["oov"], r["zero_probability"]) == (5, 3, 3)
         assert r["perplexity"] == float("inf")
         assert 1 < r["perplexity_excluding_oov"] < 1e6
@@ -372,3 +375,32 @@ def test_only_oov_words_with_a_model_that_never_saw_unk(tmp_path, capsys):
     assert "Zero-probability tokens:\t3 (perplexity is infinite: the model never saw <UNK>" in out
     rows = score_rows(capsys, model, path, tmp_path)
     assert [r[0] for r in rows] == ["-inf", "-inf"]
+
+
+def test_text_that_does_not_decode_is_an_error_unless_skipped_or_decoded(odd_model, tmp_path,
+                                                                          capsys):
+    """A latin-1 test file: eval reports over the lines that decode, says how many did not
+    and exits 2; --skip_invalid accepts that, --encoding latin-1 reads them all."""
+    sentences = [s.split() for s in synthetic.generate(30, seed=3)]
+    lines = [" ".join(s) for s in sentences]
+    lines[::4] = [line + " caf\u00e9" for line in lines[::4]]
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("".join(line + "\n" for line in lines).encode("latin-1"))
+    status, out, err = run(capsys, "eval", "--model", str(odd_model), str(path))
+    undecoded = len(lines[::4])
+    assert status == 2 and "Perplexity including OOVs" in out
+    assert err.count("error:") == 1
+    assert (f"{path}: {undecoded:,} of {len(lines):,} lines are not valid UTF-8" in err
+            and f"the figures are over the other {len(lines) - undecoded:,}" in err)
+    status, out, _ = run(capsys, "eval", "--model", str(odd_model), str(path), "--skip_invalid")
+    assert status == 0 and f"the figures are over the other {len(lines) - undecoded}" in out
+    decoded = eval_json(capsys, odd_model, path)
+    assert decoded["invalid_lines"] == undecoded
+    status, out, err = run(capsys, "eval", "--model", str(odd_model), str(path), "--json",
+                           "--encoding", "latin-1")
+    assert status == 0, err
+    report = json.loads(out)["adjusted"]
+    assert (report["invalid_lines"], report["sentences"]) == (0, len(lines))
+    status, _, err = run(capsys, "score", "--model", str(odd_model), str(path),
+                         "--out", str(tmp_path / "scores"))
+    assert status == 2 and not (tmp_path / "scores").exists()

@@ -148,16 +148,17 @@ def test_eval_json_and_score(which, request, tmp_path, capsys):
     test_path = model_dir.parent / "test.txt"
     assert main(["eval", "--model", str(model_dir), str(test_path), "--json"]) == 0
     import json
-    report = json.loads(capsys.readouterr().out)
+    reports = json.loads(capsys.readouterr().out)
+    assert sorted(reports) == ["adjusted", "unadjusted"]  # eval.json's shape
     for key in ("perplexity", "perplexity_excluding_oov", "oov", "words", "sentences"):
-        assert key in report and key in report["unadjusted"]
-    assert report["words"] == sum(len(t.split()) + 1 for t in test)
+        assert key in reports["adjusted"] and key in reports["unadjusted"]
+    assert reports["adjusted"]["words"] == sum(len(t.split()) + 1 for t in test)
     assert main(["score", "--model", str(model_dir), str(test_path), "--out",
                  str(tmp_path / "s.tsv")]) == 0
     rows = [r.split("\t") for r in (tmp_path / "s.tsv").read_text().splitlines()]
     assert len(rows) == len(test) and rows[0][3] == test[0]
     total = sum(float(r[0]) for r in rows)
-    assert total == pytest.approx(report["log10_prob"], abs=1e-6 * len(rows))  # 6 decimals
+    assert total == pytest.approx(reports["adjusted"]["log10_prob"], abs=1e-6 * len(rows))
 
 
 def test_score_writes_one_row_per_line_across_batches(ngram_model, tmp_path):

@@ -190,7 +190,7 @@ def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypat
         g.write(gzip.compress(f.read()))
     assert snm_main(["eval", "--model", f"{local_out}/model", "--json",
                      str(tmp_path / "test.txt.gz")]) == 0
-    assert json.loads(capsys.readouterr().out)["perplexity"] == pytest.approx(
+    assert json.loads(capsys.readouterr().out)["adjusted"]["perplexity"] == pytest.approx(
         json.loads(local["eval.json"])["adjusted"]["perplexity"], rel=1e-12)
 
     # eval and score read the remote model (its arrays cached locally).

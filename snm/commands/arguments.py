@@ -38,6 +38,17 @@ def stage_input(parser, kind, help=None, required=True, renamed_from=None):
         parser.set_defaults(**{f"_required_{kind}": required})
 
 
+def config_arguments(parser):
+    """``--config`` (a preset or a file) or ``--order N`` (the plain N-gram model, KenLM's
+    ``-o N``: the same as ``--config Ngram``)."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--config", help="preset (5gram, skip10gram, skip5gram; Ngram for any "
+                                        "N) or configuration file")
+    group.add_argument("--order", type=int, metavar="N",
+                       help="a plain N-gram model (n-grams of 0 to N-1 words before the "
+                            "target): --config Ngram")
+
+
 def source_arguments(parser):
     """``--train [TAG=]GLOB ...`` and ``--batch_bytes``."""
     parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
@@ -45,6 +56,16 @@ def source_arguments(parser):
                              "for several sources, each with its own TAG")
     parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
                         help="text per numpy batch (default %(default)s)")
+
+
+def text_arguments(parser):
+    """``--encoding`` and ``--skip_invalid``: how a text to score is read."""
+    parser.add_argument("--encoding", default="utf-8",
+                        help="the text's encoding (default %(default)s), e.g. latin-1")
+    parser.add_argument("--skip_invalid", action="store_true",
+                        help="score the lines that decode and report the others as skipped "
+                             "(without it, lines that do not decode are an error, exit 2, "
+                             "after the report)")
 
 
 def layout_argument(parser, required=False):
@@ -62,6 +83,10 @@ def parse(parser, argv, beam=False):
     else:
         args, rest = parser.parse_args(argv), []
     flags = vars(args)
+    if "order" in flags:
+        order = flags.pop("order")
+        if order is not None:
+            flags["config"] = f"{order}gram"
     for key in [k for k in flags if k.startswith("_renamed_")]:
         kind, old = key[len("_renamed_"):], flags.pop(key)
         required = flags.pop(f"_required_{kind}", True)

@@ -8,8 +8,7 @@ from snm_core.io.runlock import run_lock
 
 def main(argv=None):
     parser = arguments.parser("count", stage.__doc__, beam=True)
-    parser.add_argument("--config", required=True,
-                        help="preset (5gram, skip10gram, skip5gram) or configuration file")
+    arguments.config_arguments(parser)
     arguments.source_arguments(parser)
     parser.add_argument("--add_to", metavar="DIR",
                         help="an existing count directory: count only the new --train files "

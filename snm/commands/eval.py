@@ -1,32 +1,36 @@
-"""``snm eval``: the perplexity of a text (KenLM ``query``'s summary), per model."""
+"""``snm eval``: the perplexity of a text (KenLM ``query``'s summary), per model.
+
+``--json`` prints the reports as ``snm train`` writes ``eval.json``: one object with a
+report per model (``adjusted`` and ``unadjusted`` for an SNM, ``loglinear``).
+"""
 
 import json
 
 from snm.commands import arguments
-from snm.evaluation import format_report, load_checked
+from snm.evaluation import check_undecoded, format_report, load_checked
 from snm_core.io.textfile import read_lines
 
 
 def main(argv=None):
-    parser = arguments.parser("eval", "Perplexity of a text (one sentence a line).")
+    parser = arguments.parser("eval", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
-    parser.add_argument("file", help="text to evaluate")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("file", help="text to evaluate, one sentence a line")
+    parser.add_argument("--json", action="store_true",
+                        help="print the reports as one JSON object (eval.json's shape)")
     parser.add_argument("--unadjusted", action="store_true",
-                        help="report the unadjusted model (theta = 0) first / at the top level")
+                        help="report the unadjusted model (theta = 0) first")
+    arguments.text_arguments(parser)
     args = parser.parse_args(argv)
-    reports = load_checked(args.model, args.unadjusted).evaluate_lines(read_lines(args.file))
-    if "loglinear" in reports:
-        report = reports["loglinear"]
-        print(json.dumps({**report, "model": "loglinear"}, sort_keys=True) if args.json
-              else format_report("Log-linear", report))
-        return 0
-    first, *second = [name for name in (("unadjusted", "adjusted") if args.unadjusted
-                                        else ("adjusted", "unadjusted")) if name in reports]
+    lines = read_lines(args.file, encoding=args.encoding)
+    reports = load_checked(args.model, args.unadjusted).evaluate_lines(lines)
+    names = sorted(reports, key=lambda name: (name != "unadjusted") if args.unadjusted
+                   else (name == "unadjusted"))
     if args.json:
-        print(json.dumps({**reports[first], "model": first,
-                          **{name: reports[name] for name in second}}, sort_keys=True))
+        print(json.dumps(reports, sort_keys=True))
     else:
-        for name in (first, *second):
-            print(format_report(name.capitalize(), reports[name]))
+        for name in names:
+            print(format_report("Log-linear" if name == "loglinear" else name.capitalize(),
+                                reports[name]))
+    check_undecoded(args.file, reports[names[0]], len(lines), args.encoding,
+                    args.skip_invalid)
     return 0

@@ -8,8 +8,9 @@ import sys
 import numpy as np
 
 from snm.commands import arguments
-from snm.evaluation import load_checked
+from snm.evaluation import check_undecoded, load_checked
 from snm_core.io import storage
+from snm_core.io.progress import Progress
 from snm_core.io.textfile import read_lines
 from snm_core.model.scoring import SCORE_BATCH_LINES
 
@@ -22,16 +23,22 @@ def main(argv=None):
     parser.add_argument("file", help="text to score")
     parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
     parser.add_argument("--out", help="output file (default: standard output)")
+    arguments.text_arguments(parser)
     args = parser.parse_args(argv)
     model = load_checked(args.model, args.unadjusted)
-    lines = read_lines(args.file)
+    lines = read_lines(args.file, encoding=args.encoding)
+    # Refused before anything is written; with --skip_invalid such a line scores "0 0 0".
+    check_undecoded(args.file, {"invalid_lines": lines.count(None)}, len(lines),
+                    args.encoding, args.skip_invalid)
     with contextlib.ExitStack() as stack:
         if args.out:  # written whole or not at all, local or remote
             out = io.TextIOWrapper(stack.enter_context(storage.atomic_output(args.out)),
                                    encoding="utf-8", write_through=True)
         else:
             out = sys.stdout
+        progress = stack.enter_context(Progress("score", total=len(lines), unit="line"))
         for start, kept, scores in model.score_lines(lines, batch_lines=SCORE_BATCH_LINES):
+            progress.update(min(SCORE_BATCH_LINES, len(lines) - start))
             prob = scores.prob_unadjusted if args.unadjusted else scores.prob
             with np.errstate(divide="ignore"):
                 log10 = np.bincount(scores.sentence, weights=np.log10(prob),

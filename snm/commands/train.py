@@ -50,7 +50,7 @@ from snm_core.text.config import load_config
 
 def main(argv=None):
     parser = arguments.parser("train", __doc__, beam=True)
-    parser.add_argument("--config", required=True, help="preset or configuration file")
+    arguments.config_arguments(parser)
     parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB")
     parser.add_argument("--heldout", required=True, help="held-out text (trains theta)")
     parser.add_argument("--test", required=True, help="test text (evaluation only)")
@@ -147,10 +147,10 @@ def _plan(args, beam_args):
         ngram_trie.ngram_span({"config": config.to_text(), "tags": tags}, args.config,
                               args.layout)
     files = training_sources.expand_sources(sources)
+    training_sources.check_has_words(files)
     vocab = vocab_file(args.vocab) if args.vocab else None
-    for path in (args.heldout, args.test):
-        if not storage.isfile(path):
-            raise SnmInputError(f"{path}: no such file")
+    storage.check_file(args.heldout, "--heldout ")
+    storage.check_file(args.test, "--test ")
     if args.prune_to is not None and args.prune_to < 1:
         raise SnmInputError("--prune_to must be at least 1")
     out = storage.absolute(args.out)

@@ -130,6 +130,10 @@ def load_join(directory, spec, threads=None):
                     for n in names if n.startswith("events-")]
     if not event_tables:
         raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
+    if not manifest.totals.get("small_m_links", 1):
+        raise SnmInputError(f"{directory}: small M is empty: no feature of the held-out text "
+                            f"was seen in training (the count at {manifest.counts} has "
+                            "no links: is the training text empty?)")
     events = Events.from_table(pa.concat_tables(event_tables))
     del event_tables
     small_m = (storage.read_parquet(storage.join(directory, n))

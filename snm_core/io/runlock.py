@@ -47,6 +47,9 @@ class _LocalLockFile:
     """The lock as a local file: ``O_CREAT | O_EXCL``."""
 
     def __init__(self, directory):
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise SnmInputError(f"--out {directory}: a file, not a directory; give a new or "
+                                "existing directory")
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, LOCK_NAME)
 

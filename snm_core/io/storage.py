@@ -29,7 +29,6 @@ import os
 import posixpath
 import re
 import shutil
-import tempfile
 import threading
 import uuid
 
@@ -37,7 +36,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from snm_core.io.errors import RESOURCE_ERRNOS, SnmStageError
+from snm_core.io.errors import RESOURCE_ERRNOS, SnmInputError, SnmStageError
 
 #: Parquet compression for the columns that are compressed at all (zstd: ~3x
 #: smaller than uncompressed on strings and floats, fast to decode).
@@ -134,6 +133,15 @@ def file_stamp(path):
     if info.type != pafs.FileType.File:
         raise FileNotFoundError(path)
     return [path, info.size, int(info.mtime.timestamp()) if info.mtime else 0]
+
+
+def check_file(path, flag=""):
+    """Raise :class:`SnmInputError` unless ``path`` is a file: a directory and a missing
+    path each get their own line (``flag``, e.g. ``"--heldout "``, names where it came from)."""
+    if isdir(path):
+        raise SnmInputError(f"{flag}{path}: a directory, expected a file")
+    if not isfile(path):
+        raise SnmInputError(f"{flag}{path}: no such file")
 
 
 def makedirs(directory):
@@ -245,8 +253,10 @@ def _atomic_output(path):
     if not is_remote(path):
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=directory)
+        # Not mkstemp, whose 0600 would keep the finished file from the user's group and
+        # services on a shared mount: the user's umask decides, as for any file they write.
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
                 yield f

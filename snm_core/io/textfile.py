@@ -72,6 +72,8 @@ def open_text(path):
         raw = storage.open_input(path)
     except FileNotFoundError:
         raise SnmInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SnmInputError(f"{path}: a directory, expected a file") from None
     except OSError as e:
         raise SnmInputError(f"{path}: cannot read ({e})") from None
     try:
@@ -105,25 +107,26 @@ class InvalidLineLog:
             _log.warning("%s, line %d: %s; line skipped", path, line_no, problem)
 
 
-def decode_lines(data, path, first_line, log=None):
-    """Lines of ``data`` (whole lines); a line that is not valid UTF-8 or that holds a
-    NUL byte becomes None (and is logged)."""
+def decode_lines(data, path, first_line, log=None, encoding="utf-8"):
+    """Lines of ``data`` (whole lines); a line that is not valid text in ``encoding`` or that
+    holds a NUL byte becomes None (and is logged)."""
     if b"\r" in data:  # a memchr (a two-byte search costs as much as the decoding)
         data = data.replace(b"\r\n", b"\n")
     if data.endswith(b"\n"):
         data = data[:-1]
     if b"\0" not in data:
         try:
-            return data.decode("utf-8").split("\n")
+            return data.decode(encoding).split("\n")
         except UnicodeDecodeError:
             pass
     lines = []
     for i, line in enumerate(data.split(b"\n")):
         try:
-            text = line.decode("utf-8")
+            text = line.decode(encoding)
             problem = None
         except UnicodeDecodeError as e:
-            text, problem = None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+            name = "UTF-8" if encoding == "utf-8" else encoding
+            text, problem = None, f"not valid {name} ({e.reason} at byte {e.start})"
         nul = line.find(b"\0")
         if text is not None and nul >= 0:
             text, problem = None, f"a NUL byte at byte {nul} (binary data or UTF-16 text?)"
@@ -133,7 +136,8 @@ def decode_lines(data, path, first_line, log=None):
     return lines
 
 
-def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=None):
+def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=None,
+                 encoding="utf-8"):
     """Yield ``(first_line, lines)`` for batches of about ``batch_bytes`` of text.
 
     Only batches ``shard, shard + shards, ...`` are decoded and yielded (line
@@ -170,7 +174,7 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
             if batch == 0 and data.startswith(BOM):
                 data = data[len(BOM):]
             if batch % shards == shard:
-                lines = decode_lines(data, path, line_no, log)
+                lines = decode_lines(data, path, line_no, log, encoding)
                 yield line_no, lines
                 line_no += len(lines)
             else:  # another reader's batch: only its lines are counted
@@ -180,7 +184,13 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
                 break
 
 
-def read_lines(path, log=None):
-    """All lines of a text file (None for a line that is not valid UTF-8 or holds a NUL)."""
+def read_lines(path, log=None, encoding="utf-8"):
+    """All lines of a text file (None for a line that is not valid text in ``encoding``, by
+    default UTF-8, or that holds a NUL)."""
     log = log if log is not None else InvalidLineLog()
-    return [line for _, lines in line_batches(path, log=log) for line in lines]
+    try:
+        "".encode(encoding)
+    except LookupError:
+        raise SnmInputError(f"--encoding {encoding}: no such text encoding") from None
+    return [line for _, lines in line_batches(path, log=log, encoding=encoding)
+            for line in lines]

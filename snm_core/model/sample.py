@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
+from snm_core.io.progress import Progress
 from snm_core.model import sample_kernels
 from snm_core.model.sample_rows import load_rows
 from snm_core.stages import validation
@@ -247,22 +248,18 @@ def sample(options, say=lambda message: None):
 
 
 def _wait(futures, stats, words, start, say):
-    """Wait for the shards, saying how far they are every PROGRESS_SECONDS."""
+    """Wait for the shards, with their progress (:class:`snm_core.io.progress.Progress`)."""
     pending = set(futures)
-    while pending:
-        done, pending = concurrent.futures.wait(pending, timeout=PROGRESS_SECONDS,
-                                                return_when=concurrent.futures.FIRST_EXCEPTION)
-        for future in done:
-            error = future.exception()
-            if error is not None:
-                raise error
-        if pending:
-            drawn = int(stats[:, 0].sum())
-            seconds = time.perf_counter() - start
-            rate = drawn / seconds if seconds else 0.0
-            left = f", {(words - drawn) / rate:,.0f} s left" if rate else ""
-            say(f"sample: {drawn:,} of {words:,} words ({100 * drawn / max(words, 1):.1f}%), "
-                f"{rate:,.0f} words/s{left}")
+    with Progress("sample", total=words, unit="word") as progress:
+        while pending:
+            done, pending = concurrent.futures.wait(
+                pending, timeout=PROGRESS_SECONDS / 5,
+                return_when=concurrent.futures.FIRST_EXCEPTION)
+            for future in done:
+                error = future.exception()
+                if error is not None:
+                    raise error
+            progress.update(int(stats[:, 0].sum()) - progress.done)
 
 
 def interrupted_message(out):

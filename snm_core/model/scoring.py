@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from snm_core.io.progress import Progress
 from snm_core.text.tokenize import TokenizeStats, tokenize
 from snm_core.text.vocab import UNK_ID
 
@@ -75,10 +76,12 @@ class LineScoring:
         (``invalid_lines``: not valid UTF-8 or holding a NUL byte; ``empty_lines``)."""
         totals = {name: PerplexityTotals() for name in self.REPORTS}
         stats = TokenizeStats()
-        for _, kept, scores in self.score_lines(lines, threads=threads, stats=stats):
-            oov = scores.target == UNK_ID
-            for name, field in self.REPORTS.items():
-                totals[name].add(getattr(scores, field), oov)
+        with Progress("eval", total=len(lines), unit="line") as progress:
+            for start, kept, scores in self.score_lines(lines, threads=threads, stats=stats):
+                oov = scores.target == UNK_ID
+                for name, field in self.REPORTS.items():
+                    totals[name].add(getattr(scores, field), oov)
+                progress.update(min(SCORE_BATCH_LINES, len(lines) - start))
         return {name: {**t.report(stats.sentences), "invalid_lines": stats.invalid_lines,
                        "empty_lines": stats.empty_lines} for name, t in totals.items()}
 

@@ -364,8 +364,22 @@ def _make_block(name, fields, field_lines, block_line, fail):
     return block
 
 
+def ngram_config(order):
+    """The configuration of a plain n-gram model of ``order`` N (KenLM's ``-o N``): the
+    n-grams of 0 to N - 1 words before the target (``5gram`` is order 5).
+
+    >>> ngram_config(3).ngram_order
+    3
+    """
+    if not isinstance(order, int) or not 1 <= order <= MAX_SPAN + 1:
+        raise ConfigError(f"--order must be between 1 and {MAX_SPAN + 1}, got {order}")
+    return parse_config(f"ngram_extractor {{\n  min_n: 0\n  max_n: {order - 1}\n}}\n",
+                        source=f"--order {order}")
+
+
 def load_config(path_or_preset):
-    """Load a preset by name (``5gram``, ``skip10gram``, ``skip5gram``) or a config file.
+    """Load a preset by name (``5gram``, ``skip10gram``, ``skip5gram``; ``Ngram`` for any
+    order N, as :func:`ngram_config`) or a config file.
 
     Raises
     ------
@@ -374,6 +388,9 @@ def load_config(path_or_preset):
     """
     if path_or_preset in PRESETS:
         return preset(path_or_preset)
+    order = re.fullmatch(r"([0-9]+)gram", path_or_preset)
+    if order and not os.path.isfile(path_or_preset):
+        return ngram_config(int(order.group(1)))
     if not os.path.isfile(path_or_preset):
         raise ConfigError(f"{path_or_preset}: no such configuration file and not a preset "
                           f"(presets: {', '.join(PRESETS)})")
