@@ -41,6 +41,7 @@ from snm_core.count import counting
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
+from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, format_bytes, round_up
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 from snm_core.stages import manifests
 from snm_core.text.config import load_config, parse_config
@@ -49,10 +50,9 @@ from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
 #: Key ranges: a bucket's merge holds ~100 bytes per partial link it sums, so
-#: more buckets mean less memory a worker (5-gram, with 1M-link flushes: 16
-#: buckets peaked at 1.2x the RSS of 64 on kernel, 1.5x on mix) for a little
-#: more time (one shuffle element per bucket pair for the continuation
-#: counts).  Raise it with the corpus.
+#: more buckets mean less memory a worker, for a little more time (one shuffle
+#: element per bucket pair for the continuation counts).  The memory budget
+#: raises it with the corpus (:func:`plan_memory`); never fewer than this.
 DEFAULT_NUM_BUCKETS = 64
 #: Links a worker holds before it emits them (about 45 bytes a pending link):
 #: about one 512 KiB batch of 5-gram links.  Holding more saves little, since
@@ -60,6 +60,12 @@ DEFAULT_NUM_BUCKETS = 64
 DEFAULT_FLUSH_LINKS = 250_000
 #: Feature occurrences of one type extracted at once (an upper bound: events x windows).
 MAX_OCCURRENCES_PER_CHUNK = 2_000_000
+#: What a worker holds, in bytes: a pending link of its flush buffer, a feature
+#: occurrence of the chunk it extracts (its keys, sort and partial arrays), a partial
+#: link of the bucket it merges.
+PENDING_LINK_BYTES = 45
+OCCURRENCE_BYTES = 35
+MERGE_PARTIAL_BYTES = 100
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
               "marker_tokens", "events", "feature_occurrences")
 
@@ -375,6 +381,36 @@ def check_counts(counted, shards, previous=None):
                           "events extracted", counted.get("events", 0))
 
 
+def plan_memory(budget, workers, words, occurrences_per_event, flush_links, num_buckets=None,
+                fixed_buckets=False):
+    """The count's buckets within the memory budget, checked before any work.
+
+    A process holds, per worker: a chunk's feature occurrences being extracted, its flush
+    buffer, and the bucket it merges.  The first two are fixed; a bucket's merge holds
+    its partial links, at most the corpus's feature occurrences (``words`` x
+    ``occurrences_per_event``) over the buckets.  Returns the number of buckets: the given
+    one (checked), else the fewest that fit, and never fewer than
+    :data:`DEFAULT_NUM_BUCKETS` (``fixed_buckets``: an ``--add_to``'s, checked only).
+    """
+    fixed = {"the process": PROCESS_BYTES,
+             "extraction": workers * MAX_OCCURRENCES_PER_CHUNK * OCCURRENCE_BYTES,
+             "flush buffers": workers * flush_links * PENDING_LINK_BYTES}
+    budget.require("count", fixed)
+    merging = workers * words * occurrences_per_event * MERGE_PARTIAL_BYTES
+    need = max(1, -(-merging // max(budget.left(fixed), 1)))
+    if num_buckets is None:
+        return int(min(max(DEFAULT_NUM_BUCKETS, need), 65536))
+    if num_buckets < need:
+        advice = "re-count from scratch or give --memory" if fixed_buckets else \
+            f"give --num_buckets {need} (or leave it out) or --memory"
+        raise SnmInputError(
+            f"count: {num_buckets} buckets would merge up to {format_bytes(merging // num_buckets)} "
+            f"at once (about {words:,} words of text x {occurrences_per_event} feature "
+            f"occurrences a word, {workers} worker(s)), over the budget {budget}; {advice} "
+            f"{round_up(sum(fixed.values()) + merging // num_buckets)}")
+    return num_buckets
+
+
 def vocab_file(path):
     """The vocabulary file ``--vocab`` names: the file itself, or a vocab directory's
     ``vocab.txt`` (its manifest checked); one line for anything else."""
@@ -414,18 +450,22 @@ class CountOptions:
     vocab: Optional[str] = None
     min_count: Optional[int] = None
     add_to: Optional[str] = None
-    num_buckets: int = DEFAULT_NUM_BUCKETS
+    num_buckets: Optional[int] = None  # None: from the memory budget (plan_memory)
     flush_links: int = DEFAULT_FLUSH_LINKS
     shuffle: str = "files"
     scratch: Optional[str] = None
     reference: bool = False
     batch_bytes: int = DEFAULT_BATCH_BYTES
+    memory: Optional[str] = None  # --memory; None: the default budget
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
         running.absolute_paths(self, "out", "vocab", "add_to", "scratch")
-        if not 1 <= self.num_buckets <= 65536:
+        if self.num_buckets is not None and not 1 <= self.num_buckets <= 65536:
             raise SnmInputError("--num_buckets must be between 1 and 65536")
+        if self.flush_links < 1:
+            raise SnmInputError("--flush_links must be at least 1")
+        MemoryBudget.parse(self.memory)
         if self.min_count is not None and self.min_count < 1:
             raise SnmInputError("--min_count must be at least 1")
         if self.vocab is not None and self.min_count is not None:
@@ -457,6 +497,10 @@ def run(args, beam_args=()):
         args = dataclasses.replace(args, num_buckets=previous.num_buckets)
     files = training_sources.expand_sources(sources, tags)
     training_sources.check_has_words(files)
+    args = dataclasses.replace(args, num_buckets=plan_memory(
+        MemoryBudget.parse(args.memory), running.workers_per_process(beam_args),
+        training_sources.estimate_words(files), FeatureExtractor(config).occurrences_per_event,
+        args.flush_links, args.num_buckets, fixed_buckets=bool(args.add_to)))
     if not args.add_to:
         vocab = load_vocabulary(args, beam_args, sources)
 

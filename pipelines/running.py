@@ -6,7 +6,6 @@ import re
 import sys
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import runners
@@ -55,41 +54,33 @@ def counter(name):
     return beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
 
 
+def workers_per_process(beam_args):
+    """How many of a stage's workers share one process, and so its memory budget: the
+    local runner's threads (``in_memory``, ``multi_threading``: ``--direct_num_workers``,
+    0 the CPUs); one for a multi-processing, Dask or cluster runner, whose workers are
+    processes each with the budget."""
+    from apache_beam.options.pipeline_options import DirectOptions
+    options = pipeline_options(list(beam_args))
+    if runners.kind(options) != "local":
+        return 1
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "multi_processing":
+        return 1
+    return runners.parallelism(options)
+
+
 def worker_progress(stage, unit, total=None):
     """A worker's :class:`~snm_core.io.progress.Progress`: log lines, which reach the user
     through the runner's logging (a worker cannot draw a bar on the user's terminal)."""
     return Progress(stage, total=total, unit=unit, bar=False)
 
 
-#: glibc's malloc keeps blocks below this size in its heaps for reuse (see
-#: :func:`configure_allocators`), and gives the top of a heap back above the trim size.
-MALLOC_MMAP_THRESHOLD = 32 << 20
-MALLOC_TRIM_THRESHOLD = 64 << 20
-
-
 def configure_allocators():
-    """Arrow allocates with malloc, as numpy does; malloc reuses blocks up to 32 MiB.
-
-    * Arrow's default pool (mimalloc) keeps freed pages it does not all give
-      back; the system pool does not.  Importing :mod:`snm_core` before
-      pyarrow already did this for all of Arrow (``snm_core/__init__.py``); a
-      worker that imported pyarrow first (Beam's worker start-up) gets it here.
-    * glibc maps each block above its threshold straight from the system and
-      unmaps it when freed, so a count's per-batch arrays (1-5 MB) would be
-      faulted in afresh a page at a time; fixed thresholds keep them in the
-      heaps (the measurements: benchmarks/README.md, "Counting").
-      :func:`release_memory` still trims at the end of a bundle;
-      ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` in the environment
-      win, except in a Dask worker: Dask's nanny sets
-      ``MALLOC_TRIM_THRESHOLD_=65536`` for every worker it starts, which made
-      the kernel 5-gram count take 1.7x as long (benchmarks/README.md,
-      "Counting on Dask").
-
-    Process-wide, so stage DoFns call it in ``setup``.
-    """
-    pa.set_memory_pool(pa.system_memory_pool())
-    memory.set_thresholds(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD,
-                          override_environment=_in_dask_worker())
+    """A Beam worker's allocators (:func:`snm_core.io.memory.configure_process`); the
+    thresholds override the environment's in a Dask worker, whose nanny sets
+    ``MALLOC_TRIM_THRESHOLD_=65536`` for every worker (benchmarks/README.md, "Counting on
+    Dask").  Process-wide, so stage DoFns call it in ``setup``."""
+    memory.configure_process("worker", override_environment=_in_dask_worker())
 
 
 def _in_dask_worker():

@@ -74,7 +74,8 @@ class Plan:
     vocab: str  # a given vocabulary file, or None
     add_to: str  # a previous count directory, or None
     min_count: int
-    num_buckets: int
+    num_buckets: Optional[int]  # None: from the memory budget
+    memory: Optional[str]  # --memory, given to every stage
     layout: str
     prune_to: Optional[int]
     fit_options: object = None  # FitOptions (snm) or LogLinearOptions (loglinear)
@@ -148,7 +149,7 @@ def _run_count(plan):
     count_stage.run(count_stage.CountOptions(
         config=plan.config, train=plan.train_specs, out=plan.path("count"),
         vocab=None if plan.add_to else plan.vocab_path, add_to=plan.add_to,
-        num_buckets=plan.num_buckets), plan.beam_args)
+        num_buckets=plan.num_buckets, memory=plan.memory), plan.beam_args)
 
 
 def _run_join(plan):

@@ -135,10 +135,10 @@ def test_bad_input(corpus, tmp_path):
         run_count(corpus, tmp_path / "d", "5gram", [corpus["a"], f"web={corpus['b']}"])
     with pytest.raises(SnmInputError, match="matched by two --train patterns"):
         run_count(corpus, tmp_path / "d", "5gram", [corpus["a"], str(corpus["root"] / "a/*")])
-    # Only empty text: a complete, empty count directory.
-    manifest = run_count(corpus, tmp_path / "e", "5gram", [empty])
-    assert manifest["totals"]["links"] == manifest["totals"]["sentences"] == 0
-    assert read_counts(str(tmp_path / "e"))[0].num_rows == 0
+    # Only empty text: refused before anything is counted or written.
+    with pytest.raises(SnmInputError, match="no words"):
+        run_count(corpus, tmp_path / "e", "5gram", [empty])
+    assert not (tmp_path / "e" / "manifest.json").exists()
 
 
 def test_vocab_stage_counts_words(corpus, tmp_path):

@@ -10,6 +10,7 @@ import argparse
 import logging
 
 from pipelines import runners
+from snm_core.io.memory import DEFAULT_SHARE
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
 from snm_core.stages import manifests
@@ -56,6 +57,14 @@ def source_arguments(parser):
                              "for several sources, each with its own TAG")
     parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
                         help="text per numpy batch (default %(default)s)")
+
+
+def memory_argument(parser):
+    """``--memory SIZE``: the one memory budget of the stage's processes (lmplz's ``-S``)."""
+    parser.add_argument("--memory", metavar="SIZE",
+                        help="memory budget of each of the stage's processes, e.g. 8G, 512M "
+                             f"or 50%% of this machine (default {100 * DEFAULT_SHARE:.0f}%%); "
+                             "checked before any work, the rest sized to fit it")
 
 
 def text_arguments(parser):

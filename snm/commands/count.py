@@ -21,9 +21,11 @@ def main(argv=None):
     vocab_group.add_argument("--min_count", type=int,
                              help="build the vocabulary first: words seen this often")
     parser.add_argument("--out", required=True, help="output directory (a count/ directory)")
-    parser.add_argument("--num_buckets", type=int, default=stage.DEFAULT_NUM_BUCKETS,
+    parser.add_argument("--num_buckets", type=int,
                         help="key-range buckets = output files = shuffle parallelism "
-                             "(default %(default)s)")
+                             "(default: what the memory budget needs, at least "
+                             f"{stage.DEFAULT_NUM_BUCKETS})")
+    arguments.memory_argument(parser)
     parser.add_argument("--flush_links", type=int, default=stage.DEFAULT_FLUSH_LINKS,
                         help="links a worker holds before emitting them (default %(default)s)")
     parser.add_argument("--shuffle", choices=MODES, default="files",

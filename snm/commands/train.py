@@ -68,7 +68,10 @@ def main(argv=None):
     parser.add_argument("--tagged", action="store_true",
                         help="keep the sources' tags in the features (corpus-tagged SNM); "
                              "without it the sources are pooled")
-    parser.add_argument("--num_buckets", type=int, default=count_stage.DEFAULT_NUM_BUCKETS)
+    parser.add_argument("--num_buckets", type=int,
+                        help="the count's key-range buckets (default: what the memory budget "
+                             f"needs, at least {count_stage.DEFAULT_NUM_BUCKETS})")
+    arguments.memory_argument(parser)
     parser.add_argument("--force", action="store_true", help="redo every stage")
     parser.add_argument("--prune_to", type=int, metavar="LINKS",
                         help="also prune the model to this many links (snm prune, its default "
@@ -161,7 +164,8 @@ def _plan(args, beam_args):
         train_stamps=[storage.file_stamp(p) for _, p in files], tags=[s.tag for s in sources],
         config_text=config.to_text(), config=args.config, heldout=args.heldout,
         test=args.test, vocab=vocab, add_to=add_to, min_count=args.min_count,
-        num_buckets=args.num_buckets, layout=args.layout, prune_to=args.prune_to,
+        num_buckets=args.num_buckets, memory=args.memory, layout=args.layout,
+        prune_to=args.prune_to,
         fit_options=fit_options, ngram=bool(config.ngram_order))
     if add_to:
         manifests.Count.read(add_to)  # a finished count, before anything is written

@@ -32,7 +32,6 @@ import dataclasses
 import json
 import time
 
-import pyarrow as pa
 
 from snm_core.fit import kernels, trainer
 from snm_core.fit import metafeatures as mf
@@ -217,10 +216,7 @@ class Selection:
 
 def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     """Fit theta on a join directory and write the fit directory; returns its manifest."""
-    # pyarrow's default pool keeps freed memory for reuse; the system allocator
-    # returns it to the OS, and reading Parquet is a small part of this stage.
-    pa.set_memory_pool(pa.system_memory_pool())
-    memory.limit_heap_retention()
+    memory.configure_process("single")
     started = time.perf_counter()
     log_entries = []
     problems = {}

@@ -1,8 +1,16 @@
-"""Giving freed memory back to the system (glibc; elsewhere the allocator keeps what it keeps)."""
+"""Memory: the one budget every stage plans within, and the allocators' behaviour.
+
+* :class:`MemoryBudget` (``--memory``, lmplz's ``-S``): each stage checks its fixed
+  parts against it before any work and sizes what scales with the data from the rest.
+* Giving freed memory back to the system (glibc; elsewhere the allocator keeps what it
+  keeps), and the allocator settings of a stage's process (:func:`configure_process`).
+"""
 
 import ctypes
 
 import pyarrow as pa
+
+from snm_core.io.errors import SnmInputError
 
 
 def _load_libc():
@@ -33,9 +41,30 @@ def release_memory():
 
 #: glibc's mallopt parameters (malloc.h).
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-#: The fit's thresholds (:func:`limit_heap_retention`).
-FIT_MMAP_THRESHOLD = 256 << 10
-FIT_TRIM_THRESHOLD = 1 << 20
+#: glibc's (mmap, trim) thresholds by the kind of process (:func:`configure_process`): a
+#: Beam worker keeps blocks up to 32 MiB in its heaps for reuse (a count's per-batch
+#: arrays of 1-5 MB would otherwise be faulted in afresh a page at a time) and gives the top
+#: of a heap back above 64 MiB; a single-worker stage whose large arrays live long (the fit,
+#: building compact/) gives back each block above 256 KiB when it is freed (glibc's own
+#: mmap threshold rises to the largest block freed, so reading and compiling small M left
+#: its temporaries in the heap, scattered, long after they were freed).
+THRESHOLDS = {"worker": (32 << 20, 64 << 20), "single": (256 << 10, 1 << 20)}
+
+
+def configure_process(kind, override_environment=False):
+    """The allocators of a stage's process (``kind``: ``"worker"`` or ``"single"``).
+
+    * Arrow allocates with malloc (the system pool), as numpy does, so that one
+      :func:`release_memory` gives back what both freed: Arrow's default pool
+      (mimalloc) keeps freed pages it does not all give back.  Importing
+      :mod:`snm_core` before pyarrow does it for all of Arrow (``snm_core/__init__.py``
+      sets ``ARROW_DEFAULT_MEMORY_POOL``); a process that imported pyarrow first (Beam's
+      worker start-up) gets it here.
+    * glibc's thresholds (:data:`THRESHOLDS`); ``MALLOC_MMAP_THRESHOLD_`` and
+      ``MALLOC_TRIM_THRESHOLD_`` in the environment win unless ``override_environment``.
+    """
+    pa.set_memory_pool(pa.system_memory_pool())
+    set_thresholds(*THRESHOLDS[kind], override_environment=override_environment)
 
 
 def set_thresholds(mmap_threshold, trim_threshold, override_environment=False):
@@ -52,13 +81,91 @@ def set_thresholds(mmap_threshold, trim_threshold, override_environment=False):
         LIBC.mallopt(M_TRIM_THRESHOLD, trim_threshold)
 
 
-def limit_heap_retention():
-    """Thresholds for a single-worker stage whose large arrays live long (the fit).
 
-    glibc's own mmap threshold rises to the largest block freed (up to 32 MiB),
-    so the temporaries of reading and compiling small M stay in the heap,
-    scattered, long after they are freed: 12 MiB more peak on the kernel
-    5-gram fit.  A 256 KiB threshold gives each large block back when it is
-    freed; the fit allocates few of them once it trains.
+
+# --- one budget ---------------------------------------------------------------------------
+
+#: The default budget: this share of the machine's physical memory (lmplz's -S default is
+#: 80%; a stage here may run beside the page cache its outputs go through, and beside the
+#: Beam workers of another process).
+DEFAULT_SHARE = 0.5
+#: What a stage's process holds before any work: the interpreter, numpy, pyarrow and, in
+#: a Beam stage, Beam (an ``snm count`` of two lines peaked at 196 MB).
+PROCESS_BYTES = 200 << 20
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def physical_memory():
+    """Bytes of physical memory of this machine."""
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def format_bytes(n):
+    """``1536 << 20`` -> ``"1.5 GiB"``."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def round_up(n):
+    """A size to give as ``--memory`` that is at least ``n``: ``"1.3G"``, ``"700M"``."""
+    if n >= 1 << 30:
+        return f"{-(-n * 10 // (1 << 30)) / 10:g}G"
+    return f"{-(-n // (1 << 20))}M"
+
+
+class MemoryBudget:
+    """One memory budget for a stage's process (lmplz's ``-S``), shared by its consumers.
+
+    ``--memory`` takes a size (``8G``, ``512M``; suffixes K, M, G, T in powers of 1024)
+    or a share of the machine's physical memory (``50%``); the default is
+    :data:`DEFAULT_SHARE` of it.  A stage checks before any work that its fixed parts fit
+    (:meth:`require`), and sizes what scales with the data from what is left.
+
+    >>> budget = MemoryBudget.parse("1G")
+    >>> budget.bytes == 1 << 30, budget.left({"a": 256 << 20}) == 768 << 20
+    (True, True)
     """
-    set_thresholds(FIT_MMAP_THRESHOLD, FIT_TRIM_THRESHOLD)
+
+    def __init__(self, total, given=None):
+        self.bytes = int(total)
+        self.given = given  # the --memory text, or None for the default
+
+    @classmethod
+    def parse(cls, text=None):
+        """The budget of ``--memory TEXT`` (None: the default)."""
+        if text is None:
+            return cls(physical_memory() * DEFAULT_SHARE)
+        import re
+
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([%KMGTB]?)B?\s*", str(text).upper())
+        if not match:
+            raise SnmInputError(f"--memory {text}: expected a size such as 8G, 512M or 50%")
+        value, unit = float(match.group(1)), match.group(2)
+        total = value / 100 * physical_memory() if unit == "%" else value * _UNITS[unit]
+        if total < 1 << 20:
+            raise SnmInputError(f"--memory {text}: less than a megabyte")
+        return cls(total, text)
+
+    def __str__(self):
+        return (f"--memory {self.given} ({format_bytes(self.bytes)})" if self.given
+                else f"{format_bytes(self.bytes)} (the default: {DEFAULT_SHARE:.0%} of this "
+                     "machine's memory; --memory sets it)")
+
+    def left(self, parts):
+        """What is left of the budget for the parts that scale with the data, once the
+        fixed ``parts`` (``{what: bytes}``) are held."""
+        return self.bytes - sum(parts.values())
+
+    def require(self, stage, parts):
+        """Raise :class:`SnmInputError` unless the fixed ``parts`` fit: one line saying what
+        they are and what to give."""
+        need = sum(parts.values())
+        if need > self.bytes:
+            what = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items())
+            raise SnmInputError(f"{stage}: the memory budget {self} is less than the "
+                                f"{format_bytes(need)} it needs at least ({what}); give "
+                                f"--memory {round_up(need)} or more")

@@ -160,6 +160,11 @@ class FeatureExtractor:
         return max(len(windows) for windows in self._windows_by_type.values())
 
     @property
+    def occurrences_per_event(self):
+        """Most feature occurrences of one event in training text (one tag): its windows."""
+        return len(self.generators)
+
+    @property
     def type_salts(self):
         """uint64 (num_types,): the salt of each type id, a stable hash of (tag, type name).
 
