@@ -12,8 +12,7 @@ import numpy as np
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.textfile import read_lines
-from snm_core.loglinear.directory import LogLinearScorer, is_loglinear
-from snm_core.model.compact import load_model
+from snm_core.model.compact import load_scorer
 from snm_core.model.scoring import SCORE_BATCH_LINES
 
 
@@ -36,9 +35,7 @@ def format_report(name, report):
 
 def load(model_dir):
     """An SNM :class:`Model` or a :class:`LogLinearScorer`, by the directory's manifest."""
-    if is_loglinear(model_dir):
-        return LogLinearScorer.load(model_dir)
-    return load_model(model_dir)
+    return load_scorer(model_dir)
 
 
 def evaluate(model_dir, path):

@@ -97,6 +97,16 @@ def load_model(model_dir, mmap=True):
     return hashed.Model(checked.manifest, checked.vocabulary, arrays)
 
 
+def load_scorer(path):
+    """The scorer of any model directory, by its manifest: an SNM model of any layout
+    (:func:`load_model`) or a log-linear model
+    (:class:`snm_core.loglinear.directory.LogLinearScorer`)."""
+    from snm_core.loglinear.directory import LogLinearScorer, is_loglinear
+    if is_loglinear(path):
+        return LogLinearScorer.load(path)
+    return load_model(path)
+
+
 def read_model_tables(model_dir):
     """``(features, matrix, manifest)`` of a model directory as whole tables (for export)."""
     manifest = validation.validate_directory(model_dir, "model").manifest

@@ -23,6 +23,7 @@ import numpy as np
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.model.scoring import LineScoring, Scores
+from snm_core.model.states import StateScoring, shifted
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
@@ -164,12 +165,15 @@ def write_arrays(arrays, directory, manifest, layout, trie, settings):
             "bytes": int(sum(a.nbytes for a in arrays.values()))}
 
 
-class TrieScoring(LineScoring):
+class TrieScoring(LineScoring, StateScoring):
     """Scoring of a model stored as a trie (adjusted probabilities only).
 
     A subclass sets ``_event_sums`` (its layout's compiled loop in
     :mod:`snm_core.model.layouts.trie_kernels`) and ``_tables`` (its arrays).  Thread-safe as
     :class:`snm_core.model.layouts.hashed.Model` is: nothing changes after loading.
+    A state (:mod:`snm_core.model.states`) holds the longest suffix of the history
+    that is an entry of the trie, and keeps the entries of its contexts, the
+    next event's first reads.
     """
 
     REPORTS = {"adjusted": "prob"}
@@ -183,6 +187,28 @@ class TrieScoring(LineScoring):
         self.word_map[[BOS_ID, EOS_ID]] = [BOS_ID, EOS_ID]
         self.word_map.flags.writeable = False
         self.rank = rank
+        self.state_width = max(1, compact["max_n"])
+
+    def _null_cache(self, n):
+        cache = np.full((n, self.compact["tags"], self.compact["max_n"] + 2), -1, np.int64)
+        cache[:, :, 0] = 0
+        return cache
+
+    def _advance(self, states, target):
+        """:meth:`snm_core.model.states.StateScoring._advance` by
+        :func:`trie_kernels.advance`: the new state holds the words of its longest
+        context found."""
+        from snm_core.model.layouts import trie_kernels  # numba: loaded by scoring only
+        target = np.asarray(target, np.int32)
+        numerator, denominator, following, ngram = trie_kernels.advance(
+            states.cache, self.rank[target], self.compact["min_n"], self.compact["max_n"],
+            self.compact["tags"], self._tables)
+        found = following[:, :, 1:self.compact["max_n"] + 1].max(axis=1) >= 0
+        keep = np.where(found.any(axis=1), found.shape[1] - np.argmax(found[:, ::-1], axis=1), 0)
+        after = shifted(states.words, target, keep, self.state_width)
+        after.cache = following
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return numerator / denominator, ngram, after
 
     @property
     def WITHOUT_UNADJUSTED(self):

@@ -437,3 +437,56 @@ def event_sums(words, offsets, bos, eos, min_n, max_n, tags, tables):
                 position[lane] = -1
                 busy -= 1
     return numerator, denominator
+
+
+@numba.njit(nogil=True, cache=True)
+def advance(context, target, min_n, max_n, tags, tables):
+    """One event after each of many states: the sums of :func:`event_sums` for it, and
+    the entries of the next event's contexts.
+
+    Parameters
+    ----------
+    context : int64 (n, tags, max_n + 2), the entries of each state's contexts: column
+        k the entry of order k (the context of k words), -1 where absent; column 0 the
+        empty context (0)
+    target : int64 (n,), the word rank each state is to predict
+    min_n, max_n, tags, tables : as :func:`event_sums`
+
+    Returns
+    -------
+    numerator, denominator : float64 (n,), sums of M_fw and M_f* (added in the order
+        of :func:`event_sums`)
+    following : int64 (n, tags, max_n + 2), the entries of the contexts after the
+        target (column max_n + 1, a whole n-gram, is no context: -1)
+    ngram : int64 (n,), the longest entry found: the n-gram of the target and its
+        context of ngram - 1 words (0: not even the word)
+    """
+    n = len(target)
+    orders = max_n + 1
+    numerator = np.zeros(n, dtype=np.float64)
+    denominator = np.zeros(n, dtype=np.float64)
+    following = np.full((n, tags, orders + 1), -1, dtype=np.int64)
+    ngram = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        for tag in range(tags):
+            following[i, tag, 0] = 0
+            entry, value, m_star = _first(tag * orders + 1, tag, target[i], tables)
+            following[i, tag, 1] = entry
+            if entry >= 0:
+                ngram[i] = max(ngram[i], 1)
+            if min_n == 0:
+                numerator[i] += value
+                denominator[i] += m_star
+            for k in range(1, orders):
+                if context[i, tag, k] < 0:
+                    continue
+                entry, value, m_star = _lookup(tag * orders + k + 1, context[i, tag, k],
+                                               target[i], tables)
+                if entry >= 0:
+                    ngram[i] = max(ngram[i], k + 1)
+                    if k + 1 < orders:
+                        following[i, tag, k + 1] = entry
+                if k >= min_n:
+                    numerator[i] += value
+                    denominator[i] += m_star
+    return numerator, denominator, following, ngram
