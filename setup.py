@@ -33,8 +33,11 @@ setup(
         # moto[server]: a real S3-protocol server on localhost for the storage tests.
         # apache-beam[dask]: Beam's DaskRunner and dask/distributed, whose scheduler and
         # worker processes the cluster tests start on localhost.
+        # pyctcdecode: a real CTC beam search driven by snm.decoding.PyctcdecodeLM.
         "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5", "apache-beam[dask]",
-                 "boto3>=1.35"],
+                 "boto3>=1.35", "pyctcdecode>=0.5"],
+        # snm.decoding: pyctcdecode's CTC beam search with any SNM.
+        "decoding": ["pyctcdecode>=0.5"],
         # --runner dask: Beam's DaskRunner against a Dask cluster (launch/dask.sh).
         "dask": ["apache-beam[dask]"],
         # boto3: the run lock of an s3:// directory is a conditional write (If-None-Match),

@@ -211,6 +211,11 @@ class LogLinearScorer(LineScoring, StateScoring):
     def load(cls, directory):
         return cls(*load_arrays(directory))
 
+    @property
+    def scored_words(self):
+        """Word ids the model predicts: every id but ``<S>``."""
+        return np.arange(BOS_ID + 1, len(self.vocab))
+
     def log_prob(self, active, target):
         """Natural log p(target | history) of positions (``active`` from the model's trie)."""
         return _lookup_log_prob(self.model.ptr, self.model.word, self.model.tree.parent,
