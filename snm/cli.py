@@ -34,6 +34,8 @@ TOOLS = {
     "export-arpa": "snm.export_cmd",
     "compact": "snm.compact_cmd",
     "train": "snm.train_cmd",
+    "query": "snm.commands.query",
+    "rescore": "snm.commands.rescore",
 }
 
 

@@ -6,11 +6,17 @@ only the language model can), the model's own sentence scores through the API
 (for the rescoring arithmetic), and text written by hand.
 """
 
+import io
+import select
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from test_model import build_model
 
 import snm
+from snm.cli import main
 
 pyctcdecode = pytest.importorskip("pyctcdecode")
 from snm.decoding import PyctcdecodeLM  # noqa: E402  (needs pyctcdecode)
@@ -87,3 +93,91 @@ def test_adapter_scores_as_pyctcdecode_scores_kenlm(skip_model):
     assert lm.order == model.state_width + 1
     lm.reset_params(alpha=0.1)
     assert lm.alpha == 0.1
+
+
+def read_line(stream, seconds):
+    """One line of ``stream``, or None if none came within ``seconds``."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline().decode() if ready else None
+
+
+def test_query_answers_a_line_before_the_next_is_written(skip_model):
+    model = snm.load(skip_model)
+    lines = ["the noun1 verb4 a noun22", "begin1 zzz noun3"]
+    proc = subprocess.Popen([sys.executable, "-m", "snm", "query", "--model", skip_model],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        answers = []
+        for line in lines:
+            proc.stdin.write((line + "\n").encode())
+            proc.stdin.flush()
+            # The next line is written only once this one is answered.
+            answers.append(read_line(proc.stdout, 120))
+            assert answers[-1] is not None, "no answer while the input stays open"
+        proc.stdin.close()
+        summary = proc.stdout.read().decode()
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+    for line, reply in zip(lines, answers):
+        fields = reply.rstrip("\n").split("\t")
+        words = line.split() + ["</S>"]
+        assert [f.split("=")[0] for f in fields[:-1]] == words
+        expected = list(model.full_scores(line))
+        for field, (log10, length, _) in zip(fields[:-1], expected):
+            assert float(field.split()[-1]) == pytest.approx(log10, abs=1e-5)
+            assert int(field.split()[1]) == length
+        assert fields[-1] == f"Total: {model.score(line):.6g} OOV: {'zzz' in line:d}"
+    assert "Perplexity including OOVs" in summary and "Sentences:\t2" in summary
+
+
+def test_eval_and_score_read_standard_input(skip_model, tmp_path, monkeypatch, capsys):
+    text = "the noun1 verb4 a noun22\nbegin1 the noun3 verb2\n"
+    (tmp_path / "t.txt").write_text(text)
+    for command in ("eval", "score"):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        assert main([command, "--model", skip_model, "-"]) == 0
+        piped = capsys.readouterr().out
+        assert main([command, "--model", skip_model, str(tmp_path / "t.txt")]) == 0
+        assert piped == capsys.readouterr().out and piped
+
+
+def test_rescore_picks_the_best_total_per_utterance(skip_model, tmp_path):
+    model = snm.load(skip_model)
+    rows = [("u1", -4.0, "begin1 the noun1 verb4 a noun22 adv1 end1"),
+            ("u1", -3.5, "begin1 the noun1 verb4 a noun22 adv1 end4"),
+            ("u2", -9.0, "the noun1 verb4 a noun22"),
+            ("u1", -30.0, "noun22 noun22"),
+            ("u2", -9.0, "")]
+    nbest = tmp_path / "nbest.tsv"
+    nbest.write_text("".join(f"{u}\t{s}\t{h}\n" for u, s, h in rows))
+    weight, penalty = 0.8, -0.5
+    assert main(["rescore", "--model", skip_model, str(nbest), "--lm_weight", str(weight),
+                 "--word_penalty", str(penalty), "--best", str(tmp_path / "best.txt"),
+                 "--out", str(tmp_path / "all.tsv")]) == 0
+    totals = [s + weight * model.score(h) * np.log(10) + penalty * len(h.split())
+              for _, s, h in rows]
+    best = {}
+    for (u, _, h), total in zip(rows, totals):
+        if u not in best or total > best[u][0]:
+            best[u] = (total, h)
+    assert (tmp_path / "best.txt").read_text() == "".join(
+        f"{u}\t{best[u][1]}\n" for u in ("u1", "u2"))
+    ranked = [line.split("\t") for line in (tmp_path / "all.tsv").read_text().splitlines()]
+    assert [r[0] for r in ranked] == ["u1"] * 3 + ["u2"] * 2
+    assert [r[1] for r in ranked] == ["1", "2", "3", "1", "2"]
+    for r in ranked:
+        i = next(i for i, (u, _, h) in enumerate(rows) if u == r[0] and h == r[6])
+        assert float(r[2]) == pytest.approx(totals[i], abs=1e-5)
+    assert ranked[0][6].endswith("end1")  # the skip-gram's choice outweighs 0.5 of score
+
+
+def test_rescore_names_a_malformed_line(skip_model, tmp_path, capsys):
+    nbest = tmp_path / "bad.tsv"
+    nbest.write_text("u1\t-1\tthe noun1\nu1 -2 the noun2\n")
+    assert main(["rescore", "--model", skip_model, str(nbest)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines() == [
+        f"snm rescore: error: {nbest}, line 2: expected 'UTTERANCE_ID<TAB>SCORE<TAB>HYPOTHESIS'"
+        " (3 tab-separated fields), found 1"]

@@ -229,7 +229,9 @@ class StateScoring:
         """log10 P(``</S>`` | state): the end of the sentence."""
         return self.score_word(state, "</S>")[0]
 
-    def _sentence_ids(self, sentence):
+    def sentence_ids(self, sentence):
+        """Model ids of the words of a sentence (a string), as ``snm eval`` reads them:
+        ``<S>`` and ``</S>`` inside it, and unseen words, read as ``<UNK>``."""
         ids = self.vocab.ids(sentence.split()).astype(np.int32)
         ids[(ids == BOS_ID) | (ids == EOS_ID)] = UNK_ID  # as tokenize reads them
         return self._target_ids(ids)
@@ -255,7 +257,7 @@ class StateScoring:
             whether the word reads as ``<UNK>`` (outside the vocabulary, or
             never seen in training).
         """
-        target = self._sentence_ids(sentence)
+        target = self.sentence_ids(sentence)
         if eos:
             target = np.append(target, np.int32(EOS_ID))
         state = self._start(1, bos)
