@@ -8,6 +8,7 @@ only the language model can), the model's own sentence scores through the API
 
 import io
 import select
+import shutil
 import subprocess
 import sys
 
@@ -17,6 +18,7 @@ from test_model import build_model
 
 import snm
 from snm.cli import main
+from snm_core.model.compact import compile_model
 
 pyctcdecode = pytest.importorskip("pyctcdecode")
 from snm.decoding import PyctcdecodeLM  # noqa: E402  (needs pyctcdecode)
@@ -181,3 +183,48 @@ def test_rescore_names_a_malformed_line(skip_model, tmp_path, capsys):
     assert out == "" and err.strip().splitlines() == [
         f"snm rescore: error: {nbest}, line 2: expected 'UTTERANCE_ID<TAB>SCORE<TAB>HYPOTHESIS'"
         " (3 tab-separated fields), found 1"]
+
+
+@pytest.mark.parametrize("layout", ["trie", "small", "hashed"])
+def test_a_model_ships_as_one_scoring_directory(tmp_path, layout, capsys):
+    """``snm compact --out``: eval, score, query, snm.load and the CTC adapter read it with
+    the model and its Parquet tables gone; what needs the tables says where they are."""
+    model_dir, test = build_model(tmp_path / "build", "5gram", tagged=False)
+    shipped = tmp_path / "shipped"
+    assert main(["compact", "--model", str(model_dir), "--layout", layout,
+                 "--out", str(shipped)]) == 0
+    assert not list(shipped.glob("*.parquet")) and (shipped / "model_card.md").is_file()
+    lines = test[:20]
+    source = snm.load(str(model_dir))
+    if layout != "hashed":
+        compile_model(str(model_dir), layout)  # the source in that layout: the same scores
+        source = snm.load(str(model_dir))
+    expected = [source.score(line) for line in lines]
+    capsys.readouterr()
+    assert main(["eval", "--model", str(model_dir), str(tmp_path / "build" / "test.txt"),
+                 "--json"]) == 0
+    expected_eval = capsys.readouterr().out
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    assert main(["compact", "--model", str(model_dir), "--layout", layout,
+                 "--out", str(tmp_path / "taken")]) == 2
+    assert capsys.readouterr().err == (f"snm compact: error: {tmp_path / 'taken'}: exists and "
+                                       "is not an empty directory; give a new directory for "
+                                       "--out\n")
+    shutil.rmtree(tmp_path / "build")
+    model = snm.load(str(shipped))
+    assert [model.score(line) for line in lines] == expected
+    (tmp_path / "test.txt").write_text("\n".join(test) + "\n")
+    assert main(["eval", "--model", str(shipped), str(tmp_path / "test.txt"), "--json"]) == 0
+    assert capsys.readouterr().out == expected_eval
+    for command in (["score"], ["query"]):
+        assert main(command + ["--model", str(shipped), str(tmp_path / "test.txt")]) == 0
+    capsys.readouterr()
+    lm = PyctcdecodeLM(str(shipped), alpha=0.5, beta=1.0)
+    assert lm.score(lm.get_start_state(), "the")[0] == pytest.approx(
+        0.5 * model.score_word(model.begin_state(), "the")[0] * np.log(10) + 1.0)
+    assert main(["export-arpa", "--model", str(shipped), "--out", str(tmp_path / "x.arpa")]) == 2
+    err = capsys.readouterr().err
+    assert "a scoring directory ('snm compact --out' from" in err and len(err.splitlines()) == 1
+    assert main(["compact", "--model", str(shipped), "--layout", layout]) == 2
+    assert "a scoring directory" in capsys.readouterr().err
