@@ -29,6 +29,10 @@ import numpy as np
 
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
 
+#: Up to this many words are looked up one by one in a dictionary (a decoder's single
+#: words), more through the vocabulary's vectorised lookup.
+FEW_WORDS = 16
+
 
 class State:
     """The part of a history a model can still use (KenLM's ``State``).
@@ -178,7 +182,11 @@ class StateScoring:
         if isinstance(words, np.ndarray) and words.dtype.kind in "iu":
             ids = words.astype(np.int32)
         else:  # "</S>" ends the sentence; "<S>" is never predicted: a word like any unknown
-            ids = self.vocab.ids(list(words)).astype(np.int32)
+            words = list(words)
+            if len(words) <= FEW_WORDS:  # a dictionary beats building an Arrow array
+                ids = np.array([self.vocab.id(w) for w in words], np.int32)
+            else:
+                ids = self.vocab.ids(words).astype(np.int32)
             ids[ids == BOS_ID] = UNK_ID
         word_map = getattr(self, "word_map", None)
         return ids if word_map is None else word_map[ids]
@@ -232,9 +240,9 @@ class StateScoring:
     def sentence_ids(self, sentence):
         """Model ids of the words of a sentence (a string), as ``snm eval`` reads them:
         ``<S>`` and ``</S>`` inside it, and unseen words, read as ``<UNK>``."""
-        ids = self.vocab.ids(sentence.split()).astype(np.int32)
-        ids[(ids == BOS_ID) | (ids == EOS_ID)] = UNK_ID  # as tokenize reads them
-        return self._target_ids(ids)
+        ids = self._target_ids(sentence.split())
+        ids[ids == EOS_ID] = UNK_ID  # as tokenize reads them
+        return ids
 
     def full_scores(self, sentence, bos=True, eos=True):
         """Per-word scores of a sentence, as KenLM's ``full_scores``.
