@@ -47,7 +47,8 @@ from snm_core.loglinear.model import (
 from snm_core.loglinear.optimizers import fit
 from snm_core.model import arpa
 from snm_core.model.scoring import LineScoring, Scores
-from snm_core.model.states import StateScoring, shifted
+from snm_core.model.layouts.state_kernels import shift_states
+from snm_core.model.states import StateBatch, StateScoring
 from snm_core.stages import validation
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch, tokenize
@@ -205,7 +206,7 @@ class LogLinearScorer(LineScoring, StateScoring):
         active = self.model.tree.active(after)
         depth = (active >= 0).sum(axis=1) - 1
         # The deepest node is the longest n-gram ending in the target seen in training.
-        return prob, depth, shifted(states.words, target, depth, width)
+        return prob, depth, StateBatch(*shift_states(states.words, target, depth))
 
     @classmethod
     def load(cls, directory):

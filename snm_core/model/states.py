@@ -49,11 +49,12 @@ class State:
         the sentence.
     """
 
-    __slots__ = ("words", "_cache")
+    __slots__ = ("words", "_cache", "_row")
 
-    def __init__(self, words, cache=None):
+    def __init__(self, words, cache=None, row=None):
         self.words = tuple(words)
         self._cache = cache  # a layout's lookups of these words (the trie's entries)
+        self._row = row  # the words as a row of a StateBatch, when made from one
 
     def __eq__(self, other):
         return isinstance(other, State) and self.words == other.words
@@ -92,10 +93,9 @@ class StateBatch:
         return len(self.length)
 
     def __getitem__(self, i):
-        n = int(self.length[i])
-        words = self.words[i, self.words.shape[1] - n:] if n else ()
-        return State([int(w) for w in words],
-                     None if self.cache is None else self.cache[i])
+        row = self.words[i]
+        return State(row[len(row) - self.length[i]:].tolist(),
+                     None if self.cache is None else self.cache[i], row)
 
     def states(self):
         """The states as a list of :class:`State`."""
@@ -110,6 +110,10 @@ class StateBatch:
     def of(cls, states, width):
         """A batch of a sequence of :class:`State` (of one model)."""
         n = len(states)
+        if n == 1 and states[0]._row is not None:  # a decoder's one state: no copying
+            state = states[0]
+            return cls(state._row[None, :], np.array([len(state.words)], np.int64),
+                       None if state._cache is None else state._cache[None])
         words = np.full((n, width), -1, np.int32)
         length = np.empty(n, np.int64)
         for i, state in enumerate(states):
@@ -120,18 +124,6 @@ class StateBatch:
         caches = [s._cache for s in states]
         cache = None if not n or caches[0] is None else np.stack(caches)
         return cls(words, length, cache)
-
-
-def shifted(words, target, keep, width):
-    """The states after ``target``: the words shifted left with ``target`` last, holding
-    ``keep`` words (at most ``width``) and -1 before them, so that equal states have
-    equal rows."""
-    new = np.empty_like(words)
-    new[:, :-1] = words[:, 1:]
-    new[:, -1] = target
-    keep = np.minimum(keep, width)
-    new[np.arange(width)[None, :] < (width - keep)[:, None]] = -1
-    return StateBatch(new, keep.astype(np.int64))
 
 
 class StateScoring:
@@ -184,10 +176,11 @@ class StateScoring:
         else:  # "</S>" ends the sentence; "<S>" is never predicted: a word like any unknown
             words = list(words)
             if len(words) <= FEW_WORDS:  # a dictionary beats building an Arrow array
-                ids = np.array([self.vocab.id(w) for w in words], np.int32)
+                ids = np.array([self.vocab.id(w) or UNK_ID for w in words],  # 0 is <S>
+                               np.int32)
             else:
                 ids = self.vocab.ids(words).astype(np.int32)
-            ids[ids == BOS_ID] = UNK_ID
+                ids[ids == BOS_ID] = UNK_ID
         word_map = getattr(self, "word_map", None)
         return ids if word_map is None else word_map[ids]
 
@@ -230,8 +223,10 @@ class StateScoring:
 
     def score_word(self, state, word):
         """``(log10 P(word | state), the state after it)``: KenLM's ``BaseScore``."""
-        log10, after = self.score_words(StateBatch.of([state], self.state_width), [word])
-        return float(log10[0]), after[0]
+        prob, _, after = self._advance(StateBatch.of([state], self.state_width),
+                                       self._target_ids([word]))
+        p = prob[0]
+        return (float(np.log10(p)) if p > 0 else -math.inf), after[0]
 
     def end_score(self, state):
         """log10 P(``</S>`` | state): the end of the sentence."""

@@ -31,7 +31,7 @@ from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts.npy import NpyWriter, load_checked
 from snm_core.model.scoring import LineScoring, Scores, ratios, suffix_closed
-from snm_core.model.states import StateScoring, shifted
+from snm_core.model.states import StateBatch, StateScoring
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.hashing import link_key
@@ -364,20 +364,14 @@ class Model(LineScoring, StateScoring):
 
     def _advance(self, states, target):
         """:meth:`snm_core.model.states.StateScoring._advance`: the state's event's
-        features (:func:`hashed_kernels.state_pairs`), looked up and summed as
-        :meth:`score_batch` does."""
-        key, event, type_bounds = self._kernels.state_pairs(
-            states.words, states.length, self._windows, self._type_windows, self._salts)
-        target = np.ascontiguousarray(target, np.int32)
-        *sums, link_found = self._kernels.event_sums_found(
-            key, event, type_bounds, self._prerequisite, target, len(target),
-            *self.features.parts, self.features.value_words, *self.links.parts,
-            self.links.value_words, self.link_c)
-        prob = ratios(*sums, unadjusted=False)[0]
-        matched = (link_found * self._link_length[:, None]).max(axis=0, initial=0)
-        keep = matched if self._minimal_states else states.length + 1
-        return prob, matched, shifted(states.words, target, keep,
-                                      self.state_width)
+        features looked up and summed as :meth:`score_batch` does, in one compiled call
+        (:func:`hashed_kernels.advance`)."""
+        prob, matched, words, length = self._kernels.advance(
+            states.words, states.length, np.ascontiguousarray(target, np.int32),
+            self._windows, self._type_windows, self._salts, self._prerequisite,
+            self._link_length, self._minimal_states, *self.features.parts,
+            self.features.value_words, *self.links.parts, self.links.value_words, self.link_c)
+        return prob, matched, StateBatch(words, length)
 
     @property
     def scored_words(self):

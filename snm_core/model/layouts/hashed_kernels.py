@@ -14,6 +14,7 @@ positions in a small sorted array.
 import numba
 import numpy as np
 
+from snm_core.model.layouts.state_kernels import shift_states
 from snm_core.text.compiled import _combine_one, _mix64_one
 from snm_core.text.hashing import SEQUENCE_SEED
 
@@ -339,3 +340,34 @@ def state_pairs(words, length, windows, type_windows, salts):
                         p += 1
             type_bounds[tag * types + t + 1] = p
     return key, event, type_bounds
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def advance(words, length, target, windows, type_windows, salts, prerequisite, link_length,
+            minimal, feature_words, feature_offsets, feature_blocks, feature_shift,
+            feature_overflow_keys, feature_overflow_rows, m_star, link_words, link_offsets,
+            link_blocks, link_shift, link_overflow_keys, link_overflow_rows, link_m, link_c):
+    """One event after each of many states (:meth:`snm_core.model.layouts.hashed.Model.
+    _advance`): the states' pairs (:func:`state_pairs`) summed as :func:`event_sums`
+    sums an event's, and the states after the target.
+
+    ``link_length`` (int64 (types,)) is the n-gram length of each type id's links (0
+    for skip-grams); with ``minimal`` a new state keeps the words of the longest
+    n-gram whose link was found, else one word more than the state (at most the
+    width).  Returns ``(P(target) float64 (n,), that n-gram length int64 (n,), words,
+    length)`` of the new states.
+    """
+    key, event, type_bounds = state_pairs(words, length, windows, type_windows, salts)
+    n = len(target)
+    m_star_sum, link_m_sum, _, _, link_found = event_sums_found(
+        key, event, type_bounds, prerequisite, target, n, feature_words, feature_offsets,
+        feature_blocks, feature_shift, feature_overflow_keys, feature_overflow_rows, m_star,
+        link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
+        link_overflow_rows, link_m, link_c)
+    matched = np.zeros(n, np.int64)
+    for t in range(link_found.shape[0]):
+        for i in range(n):
+            if link_found[t, i]:
+                matched[i] = max(matched[i], link_length[t])
+    new_words, new_length = shift_states(words, target, matched if minimal else length + 1)
+    return link_m_sum / m_star_sum, matched, new_words, new_length

@@ -23,7 +23,7 @@ import numpy as np
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.model.scoring import LineScoring, Scores
-from snm_core.model.states import StateScoring, shifted
+from snm_core.model.states import StateBatch, StateScoring
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
@@ -195,20 +195,15 @@ class TrieScoring(LineScoring, StateScoring):
         return cache
 
     def _advance(self, states, target):
-        """:meth:`snm_core.model.states.StateScoring._advance` by
+        """:meth:`snm_core.model.states.StateScoring._advance` by one compiled call,
         :func:`trie_kernels.advance`: the new state holds the words of its longest
         context found."""
         from snm_core.model.layouts import trie_kernels  # numba: loaded by scoring only
-        target = np.asarray(target, np.int32)
-        numerator, denominator, following, ngram = trie_kernels.advance(
-            states.cache, self.rank[target], self.compact["min_n"], self.compact["max_n"],
-            self.compact["tags"], self._tables)
-        found = following[:, :, 1:self.compact["max_n"] + 1].max(axis=1) >= 0
-        keep = np.where(found.any(axis=1), found.shape[1] - np.argmax(found[:, ::-1], axis=1), 0)
-        after = shifted(states.words, target, keep, self.state_width)
-        after.cache = following
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return numerator / denominator, ngram, after
+        target = np.ascontiguousarray(target, np.int32)
+        prob, ngram, following, words, length = trie_kernels.advance(
+            states.cache, states.words, target, self.rank[target], self.compact["min_n"],
+            self.compact["max_n"], self.compact["tags"], self._tables)
+        return prob, ngram, StateBatch(words, length, following)
 
     @property
     def WITHOUT_UNADJUSTED(self):
