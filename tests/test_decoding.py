@@ -228,3 +228,12 @@ def test_a_model_ships_as_one_scoring_directory(tmp_path, layout, capsys):
     assert "a scoring directory ('snm compact --out' from" in err and len(err.splitlines()) == 1
     assert main(["compact", "--model", str(shipped), "--layout", layout]) == 2
     assert "a scoring directory" in capsys.readouterr().err
+
+
+def test_the_readme_example_runs(skip_model):
+    """README.md's Python example, on a model of the test corpus."""
+    readme = open("README.md", encoding="utf-8").read()
+    section = readme[readme.index("## In a decoder"):]
+    code = section[section.index("```python\n") + 10:section.index("```\n", section.index(
+        "```python\n"))]
+    exec(code.replace("runs/kernel/model", skip_model), {"print": lambda *a: None})
