@@ -21,11 +21,14 @@ the SNMs through ``snm.decoding.PyctcdecodeLM`` (the 5-gram as a trie-layout
 scoring directory, ``snm compact --layout trie --out``; the skip-10-gram in the
 hashed layout).  Alpha and beta are chosen per model on the dev sentences (a
 grid), then the test sentences are decoded by every decoder in turn, one
-utterance at a time in rotating order, each decoder's seconds summed.  Rescoring:
-the no-LM decoder's n-best lists (its beams, at most ``--nbest``), each hypothesis
-scored by each model (KenLM ``score`` per hypothesis; SNM ``score_lines`` in
-batches), weight and word penalty chosen on dev; seconds are the scoring's, the
-models taking turns ``--repeats`` times (best kept).
+utterance at a time in rotating order, each decoder's seconds summed.  KN5 reads
+a word outside vocab.txt as the placeholder that stood for such words in its
+training text, as an SNM reads it as ``<UNK>``.  Rescoring: the no-LM decoder's
+beams (width ``--nbest``), each hypothesis scored by each model (KenLM ``score``
+per hypothesis; SNM ``score_lines`` in batches, as ``snm rescore``), plus
+pyctcdecode's unknown-word offset for each word outside the vocabulary, weight and
+word penalty chosen on dev (``snm rescore``'s formula); seconds are the scoring's,
+the models taking turns ``--repeats`` times (best kept).
 
 State scoring: every test sentence walked word by word through the SNM 5-gram's
 state API in lockstep (one ``score_words`` call per position, all sentences'
@@ -48,7 +51,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from benchmarks.common import WORK, corpus, print_table, record  # noqa: E402
-from benchmarks.count import unk_text  # noqa: E402
+from benchmarks.count import OOV_PLACEHOLDER, unk_text  # noqa: E402
 
 HERE = os.path.join(WORK, "decoding")
 PEAK = 6.0
@@ -57,10 +60,12 @@ CONFUSER_SHIFT = -0.3
 GROUPS = ["aeiou", "bp", "dt", "gkc", "mn", "sz", "fv", "lr", "wy", "hj", "qx",
           "AEIOU", "BP", "DT", "GKC", "MN", "SZ", "FV", "LR", "WY", "HJ", "QX",
           "0123456789", "([{", ")]}", ".,;:", "-_=", "'\"`", "/\\|"]
-ALPHAS = (0.3, 0.5, 0.8)
-BETAS = (0.0, 1.0, 2.5)
-LM_WEIGHTS = (0.2, 0.35, 0.5, 0.7, 1.0)
-WORD_PENALTIES = (-1.0, 0.0, 1.0, 2.0)
+ALPHAS = (0.3, 0.5, 0.8, 1.2)
+BETAS = (1.0, 2.5, 4.0)
+LM_WEIGHTS = (0.1, 0.2, 0.35, 0.5, 0.8)
+WORD_PENALTIES = (-1.0, 1.0, 2.5, 4.0, 6.0)
+#: pyctcdecode's log10 offset for a word outside the vocabulary.
+UNK_OFFSET = -10.0
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -149,15 +154,29 @@ def wer(references, hypotheses):
 
 # --- CTC beam search --------------------------------------------------------------------------
 
-def decoders(paths, labels):
+def kenlm_language_model(arpa):
+    """pyctcdecode's KenLM wrapper, with a word outside vocab.txt read as the placeholder
+    that stood for all of them in lmplz's text (so KN5 gives it their probability, as an
+    SNM gives such a word <UNK>'s); pyctcdecode's unknown-word offset still applies."""
     import kenlm
-    import pyctcdecode
     from pyctcdecode.language_model import LanguageModel, load_unigram_set_from_arpa
+
+    class PlaceholderLM(LanguageModel):
+        def score(self, prev_state, word, is_last_word=False):  # the offset: the placeholder
+            return super().score(prev_state, word if word in self._unigram_set  # is no unigram
+                                 else OOV_PLACEHOLDER, is_last_word)
+
+    unigrams = load_unigram_set_from_arpa(arpa) - {OOV_PLACEHOLDER}
+    return PlaceholderLM(kenlm.Model(arpa), unigrams)
+
+
+def decoders(paths, labels):
+    import pyctcdecode
 
     import snm as api
     from snm.decoding import PyctcdecodeLM
     alphabet = pyctcdecode.Alphabet.build_alphabet(labels)
-    kn5 = LanguageModel(kenlm.Model(paths["kn5"]), load_unigram_set_from_arpa(paths["kn5"]))
+    kn5 = kenlm_language_model(paths["kn5"])
     return {"none": pyctcdecode.BeamSearchDecoderCTC(alphabet),
             "kenlm_kn5": pyctcdecode.BeamSearchDecoderCTC(alphabet, kn5),
             "snm_5gram": pyctcdecode.BeamSearchDecoderCTC(
@@ -183,10 +202,7 @@ def tune(decoder, dev, references, beam_width):
     return best
 
 
-def ctc_section(paths, dev_text, test_text, args, rng):
-    labels = labels_of(dev_text + test_text)
-    dev = [log_probs(t, labels, rng) for t in dev_text]
-    test = [log_probs(t, labels, rng) for t in test_text]
+def ctc_section(paths, labels, dev, test, dev_text, test_text, args):
     found = decoders(paths, labels)
     rows = []
     tuned = {"none": (None, None, wer(dev_text, decode_all(found["none"], dev,
@@ -214,7 +230,7 @@ def ctc_section(paths, dev_text, test_text, args, rng):
     for r in rows:
         r["wer_vs_kn5"] = round(r["wer"] / base["kenlm_kn5"]["wer"], 3)
         r["seconds_vs_kn5"] = round(r["seconds"] / base["kenlm_kn5"]["seconds"], 3)
-    return rows, found["none"], dev, test
+    return rows
 
 
 # --- n-best rescoring -------------------------------------------------------------------------
@@ -224,9 +240,9 @@ def nbest_lists(decoder, utterances, args):
     lists = []
     for lp in utterances:
         seen, texts, scores = set(), [], []
-        for text, _, _, logit_score, _ in decoder.decode_beams(lp, beam_width=args.beam_width):
+        for text, _, _, logit_score, _ in decoder.decode_beams(lp, beam_width=args.nbest):
             text = " ".join(text.split())
-            if text not in seen and len(texts) < args.nbest:
+            if text not in seen:
                 seen.add(text)
                 texts.append(text)
                 scores.append(logit_score)
@@ -241,10 +257,16 @@ def lm_scorers(paths):
     import snm as api
     from snm.commands.rescore import lm_log_probs
     kn5 = kenlm.Model(paths["kn5"])
+    vocab = set(open(corpus("kernel", "vocab.txt"), encoding="utf-8").read().split())
     ln10 = np.log(10.0)
     models = {"snm_5gram": api.load(paths["snm5"]), "snm_skip10gram": api.load(paths["skip10"])}
-    scorers = {"kenlm_kn5": lambda texts: np.array([kn5.score(t, bos=True, eos=True) * ln10
-                                                    for t in texts])}
+
+    def kenlm_scores(texts):  # words outside vocab.txt as lmplz's placeholder, as in training
+        return np.array([kn5.score(" ".join(w if w in vocab else OOV_PLACEHOLDER
+                                            for w in t.split()), bos=True, eos=True) * ln10
+                         for t in texts])
+
+    scorers = {"kenlm_kn5": kenlm_scores}
     for name, model in models.items():
         scorers[name] = (lambda m: lambda texts: lm_log_probs(m, texts))(model)
     return scorers
@@ -266,6 +288,11 @@ def rescore_section(decoder, dev, test, dev_text, test_text, paths, args):
     dev_lists, test_lists = nbest_lists(decoder, dev, args), nbest_lists(decoder, test, args)
     flat = {part: [t for texts, _ in lists for t in texts]
             for part, lists in (("dev", dev_lists), ("test", test_lists))}
+    # pyctcdecode's unknown-word offset, as in the fused decoders: without it a model's
+    # <UNK> class cannot tell a misspelling from a real word it does not know.
+    vocab = set(open(corpus("kernel", "vocab.txt"), encoding="utf-8").read().split())
+    unknown = {part: UNK_OFFSET * np.log(10.0) * np.array(
+        [sum(w not in vocab for w in t.split()) for t in flat[part]]) for part in flat}
     scorers = lm_scorers(paths)
     seconds, lm = {}, {}
     for _ in range(args.repeats):
@@ -274,13 +301,14 @@ def rescore_section(decoder, dev, test, dev_text, test_text, paths, args):
             lm[name, "test"] = score(flat["test"])
             elapsed = time.perf_counter() - start
             seconds[name] = min(seconds.get(name, elapsed), elapsed)
+            lm[name, "test"] += unknown["test"]
     rows = [{"section": "rescore", "lm": "none", "wer": round(wer(test_text, [
         texts[0] for texts, _ in test_lists]), 4), "hypotheses": len(flat["test"])},
         {"section": "rescore", "lm": "oracle", "wer": round(sum(
             min(word_errors(r, t) for t in texts) for r, (texts, _) in zip(test_text, test_lists))
             / sum(len(r.split()) for r in test_text), 4), "hypotheses": len(flat["test"])}]
     for name, score in scorers.items():
-        dev_lm = score(flat["dev"])
+        dev_lm = score(flat["dev"]) + unknown["dev"]
         weight, penalty = min(((w, p) for w in LM_WEIGHTS for p in WORD_PENALTIES),
                               key=lambda wp: wer(dev_text, rescored(dev_lists, dev_lm, *wp)))
         rows.append({"section": "rescore", "lm": name, "lm_weight": weight,
@@ -361,10 +389,12 @@ def main(argv=None):
     parser.add_argument("--dev", type=int, default=80, help="dev utterances (tuning)")
     parser.add_argument("--max_words", type=int, default=30)
     parser.add_argument("--beam_width", type=int, default=20)
-    parser.add_argument("--nbest", type=int, default=20)
+    parser.add_argument("--nbest", type=int, default=64,
+                        help="beam width of the no-LM decoder whose beams are rescored")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sections", default="ctc,rescore,states")
+    parser.add_argument("--dry_run", action="store_true", help="do not append to results.jsonl")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
     paths = ensure_models(os.environ.get("LMPLZ"))
@@ -372,23 +402,28 @@ def main(argv=None):
     dev_text = sentences("dev.txt", args.dev, args.max_words)
     test_text = sentences("test.txt", args.test, args.max_words)
     rows = []
-    if "ctc" in sections or "rescore" in sections:
-        ctc_rows, plain, dev, test = ctc_section(paths, dev_text, test_text, args, rng)
-        if "ctc" in sections:
-            print_table(ctc_rows, ["lm", "alpha", "beta", "dev_wer", "wer", "wer_vs_kn5",
-                                   "seconds", "seconds_vs_kn5"])
-            rows += ctc_rows
-        if "rescore" in sections:
-            rescore_rows = rescore_section(plain, dev, test, dev_text, test_text, paths, args)
-            print_table(rescore_rows, ["lm", "lm_weight", "word_penalty", "dev_wer", "wer",
-                                       "wer_vs_kn5", "seconds", "seconds_vs_kn5", "hypotheses"])
-            rows += rescore_rows
+    labels = labels_of(dev_text + test_text)
+    dev = [log_probs(t, labels, rng) for t in dev_text]
+    test = [log_probs(t, labels, rng) for t in test_text]
+    if "ctc" in sections:
+        ctc_rows = ctc_section(paths, labels, dev, test, dev_text, test_text, args)
+        print_table(ctc_rows, ["lm", "alpha", "beta", "dev_wer", "wer", "wer_vs_kn5",
+                               "seconds", "seconds_vs_kn5"])
+        rows += ctc_rows
+    if "rescore" in sections:
+        import pyctcdecode
+        plain = pyctcdecode.BeamSearchDecoderCTC(pyctcdecode.Alphabet.build_alphabet(labels))
+        rescore_rows = rescore_section(plain, dev, test, dev_text, test_text, paths, args)
+        print_table(rescore_rows, ["lm", "lm_weight", "word_penalty", "dev_wer", "wer",
+                                   "wer_vs_kn5", "seconds", "seconds_vs_kn5", "hypotheses"])
+        rows += rescore_rows
     if "states" in sections:
         state_rows = states_section(paths, args)
         print_table(state_rows, ["layout", "words", "snm_words_per_s", "kenlm_words_per_s",
                                  "rate_vs_kenlm", "log10_snm", "log10_kenlm"])
         rows += state_rows
-    record("decoding", [{**r, "seed": args.seed} for r in rows])
+    if not args.dry_run:
+        record("decoding", [{**r, "seed": args.seed} for r in rows])
 
 
 if __name__ == "__main__":

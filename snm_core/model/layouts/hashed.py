@@ -384,7 +384,7 @@ class Model(LineScoring, StateScoring):
         mapped = SentenceBatch(self.word_map[batch.tokens], batch.offsets)
         events = self.extractor.extract(mapped)
         type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
-        sums = self._kernels.event_sums(
+        *sums, _ = self._kernels.event_sums(
             events.key, events.event, type_bounds, self._prerequisite, events.target,
             events.num_events, *self.features.parts, self.features.value_words,
             *self.links.parts, self.links.value_words, self.link_c)

@@ -165,20 +165,6 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                feature_overflow_keys, feature_overflow_rows, m_star,
                link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
                link_overflow_rows, link_m, link_c):
-    """:func:`event_sums_found` without the links found."""
-    return event_sums_found(
-        pair_key, pair_event, type_bounds, prerequisite, target, n_events,
-        feature_words, feature_offsets, feature_blocks, feature_shift, feature_overflow_keys,
-        feature_overflow_rows, m_star, link_words, link_offsets, link_blocks, link_shift,
-        link_overflow_keys, link_overflow_rows, link_m, link_c)[:4]
-
-
-@numba.njit(nogil=True, cache=True)
-def event_sums_found(pair_key, pair_event, type_bounds, prerequisite, target, n_events,
-                     feature_words, feature_offsets, feature_blocks, feature_shift,
-                     feature_overflow_keys, feature_overflow_rows, m_star,
-                     link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
-                     link_overflow_rows, link_m, link_c):
     """Per-event sums over the pairs whose feature (and link) the model holds.
 
     Pairs come grouped by type id.  A pair whose type has a prerequisite type
@@ -270,7 +256,7 @@ def event_sums_found(pair_key, pair_event, type_bounds, prerequisite, target, n_
 def state_pairs(words, length, windows, type_windows, salts):
     """The (event, feature) pairs of one event after each state, in the order in which
     :meth:`snm_core.text.features.FeatureExtractor.extract` gives an event's pairs (tag,
-    type, window), so that :func:`event_sums_found` adds them up in the same order.
+    type, window), so that :func:`event_sums` adds them up in the same order.
 
     Parameters
     ----------
@@ -359,7 +345,7 @@ def advance(words, length, target, windows, type_windows, salts, prerequisite, l
     """
     key, event, type_bounds = state_pairs(words, length, windows, type_windows, salts)
     n = len(target)
-    m_star_sum, link_m_sum, _, _, link_found = event_sums_found(
+    m_star_sum, link_m_sum, _, _, link_found = event_sums(
         key, event, type_bounds, prerequisite, target, n, feature_words, feature_offsets,
         feature_blocks, feature_shift, feature_overflow_keys, feature_overflow_rows, m_star,
         link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
