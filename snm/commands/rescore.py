@@ -1,4 +1,4 @@
-"""``snm rescore``: n-best rescoring with any model (SRILM's ``-nbest``, Kaldi's lattice
+r"""``snm rescore``: n-best rescoring with any model (SRILM's ``-nbest``, Kaldi's lattice
 rescoring on n-best lists).
 
 Input: one hypothesis a line, three tab-separated fields (a ``.tsv``, plain or
@@ -8,10 +8,13 @@ compressed, or ``-`` for standard input)::
 
 ``SCORE`` is the decoder's score without a language model (acoustic or
 translation model), a log-probability in natural log (higher is better);
-``HYPOTHESIS`` the words, separated by spaces (may be empty).  A Kaldi n-best
-(``utt-N word ...`` and its acoustic costs) becomes this with
-``paste <(cut -d' ' -f1 ...)``-style glue: the id without its ``-N`` suffix, and
-the acoustic cost negated.
+``HYPOTHESIS`` the words, separated by spaces (may be empty).  Kaldi's n-best
+text (``utt-N word ...``, from ``nbest-to-linear`` and ``int2sym.pl``) and its
+acoustic costs (``utt-N cost``) become this with the id's ``-N`` dropped and the
+cost negated::
+
+    paste <(cut -d' ' -f1 text | sed 's/-[0-9]*$//') <(awk '{print -$2}' ac_cost) \
+          <(cut -s -d' ' -f2- text) > nbest.tsv
 
 Each hypothesis gets
 
@@ -92,9 +95,8 @@ def rescore(utterances, scores, hypotheses, lm, lm_weight, word_penalty):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="snm rescore", description=__doc__.split("\n\n")[0],
-        epilog="Input format and the score: see 'python -m pydoc snm.commands.rescore'.")
+    parser = argparse.ArgumentParser(prog="snm rescore", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="model directory (any family or layout)")
     parser.add_argument("nbest", help="n-best list: UTTERANCE_ID<TAB>SCORE<TAB>HYPOTHESIS a "
                         "line ('-': standard input)")
