@@ -14,7 +14,7 @@ acoustic costs (``utt-N cost``) become this with the id's ``-N`` dropped and the
 cost negated::
 
     paste <(cut -d' ' -f1 text | sed 's/-[0-9]*$//') <(awk '{print -$2}' ac_cost) \
-          <(cut -s -d' ' -f2- text) > nbest.tsv
+          <(sed 's/^[^ ]* *//' text) > nbest.tsv
 
 Each hypothesis gets
 
