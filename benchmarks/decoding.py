@@ -61,7 +61,7 @@ GROUPS = ["aeiou", "bp", "dt", "gkc", "mn", "sz", "fv", "lr", "wy", "hj", "qx",
           "AEIOU", "BP", "DT", "GKC", "MN", "SZ", "FV", "LR", "WY", "HJ", "QX",
           "0123456789", "([{", ")]}", ".,;:", "-_=", "'\"`", "/\\|"]
 ALPHAS = (0.3, 0.5, 0.8, 1.2)
-BETAS = (1.0, 2.5, 4.0)
+BETAS = (0.0, 1.0, 2.5)
 LM_WEIGHTS = (0.1, 0.2, 0.35, 0.5, 0.8)
 WORD_PENALTIES = (-1.0, 1.0, 2.5, 4.0, 6.0)
 #: pyctcdecode's log10 offset for a word outside the vocabulary.
