@@ -57,7 +57,7 @@ def eval_main(argv):
     parser = argparse.ArgumentParser(prog="snm eval",
                                      description="Perplexity of a text (one sentence a line).")
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
-    parser.add_argument("file", help="text to evaluate")
+    parser.add_argument("file", help="text to evaluate ('-': standard input)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--unadjusted", action="store_true",
                         help="report the unadjusted model (theta = 0) first / at the top level")
@@ -85,7 +85,7 @@ def score_main(argv):
         description="Per-sentence log10 probability (</S> included), one line per input line: "
                     "log10_prob, predicted words, OOVs, the sentence; tab-separated.")
     parser.add_argument("--model", required=True, help="model directory")
-    parser.add_argument("file", help="text to score")
+    parser.add_argument("file", help="text to score ('-': standard input)")
     parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
     parser.add_argument("--out", help="output file (default: standard output)")
     args = parser.parse_args(argv)

@@ -208,9 +208,9 @@ def test_a_model_ships_as_one_scoring_directory(tmp_path, layout, capsys):
     (tmp_path / "taken" / "notes.txt").write_text("mine")
     assert main(["compact", "--model", str(model_dir), "--layout", layout,
                  "--out", str(tmp_path / "taken")]) == 2
-    assert capsys.readouterr().err == (f"snm compact: error: {tmp_path / 'taken'}: exists and "
-                                       "is not an empty directory; give a new directory for "
-                                       "--out\n")
+    assert capsys.readouterr().err.startswith(
+        f"snm compact: error: {tmp_path / 'taken'}: exists and is not an empty directory; "
+        "give a new directory for --out")
     shutil.rmtree(tmp_path / "build")
     model = snm.load(str(shipped))
     assert [model.score(line) for line in lines] == expected

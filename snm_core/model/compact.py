@@ -97,7 +97,8 @@ def write_scoring_directory(model_dir, layout, out,
     check_layout(manifest, model_dir, layout)
     if [n for n in storage.listdir(out) if n != LOCK_NAME] or storage.isfile(out):
         raise SnmInputError(f"{out}: exists and is not an empty directory; give a new "
-                            "directory for --out")
+                            "directory for --out (one without manifest.json is a run cut "
+                            "short: delete it)")
     files = [n for n in (validation.VOCAB, CONFIG, CARD) if n in manifest["files"]
              or storage.isfile(storage.join(model_dir, n))]
     scoring = {**manifest, "files": sorted(files),
