@@ -30,8 +30,9 @@ EXTRA = ["zzz unseen noun1", "the <S> noun2 </S> verb1", "noun1",
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """``{name: (model directory, test lines)}``: a 5-gram in the three layouts, and a
-    tagged skip-gram model."""
+    """``{name: (model directory, test lines)}``: a 5-gram in the three layouts, a tagged
+    5-gram (two corpus tags: two tries) hashed and as a trie, and a tagged skip-gram
+    model."""
     root = tmp_path_factory.mktemp("states")
     ngram, test = build_model(root / "ngram", "5gram", tagged=False)
     dirs = {"hashed": ngram}
@@ -39,6 +40,11 @@ def models(tmp_path_factory):
         dirs[layout] = root / layout
         shutil.copytree(ngram, dirs[layout])
         compile_model(str(dirs[layout]), layout)
+    tagged, _ = build_model(root / "tagged", "5gram", tagged=True)
+    dirs["tagged"] = tagged
+    dirs["tagged_trie"] = root / "tagged_trie"
+    shutil.copytree(tagged, dirs["tagged_trie"])
+    compile_model(str(dirs["tagged_trie"]), "trie")
     skip, skip_test = build_model(root / "skip", SKIP, tagged=True)
     result = {name: (str(d), test[:40] + EXTRA) for name, d in dirs.items()}
     result["skip"] = (str(skip), skip_test[:40] + EXTRA)
@@ -64,7 +70,7 @@ def state_log10(model, line):
     return np.array(out)
 
 
-@pytest.mark.parametrize("name", ["hashed", "trie", "small", "skip"])
+@pytest.mark.parametrize("name", ["hashed", "trie", "small", "tagged", "tagged_trie", "skip"])
 def test_state_scores_are_the_line_scorers(models, name):
     model_dir, lines = models[name]
     model = snm.load(model_dir)
@@ -127,7 +133,7 @@ def vocabulary_sample(model, k=12):
     return [model.vocab.word(i) for i in range(3, 3 + k)] + ["</S>", "zzz"]
 
 
-@pytest.mark.parametrize("name", ["hashed", "trie", "skip"])
+@pytest.mark.parametrize("name", ["hashed", "trie", "tagged_trie", "skip"])
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_equal_states_score_every_word_alike(models, name, data):
