@@ -36,8 +36,13 @@ setup(
         # moto[server]: a real S3-protocol server on localhost for the storage tests.
         # apache-beam[dask]: Beam's DaskRunner and dask/distributed, whose scheduler and
         # worker processes the cluster tests start on localhost.
+        # pygtrie: what pyctcdecode needs besides numpy (see the Makefile).
         "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5", "apache-beam[dask]",
-                 "boto3>=1.35"],
+                 "boto3>=1.35", "pygtrie>=2.1"],
+        # snm.decoding: pyctcdecode's CTC beam search with any SNM.  Its metadata asks for
+        # numpy < 2, which it runs without: the Makefile installs it with --no-deps, so that
+        # the tests run on the numpy everything else installs.
+        "decoding": ["pyctcdecode>=0.5"],
         # --runner dask: Beam's DaskRunner against a Dask cluster (launch/dask.sh).
         "dask": ["apache-beam[dask]"],
         # boto3: the run lock of an s3:// directory is a conditional write (If-None-Match),

@@ -25,7 +25,8 @@ COMMANDS = {
     "vocab": "vocab", "count": "count", "join": "join", "fit": "fit", "apply": "apply",
     "prune": "prune", "train": "train", "eval": "eval", "score": "score",
     "export-arpa": "export_arpa", "compact": "compact", "validate": "validate",
-    "features": "features", "synth": "synth", "sample": "sample",
+    "features": "features", "synth": "synth", "sample": "sample", "query": "query",
+    "rescore": "rescore",
 }
 
 

@@ -14,7 +14,8 @@ from snm_core.io.textfile import read_lines
 def main(argv=None):
     parser = arguments.parser("eval", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
-    parser.add_argument("file", help="text to evaluate, one sentence a line")
+    parser.add_argument("file", help="text to evaluate, one sentence a line ('-': standard "
+                                     "input)")
     parser.add_argument("--json", action="store_true",
                         help="print the reports as one JSON object (eval.json's shape)")
     parser.add_argument("--unadjusted", action="store_true",

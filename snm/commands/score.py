@@ -20,7 +20,7 @@ def main(argv=None):
         "score", "Per-sentence log10 probability (</S> included), one line per input line: "
                     "log10_prob, predicted words, OOVs, the sentence; tab-separated.")
     parser.add_argument("--model", required=True, help="model directory")
-    parser.add_argument("file", help="text to score")
+    parser.add_argument("file", help="text to score ('-': standard input)")
     parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
     parser.add_argument("--out", help="output file (default: standard output)")
     arguments.text_arguments(parser)

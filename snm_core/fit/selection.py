@@ -32,7 +32,6 @@ import dataclasses
 import json
 import time
 
-
 from snm_core.fit import kernels, trainer
 from snm_core.fit import metafeatures as mf
 from snm_core.fit.problem import VALIDATION_SHARE, load_join

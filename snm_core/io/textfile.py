@@ -17,13 +17,15 @@ join, eval, score, ``snm features --input``):
 * empty and whitespace-only lines are skipped and counted by ``tokenize``;
 * a line longer than a batch is read whole (in time linear in its length);
 * a damaged compressed file (truncated, or not compressed at all) is an
-  error naming the file and the last line read.
+  error naming the file and the last line read;
+* the path ``-`` is standard input (plain text).
 """
 
 import bz2
 import contextlib
 import gzip
 import logging
+import sys
 import zlib
 
 import pyarrow as pa
@@ -42,6 +44,8 @@ except ImportError:  # pragma: no cover - isal is a dependency; a platform witho
 DEFAULT_BATCH_BYTES = 1 << 19
 #: Invalid lines logged with their position before going quiet.
 MAX_LOGGED_BAD_LINES = 5
+#: The name of standard input wherever a text file is read.
+STDIN = "-"
 #: Compression by file name ending.
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 #: The UTF-8 byte order mark: dropped at the start of a file.
@@ -66,8 +70,12 @@ def open_text(path):
 
     ``.gz`` goes through ISA-L, which, like Python's ``gzip`` module, raises
     on a truncated file instead of ending the text early; ``.bz2`` through
-    Python's ``bz2``; ``.zst`` through pyarrow's zstd stream.
+    Python's ``bz2``; ``.zst`` through pyarrow's zstd stream.  ``-`` is standard
+    input (plain text), left open.
     """
+    if path == STDIN:
+        yield sys.stdin.buffer
+        return
     try:
         raw = storage.open_input(path)
     except FileNotFoundError:

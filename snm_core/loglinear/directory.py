@@ -47,7 +47,9 @@ from snm_core.loglinear.model import (
 from snm_core.loglinear.optimizers import fit
 from snm_core.model import arpa
 from snm_core.model.layouts.npy import load_checked
+from snm_core.model.layouts.state_kernels import shift_states
 from snm_core.model.scoring import LineScoring, Scores
+from snm_core.model.states import StateBatch, StateScoring
 from snm_core.stages import manifests, validation
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch, tokenize
@@ -157,10 +159,12 @@ def load_arrays(directory):
     return checked.manifest, checked.vocabulary, model
 
 
-class LogLinearScorer(LineScoring):
+class LogLinearScorer(LineScoring, StateScoring):
     """A log-linear model directory loaded for scoring (``snm eval``, ``snm score``).
 
     Thread-safe like :class:`snm_core.model.layouts.hashed.Model`: nothing changes after loading.
+    A state (:mod:`snm_core.model.states`) holds the words of the deepest node of the
+    history, which alone decides what follows.
     """
 
     REPORTS = {"loglinear": "prob"}
@@ -175,10 +179,33 @@ class LogLinearScorer(LineScoring):
         S, Z = model.normalisers()
         self.pair_score = S
         self.log_z = np.log(Z)
+        self.state_width = max(1, self.order - 1)
+
+    def _advance(self, states, target):
+        """:meth:`snm_core.model.states.StateScoring._advance`: the log-probability from the
+        deepest node of the state's words; the new state holds the words of the deepest
+        node of the history with the target."""
+        width = self.state_width
+        history = states.words[:, ::-1].astype(np.int64)  # newest first, -1 beyond
+        if self.order == 1:
+            history = history[:, :0]
+        target = np.asarray(target, np.int32)
+        prob = np.exp(self.log_prob(self.model.tree.active(history), target))
+        after = np.concatenate([target[:, None].astype(np.int64), history[:, :width - 1]],
+                               axis=1)[:, :history.shape[1]]
+        active = self.model.tree.active(after)
+        depth = (active >= 0).sum(axis=1) - 1
+        # The deepest node is the longest n-gram ending in the target seen in training.
+        return prob, depth, StateBatch(*shift_states(states.words, target, depth))
 
     @classmethod
     def load(cls, directory):
         return cls(*load_arrays(directory))
+
+    @property
+    def scored_words(self):
+        """Word ids the model predicts: every id but ``<S>``."""
+        return np.arange(BOS_ID + 1, len(self.vocab))
 
     def log_prob(self, active, target):
         """Natural log p(target | history) of positions (``active`` from the model's trie)."""

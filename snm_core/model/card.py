@@ -4,11 +4,12 @@ from snm_core.io import storage, tables
 from snm_core.model.layouts.hashed import COMPACT, COMPACT_LAYOUT
 
 
-def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False):
+def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False, name=None):
     """``model_card.md``: what the model is, what it was trained on, how good it is.
 
     ``evaluation`` maps a text's name to its ``{"adjusted": ..., "unadjusted": ...}`` report;
     with ``keep_evaluation`` the Evaluation section of the card there is kept instead.
+    ``name`` (default: the directory's) heads the card.
     """
     card = storage.join(model_dir, "model_card.md")
     kept = ""
@@ -20,7 +21,7 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
     tags = ", ".join(manifest["tags"]) if any(manifest["tags"]) else "none (pooled)"
     extras = "".join(f" + {name}" for name in ("diversity", "continuation") if spec.get(name))
     skipped = totals.get("empty_lines", 0) + totals.get("invalid_lines", 0)
-    name = storage.basename(storage.absolute(model_dir))
+    name = name or storage.basename(storage.absolute(model_dir))
     lines = [
         f"# SNM language model: {name}",
         "",
@@ -57,6 +58,12 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
         if pruning.get("heldout"):
             lines.append(f"- the features of the held-out text in {pruning['heldout']} "
                          f"weighed {pruning['heldout_weight']:g} times more")
+    scoring = manifest.get("scoring_only")
+    if scoring:
+        lines += ["", "## Scoring directory",
+                  f"- the {scoring['layout']} layout's arrays, vocabulary and configuration "
+                  f"only, written by 'snm compact --out' from {scoring['source']} (export-arpa, "
+                  "prune and compact need that model's tables)"]
     compact = storage.join(model_dir, COMPACT, tables.MANIFEST)
     if storage.isfile(compact):
         stored = storage.read_json(compact)

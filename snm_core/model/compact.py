@@ -6,11 +6,15 @@ models), and :func:`load_model` memory-maps it, building it first when it is
 missing or of an older layout, and returns the layout's scorer.
 """
 
+import contextlib
 import os
 import shutil
 import tempfile
 
 from snm_core.io import memory, storage, tables
+from snm_core.io.errors import SnmInputError
+from snm_core.io.runlock import LOCK_NAME
+from snm_core.model.card import write_model_card
 from snm_core.model.layouts import hashed, hashed_build, ngram_trie, small, trie
 from snm_core.model.layouts.hashed import COMPACT, COMPACT_FILES, COMPACT_LAYOUT
 from snm_core.stages import manifests, validation
@@ -19,6 +23,8 @@ from snm_core.stages import manifests, validation
 #: model), or an n-gram model's trie, plain (:mod:`snm_core.model.layouts.trie`) or coded
 #: (:mod:`snm_core.model.layouts.small`).
 LAYOUTS = ("hashed", "trie", "small")
+#: Files of a model directory that a scoring directory copies, beside vocab.txt.
+CONFIG, CARD = "config.cfg", "model_card.md"
 LAYOUT_HELP = ("scoring arrays (compact/): hashed (the default: any model, with the unadjusted "
                "model), trie (n-gram models: about 10 bytes a link, the fastest) or small "
                "(n-gram models: about 2.5 bytes a link, perplexity within 0.1%%)")
@@ -31,32 +37,88 @@ def compile_model(model_dir, layout="hashed", partition_links=hashed_build.COMPI
     ``layout`` is one of :data:`LAYOUTS`.  A remote model's arrays are built
     in a local directory, then uploaded, their manifest last.
     """
-    memory.configure_process("single")  # its 20-50 MB temporaries given back when freed
     manifest = manifests.Model.read(model_dir)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    if layout != "hashed":
-        ngram_trie.ngram_span(manifest, model_dir, layout)  # refused before anything is removed
-        builder = small.build_small if layout == "small" else trie.build_trie
-
-        def build(directory):
-            shutil.rmtree(directory, ignore_errors=True)
-            os.makedirs(directory)
-            return builder(model_dir, manifest, directory).write(directory)
-    else:
-        def build(directory):
-            return hashed_build.build_hashed(model_dir, manifest, directory, partition_links)
+    check_layout(manifest, model_dir, layout)
     if not storage.is_remote(model_dir):
         local = os.path.join(model_dir, COMPACT)
         with storage.resource_errors(local):
-            return build(local)
+            return _build(model_dir, manifest, layout, local, partition_links)
     os.makedirs(storage.cache_directory(), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging, \
             storage.resource_errors(staging):
-        compact = build(staging)
+        compact = _build(model_dir, manifest, layout, staging, partition_links)
         remote = storage.join(model_dir, COMPACT)
         storage.remove_tree(remote)
         storage.upload_tree(staging, remote, last=tables.MANIFEST)
+    return compact
+
+
+def check_layout(manifest, model_dir, layout):
+    """Refuse, before anything is removed, a layout that does not exist or cannot hold
+    the model (the trie layouts: n-gram models only)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if layout != "hashed":
+        ngram_trie.ngram_span(manifest, model_dir, layout)
+
+
+def _build(model_dir, manifest, layout, directory, partition_links):
+    """Write ``compact/`` in ``layout`` into the local ``directory``, its manifest last;
+    returns the compact manifest."""
+    memory.configure_process("single")  # its 20-50 MB temporaries given back when freed
+    if layout == "hashed":
+        return hashed_build.build_hashed(model_dir, manifest, directory, partition_links)
+    builder = small.build_small if layout == "small" else trie.build_trie
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    return builder(model_dir, manifest, directory).write(directory)
+
+
+def write_scoring_directory(model_dir, layout, out,
+                            partition_links=hashed_build.COMPILE_PARTITION_LINKS):
+    """Write a self-contained scoring directory of a model: what scoring reads and nothing
+    else, so that a model ships as one directory.
+
+    ``out`` (local or remote, new or empty) gets ``compact/`` in ``layout``,
+    ``vocab.txt``, the configuration, the model card and a model manifest (last)
+    that lists no Parquet table and records ``scoring_only``: its source and
+    layout.  :func:`load_model` (eval, score, query, ``snm.load``) reads it like
+    the model; the commands that need the tables (``export-arpa``, ``prune``,
+    ``compact``) refuse it with a line naming the source.
+
+    Returns
+    -------
+    dict
+        The compact manifest.
+    """
+    manifest = validation.validate_directory(model_dir, "model").manifest
+    check_layout(manifest, model_dir, layout)
+    if [n for n in storage.listdir(out) if n != LOCK_NAME] or storage.isfile(out):
+        raise SnmInputError(f"{out}: exists and is not an empty directory; give a new "
+                            "directory for --out (one without manifest.json is a run cut "
+                            "short: delete it)")
+    files = [n for n in (validation.VOCAB, CONFIG, CARD) if n in manifest["files"]
+             or storage.isfile(storage.join(model_dir, n))]
+    scoring = {**manifest, "files": sorted(files),
+               "scoring_only": {"source": storage.absolute(model_dir), "layout": layout}}
+    remote = storage.is_remote(out)
+    if remote:
+        os.makedirs(storage.cache_directory(), exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        local = (stack.enter_context(tempfile.TemporaryDirectory(dir=storage.cache_directory()))
+                 if remote else out)
+        os.makedirs(local, exist_ok=True)
+        with storage.resource_errors(local):
+            compact = _build(model_dir, manifest, layout, os.path.join(local, COMPACT),
+                             partition_links)
+            for name in files:
+                storage.write_bytes(storage.read_bytes(storage.join(model_dir, name)),
+                                    os.path.join(local, name))
+            write_model_card(local, scoring, keep_evaluation=True,
+                             name=storage.basename(storage.absolute(out)))
+            storage.write_json(scoring, os.path.join(local, tables.MANIFEST))
+            if remote:
+                storage.upload_tree(local, out, last=tables.MANIFEST)
     return compact
 
 

@@ -21,7 +21,9 @@ join      ``events-*``/``small_m-*`` likewise (totals ``events``, ``small_m_link
 fit       ``theta.npy``: a ``.npy`` header of float32, shape (``hash_size``,), and
           the file's size is that array's
 model     ``matrix-*``/``features-*`` (optional: scoring reads ``compact/``),
-          ``theta.npy`` and ``vocab.txt`` as above
+          ``theta.npy`` and ``vocab.txt`` as above; a scoring directory
+          (``snm compact --out``, manifest ``scoring_only``) has no tables, and
+          asking for them is an error naming its source
 vocab     ``word_counts.parquet``, ``vocab.txt``
 ========  ==========================================================================
 
@@ -94,6 +96,12 @@ def validate_directory(directory, kind, parquet=True):
     manifest = manifests.KINDS[kind].from_dict(manifests.read_manifest(directory, kind))
     command = manifests.writer(kind)
     files = manifest.files
+    scoring = manifest.get("scoring_only")
+    if parquet and scoring:
+        raise SnmInputError(
+            f"{directory}: a scoring directory ('snm compact --out' from {scoring['source']}) "
+            "holds the scoring arrays only, not the model's tables; use that model (or "
+            "re-run 'snm compact --out' from it if its arrays are of an older layout)")
     if parquet:
         for prefix, (schema, total) in PARQUET.get(kind, {}).items():
             names = sorted(n for n in files if n.startswith(prefix + "-")

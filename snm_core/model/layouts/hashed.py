@@ -31,6 +31,7 @@ from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts.npy import NpyWriter, load_checked
 from snm_core.model.scoring import LineScoring, Scores, ratios, suffix_closed
+from snm_core.model.states import StateBatch, StateScoring
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.hashing import link_key
@@ -294,11 +295,12 @@ class EntryTableWriter:
         return self.entries.close() + self.slots.out.close() + overflow.nbytes + blocks.nbytes
 
 
-class Model(LineScoring):
+class Model(LineScoring, StateScoring):
     """A trained model loaded for scoring, without Beam.
 
-    Use :meth:`load`; then :meth:`score_lines`, :meth:`evaluate_lines`,
-    :meth:`prob` or :meth:`distribution`.
+    Use :func:`snm_core.model.compact.load_model`; then :meth:`score_lines`,
+    :meth:`evaluate_lines`, :meth:`prob`, :meth:`distribution`, or the sentence and
+    state scoring of :class:`snm_core.model.states.StateScoring`.
 
     One model may be shared by threads: after ``__init__`` nothing in it
     changes (its arrays are only read, the vocabulary's lookup table is built
@@ -338,6 +340,38 @@ class Model(LineScoring):
             [ngram_type.get((tag, t.adjacent - 1), -1)
              if t.kind == "ngram" and closed else -1
              for tag in range(len(self.extractor.tags)) for t in types], dtype=np.int64)
+        self._init_states(closed)
+
+    def _init_states(self, closed):
+        """What :meth:`_advance` needs: the configuration's windows by type, and how long
+        a state is.  A state keeps the last ``max_span`` words; in a suffix-closed n-gram
+        model (min_n 0), only those after the longest context whose link to the new word
+        was found, for a longer context than that one is no feature."""
+        generators = self.config.generators()
+        self._windows = np.array([(r, s, a) for _, r, s, a in generators],
+                                 np.int64).reshape(-1, 3)
+        types = np.array([t for t, _, _, _ in generators], np.int64)
+        self._type_windows = np.searchsorted(
+            types, np.arange(len(self.extractor.feature_types) + 1)).astype(np.int64)
+        self._salts = np.ascontiguousarray(self.extractor._salts)
+        self.state_width = max(1, self.config.max_span)
+        # n-gram length (context words + 1) of each type id's links; 0 for skip-grams.
+        self._link_length = np.array([t.adjacent + 1 if t.kind == "ngram" else 0
+                                      for _ in self.extractor.tags
+                                      for t in self.extractor.feature_types], np.int64)
+        lengths = sorted(t.adjacent for t in self.extractor.feature_types)
+        self._minimal_states = (self.config.is_ngram_only and closed and lengths[0] == 0)
+
+    def _advance(self, states, target):
+        """:meth:`snm_core.model.states.StateScoring._advance`: the state's event's
+        features looked up and summed as :meth:`score_batch` does, in one compiled call
+        (:func:`hashed_kernels.advance`)."""
+        prob, matched, words, length = self._kernels.advance(
+            states.words, states.length, np.ascontiguousarray(target, np.int32),
+            self._windows, self._type_windows, self._salts, self._prerequisite,
+            self._link_length, self._minimal_states, *self.features.parts,
+            self.features.value_words, *self.links.parts, self.links.value_words, self.link_c)
+        return prob, matched, StateBatch(words, length)
 
     @property
     def scored_words(self):
@@ -350,7 +384,7 @@ class Model(LineScoring):
         mapped = SentenceBatch(self.word_map[batch.tokens], batch.offsets)
         events = self.extractor.extract(mapped)
         type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
-        sums = self._kernels.event_sums(
+        *sums, _ = self._kernels.event_sums(
             events.key, events.event, type_bounds, self._prerequisite, events.target,
             events.num_events, *self.features.parts, self.features.value_words,
             *self.links.parts, self.links.value_words, self.link_c)

@@ -14,7 +14,9 @@ positions in a small sorted array.
 import numba
 import numpy as np
 
-from snm_core.text.compiled import _combine_one
+from snm_core.model.layouts.state_kernels import shift_states
+from snm_core.text.compiled import _combine_one, _mix64_one
+from snm_core.text.hashing import SEQUENCE_SEED
 
 # --- key lookup ---------------------------------------------------------------------------------
 
@@ -189,6 +191,7 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
     -------
     m_star_sum, link_m_sum, link_c_sum : float64 (n_events,)
     n_features : int64 (n_events,), pairs whose feature the model holds
+    link_found : bool (n_types, n_events), whether the event's link of each type was found
     """
     m_star_sum = np.zeros(n_events)
     link_m_sum = np.zeros(n_events)
@@ -244,4 +247,113 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                     link_m_sum[event] += value[j]
                     link_c_sum[event] += value_c[j]
                     link_found[t, event] = True
-    return m_star_sum, link_m_sum, link_c_sum, n_features
+    return m_star_sum, link_m_sum, link_c_sum, n_features, link_found
+
+
+# --- the features of states (left-to-right scoring) ---------------------------------------------
+
+@numba.njit(nogil=True, cache=True)
+def state_pairs(words, length, windows, type_windows, salts):
+    """The (event, feature) pairs of one event after each state, in the order in which
+    :meth:`snm_core.text.features.FeatureExtractor.extract` gives an event's pairs (tag,
+    type, window), so that :func:`event_sums` adds them up in the same order.
+
+    Parameters
+    ----------
+    words : int32 (n, width), each state's words right-aligned (the newest last)
+    length : int64 (n,), the words each state holds (``<S>`` included): a window
+        (r, s, a) is extracted where r + s + a <= length, as the extractor's depth rule
+    windows : int64 (g, 3), (r, s, a) of each generator of the configuration, by type,
+        a tied type's windows by skip length
+    type_windows : int64 (types + 1,), the windows of type t are
+        ``type_windows[t]:type_windows[t + 1]``
+    salts : uint64 (tags, types), the key salt of each (tag, type)
+
+    Returns
+    -------
+    key : uint64 (n_pairs,)
+    event : int64 (n_pairs,), the state of each pair
+    type_bounds : int64 (tags * types + 1,), pairs of type id t (tag-major) are
+        ``type_bounds[t]:type_bounds[t + 1]``
+
+    A tied type's window whose remote words an earlier (shorter-skip) window of
+    the same type already saw in this event gives no pair (a feature once an
+    event), as in the extractor.
+    """
+    n, width = words.shape
+    n_windows = len(windows)
+    tags, types = salts.shape
+    base = np.zeros((n_windows, n), np.uint64)
+    remote = np.zeros((n_windows, n), np.uint64)
+    valid = np.zeros((n_windows, n), np.bool_)
+    fresh = np.zeros((n_windows, n), np.bool_)
+    for t in range(types):
+        for g in range(type_windows[t], type_windows[t + 1]):
+            r, s, a = windows[g, 0], windows[g, 1], windows[g, 2]
+            for i in range(n):
+                if length[i] < r + s + a:
+                    continue
+                valid[g, i] = True
+                h = SEQUENCE_SEED
+                for k in range(a):  # newest first, as the extractor folds a run
+                    h = _combine_one(h, np.uint64(words[i, width - 1 - k]))
+                if r:
+                    far = SEQUENCE_SEED
+                    for k in range(r):
+                        far = _combine_one(far, np.uint64(words[i, width - 1 - a - s - k]))
+                    remote[g, i] = far
+                    h = _combine_one(h, far)
+                fresh[g, i] = True
+                for before in range(type_windows[t], g):
+                    if valid[before, i] and remote[before, i] == remote[g, i]:
+                        fresh[g, i] = False
+                base[g, i] = h
+    total = 0
+    for g in range(n_windows):
+        for i in range(n):
+            total += fresh[g, i]
+    key = np.empty(tags * total, np.uint64)
+    event = np.empty(tags * total, np.int64)
+    type_bounds = np.zeros(tags * types + 1, np.int64)
+    p = 0
+    for tag in range(tags):
+        for t in range(types):
+            for g in range(type_windows[t], type_windows[t + 1]):
+                for i in range(n):
+                    if fresh[g, i]:
+                        key[p] = _mix64_one(base[g, i] ^ salts[tag, t])
+                        event[p] = i
+                        p += 1
+            type_bounds[tag * types + t + 1] = p
+    return key, event, type_bounds
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def advance(words, length, target, windows, type_windows, salts, prerequisite, link_length,
+            minimal, feature_words, feature_offsets, feature_blocks, feature_shift,
+            feature_overflow_keys, feature_overflow_rows, m_star, link_words, link_offsets,
+            link_blocks, link_shift, link_overflow_keys, link_overflow_rows, link_m, link_c):
+    """One event after each of many states (:meth:`snm_core.model.layouts.hashed.Model.
+    _advance`): the states' pairs (:func:`state_pairs`) summed as :func:`event_sums`
+    sums an event's, and the states after the target.
+
+    ``link_length`` (int64 (types,)) is the n-gram length of each type id's links (0
+    for skip-grams); with ``minimal`` a new state keeps the words of the longest
+    n-gram whose link was found, else one word more than the state (at most the
+    width).  Returns ``(P(target) float64 (n,), that n-gram length int64 (n,), words,
+    length)`` of the new states.
+    """
+    key, event, type_bounds = state_pairs(words, length, windows, type_windows, salts)
+    n = len(target)
+    m_star_sum, link_m_sum, _, _, link_found = event_sums(
+        key, event, type_bounds, prerequisite, target, n, feature_words, feature_offsets,
+        feature_blocks, feature_shift, feature_overflow_keys, feature_overflow_rows, m_star,
+        link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
+        link_overflow_rows, link_m, link_c)
+    matched = np.zeros(n, np.int64)
+    for t in range(link_found.shape[0]):
+        for i in range(n):
+            if link_found[t, i]:
+                matched[i] = max(matched[i], link_length[t])
+    new_words, new_length = shift_states(words, target, matched if minimal else length + 1)
+    return link_m_sum / m_star_sum, matched, new_words, new_length

@@ -23,6 +23,7 @@ import numpy as np
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.model.scoring import LineScoring, Scores
+from snm_core.model.states import StateBatch, StateScoring
 from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch
@@ -163,12 +164,15 @@ def write_arrays(arrays, directory, manifest, layout, trie, settings):
                "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix, **settings})
 
 
-class TrieScoring(LineScoring):
+class TrieScoring(LineScoring, StateScoring):
     """Scoring of a model stored as a trie (adjusted probabilities only).
 
     A subclass sets ``_event_sums`` (its layout's compiled loop in
     :mod:`snm_core.model.layouts.trie_kernels`) and ``_tables`` (its arrays).  Thread-safe as
     :class:`snm_core.model.layouts.hashed.Model` is: nothing changes after loading.
+    A state (:mod:`snm_core.model.states`) holds the longest suffix of the history
+    that is an entry of the trie, and keeps the entries of its contexts, the
+    next event's first reads.
     """
 
     REPORTS = {"adjusted": "prob"}
@@ -182,6 +186,23 @@ class TrieScoring(LineScoring):
         self.word_map[[BOS_ID, EOS_ID]] = [BOS_ID, EOS_ID]
         self.word_map.flags.writeable = False
         self.rank = rank
+        self.state_width = max(1, compact["max_n"])
+
+    def _null_cache(self, n):
+        cache = np.full((n, self.compact["tags"], self.compact["max_n"] + 2), -1, np.int64)
+        cache[:, :, 0] = 0
+        return cache
+
+    def _advance(self, states, target):
+        """:meth:`snm_core.model.states.StateScoring._advance` by one compiled call,
+        :func:`trie_kernels.advance`: the new state holds the words of its longest
+        context found."""
+        from snm_core.model.layouts import trie_kernels  # numba: loaded by scoring only
+        target = np.ascontiguousarray(target, np.int32)
+        prob, ngram, following, words, length = trie_kernels.advance(
+            states.cache, states.words, target, self.rank[target], self.compact["min_n"],
+            self.compact["max_n"], self.compact["tags"], self._tables)
+        return prob, ngram, StateBatch(words, length, following)
 
     @property
     def WITHOUT_UNADJUSTED(self):

@@ -17,6 +17,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from snm_core.model.layouts.huffman import MAX_CODE_BITS
+from snm_core.model.layouts.state_kernels import shift_states
 
 #: The fields of an entry, each with a code per order: code id = 4 * (order - 1) + field.
 FIELD_CONTEXT_STEP, FIELD_WORD_GAP, FIELD_WORD, FIELD_VALUE = range(4)
@@ -437,3 +438,65 @@ def event_sums(words, offsets, bos, eos, min_n, max_n, tags, tables):
                 position[lane] = -1
                 busy -= 1
     return numerator, denominator
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def advance(context, words, target, rank, min_n, max_n, tags, tables):
+    """One event after each of many states: the sums of :func:`event_sums` for it, and
+    the states after the target.
+
+    Parameters
+    ----------
+    context : int64 (n, tags, max_n + 2), the entries of each state's contexts: column
+        k the entry of order k (the context of k words), -1 where absent; column 0 the
+        empty context (0)
+    words : int32 (n, width), the states' words (right-aligned, -1 before)
+    target, rank : int32 and int64 (n,), the word each state is to predict, and its rank
+    min_n, max_n, tags, tables : as :func:`event_sums`
+
+    Returns
+    -------
+    prob : float64 (n,), the sum of M_fw over the sum of M_f* (added in the order of
+        :func:`event_sums`)
+    ngram : int64 (n,), the longest entry found: the n-gram of the target and its
+        context of ngram - 1 words (0: not even the word)
+    following : int64 (n, tags, max_n + 2), the entries of the contexts after the
+        target (column max_n + 1, a whole n-gram, is no context: -1)
+    words, length : the new states, holding the words of their longest context found
+    """
+    n = len(target)
+    orders = max_n + 1
+    prob = np.zeros(n, dtype=np.float64)
+    following = np.full((n, tags, orders + 1), -1, dtype=np.int64)
+    ngram = np.zeros(n, dtype=np.int64)
+    keep = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        numerator = denominator = 0.0
+        for tag in range(tags):
+            following[i, tag, 0] = 0
+            entry, value, m_star = _first(tag * orders + 1, tag, rank[i], tables)
+            following[i, tag, 1] = entry
+            if entry >= 0:
+                ngram[i] = max(ngram[i], 1)
+            if min_n == 0:
+                numerator += value
+                denominator += m_star
+            for k in range(1, orders):
+                if context[i, tag, k] < 0:
+                    continue
+                entry, value, m_star = _lookup(tag * orders + k + 1, context[i, tag, k],
+                                               rank[i], tables)
+                if entry >= 0:
+                    ngram[i] = max(ngram[i], k + 1)
+                    if k + 1 < orders:
+                        following[i, tag, k + 1] = entry
+                if k >= min_n:
+                    numerator += value
+                    denominator += m_star
+        prob[i] = numerator / denominator
+        for k in range(1, orders):
+            for tag in range(tags):
+                if following[i, tag, k] >= 0:
+                    keep[i] = k
+    new_words, length = shift_states(words, target, keep)
+    return prob, ngram, following, new_words, length

@@ -1,0 +1,106 @@
+"""Any SNM (skip-grams included) or log-linear model inside pyctcdecode's CTC beam search.
+
+:class:`PyctcdecodeLM` is a :class:`pyctcdecode.language_model.AbstractLanguageModel`:
+give it to :class:`pyctcdecode.BeamSearchDecoderCTC` in place of pyctcdecode's
+KenLM wrapper, with the same shallow-fusion score: for each completed word,
+``alpha * ln P(word | state) + beta``, ``unk_score_offset`` (log10) added for a
+word the model does not know, and ``ln P(</S>)`` after the last word.
+
+Examples
+--------
+>>> import snm                                                    # doctest: +SKIP
+>>> from pyctcdecode import Alphabet, BeamSearchDecoderCTC        # doctest: +SKIP
+>>> from snm.decoding import PyctcdecodeLM                        # doctest: +SKIP
+>>> lm = PyctcdecodeLM(snm.load("runs/kernel-skip/model"), alpha=0.5, beta=1.0)
+>>> decoder = BeamSearchDecoderCTC(Alphabet.build_alphabet(labels), lm)
+>>> decoder.decode(log_probs)                                     # (frames, labels)
+
+pyctcdecode is not a dependency of snm itself: ``pip install pyctcdecode``.
+torchaudio's ``CTCDecoderLM`` has no adapter here (see DESIGN.md 2.10).
+"""
+
+import math
+
+from pyctcdecode.constants import AVG_TOKEN_LEN, DEFAULT_UNK_LOGP_OFFSET
+from pyctcdecode.language_model import AbstractLanguageModel
+from pygtrie import CharTrie
+
+import snm
+
+#: log10 -> natural log, as pyctcdecode's KenLM wrapper converts.
+LN_10 = math.log(10.0)
+
+
+class PyctcdecodeLM(AbstractLanguageModel):
+    """A model scoring the words of pyctcdecode's beams.
+
+    Parameters
+    ----------
+    model : model or str
+        A model from :func:`snm.load`, or a model directory to load.
+    alpha : float, default 0.5
+        Weight of the language model's natural-log probability.
+    beta : float, default 1.0
+        Score added for each word (a length bonus).
+    unk_score_offset : float, default -10.0
+        log10 score added for a word outside the model's vocabulary (or never seen
+        in training), and, scaled as pyctcdecode does, for a partial word that
+        begins no known word.
+    score_boundary : bool, default True
+        Start each utterance after ``<S>`` and score ``</S>`` after its last word
+        (else start from no context and score no end).
+
+    Attributes
+    ----------
+    model : the scorer
+    unigrams : frozenset of str
+        The words the model predicts.
+    """
+
+    def __init__(self, model, alpha=0.5, beta=1.0, unk_score_offset=DEFAULT_UNK_LOGP_OFFSET,
+                 score_boundary=True):
+        self.model = snm.load(model) if isinstance(model, str) else model
+        self.alpha, self.beta = alpha, beta
+        self.unk_score_offset, self.score_boundary = unk_score_offset, score_boundary
+        words = self.model.vocab.words
+        self.unigrams = frozenset(words[i] for i in self.model.scored_words
+                                  if words[i] not in ("</S>", "<UNK>"))
+        self._char_trie = CharTrie.fromkeys(self.unigrams)
+
+    @property
+    def order(self):
+        """The longest n-gram the model's states reach (pyctcdecode prunes beam history
+        to it)."""
+        return self.model.state_width + 1
+
+    def get_start_state(self):
+        return self.model.begin_state() if self.score_boundary else self.model.null_state()
+
+    def score_partial_token(self, partial_token):
+        """``unk_score_offset`` if ``partial_token`` begins no known word (scaled up for a
+        long one), else 0: pyctcdecode's rule."""
+        unknown = not self._char_trie.has_node(partial_token)
+        score = self.unk_score_offset * unknown
+        if len(partial_token) > AVG_TOKEN_LEN:
+            score = score * len(partial_token) / AVG_TOKEN_LEN
+        return score
+
+    def score(self, prev_state, word, is_last_word=False):
+        """``(alpha * ln P(word | prev_state) + beta, the state after word)``, with
+        ``ln P(</S>)`` added when ``is_last_word``.  An empty ``word`` (an utterance
+        that ends after a space) scores only the end."""
+        log10, state = 0.0, prev_state
+        if word:
+            log10, state = self.model.score_word(prev_state, word)
+            if word not in self.unigrams:
+                log10 += self.unk_score_offset
+        if is_last_word and self.score_boundary:
+            log10 += self.model.end_score(state)
+        return self.alpha * log10 * LN_10 + (self.beta if word else 0.0), state
+
+    def reset_params(self, **params):
+        """Set ``alpha``, ``beta``, ``unk_score_offset`` or ``score_boundary`` (what
+        ``BeamSearchDecoderCTC.reset_params`` passes)."""
+        for name in ("alpha", "beta", "unk_score_offset", "score_boundary"):
+            if params.get(name) is not None:
+                setattr(self, name, params[name])
