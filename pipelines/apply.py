@@ -22,6 +22,7 @@ CombinePerKey shuffle.
 """
 
 import dataclasses
+from typing import Optional
 
 import apache_beam as beam
 import numpy as np
@@ -31,13 +32,18 @@ from snm_core.fit.metafeatures import MetaFeatureSpec
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
+from snm_core.io.memory import MemoryBudget
 from snm_core.model.adjust import adjust_bucket
 from snm_core.model.card import write_model_card
-from snm_core.model.compact import compile_model
+from snm_core.model.compact import compile_model, compile_partition_links
 from snm_core.model.layouts import ngram_trie
 from snm_core.model.layouts.hashed import COMPACT
 from snm_core.stages import manifests
 from snm_core.stages.validation import validate_directory
+
+#: What an apply worker holds, in bytes, a link of the count bucket it adjusts: the
+#: bucket as read, its meta-feature entries and the matrix it writes.
+APPLY_LINK_BYTES = 120
 
 
 class AdjustBucket(beam.DoFn):
@@ -110,10 +116,12 @@ class ApplyOptions:
     fit: str  # the fit directory (theta.npy)
     out: str
     layout: str = "hashed"  # of compact/: snm_core.model.compact.LAYOUTS
+    memory: Optional[str] = None  # --memory; None: the default budget
 
     def __post_init__(self):
         running.absolute_paths(self, "count", "fit", "out")
         running.check_layout(self.layout)
+        MemoryBudget.parse(self.memory)
 
 
 def run(args, beam_args=(), model_card=True):
@@ -129,6 +137,11 @@ def run(args, beam_args=(), model_card=True):
     if args.layout != "hashed":  # refused before the pipeline runs
         ngram_trie.ngram_span(settings.manifest, args.count, args.layout)
     spec = MetaFeatureSpec(**fit_manifest.metafeatures)
+    budget = MemoryBudget.parse(args.memory)
+    workers = running.workers_per_process(beam_args)
+    budget.require("apply", {**running.bucket_memory(settings.manifest, workers,
+                                                     APPLY_LINK_BYTES),
+                             "theta": workers * 4 * spec.hash_size})
     theta_path = storage.join(args.fit, "theta.npy")
     storage.makedirs(args.out)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
@@ -147,7 +160,8 @@ def run(args, beam_args=(), model_card=True):
 
     metrics = running.run_pipeline(beam_args, build, "apply", shared_paths=[args.out])
     manifest = manifests.Model.read(args.out)
-    compile_model(args.out, args.layout)  # scoring arrays (a remote model: built here)
+    # The scoring arrays (a remote model's: built here), their sort within the budget.
+    compile_model(args.out, args.layout, partition_links=compile_partition_links(budget))
     if model_card:
         write_model_card(args.out, manifest)
     running.print_summary(f"snm apply: {manifest.totals['links']:,} links -> {args.out}",

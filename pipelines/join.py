@@ -27,6 +27,7 @@ all counts, and the counts are not shuffled).
 """
 
 import dataclasses
+from typing import Optional
 
 import apache_beam as beam
 import numpy as np
@@ -37,10 +38,14 @@ from snm_core.io import losscheck, storage, tables, textfile
 from snm_core.io.arrays import sorted_distinct
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
+from snm_core.io.memory import MemoryBudget
 from snm_core.stages import manifests
 from snm_core.text import hashing
 from snm_core.text.tokenize import tokenize
 
+#: What a join worker holds, in bytes, a link of the count bucket it joins: the bucket's
+#: links and features as read, and the rows it selects.
+JOIN_LINK_BYTES = 90
 HELDOUT_STATS = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
                  "marker_tokens", "events", "feature_occurrences")
 
@@ -180,15 +185,19 @@ class JoinOptions:
     heldout: str  # a file or glob
     out: str
     batch_bytes: int = textfile.DEFAULT_BATCH_BYTES
+    memory: Optional[str] = None  # --memory; None: the default budget
 
     def __post_init__(self):
         running.absolute_paths(self, "count", "heldout", "out")
+        MemoryBudget.parse(self.memory)
 
 
 def run(args, beam_args=()):
     """Run the join pipeline; returns its manifest."""
     beam_args = list(beam_args)
     settings = count_directory.CountDirectory.load(args.count)
+    MemoryBudget.parse(args.memory).require("join", running.bucket_memory(
+        settings.manifest, running.workers_per_process(beam_args), JOIN_LINK_BYTES))
     paths = storage.glob(args.heldout)
     if not paths:
         raise SnmInputError(f"--heldout {args.heldout!r} matches no file")

@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import runners
 from snm_core.io import memory, storage
 from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
+from snm_core.io.memory import PROCESS_BYTES
 from snm_core.io.progress import Progress
 from snm_core.model.compact import LAYOUTS
 
@@ -67,6 +68,14 @@ def workers_per_process(beam_args):
     if direct.direct_running_mode == "multi_processing":
         return 1
     return runners.parallelism(options)
+
+
+def bucket_memory(count_manifest, workers, link_bytes):
+    """The fixed parts of a stage whose workers each hold one count bucket whole (join,
+    apply): ``link_bytes`` a link of the bucket (its link and feature rows as read, and
+    what the stage makes of them)."""
+    links = count_manifest.totals["links"] / max(count_manifest.num_buckets, 1)
+    return {"the process": PROCESS_BYTES, "a bucket a worker": int(workers * links * link_bytes)}
 
 
 def worker_progress(stage, unit, total=None):

@@ -154,7 +154,8 @@ def _run_count(plan):
 
 def _run_join(plan):
     join_stage.run(join_stage.JoinOptions(count=plan.path("count"), heldout=plan.heldout,
-                                          out=plan.path("join")), plan.beam_args)
+                                          out=plan.path("join"), memory=plan.memory),
+                   plan.beam_args)
 
 
 def _run_fit(plan):
@@ -166,7 +167,7 @@ def _run_apply(plan):
     # With --prune_to the pruned model takes --layout; the model it is pruned from, hashed.
     apply_stage.run(apply_stage.ApplyOptions(
         count=plan.path("count"), fit=plan.path("fit"), out=plan.path("apply"),
-        layout="hashed" if plan.prune_to else plan.layout), plan.beam_args,
+        layout="hashed" if plan.prune_to else plan.layout, memory=plan.memory), plan.beam_args,
         model_card=plan.final != "apply")  # the final model's card: written by eval
 
 

@@ -159,3 +159,39 @@ def test_outputs_are_created_with_the_user_s_umask(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == 0o644
+
+
+def test_a_memory_budget_too_small_is_one_line_saying_what_to_give(tmp_path, capsys):
+    train, dev, test = _corpus(tmp_path)
+    argv = ["train", "--config", "5gram", "--train", train, "--heldout", dev, "--test", test,
+            "--out", str(tmp_path / "run"), "--min_count", "1"]
+    assert main(argv + ["--memory", "150M"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "count: the memory budget --memory 150M (150.0 MiB) is less than the" in err
+    assert "the process 200.0 MiB" in err and "give --memory " in err
+    assert not (tmp_path / "run" / "count" / "manifest.json").exists()
+    assert main(argv + ["--memory", "lots"]) == 2
+    assert "--memory lots: expected a size such as 8G" in capsys.readouterr().err
+    # A budget the count fits but not the fit's weights: the fit says so before it starts.
+    assert main(argv + ["--memory", "500M", "--hash_size", str(1 << 25)]) == 2
+    err = capsys.readouterr().err
+    assert "fit: the memory budget --memory 500M" in err and "weights 512.0 MiB" in err
+    assert (tmp_path / "run" / "join" / "manifest.json").exists()
+
+
+def test_the_count_s_buckets_grow_with_the_text_within_the_budget():
+    import pytest
+
+    from pipelines.count import DEFAULT_NUM_BUCKETS, plan_memory
+    from snm_core.io.errors import SnmInputError
+    from snm_core.io.memory import MemoryBudget
+    small, big = MemoryBudget.parse("1G"), MemoryBudget.parse("8G")
+    assert plan_memory(big, 2, 3_300_000, 5, 250_000) == DEFAULT_NUM_BUCKETS
+    buckets = plan_memory(big, 2, 2_000_000_000, 5, 250_000)
+    assert buckets > DEFAULT_NUM_BUCKETS
+    merging = 2 * 2_000_000_000 * 5 * 100 // buckets
+    assert merging <= big.bytes - 200 * 2 ** 20 - 2 * 70_000_000 - 2 * 250_000 * 45
+    assert plan_memory(small, 2, 2_000_000_000, 5, 250_000) > buckets
+    with pytest.raises(SnmInputError, match="give --num_buckets"):
+        plan_memory(small, 2, 500_000_000, 5, 250_000, num_buckets=64)

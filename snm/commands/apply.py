@@ -11,6 +11,7 @@ def main(argv=None):
     arguments.stage_input(parser, "fit", renamed_from="theta")
     parser.add_argument("--out", required=True, help="model directory")
     arguments.layout_argument(parser)
+    arguments.memory_argument(parser)
     flags, beam_args = arguments.parse(parser, argv, beam=True)
     options = stage.ApplyOptions(**flags)
     with run_lock(options.out, "snm apply"):

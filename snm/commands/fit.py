@@ -89,7 +89,7 @@ def options_from(flags):
                       continuation=not flags["no_continuation"], batch_size=flags["batch_size"],
                       gamma=flags["gamma"], delta0=flags["delta0"],
                       renormalize=flags["renormalize"], seed=flags["seed"],
-                      threads=flags["threads"])
+                      threads=flags["threads"], memory=flags.get("memory"))
 
 
 def main(argv=None):
@@ -98,6 +98,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output directory (a fit/ directory: "
                                                      "theta.npy, train_log.jsonl)")
     add_fit_args(parser)
+    arguments.memory_argument(parser)
     flags, _ = arguments.parse(parser, argv)
     with run_lock(flags["out"], "snm fit"):
         manifest = fit_directory(flags["join"], flags["out"], options_from(flags),

@@ -12,6 +12,7 @@ def main(argv=None):
     parser.add_argument("--heldout", required=True, help="held-out text file or glob")
     parser.add_argument("--out", required=True, help="output directory (a join/ directory)")
     parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES)
+    arguments.memory_argument(parser)
     flags, beam_args = arguments.parse(parser, argv, beam=True)
     options = stage.JoinOptions(**flags)
     with run_lock(options.out, "snm join"):

@@ -79,6 +79,7 @@ class FitOptions:
     renormalize: str = "batch"
     seed: int = 0
     threads: int = 0  # 0: one per core
+    memory: str = None  # --memory; None: the default budget
 
     def __post_init__(self):
         self.variants = tuple(self.variants)
@@ -102,6 +103,7 @@ class FitOptions:
         if self.race_margin < 0:
             raise SnmInputError(f"race_margin must be >= 0, got {self.race_margin}")
         self.settings(0)  # batch_size, gamma, delta0, renormalize: checked there
+        memory.MemoryBudget.parse(self.memory)
 
     @property
     def choosing(self):
@@ -123,8 +125,9 @@ class FitOptions:
                                      seed=self.seed)
 
     def signature(self):
-        """The options that change theta (not ``threads``)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "threads"}
+        """The options that change theta (not ``threads`` nor ``memory``)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in ("threads", "memory")}
 
 
 @dataclasses.dataclass
@@ -213,6 +216,26 @@ class Selection:
                     candidate.state = None  # not needed any more
 
 
+#: What the fit holds, in bytes: a small-M link with its row and class (the lexicalized
+#: variant's, the largest: DESIGN.md 5), a held-out feature occurrence, a held-out event,
+#: a slot of the hashed weights (theta, AdaGrad's sums, the gradient).
+FIT_LINK_BYTES, FIT_OCCURRENCE_BYTES, FIT_EVENT_BYTES, FIT_SLOT_BYTES = 130, 8, 24, 16
+
+
+def fit_memory(join_manifest, options):
+    """The parts of the fit's memory, from its join's totals (before anything is read).
+
+    Small M grows with the training text (about as its words^0.7, more slowly than the
+    text): this is the one stage whose need grows with the corpus, so it says before it
+    starts what it needs."""
+    totals = join_manifest.totals
+    return {"the process": memory.PROCESS_BYTES,
+            "small M": totals.get("small_m_links", 0) * FIT_LINK_BYTES,
+            "held-out events": (totals.get("feature_occurrences", 0) * FIT_OCCURRENCE_BYTES
+                                + totals.get("events", 0) * FIT_EVENT_BYTES),
+            "weights": options.hash_size * FIT_SLOT_BYTES}
+
+
 def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     """Fit theta on a join directory and write the fit directory; returns its manifest."""
     memory.configure_process("single")
@@ -220,6 +243,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     log_entries = []
     problems = {}
     join_manifest = validation.validate_directory(join_dir, "join").manifest
+    memory.MemoryBudget.parse(options.memory).require("fit", fit_memory(join_manifest, options))
     # A directory without a manifest is not a finished fit: never old settings
     # beside a new theta if this run is cut short.
     storage.remove_file(storage.join(out_dir, tables.MANIFEST))

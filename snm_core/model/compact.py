@@ -53,6 +53,17 @@ def compile_model(model_dir, layout="hashed", partition_links=hashed_build.COMPI
     return compact
 
 
+def compile_partition_links(budget):
+    """The hashed build's sort partitions (links) within ``budget``: two are sorted at
+    once, each ~40 bytes a link with its work arrays; at most
+    :data:`~snm_core.model.layouts.hashed_build.COMPILE_PARTITION_LINKS` (the arrays built
+    do not depend on it)."""
+    left = budget.left({"the process": memory.PROCESS_BYTES})
+    budget.require("compact", {"the process": memory.PROCESS_BYTES,
+                               "two sort partitions": 2 * 40 << 16})
+    return int(min(hashed_build.COMPILE_PARTITION_LINKS, max(1 << 16, left // (2 * 40))))
+
+
 def check_layout(manifest, model_dir, layout):
     """Refuse, before anything is removed, a layout that does not exist or cannot hold
     the model (the trie layouts: n-gram models only)."""
