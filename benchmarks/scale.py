@@ -3,6 +3,7 @@
     nice python benchmarks/scale.py corpora                  # the model, then the corpora
     nice python benchmarks/scale.py corpora --sizes 50M,100M --dir /data/scale
     nice python benchmarks/scale.py sampler --words 20M      # snm sample on 1 and 2 threads
+    python benchmarks/scale.py stages --sizes 50M,100M --memory 8G --check_arpa
 
 Steps (each skips what it finds done, so a run picks up where the last stopped):
 
@@ -15,6 +16,14 @@ Steps (each skips what it finds done, so a run picks up where the last stopped):
   Before each corpus the free disk is checked against its expected size (the bytes
   a word of the corpora already made, else 6.5). Reports words, seconds, words/s,
   peak RSS and bytes per part.
+* ``stages``: for each size, in one run, ``snm train --config 5gram`` (the model's
+  vocabulary, ``--memory``), ``snm prune --target_links`` a tenth of the links,
+  ``snm export-arpa``, ``snm compact --layout trie``, ``snm eval``; then KenLM on the same
+  text: ``lmplz -o 5 -S`` the same budget, ``build_binary trie``, ``query``.  Per stage:
+  wall seconds, the peak RSS of its process tree, the peak disk of what it writes
+  (sampled every 2 s); ``vs_lmplz`` for train and export.  Each output is deleted once
+  the next step has read it, unless ``--keep``; ``--check_arpa`` scores the test text
+  with the kenlm module on the export (KenLM's perplexity against ``snm eval``'s).
 * ``sampler``: ``snm sample`` of ``--words`` into a scratch directory on one thread
   and on two (two shards each, so the text is the same), alternating, ``--repeats``
   rounds; the best of each, and their ratio.
@@ -25,6 +34,7 @@ and appends to benchmarks/results.jsonl (benchmark ``scale``, ``step`` the step)
 """
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -37,6 +47,7 @@ from benchmarks.common import (  # noqa: E402
     MIX_SOURCES,
     MODE,
     WORK,
+    arpa_ngrams,
     corpus,
     print_table,
     record,
@@ -219,7 +230,158 @@ def sampler(args):
 
 SAMPLER_COLUMNS = ["threads", "words", "sample_seconds", "words_per_second", "cpu_seconds",
                    "words_per_cpu_second", "seconds", "peak_rss_mib"]
-STEPS = {"corpora": corpora, "sampler": sampler}
+def dir_bytes(path):
+    """Bytes of the files under ``path`` (a file: its size), as allocated on disk."""
+    if os.path.isfile(path):
+        return os.stat(path).st_blocks * 512
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:  # a temporary file gone between listing and stat
+                pass
+    return total
+
+
+def measured(cmd, log, disk_paths, env=None):
+    """``run_measured`` with the peak disk of ``disk_paths`` sampled every 2 s:
+    ``(seconds, peak RSS MiB, peak disk bytes)``."""
+    import threading
+
+    peak, done = [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(dir_bytes(p) for p in disk_paths if os.path.exists(p)))
+            done.wait(2.0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        seconds, rss = run_measured(cmd, env=env, log=log)
+    finally:
+        done.set()
+        sampler.join()
+    peak[0] = max(peak[0], sum(dir_bytes(p) for p in disk_paths if os.path.exists(p)))
+    return seconds, rss, peak[0]
+
+
+def kenlm_binary(name):
+    path = os.path.join(os.environ.get("KENLM_BIN", "/tmp/kenlm-build/bin"), name)
+    if not os.path.exists(path):
+        raise SystemExit(f"{path} not found: build KenLM (benchmarks/README.md) or set KENLM_BIN")
+    return path
+
+
+def stages(args):
+    """Every stage of both toolkits on each corpus, in one run (see the module docstring)."""
+    model = model_dir(args.dir)
+    vocab = os.path.join(model, "vocab.txt")
+    for size in args.sizes.split(","):
+        words = words_of(size)
+        paths = corpus_paths(args.dir, words)
+        if not os.path.isdir(paths["train_dir"]):
+            raise SystemExit(f"{paths['train_dir']}: run the corpora step first")
+        run = os.path.join(args.dir, f"run-{label(words)}")
+        shutil.rmtree(run, ignore_errors=True)
+        os.makedirs(run)
+        shards = sorted(glob.glob(paths["train"]))
+        text_bytes = sum(os.path.getsize(p) for p in shards)
+        memory = args.memory
+        rows = []
+
+        def step(toolkit, name, cmd, disk, **extra):
+            log = os.path.join(run, f"{toolkit}-{name}.log")
+            print(f"--- {label(words)} {toolkit} {name}", flush=True)
+            seconds, rss, disk_peak = measured(cmd, log, disk, env=environment())
+            row = {"step": "stages", "corpus": label(words), "words": words,
+                   "toolkit": toolkit, "stage": name, "seconds": round(seconds, 2),
+                   "peak_rss_mib": round(rss, 1), "peak_disk_bytes": disk_peak,
+                   "memory": memory, **extra}
+            rows.append(row)
+            with open(log, encoding="utf-8", errors="replace") as f:
+                tail = f.read()[-3000:]
+            if " failed" in tail or "error:" in tail or "Traceback" in tail:
+                print(tail, file=sys.stderr)
+            return row
+
+        snm_run = os.path.join(run, "snm")
+        train = step("snm", "train", snm(
+            "train", "--config", "5gram", "--train", paths["train"], "--vocab", vocab,
+            "--heldout", paths["dev"], "--test", paths["test"], "--out", snm_run,
+            "--memory", memory, *MODE), [snm_run])
+        links = read_json(os.path.join(snm_run, "model", "manifest.json"))["totals"]["links"]
+        stages_json = read_json(os.path.join(snm_run, "stages.json"))
+        train.update(links=links, stage_seconds={k: v["seconds"] for k, v in
+                                                 stages_json.items()},
+                     test_perplexity=read_json(os.path.join(snm_run, "eval.json"))
+                     ["adjusted"]["perplexity"])
+        model_out = os.path.join(snm_run, "model")
+        if not args.keep:  # what the next steps do not read
+            for name in ("count", "join"):
+                shutil.rmtree(os.path.join(snm_run, name), ignore_errors=True)
+        pruned = os.path.join(run, "pruned")
+        step("snm", "prune", snm("prune", "--model", model_out, "--out", pruned,
+                                 "--target_links", str(links // 10), "--memory", memory, *MODE),
+             [pruned], target_links=links // 10)
+        arpa = os.path.join(run, "snm.arpa")
+        step("snm", "export-arpa", snm("export-arpa", "--model", model_out, "--out", arpa,
+                                       "--memory", memory), [arpa])
+        step("snm", "compact", snm("compact", "--model", model_out, "--layout", "trie",
+                                   "--memory", memory), [os.path.join(model_out, "compact")])
+        ev = step("snm", "eval", snm("eval", "--model", model_out, paths["test"], "--json"),
+                  [])
+        with open(os.path.join(run, "snm-eval.log"), encoding="utf-8") as f:
+            ev["test_perplexity"] = json.loads(f.read().strip().splitlines()[-1])[
+                "adjusted"]["perplexity"]
+        if args.check_arpa:
+            import kenlm
+            lm = kenlm.Model(arpa)
+            logprob, n = 0.0, 0
+            with open(paths["test"], encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        logprob += lm.score(line.strip(), bos=True, eos=True)
+                        n += len(line.split()) + 1
+            ev["kenlm_on_export_perplexity"] = 10 ** (-logprob / n)
+            ev["relative_difference"] = abs(ev["kenlm_on_export_perplexity"]
+                                            / ev["test_perplexity"] - 1)
+            del lm
+        if not args.keep:
+            for path in (arpa, pruned):
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (
+                    os.remove(path) if os.path.exists(path) else None)
+
+        kenlm_arpa, tmp = os.path.join(run, "kn5.arpa"), os.path.join(run, "lmplz-tmp")
+        os.makedirs(tmp)
+        lmplz = step("kenlm", "lmplz", ["bash", "-c", " ".join(
+            ["cat", *shards, "|", kenlm_binary("lmplz"), "-o", "5", "-S", memory, "-T", tmp,
+             ">", kenlm_arpa])], [kenlm_arpa, tmp])
+        lmplz["ngrams"] = arpa_ngrams(kenlm_arpa)
+        binary = os.path.join(run, "kn5.trie")
+        step("kenlm", "build_binary", [kenlm_binary("build_binary"), "-S", memory, "trie",
+                                       kenlm_arpa, binary], [binary])
+        query = step("kenlm", "query", ["bash", "-c", f"{kenlm_binary('query')} {binary} "
+                                        f"< {paths['test']}"], [])
+        with open(os.path.join(run, "kenlm-query.log"), encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Perplexity including OOVs:"):
+                    query["test_perplexity"] = float(line.split()[-1])
+        if not args.keep:
+            shutil.rmtree(run)
+        by = {(r["toolkit"], r["stage"]): r for r in rows}
+        for row in rows:
+            row["text_bytes"] = text_bytes
+        by[("snm", "train")]["vs_lmplz"] = round(train["seconds"] / lmplz["seconds"], 3)
+        by[("snm", "export-arpa")]["vs_lmplz"] = round(
+            by[("snm", "export-arpa")]["seconds"] / lmplz["seconds"], 3)
+        print_table(rows, ["corpus", "toolkit", "stage", "seconds", "peak_rss_mib",
+                           "peak_disk_bytes", "vs_lmplz", "test_perplexity"])
+        record("scale", rows)
+
+
+STEPS = {"corpora": corpora, "sampler": sampler, "stages": stages}
 
 
 def main(argv=None):
@@ -233,6 +395,12 @@ def main(argv=None):
                         help="words a training shard (default 10M)")
     parser.add_argument("--words", default="20M", help="sampler: words a run (default 20M)")
     parser.add_argument("--repeats", type=int, default=2, help="sampler: rounds (default 2)")
+    parser.add_argument("--memory", default="8G",
+                        help="stages: the budget of both toolkits (--memory, lmplz -S)")
+    parser.add_argument("--keep", action="store_true",
+                        help="stages: keep every output (default: each deleted once read)")
+    parser.add_argument("--check_arpa", action="store_true",
+                        help="stages: score the test text with the kenlm module on the export")
     args = parser.parse_args(argv)
     for step in args.steps:
         print(f"=== {step} ===", flush=True)
