@@ -303,7 +303,7 @@ class Model(LineScoring):
     One model may be shared by threads: after ``__init__`` nothing in it
     changes (its arrays are only read, the vocabulary's lookup table is built
     here, and every call's work arrays are its own), so concurrent calls give
-    exactly the scores of one thread (``tests/test_model_threads.py``).
+    exactly the scores of one thread (``tests/model/test_model_threads.py``).
     """
 
     def __init__(self, manifest, vocab, arrays):

@@ -33,6 +33,9 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
     WorkerOptions,
 )
+from support import REPO
+from support.runs import SLOW_SCRIPTS, assert_same_run, train_argv
+from support.servers import free_port
 
 from pipelines import runners
 from snm import launchers
@@ -41,12 +44,9 @@ from snm.commands import train as train_cmd
 from snm.commands import vocab as vocab_cmd
 from snm_core.text import synthetic
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(REPO, "launch")
 SCRIPTS = ("local.sh", "dask.sh", "dataflow.sh", "flink.sh", "cron_retrain.sh",
            "test_airflow.sh")
-SLOW_SCRIPTS = pytest.mark.skipif(not os.environ.get("SNM_TEST_SCRIPTS"),
-                                  reason="real script runs take ~10 s each: SNM_TEST_SCRIPTS=1")
 
 
 def beam_view(options):
@@ -565,61 +565,6 @@ def test_cron_retrain_tagged_shards(retrain):
     second = os.path.realpath(root / "current")
     assert_added_training(train, second, current)
     assert option_values(train, "train") == [f"web={second}/shards/*"] and "--tagged" in train
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("launch-corpus")
-    train, dev, test = synthetic.write_corpus(str(root), 600, 80, 80, seed=4)
-    return {"root": root, "train": train, "dev": dev, "test": test}
-
-
-def train_argv(corpus, out):
-    return ["--config", "5gram", "--train", corpus["train"], "--heldout", corpus["dev"],
-            "--test", corpus["test"], "--out", str(out), "--min_count", "2",
-            "--num_buckets", "4", "--metafeatures", "unlexicalized", "--epochs", "2"]
-
-
-def assert_same_run(a, b, stages=("vocab", "count", "join", "fit", "model")):
-    """Every output of two ``snm train`` runs is byte-identical, paths and timings aside."""
-    for stage in stages:
-        names = sorted(os.path.relpath(os.path.join(d, n), a / stage)
-                       for d, _, files in os.walk(a / stage) for n in files)
-        other = sorted(os.path.relpath(os.path.join(d, n), b / stage)
-                       for d, _, files in os.walk(b / stage) for n in files)
-        assert names == other, stage
-        data = [n for n in names if not n.endswith(("manifest.json", ".jsonl", "model_card.md"))]
-        _, mismatch, errors = filecmp.cmpfiles(a / stage, b / stage, data, shallow=False)
-        assert not mismatch and not errors, f"{stage}: {mismatch} {errors}"
-        for name in names:
-            if name.endswith(("manifest.json", ".jsonl")):  # JSON with paths and timings
-                assert normalized(a / stage / name, a) == normalized(b / stage / name, b), name
-    assert filecmp.cmp(a / "eval.json", b / "eval.json", shallow=False)
-
-
-def normalized(path, run_dir):
-    """The JSON objects of a manifest or a .jsonl log, without run paths and timings."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read().replace(str(run_dir), "RUN")
-    objects = [json.loads(line) for line in text.splitlines()] if path.suffix == ".jsonl" \
-        else [json.loads(text)]
-    for obj in objects:
-        obj.pop("seconds", None)
-    return objects
-
-
-@pytest.fixture(scope="module")
-def reference_run(corpus, tmp_path_factory):
-    """``snm train`` on the default runner (FnApiRunner, in process)."""
-    out = tmp_path_factory.mktemp("reference") / "run"
-    assert train_cmd.main(train_argv(corpus, out)) == 0
-    return out
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -1,32 +1,35 @@
-"""Build counts, small M and adjustment problems in-process (no Beam) for unit tests."""
-
-import contextlib
-import sys
-from unittest import mock
+"""Counts, small M and adjustment problems built in-process (no Beam) for the fit's unit
+tests, and the tiny problem they share."""
 
 import numpy as np
 import pyarrow as pa
 
 from snm_core.count import counting
 from snm_core.fit import small_m
+from snm_core.fit.metafeatures import VARIANTS
 from snm_core.fit.problem import AdjustmentProblem, Events, type_fingerprints
 from snm_core.io.arrays import sorted_distinct
+from snm_core.text import synthetic
 from snm_core.text.config import parse_config, preset
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
+#: The tiny problem of the trainer's and the C loops' tests: two tagged halves of TRAIN,
+#: held out on HELDOUT, with SKIP's features, under each meta-feature spec of SPECS.
+TRAIN = synthetic.generate(400, seed=1)
+HELDOUT = synthetic.generate(60, seed=2)
+SKIP = ("ngram_extractor { min_n: 0 max_n: 2 }\n"
+        "skip_ngram_extractor { max_context_words: 2 max_remote_words: 1 max_skip_length: 5 "
+        "tie_skip_length: true }")
+SPECS = [(v, d, c) for v in VARIANTS for d in (False, True) for c in (False, True)
+         if not (c and v == "feature-only")]
 
-@contextlib.contextmanager
-def speedups(compiled):
-    """Run with the numba speed-ups of ``snm_core.text.compiled`` (True) or hidden (False).
 
-    ``hashing`` and ``Vocabulary.ids`` use them when the module is in
-    ``sys.modules``; a None entry there reads as absent.
-    """
-    import snm_core.text.compiled  # noqa: F401  (load it, so that True means loaded)
-    with mock.patch.dict(sys.modules, {} if compiled else {"snm_core.text.compiled": None}):
-        yield
+def spec_name(params):
+    """A test id for a ``(variant, diversity, continuation)`` of :data:`SPECS`."""
+    variant, diversity, continuation = params
+    return variant + ("+diversity" if diversity else "") + ("+continuation" if continuation else "")
 
 
 def vocabulary(lines):

@@ -3,7 +3,7 @@ keys give at the README's sizes."""
 
 import numpy as np
 import pytest
-from modelutil import speedups
+from support.compiled import speedups
 
 from snm_core.count import counting
 from snm_core.text import hashing

@@ -2,14 +2,13 @@ import json
 
 import numpy as np
 import pytest
-from test_join import joined  # noqa: F401  (module fixture: counts + heldout on disk)
 
 from snm.cli import main
 from snm_core.fit.selection import load_theta
 from snm_core.stages import manifests
 
 
-def test_fit_auto_selects_and_writes_theta(joined, tmp_path, capsys):  # noqa: F811
+def test_fit_auto_selects_and_writes_theta(joined, tmp_path, capsys):
     root, _ = joined
     out = tmp_path / "adjust"
     assert main(["fit", "--join", str(root / "heldout"), "--out", str(out),
@@ -32,7 +31,7 @@ def test_fit_auto_selects_and_writes_theta(joined, tmp_path, capsys):  # noqa: F
     assert "held-out perplexity" in capsys.readouterr().out
 
 
-def test_fit_fixed_variant_and_epochs_is_deterministic(joined, tmp_path):  # noqa: F811
+def test_fit_fixed_variant_and_epochs_is_deterministic(joined, tmp_path):
     root, _ = joined
     thetas = []
     # "c": one thread instead of one per core: the same theta.

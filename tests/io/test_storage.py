@@ -2,17 +2,16 @@
 
 The server runs in its own process; the client is pyarrow's S3 filesystem,
 configured as users configure it (``AWS_ENDPOINT_URL`` and keys in the
-environment): no patched calls.
+environment): no patched calls.  The server is the ``s3`` fixture (tests/conftest.py).
 """
 
 import bz2
 import gzip
 import json
 import os
-import socket
+import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -24,49 +23,6 @@ from snm_core.io import storage, tables, textfile
 from snm_core.io.errors import SnmInputError
 from snm_core.stages import manifests
 from snm_core.text import synthetic
-
-BUCKET = "snm-test"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """``s3://snm-test``: a bucket on a moto S3 server started for these tests."""
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not start; see its log") from None
-                time.sleep(0.1)
-        pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"],
-                          allow_bucket_creation=True).create_dir(BUCKET)
-        yield f"s3://{BUCKET}"
-    finally:
-        server.terminate()
-        server.wait()
-        log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_atomic_writes_glob_and_removal_on_s3(s3):
@@ -234,15 +190,14 @@ def test_a_run_directory_in_s3_is_locked_by_a_conditional_write(s3):
     assert not storage.exists(lock)
 
 
-def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, tmp_path, monkeypatch):
+def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, ngram_model, tmp_path, monkeypatch):
     """``compact/`` in the trie layout for a model in a bucket: built locally, uploaded,
     read back through the local cache, scoring as the local model does."""
-    from test_model import build_model
-
     from snm_core.model.compact import compile_model, load_model
     from snm_core.model.layouts.trie import TrieModel
     monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
-    local, test = build_model(tmp_path / "built", "5gram", tagged=False)
+    local, test = tmp_path / "built", ngram_model[1]
+    shutil.copytree(ngram_model[0], local)
     remote = f"{s3}/models/ngram"
     storage.upload_tree(str(local), remote, last="manifest.json")
     for model_dir in (remote, str(local)):

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pyarrow.compute as pc
 import pytest
-from modelutil import speedups
+from support.compiled import speedups
 
 from snm.cli import main
 from snm.commands import apply as apply_cmd

@@ -1,32 +1,16 @@
-import pytest
-from countutil import read_counts, write_lines
+"""snm join: small M and the held-out events of the count and join in fit/conftest.py."""
 
-from snm.commands import count as count_cmd
+import pytest
+from support.counts import read_counts
+
 from snm.commands import join as join_cmd
 from snm_core.io import tables
 from snm_core.io.errors import SnmInputError
 from snm_core.stages import manifests
-from snm_core.text import synthetic
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
-
-
-@pytest.fixture(scope="module")
-def joined(tmp_path_factory):
-    root = tmp_path_factory.mktemp("join")
-    train = synthetic.generate(300, seed=11)
-    write_lines(str(root / "a.txt"), train[:150])
-    write_lines(str(root / "b.txt"), train[150:])
-    heldout = synthetic.generate(40, seed=12) + ["", "begin1 zebra unknown words"]
-    write_lines(str(root / "dev.txt"), heldout)
-    count_cmd.main(["--config", "skip5gram", "--train", f"a={root}/a.txt",
-                     "--train", f"b={root}/b.txt", "--min_count", "2", "--out",
-                     str(root / "counts"), "--num_buckets", "3"])
-    join_cmd.main(["--count", str(root / "counts"), "--heldout", str(root / "dev.txt"),
-                    "--out", str(root / "heldout")])
-    return root, heldout
 
 
 def test_small_m_equals_a_brute_force_join(joined):

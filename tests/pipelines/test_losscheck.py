@@ -6,6 +6,7 @@ from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from snm_core.io.errors import SnmStageError
+from snm_core.stages import manifests
 
 
 def test_count_totals_must_add_up():
@@ -22,7 +23,7 @@ def test_count_totals_must_add_up():
             count_stage.check_counts({**good, **broken}, shards)
     # --add_to: the old count's occurrences are in the links written too
     count_stage.check_counts({**good, "link_count_sum": 45}, shards,
-                             previous={"totals": {"feature_occurrences": 5}})
+                             previous=manifests.Count(totals={"feature_occurrences": 5}))
 
 
 def test_join_and_apply_totals_must_add_up():
@@ -33,7 +34,7 @@ def test_join_and_apply_totals_must_add_up():
         join_stage.check_join({**stats, "buckets": [1]}, ["0:d:0/1"], 2)
     with pytest.raises(SnmStageError, match="held-out events written = 7"):
         join_stage.check_join({**stats, "event_rows": 7}, ["0:d:0/1"], 2)
-    counts = {"num_buckets": 2, "totals": {"links": 5, "features": 3}}
+    counts = manifests.Count(num_buckets=2, totals={"links": 5, "features": 3})
     totals = [{"bucket": 0, "links": 2, "features": 1}, {"bucket": 1, "links": 3, "features": 2}]
     apply_stage.check_apply(totals, counts)
     with pytest.raises(SnmStageError, match="apply: links counted = 5 but links applied = 2"):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_launch import assert_same_run, corpus, reference_run, train_argv  # noqa: F401
+from support.runs import assert_same_run, train_argv
 
 from snm_core.io import checkpoints
 

@@ -6,12 +6,12 @@ import collections
 import gzip
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 import scipy.stats
-from test_model import SKIP, build_model
-from test_storage import s3  # noqa: F401  (the fixture)
+from support.models import SKIP, build_model
 
 from snm.cli import main
 from snm_core.io import storage
@@ -19,6 +19,7 @@ from snm_core.model import sample as sample_module
 from snm_core.model import sample_kernels
 from snm_core.model.compact import load_model
 from snm_core.model.sample import SampleOptions, Sampler, kernel_tables, sample
+from snm_core.model.sample_rows import ROWS
 from snm_core.text.config import parse_config, preset
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import SentenceBatch
@@ -31,15 +32,16 @@ UNTIED = ("ngram_extractor { min_n: 0 max_n: 2 }\n"
 ALPHA = 1e-3
 
 
-@pytest.fixture(scope="module")
-def ngram_model(tmp_path_factory):
-    return build_model(tmp_path_factory.mktemp("ngram"), "5gram", tagged=False)[0]
+@pytest.fixture
+def ngram_model(ngram_model):
+    """The session's pooled 5-gram model (tests/conftest.py): its directory."""
+    return ngram_model[0]
 
 
-@pytest.fixture(scope="module")
-def tagged_skip_model(tmp_path_factory):
-    return build_model(tmp_path_factory.mktemp("skip"), SKIP, tagged=True,
-                       variant="lexicalized")[0]
+@pytest.fixture
+def tagged_skip_model(tagged_skip_model):
+    """The session's tagged skip-gram model (tests/conftest.py): its directory."""
+    return tagged_skip_model[0]
 
 
 @pytest.fixture(scope="module")
@@ -210,21 +212,19 @@ def test_tagged_model_samples_its_vocabulary_with_every_tag(tagged_skip_model, t
 
 
 def test_rows_are_built_once_and_again_when_the_model_changes(ngram_model, tmp_path):
+    model = tmp_path / "model"  # a copy: the session's model is not edited
+    shutil.copytree(ngram_model, model, ignore=shutil.ignore_patterns(ROWS))
     said = []
-    Sampler(str(ngram_model), said.append)
-    Sampler(str(ngram_model), said.append)
-    assert len(said) <= 1  # an earlier test may have built them
-    manifest_path = ngram_model / "manifest.json"
-    original = manifest_path.read_bytes()
-    try:
-        changed = json.loads(original)
-        changed["note"] = "edited"
-        manifest_path.write_text(json.dumps(changed))
-        said.clear()
-        Sampler(str(ngram_model), said.append)
-        assert len(said) == 1 and "building the rows" in said[0]
-    finally:
-        manifest_path.write_bytes(original)
+    Sampler(str(model), said.append)
+    Sampler(str(model), said.append)
+    assert len(said) == 1 and "building the rows" in said[0]
+    manifest_path = model / "manifest.json"
+    changed = json.loads(manifest_path.read_bytes())
+    changed["note"] = "edited"
+    manifest_path.write_text(json.dumps(changed))
+    said.clear()
+    Sampler(str(model), said.append)
+    assert len(said) == 1 and "building the rows" in said[0]
 
 
 def test_bad_requests_and_ctrl_c_are_one_line(ngram_model, tmp_path, capsys, monkeypatch):

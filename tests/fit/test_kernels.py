@@ -3,8 +3,17 @@ meta-features (snm_core.fit.metafeatures) and against each other's paths."""
 
 import numpy as np
 import pytest
-from modelutil import join_tables, random_theta, vocabulary
-from test_trainer import HELDOUT, SKIP, SPECS, TRAIN, spec_name
+from support.problems import (
+    HELDOUT,
+    SKIP,
+    SPECS,
+    TRAIN,
+    join_tables,
+    problem,
+    random_theta,
+    spec_name,
+    vocabulary,
+)
 
 from snm_core.fit import kernels
 from snm_core.fit import metafeatures as mf
@@ -111,7 +120,6 @@ def test_gradient_through_sorted_pairs_equals_the_direct_sum(params, monkeypatch
     monkeypatch.setattr(kernels, "ROUND_UNITS", 29)  # rounds cut rows and classes
     for direct in (kernels.DIRECT_PARAMS, 0):
         monkeypatch.setattr(kernels, "DIRECT_PARAMS", direct)
-        from modelutil import problem
         prob = problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT, spec, tags=["a", "b"])
         theta = random_theta(prob, 0.3, seed=2)
         results[direct] = prob.batch(theta, np.arange(0, prob.num_events, 2))

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_model import SKIP, brute_force_perplexity, build_model
+from support.models import SKIP, brute_force_perplexity, build_model
+from support.runs import train_argv
 
 from snm.cli import main
 from snm_core.io.errors import SnmInputError
@@ -31,12 +32,14 @@ TRIES = ("trie", "small")
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """The same 5-gram model in each layout: ``({layout: directory}, test lines)``."""
-    hashed, test = build_model(tmp_path_factory.mktemp("ngram"), "5gram", tagged=False)
+def models(ngram_model, tmp_path_factory):
+    """The same 5-gram model in each layout: ``({layout: directory}, test lines)``; the
+    hashed one is the session's (tests/conftest.py)."""
+    hashed, test = ngram_model
     dirs = {"hashed": hashed}
+    copies = tmp_path_factory.mktemp("layouts")
     for layout in TRIES:
-        dirs[layout] = hashed.parent / layout
+        dirs[layout] = copies / layout
         shutil.copytree(hashed, dirs[layout])
         compile_model(str(dirs[layout]), layout)
     return dirs, test
@@ -170,9 +173,9 @@ def test_skip_gram_models_are_refused(tmp_path):
     assert (skip / "compact" / "manifest.json").exists()  # the hashed arrays are left alone
 
 
-def test_a_tagged_model_is_one_trie_per_tag_summed(tmp_path):
+def test_a_tagged_model_is_one_trie_per_tag_summed(tagged_ngram_model, tmp_path):
     """Corpus tags: the features of each tag form a trie; an event sums over all."""
-    hashed, test = build_model(tmp_path / "tagged", "5gram", tagged=True)
+    hashed, test = tagged_ngram_model
     expected = event_probabilities(load_model(str(hashed)), test)
     for layout in TRIES:
         copy = tmp_path / layout
@@ -221,8 +224,6 @@ def test_train_stores_its_model_in_the_layout_asked_for(tmp_path, capsys):
     """``snm train --layout trie``: the model and its evaluation in that layout; asking
     for another layout then redoes apply and eval only; a skip-gram configuration is
     refused before any stage runs."""
-    from test_launch import train_argv
-
     from snm_core.text import synthetic
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
     corpus = {"train": train, "dev": dev, "test": test}

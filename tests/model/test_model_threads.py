@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from test_model import SKIP, build_model
+from support.models import SKIP, build_model
 
 from snm_core.model.compact import load_model
 from snm_core.text import synthetic

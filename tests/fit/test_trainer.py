@@ -2,26 +2,20 @@ import math
 
 import numpy as np
 import pytest
-from modelutil import STEP, problem, random_theta
+from support.problems import (
+    HELDOUT,
+    SKIP,
+    SPECS,
+    STEP,
+    TRAIN,
+    problem,
+    random_theta,
+    spec_name,
+    vocabulary,
+)
 
 from snm_core.fit import kernels, trainer
-from snm_core.fit.metafeatures import VARIANTS, MetaFeatureSpec
-from snm_core.text import synthetic
-
-TRAIN = synthetic.generate(400, seed=1)
-HELDOUT = synthetic.generate(60, seed=2)
-SKIP = ("ngram_extractor { min_n: 0 max_n: 2 }\n"
-        "skip_ngram_extractor { max_context_words: 2 max_remote_words: 1 max_skip_length: 5 "
-        "tie_skip_length: true }")
-
-
-SPECS = [(v, d, c) for v in VARIANTS for d in (False, True) for c in (False, True)
-         if not (c and v == "feature-only")]
-
-
-def spec_name(params):
-    variant, diversity, continuation = params
-    return variant + ("+diversity" if diversity else "") + ("+continuation" if continuation else "")
+from snm_core.fit.metafeatures import MetaFeatureSpec
 
 
 @pytest.fixture(scope="module", params=SPECS, ids=spec_name)
@@ -107,8 +101,6 @@ def test_gradient_of_a_mini_batch(tiny):
 def unadjusted_perplexity(sources, heldout_lines, config_text):
     """P(w|e) = mean over the event's training features of c(w|f), by plain counting."""
     from collections import Counter
-
-    from modelutil import vocabulary
 
     from snm_core.text.config import parse_config
     config = parse_config(config_text)

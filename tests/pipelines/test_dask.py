@@ -10,14 +10,8 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from test_launch import (  # noqa: E402,F401
-    SLOW_SCRIPTS,
-    assert_same_run,
-    corpus,
-    normalized,
-    reference_run,
-    train_argv,
-)
+from support import REPO, TESTS  # noqa: E402
+from support.runs import SLOW_SCRIPTS, assert_same_run, normalized, train_argv  # noqa: E402
 
 from pipelines import count as count_stage  # noqa: E402
 from snm import cli  # noqa: E402
@@ -26,14 +20,15 @@ from snm.commands import train as train_cmd  # noqa: E402
 from snm.dask_cluster import LocalDaskCluster  # noqa: E402
 from snm_core.io import checkpoints  # noqa: E402
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(TESTS)
+#: The workers' import path: the code, and this test module (whose DoFn they unpickle)
+#: with the support package it imports.
+WORKER_PATH = os.pathsep.join([REPO, os.path.dirname(os.path.abspath(__file__)), TESTS])
 
 
 def start_cluster(directory, env=None):
     """Two worker processes of one thread; the workers import this test module too."""
     return LocalDaskCluster(directory, workers=2, threads=1,
-                            env={"PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(env or {})})
+                            env={"PYTHONPATH": WORKER_PATH, **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +171,7 @@ def test_an_output_path_the_workers_cannot_see_is_refused(corpus, tmp_path, caps
     if prefix is None:
         pytest.skip("needs unshare and mount (root) to give the workers their own view")
     with LocalDaskCluster(tmp_path, workers=2, threads=1, worker_prefix=prefix,
-                          env={"PYTHONPATH": os.pathsep.join([REPO, TESTS])}) as blind:
+                          env={"PYTHONPATH": WORKER_PATH}) as blind:
         out = shared / "counts"
         status = cli.main(["count", "--config", "5gram", "--train", corpus["train"],
                            "--min_count", "1", "--out", str(out)] + blind.runner_options())

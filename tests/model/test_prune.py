@@ -3,7 +3,8 @@ its links scored by the relative entropy that removing each one causes."""
 
 import numpy as np
 import pytest
-from test_model import build_model
+from support.models import build_model
+from support.runs import train_argv
 
 from snm.cli import main
 from snm_core.io import tables
@@ -16,10 +17,9 @@ from snm_core.text.vocab import BOS_ID
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    pooled, test = build_model(tmp_path_factory.mktemp("pooled"), "5gram", tagged=False)
-    tagged, _ = build_model(tmp_path_factory.mktemp("tagged"), "5gram", tagged=True)
-    return {"pooled": pooled, "tagged": tagged, "test": test}
+def models(ngram_model, tagged_ngram_model):
+    """The session's pooled and tagged 5-gram models (tests/conftest.py), and test lines."""
+    return {"pooled": ngram_model[0], "tagged": tagged_ngram_model[0], "test": ngram_model[1]}
 
 
 def links_of(model_dir):
@@ -114,8 +114,6 @@ def test_bad_requests_are_one_line_errors(models, tmp_path, capsys):
 
 
 def test_train_prunes_to_a_size_and_evaluates_the_pruned_model(tmp_path, capsys):
-    from test_launch import train_argv
-
     from snm_core.text import synthetic
     root = tmp_path / "corpus"
     train, dev, test = synthetic.write_corpus(str(root), 600, 80, 80, seed=4)
@@ -295,8 +293,6 @@ def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, mo
 
 
 def test_train_prunes_a_skipgram_model_weighing_its_heldout_features(tmp_path, capsys):
-    from test_launch import train_argv
-
     from snm_core.text import synthetic
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
     argv = train_argv({"train": train, "dev": dev, "test": test}, tmp_path / "run")

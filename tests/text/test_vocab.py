@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from modelutil import speedups
+from support.compiled import speedups
 
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary, VocabularyError
 

@@ -1,0 +1,19 @@
+"""What several test modules share (no test module imports from another):
+
+* ``counts``: count directories read back by feature identity; the brute-force count;
+* ``problems``: counts, small M and adjustment problems built in-process; the fit's tiny
+  problem;
+* ``models``: small models built by the real stages; a brute-force perplexity;
+* ``runs``: ``snm train`` arguments of a small run; two runs compared byte for byte;
+* ``compiled``: code run with or without the numba twins;
+* ``servers``: a free port for a real server.
+
+Fixtures several folders use are in ``tests/conftest.py`` (``tests/pipelines/conftest.py``
+for the runner and fault tests).
+"""
+
+import os
+
+#: The tests folder and the repository.
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
