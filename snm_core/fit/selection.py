@@ -305,14 +305,3 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
         say(f"note: {problem.num_unseen_targets:,} held-out events predict a word no training "
             "feature saw (probability 0 whatever theta); they were left out")
     return manifest
-
-
-def load_theta(fit_dir):
-    """``(theta float32 (hash_size,), MetaFeatureSpec, manifest)`` of a fit directory."""
-    manifest = validation.validate_directory(fit_dir, "fit").manifest  # theta's header too
-    path = storage.join(fit_dir, "theta.npy")
-    try:
-        theta = storage.read_npy(path)
-    except (OSError, ValueError, EOFError) as e:
-        raise SnmInputError(f"{path}: cannot read ({tables.one_line(e)}); re-run snm fit") from None
-    return theta, mf.MetaFeatureSpec(**manifest["metafeatures"]), manifest

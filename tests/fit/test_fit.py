@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from snm.cli import main
-from snm_core.fit.selection import load_theta
+from snm_core.fit.metafeatures import MetaFeatureSpec
 from snm_core.stages import manifests
 
 
@@ -20,8 +20,9 @@ def test_fit_auto_selects_and_writes_theta(joined, tmp_path, capsys):
     best = min(manifest["choice"]["candidates"].items(),
                key=lambda kv: kv[1]["validation_perplexity"])
     assert chosen == best[0] and manifest["training"]["epochs"] == best[1]["epochs"]
-    theta, spec, _ = load_theta(str(out))
-    assert theta.shape == (65536,) and theta.dtype == np.float32 and spec.variant == chosen
+    theta = np.load(out / "theta.npy")
+    spec = MetaFeatureSpec(**manifest["metafeatures"])
+    assert theta.shape == (65536,) == (spec.hash_size,) and theta.dtype == np.float32
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     final = [e for e in log if e["run"] == "final"]
     assert [e["epoch"] for e in final] == list(range(manifest["training"]["epochs"] + 1))

@@ -11,6 +11,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from support import REPO, TESTS  # noqa: E402
+from support.checkpoints import wait_for  # noqa: E402
 from support.runs import SLOW_SCRIPTS, assert_same_run, normalized, train_argv  # noqa: E402
 
 from pipelines import count as count_stage  # noqa: E402
@@ -107,7 +108,7 @@ def test_a_worker_killed_in_mid_count_leaves_the_right_count(corpus, tmp_path, r
         proc = subprocess.Popen([sys.executable, "-m", "snm", "count"] + argv
                                 + killed.runner_options(), cwd=REPO, env=killed.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        os.kill(checkpoints.wait_for(str(pause), "count.flushed"), signal.SIGKILL)
+        os.kill(wait_for(str(pause), "count.flushed"), signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=300)
     finally:
         killed.stop()

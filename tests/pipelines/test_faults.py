@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from support.checkpoints import wait_for
 from support.runs import assert_same_run, train_argv
 
 from snm_core.io import checkpoints
@@ -40,7 +41,7 @@ def test_a_run_killed_anywhere_resumes_to_the_same_bytes(point, corpus, referenc
     proc = subprocess.Popen([sys.executable, "-m", "snm", "train"] + train_argv(corpus, out),
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    checkpoints.wait_for(str(pause), point)
+    wait_for(str(pause), point)
     os.killpg(proc.pid, signal.SIGKILL)  # the run and any worker it started
     assert proc.wait() == -signal.SIGKILL
     stage = CHECKPOINTS[point]
