@@ -21,8 +21,8 @@ file, or through Beam's shuffle: ``--shuffle``, see :mod:`pipelines.shuffle`).
 Each bucket is merged, sorted and written as one file.  Memory is bounded by
 those two settings: a worker's pending sums and one bucket's merge.
 ``--reference`` runs the same count with one Beam element per (feature, word)
-occurrence and ``CombinePerKey(sum)``: slow, and the baseline the tests
-compare the fast path with.
+occurrence and ``CombinePerKey(sum)`` (:mod:`pipelines.count_reference`): slow,
+and written the plain way.
 """
 
 import dataclasses

@@ -1,6 +1,8 @@
 """What several test modules share (no test module imports from another):
 
-* ``counts``: count directories read back by feature identity; the brute-force count;
+* ``paper``: the count by the paper's definitions, in plain Python over words (the
+  oracle of the count and feature tests), and count directories read by feature identity;
+* ``counts``: count directories read back; text files written;
 * ``problems``: counts, small M and adjustment problems built in-process; the fit's tiny
   problem;
 * ``models``: small models built by the real stages; a brute-force perplexity;

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import paper
 
 from snm_core.text.config import parse_config, preset
 from snm_core.text.features import FeatureExtractor, render_feature
@@ -68,22 +69,14 @@ def test_tags_prefix_the_rendering_and_give_distinct_keys():
 
 # --- brute force -------------------------------------------------------------------
 
-def brute_force(config, sentences):
-    """Per event, the set of (type name, words) the configuration defines, by enumeration."""
-    events = []
-    for sentence in sentences:
-        padded = [BOS_ID] + list(sentence) + [EOS_ID]
-        for j in range(1, len(padded)):
-            found = set()
-            for block in config.extractors:
-                for ftype, r, s, a in block.windows():
-                    start = j - a - s - r
-                    if start < 0:  # would reach past <S>
-                        continue
-                    words = tuple(padded[start:start + r]) + tuple(padded[j - a:j])
-                    found.add((ftype.name, words))
-            events.append((padded[j], found))
-    return events
+def brute_force(config_text, sentences):
+    """Per event, the set of (type name, words) the configuration defines, by the paper's
+    definitions (tests/support/paper.py)."""
+    shapes = paper.feature_shapes(config_text)
+    return [(target, {(paper.type_name(kind), words)
+                      for kind, words in paper.event_features(context, shapes)})
+            for sentence in sentences
+            for context, target in paper.sentence_events(sentence, BOS_ID, EOS_ID)]
 
 
 def vectorised(config, sentences):
@@ -120,7 +113,7 @@ def configs(draw):
             f"skip_ngram_extractor {{ max_context_words: {max_ctx} min_remote_words: {min_r} "
             f"max_remote_words: {max_r} max_adjacent_words: {max_a} min_skip_length: {min_s} "
             f"max_skip_length: {max_s} tie_skip_length: {str(tie).lower()} }}")
-    return parse_config("\n".join(blocks))
+    return "\n".join(blocks)
 
 
 # A tiny vocabulary makes repeated words, hence tied skip-grams seen twice in one event.
@@ -131,7 +124,7 @@ sentences_strategy = st.lists(st.lists(st.integers(3, 6), max_size=12), min_size
 @given(configs(), sentences_strategy)
 def test_vectorised_extraction_equals_brute_force(config, sentences):
     expected = brute_force(config, sentences)
-    got = vectorised(config, sentences)
+    got = vectorised(parse_config(config), sentences)
     assert [t for t, _ in got] == [t for t, _ in expected]
     for (_, feats), (_, want) in zip(got, expected):
         assert len(feats) == len(set(feats)), "an event carries a feature twice"
