@@ -143,8 +143,8 @@ def sentence_events(words, bos=BOS, eos=EOS):
 
 
 def read_sentences(path, stats):
-    """The sentences (lists of words) of a text file, plain or gzip; adds the invalid and
-    empty lines it skips to ``stats``."""
+    """``[(line number, words)]`` of the sentences of a text file, plain or gzip; adds the
+    invalid and empty lines it skips to ``stats``."""
     with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
         data = f.read()
     if data.startswith(b"\xef\xbb\xbf"):
@@ -153,7 +153,7 @@ def read_sentences(path, stats):
     if lines[-1] == b"":  # the end of the last line, not a line
         lines.pop()
     sentences = []
-    for raw in lines:
+    for number, raw in enumerate(lines, 1):
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         try:
@@ -165,8 +165,18 @@ def read_sentences(path, stats):
         elif not line.split():
             stats["empty_lines"] += 1
         else:
-            sentences.append(line.split())
+            sentences.append((number, line.split()))
     return sentences
+
+
+def map_words(words, vocabulary, stats):
+    """A sentence's words as the model sees them (``<UNK>`` for what it does not know);
+    adds the sentence, its tokens, markers and out-of-vocabulary words to ``stats``."""
+    stats["sentences"] += 1
+    stats["tokens"] += len(words)
+    stats["marker_tokens"] += sum(w in (BOS, EOS) for w in words)
+    stats["oov_tokens"] += sum(w not in vocabulary and w not in (BOS, EOS) for w in words)
+    return [w if w in vocabulary else UNK for w in words]
 
 
 def vocabulary_words(path):
@@ -175,24 +185,25 @@ def vocabulary_words(path):
         return set(f.read().split("\n")) - {""} - set(MARKERS)
 
 
+def text_stats():
+    """Zero of every text total the count's manifest keeps."""
+    return collections.Counter(dict.fromkeys(STATS, 0))
+
+
 def brute_force_count(config_text, sources, vocabulary):
-    """The count of ``sources`` (``[(tag, [path, ...]), ...]``) by the definitions above.
+    """The count of ``sources`` (``[(tag, [path, ...]), ...]``) by the definitions above;
+    ``vocabulary`` the set of words known (:func:`vocabulary_words`).
 
     Returns ``(features, links, totals)``: ``{identity: (C(f,*), diversity)}``,
     ``{(identity, word): (C(f,w), N1+(. f w))}`` and the count manifest's totals.
     """
     shapes = feature_shapes(config_text)
-    stats = collections.Counter(dict.fromkeys(STATS, 0))
+    stats = text_stats()
     link_counts = collections.Counter()
     for tag, paths in sources:
         for path in paths:
-            for words in read_sentences(path, stats):
-                stats["sentences"] += 1
-                stats["tokens"] += len(words)
-                stats["marker_tokens"] += sum(w in (BOS, EOS) for w in words)
-                stats["oov_tokens"] += sum(w not in vocabulary and w not in (BOS, EOS)
-                                           for w in words)
-                mapped = [w if w in vocabulary else UNK for w in words]
+            for _, words in read_sentences(path, stats):
+                mapped = map_words(words, vocabulary, stats)
                 for context, target in sentence_events(mapped):
                     stats["events"] += 1
                     found = event_features(context, shapes)
@@ -216,28 +227,57 @@ def brute_force_count(config_text, sources, vocabulary):
     return {f: tuple(v) for f, v in features.items()}, links, totals
 
 
-def read_count_directory(directory):
+def read_table(directory, prefix):
+    """The rows of every ``prefix-*.parquet`` file of a directory, in file order."""
+    paths = sorted(glob.glob(os.path.join(str(directory), f"{prefix}-*.parquet")))
+    return pa.concat_tables(pq.read_table(path) for path in paths).to_pylist()
+
+
+def feature_identities(directory, tags, feature_types):
+    """``{key: (tag, type name, words)}`` of a count directory's features (its ``vocab.txt``
+    gives the words of the ids); asserts that no two keys share an identity."""
+    with open(os.path.join(str(directory), "vocab.txt"), encoding="utf-8") as f:
+        words = f.read().split("\n")
+    identities = {row["feature"]: (tags[row["tag"]], feature_types[row["type"]],
+                                   tuple(words[i] for i in row["words"]))
+                  for row in read_table(directory, "features")}
+    assert len(set(identities.values())) == len(identities), "two keys of one feature"
+    return identities, words
+
+
+def read_count_directory(directory, manifest=None):
     """A count directory's files by feature identity (not by key), read with pyarrow.
 
-    Returns ``(features, links, totals)`` as :func:`brute_force_count` does; asserts that
-    no two feature rows share an identity and that every link's feature has a row.
+    ``manifest`` (its ``tags`` and ``feature_types``): the directory's ``manifest.json``
+    unless given.  Returns ``(features, links, totals)`` as :func:`brute_force_count` does
+    (``totals`` None without a manifest file).
     """
-    directory = str(directory)
-    with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    with open(os.path.join(directory, "vocab.txt"), encoding="utf-8") as f:
-        words = f.read().split("\n")
-
-    def table(prefix):
-        return pa.concat_tables(pq.read_table(path) for path in
-                                sorted(glob.glob(os.path.join(directory, f"{prefix}-*.parquet"))))
-    identity, features = {}, {}
-    for row in table("features").to_pylist():
-        key = (manifest["tags"][row["tag"]], manifest["feature_types"][row["type"]],
-               tuple(words[i] for i in row["words"]))
-        assert key not in features, f"two rows of feature {key}"
-        identity[row["feature"]] = key
-        features[key] = (row["count"], row["diversity"])
+    totals = None
+    if manifest is None:
+        with open(os.path.join(str(directory), "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        totals = manifest["totals"]
+    identity, words = feature_identities(directory, manifest["tags"], manifest["feature_types"])
+    features = {identity[row["feature"]]: (row["count"], row["diversity"])
+                for row in read_table(directory, "features")}
     links = {(identity[row["feature"]], words[row["word"]]): (row["count"], row["continuation"])
-             for row in table("links").to_pylist()}
-    return features, links, manifest["totals"]
+             for row in read_table(directory, "links")}
+    return features, links, totals
+
+
+def heldout_events(config_text, paths, vocabulary, tags):
+    """The events of held-out text as the join reads them, by the definitions above:
+    ``([(file index, line, target, features)], totals)``, ``features`` every feature of
+    the event once per training tag (identities as :func:`brute_force_count`'s)."""
+    shapes = feature_shapes(config_text)
+    stats = text_stats()
+    events = []
+    for index, path in enumerate(paths):
+        for line, words in read_sentences(path, stats):
+            for context, target in sentence_events(map_words(words, vocabulary, stats)):
+                found = {(tag, type_name(kind), feature_words) for tag in tags
+                         for kind, feature_words in event_features(context, shapes)}
+                stats["events"] += 1
+                stats["feature_occurrences"] += len(found)
+                events.append((index, line, target, found))
+    return events, stats
