@@ -10,6 +10,7 @@ the default in-process runner.  The scripts' real end-to-end runs
 ``SNM_TEST_SCRIPTS=1``.
 """
 
+import collections
 import filecmp
 import glob
 import importlib.util
@@ -42,6 +43,7 @@ from snm import launchers
 from snm.commands import count as count_cmd
 from snm.commands import train as train_cmd
 from snm.commands import vocab as vocab_cmd
+from snm_core.stages import manifests
 from snm_core.text import synthetic
 
 LAUNCH = os.path.join(REPO, "launch")
@@ -616,11 +618,22 @@ def test_portable_runner_with_a_worker_pool_matches_the_default_runner(
 
 
 def test_portable_runner_with_relative_paths(corpus, worker_pool, tmp_path, monkeypatch):
+    """Relative ``--train`` and ``--out``, given in a working directory the pool's workers
+    do not share: the workers read the text and write the output where the launcher
+    meant, and nothing lands beside their own working directory."""
     monkeypatch.chdir(corpus["root"])
     out = os.path.relpath(tmp_path / "vocab", corpus["root"])
-    vocab_cmd.main(["--train", os.path.basename(corpus["train"]), "--out", out]
-                    + launchers.portable_options(job_endpoint="embed",
-                                                 worker_pool=worker_pool["address"]))
+    assert vocab_cmd.main(["--train", os.path.basename(corpus["train"]), "--out", out]
+                          + launchers.portable_options(job_endpoint="embed",
+                                                       worker_pool=worker_pool["address"])) == 0
+    with open(corpus["train"], encoding="utf-8") as f:
+        words = collections.Counter(f.read().split())
+    manifest = manifests.Vocab.read(str(tmp_path / "vocab"))
+    assert manifest.totals["tokens"] == sum(words.values())
+    vocab = (tmp_path / "vocab" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert set(vocab[3:]) == {w for w, n in words.items() if n >= 2}  # --min_count 2
+    assert not list(worker_pool["cwd"].parent.rglob("vocab.txt"))  # not beside the workers
+    assert b"Starting worker with command" in worker_pool["log"].read_bytes()
 
 
 # --- the scripts end to end (SNM_TEST_SCRIPTS=1) --------------------------------------------
