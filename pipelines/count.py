@@ -49,10 +49,8 @@ from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
 #: Key ranges: a bucket's merge holds ~100 bytes per partial link it sums, so
-#: more buckets mean less memory a worker (5-gram, with 1M-link flushes: 16
-#: buckets peaked at 1.2x the RSS of 64 on kernel, 1.5x on mix) for a little
-#: more time (one shuffle element per bucket pair for the continuation
-#: counts).  Raise it with the corpus.
+#: more buckets mean less memory a worker for a little more time (one shuffle
+#: element per bucket pair for the continuation counts).  Raise it with the corpus.
 DEFAULT_NUM_BUCKETS = 64
 #: Links a worker holds before it emits them (about 45 bytes a pending link):
 #: about one 512 KiB batch of 5-gram links.  Holding more saves little, since
@@ -116,8 +114,7 @@ class ExtractLinkPartials(beam.DoFn):
             batch_stats = vars(sentence_stats)
             for chunk in sentences.chunks(self.max_events):
                 losscheck.add_totals(batch_stats, {"events": chunk.num_events})
-                # One feature type at a time: its arrays are a fraction of the chunk's
-                # (kernel 5-gram: a 512 KiB batch peaked at 50 MiB whole, 27 MiB by type).
+                # One feature type at a time: its arrays are a fraction of the chunk's.
                 for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
                     batch_links, batch_features = counting.batch_partials(events)
                     losscheck.add_totals(batch_stats,

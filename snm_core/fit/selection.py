@@ -19,8 +19,7 @@ back, and the candidates train on the rest.
   has not improved for ``patience`` epochs (or ``max_epochs``).  The cost is
   about one epoch of each variant plus the leader's run, where training every
   candidate to its own best costs each one's run.
-* ``selection="each"``: every candidate trains until it stops improving (the
-  behaviour before racing).
+* ``selection="each"``: every candidate trains until it stops improving.
 
 The (variant, epochs) with the lowest validation perplexity wins and is
 retrained from scratch on all the held-out data.  This is how the paper's

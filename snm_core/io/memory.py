@@ -57,8 +57,8 @@ def limit_heap_retention():
 
     glibc's own mmap threshold rises to the largest block freed (up to 32 MiB),
     so the temporaries of reading and compiling small M stay in the heap,
-    scattered, long after they are freed: 12 MiB more peak on the kernel
-    5-gram fit.  A 256 KiB threshold gives each large block back when it is
-    freed; the fit allocates few of them once it trains.
+    scattered, long after they are freed, adding to the peak.  A 256 KiB
+    threshold gives each large block back when it is freed; the fit allocates
+    few of them once it trains.
     """
     set_thresholds(FIT_MMAP_THRESHOLD, FIT_TRIM_THRESHOLD)

@@ -105,8 +105,8 @@ independent vectors over the same tree (e.g. k words sharing one trie).
 Independent trees (e.g. one per target word) form one forest
 (:meth:`SuffixTree.concatenate`).  Everything is float64 inside; float32 input
 gives float32 output.  Numba compiles the passes on first use and caches them
-beside this file; importing this module loads numba (about 150 MiB a process,
-see :mod:`snm_core.text.compiled`), so only the log-linear family should import it.
+beside this file; importing this module loads numba (memory a process, see
+:mod:`snm_core.text.compiled`), so only the log-linear family should import it.
 """
 
 import numba

@@ -31,7 +31,7 @@ def compile_model(model_dir, layout="hashed", partition_links=hashed_build.COMPI
     ``layout`` is one of :data:`LAYOUTS`.  A remote model's arrays are built
     in a local directory, then uploaded, their manifest last.
     """
-    memory.limit_heap_retention()  # its 20-50 MB temporaries: 1.7 -> 0.9 GiB on mix skip-5-gram
+    memory.limit_heap_retention()  # its large temporaries go back when freed
     manifest = manifests.Model.read(model_dir)
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")

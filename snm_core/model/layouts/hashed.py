@@ -134,8 +134,8 @@ def index_bits(n):
 
 def table_bits(n):
     """Top-bit slots of an :class:`EntryTable` over n keys: one to two keys a slot (two
-    to four made lookups ~10% slower for 1.3 bytes a key less); at most 32, so that
-    the 32 stored bits follow the slot's."""
+    to four would make lookups slower for little memory); at most 32, so that the 32
+    stored bits follow the slot's."""
     return min(32, index_bits(n))
 
 
