@@ -15,10 +15,10 @@ import pytest
 from support.servers import free_port
 
 # The shared corpora sit beside the checkout (../shared); SNM_SHARED overrides.
-_CANDIDATES = [os.environ.get("SNM_SHARED", ""),
-               os.path.join(os.path.dirname(__file__), "..", "..", "shared"), "/work/shared"]
-CORPORA = next((os.path.abspath(os.path.join(c, "corpora")) for c in _CANDIDATES
-                if c and os.path.isdir(os.path.join(c, "corpora"))), "")
+_SHARED = os.environ.get("SNM_SHARED") or os.path.join(os.path.dirname(__file__), "..", "..",
+                                                        "shared")
+CORPORA = os.path.abspath(os.path.join(_SHARED, "corpora"))
+CORPORA = CORPORA if os.path.isdir(CORPORA) else ""
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Penalties over suffix trees and their proximal operators (Nelakanti et al. 2013).
 
 The log-linear model of "Structured Penalties for Log-linear Language Models"
-(``/work/shared/papers/structured-penalties-loglinear-lm.md``) scores a target
+(``../shared/papers/structured-penalties-loglinear-lm.md``) scores a target
 word y after a context x as p(y|x) ∝ exp(Σ_j w_{j,y} φ_j(x)), where j runs over
 the suffixes of x (the empty suffix included) and φ_j(x) = 1 when j is a
 suffix of x.  For one word y, the weights w_{·,y} live on the nodes of the
