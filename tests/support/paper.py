@@ -76,13 +76,12 @@ def config_blocks(text):
                  for field, value in re.findall(r"(\w+)\s*:\s*(\S+)", body)}
         block = {}
         for field, default in DEFAULTS[name].items():
-            if field in given:
-                block[field] = given[field]
-            elif not callable(default):
-                assert default is not None, f"{name}: {field} is required"
-                block[field] = default
-        for field, default in DEFAULTS[name].items():
-            block.setdefault(field, default(block) if callable(default) else default)
+            assert field in given or default is not None, f"{name}: {field} is required"
+            if field in given or not callable(default):
+                block[field] = given.get(field, default)
+        for field, default in DEFAULTS[name].items():  # defaults computed from the others
+            if field not in block:
+                block[field] = default(block)
         blocks.append((name, block))
     return blocks
 
