@@ -55,9 +55,14 @@ def tagged_skip_model(tmp_path_factory):
 S3_BUCKET = "snm-test"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def s3(tmp_path_factory):
-    """``s3://snm-test``: a bucket on a moto S3 server started for these tests."""
+    """``s3://snm-test``: a bucket on a moto S3 server started for these tests.
+
+    One server a session: ``snm_core.io.storage`` keeps one S3 filesystem per bucket for
+    the process, made with the endpoint it first saw, so a second server on another port
+    would not be reached.
+    """
     import pyarrow.fs as pafs
     port = free_port("127.0.0.1")
     log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
