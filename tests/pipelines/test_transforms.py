@@ -168,10 +168,10 @@ def totals_of(written):
     return written["totals"]
 
 
-@pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
-def test_count_links_writes_the_counts_of_the_paper_definitions(text, tmp_path, reference):
+def test_count_links_writes_the_counts_of_the_paper_definitions(text, tmp_path):
     """The totals CountLinks reports add up to the text's, and the bucket files it wrote
-    hold every link with C(f,w) and N1+(. f w), every feature with C(f,*) and diversity."""
+    hold every link with C(f,w) and N1+(. f w), every feature with C(f,*) and diversity.
+    (Its ``reference`` form: ReferenceLinkPartials below, and tests/count.)"""
     out = str(tmp_path / "count")
     settings = count_settings(text, out)
     shards = training_shards(text)
@@ -180,8 +180,7 @@ def test_count_links_writes_the_counts_of_the_paper_definitions(text, tmp_path, 
     with pipeline() as p:
         written = (p | beam.Create(shards)
                    | count_stage.CountLinks(settings, out, NUM_BUCKETS, 300, BATCH_BYTES,
-                                            ArrayShuffle("files", str(tmp_path / "scratch")),
-                                            reference)
+                                            ArrayShuffle("files", str(tmp_path / "scratch")))
                    | beam.Map(totals_of) | beam.combiners.ToList() | beam.Map(add_up))
         assert_that(written, equal_to([{**totals, "shards": shard_names(shards)}]))
     got_features, got_links, _ = paper.read_count_directory(out, manifest_names())
