@@ -17,8 +17,8 @@ setup(
         "numpy>=1.26",
         "pyarrow>=14",
         "xxhash>=3.0",
-        # isal: gzip through Intel's ISA-L, 2.5-3x as fast to inflate as zlib; every
-        # local reader of a .gz corpus inflates all of it.
+        # isal: gzip through Intel's ISA-L, which inflates several times as fast as
+        # zlib; every local reader of a .gz corpus inflates all of it.
         "isal>=1.6",
         # numba compiles scoring's key lookups: numpy needs a dozen passes and the GIL.
         "numba>=0.59",
@@ -50,9 +50,8 @@ setup(
         "s3": ["boto3>=1.35"],
     },
     # The fit's and apply's loops in C, called through ctypes: numba, which
-    # compiles scoring, costs ~150 MiB of RSS a process, twice what the whole
-    # kernel 5-gram fit may use (64 bytes a small-M link); this library costs
-    # well under 1 MiB.  Any C compiler builds it (gcc on Debian).
+    # compiles scoring, costs more memory a process than a whole fit may use;
+    # this library costs well under 1 MiB.  Any C compiler builds it (gcc on Debian).
     ext_modules=[Extension("snm_core.fit._kernels", ["snm_core/fit/_kernels.c"],
                            extra_compile_args=["-O3", "-std=c11", "-fno-math-errno"]
                            # popcount as one instruction (every x86-64 CPU since 2008)

@@ -9,9 +9,10 @@ import subprocess
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 # The shared corpora sit beside the checkout (../shared); SNM_SHARED overrides.
-CORPORA = os.path.abspath(os.path.join(
-    os.environ.get("SNM_SHARED") or os.path.join(HERE, "..", "..", "shared"), "corpora"))
+SHARED = os.path.abspath(os.environ.get("SNM_SHARED") or os.path.join(REPO, "..", "shared"))
+CORPORA = os.path.join(SHARED, "corpora")
 RESULTS = os.path.join(HERE, "results.jsonl")
 WORK = os.path.join(HERE, "work")
 #: Beam options of the benchmarks' pipeline runs: the direct runner on both cores.
@@ -47,11 +48,23 @@ def git_revision():
         return "unknown"
 
 
+def portable(value):
+    """A path inside the checkout relative to it, one in the shared directory as
+    ``../shared/...``: no machine's absolute path goes into results.jsonl."""
+    if not (isinstance(value, str) and os.path.isabs(value)):
+        return value
+    for root, shown in ((REPO, ""), (SHARED, os.path.join("..", "shared"))):
+        if os.path.commonpath([root, os.path.abspath(value)]) == root:
+            return os.path.join(shown, os.path.relpath(value, root))
+    return value
+
+
 def record(benchmark, rows):
-    """Append one JSON line per row to benchmarks/results.jsonl."""
+    """Append one JSON line per row to benchmarks/results.jsonl (paths made portable)."""
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with open(RESULTS, "a", encoding="utf-8") as f:
         for row in rows:
+            row = {name: portable(value) for name, value in row.items()}
             f.write(json.dumps({"benchmark": benchmark, "time": stamp, "revision": git_revision(),
                                 "machine": platform.node(), "cpus": os.cpu_count(), **row},
                                sort_keys=True) + "\n")

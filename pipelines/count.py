@@ -21,8 +21,8 @@ file, or through Beam's shuffle: ``--shuffle``, see :mod:`pipelines.shuffle`).
 Each bucket is merged, sorted and written as one file.  Memory is bounded by
 those two settings: a worker's pending sums and one bucket's merge.
 ``--reference`` runs the same count with one Beam element per (feature, word)
-occurrence and ``CombinePerKey(sum)``: slow, and the baseline the tests
-compare the fast path with.
+occurrence and ``CombinePerKey(sum)`` (:mod:`pipelines.count_reference`): slow,
+and written the plain way.
 """
 
 import dataclasses
@@ -124,8 +124,7 @@ class ExtractLinkPartials(beam.DoFn):
             batch_stats = vars(sentence_stats)
             for chunk in sentences.chunks(self.max_events):
                 losscheck.add_totals(batch_stats, {"events": chunk.num_events})
-                # One feature type at a time: its arrays are a fraction of the chunk's
-                # (kernel 5-gram: a 512 KiB batch peaked at 50 MiB whole, 27 MiB by type).
+                # One feature type at a time: its arrays are a fraction of the chunk's.
                 for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
                     batch_links, batch_features = counting.batch_partials(events)
                     losscheck.add_totals(batch_stats,

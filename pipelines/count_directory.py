@@ -21,10 +21,10 @@ def shared_vocabulary(path, fingerprint):
     """The vocabulary file at ``path``, read once per worker process and shared by its DoFns.
 
     DoFns carry the file's name, not its words: the runner unpickles every DoFn
-    once per stage and worker, and a 37,553-word list pickled into each cost
-    ``snm count`` ~1 s and ~115 MiB on the DirectRunner, even on 100 lines.
-    Workers that are threads of one process wait for the first to read it (the
-    reading holds the GIL, so reading it twice at once took twice as long).
+    once per stage and worker, and a vocabulary pickled into each costs time and
+    memory whatever the text's size.  Workers that are threads of one process
+    wait for the first to read it (the reading holds the GIL: two at once gain
+    nothing).
     """
     with _VOCABULARIES_LOCK:
         vocab = _VOCABULARIES.get((path, fingerprint))
@@ -42,8 +42,8 @@ def share_vocabulary(path, vocab):
 
     The stage that writes the file before its pipeline holds the vocabulary
     already; workers that run in its process (the local runner's in-memory
-    mode) then need not read it again: 0.1 s before a kernel count's workers
-    could start.  Returns ``vocab.fingerprint()``.
+    mode) then need not read it again before they start.  Returns
+    ``vocab.fingerprint()``.
     """
     fingerprint = vocab.fingerprint()
     with _VOCABULARIES_LOCK:

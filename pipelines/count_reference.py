@@ -4,7 +4,9 @@ The slow, plain form of the count: every (feature, word) occurrence is an
 element, summed by ``CombinePerKey(sum)``; each feature's identity is one of
 its occurrences'.  Its output is the partials the fast path's bucket merge
 takes (:class:`pipelines.count.CountLinks` wires it in place of
-``ExtractLinkPartials``), so the files it writes are the fast path's.
+``ExtractLinkPartials``), so the files it writes are the fast path's.  It
+shares the tokenizer, the extraction and the merge with the fast path; the
+tests check both against the paper's definitions (``tests/support/paper.py``).
 """
 
 import apache_beam as beam
@@ -53,7 +55,7 @@ def _reference_part(element, num_buckets):
 
 
 class ReferenceLinkPartials(beam.PTransform):
-    """The slow, obviously correct count: ``CombinePerKey(sum)`` over single occurrences."""
+    """The slow, plain count: ``CombinePerKey(sum)`` over single occurrences."""
 
     def __init__(self, settings, num_buckets, batch_bytes):
         super().__init__()

@@ -6,9 +6,9 @@ batches itself, with a :class:`ShardReader`.  So text is never a shuffled or
 materialised collection, on any runner: Beam's Dask runner holds a bundle's
 outputs in a list before the next step sees them (a whole file's lines), and
 a local runner holds every shuffled byte in memory (spreading one file's
-batches with a reshuffle held ~20x the text's size).  Each of a file's ``n``
-readers decompresses the whole file and decodes only its batches; inflating
-is ~100x as fast as counting, so that costs little.  ``n`` is the runner's
+batches with a reshuffle would hold many times the text's size).  Each of a
+file's ``n`` readers decompresses the whole file and decodes only its batches;
+inflating is far faster than counting, so that costs little.  ``n`` is the runner's
 parallelism (:func:`pipelines.runners.parallelism`); see :func:`text_shards`.
 
 What the text may hold and how each case is treated is

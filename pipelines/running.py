@@ -25,8 +25,8 @@ def pipeline_options(beam_args):
     The DirectRunner would first try to download the Prism runner, which
     stalls or fails on machines without network access.  Construction-time
     type checking is off unless ``--pipeline_type_check`` is given: the
-    elements are untyped arrays and dicts, so it checks nothing and cost
-    ~70 ms of every run's start-up.
+    elements are untyped arrays and dicts, so it checks nothing and costs
+    every run start-up time.
     """
     if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
         beam_args = ["--runner=FnApiRunner"] + list(beam_args)
@@ -44,9 +44,9 @@ def _in_memory_workers_warning(record):
 
     It does not: each stage's input is split into that many parts, run at
     once in as many threads (``ParallelBundleManager``), each by its own
-    in-process worker.  That is the local runner ``snm`` recommends: two
-    workers of a kernel 5-gram count ran in two threads, with 8% less CPU than
-    ``multi_threading`` (whose workers talk to the runner over gRPC).
+    in-process worker.  That is the local runner ``snm`` recommends: it spends
+    less CPU than ``multi_threading``, whose workers talk to the runner over gRPC
+    (benchmarks/README.md, "Figures behind the code").
     """
     return not record.getMessage().startswith("If direct_num_workers is not equal to 1")
 

@@ -2,8 +2,7 @@
 
 ``beam``: the arrays are the shuffled elements, as DESIGN.md describes.  On the
 local runners every shuffled byte is held in the runner's memory until the
-merge reads it; for the kernel 5-gram count that is ~400 MB of partials and
-~2 GB of peak RSS.
+merge reads it, so the peak grows with the corpus.
 
 ``files`` (default): each partial is written to a scratch file next to the
 output, and only its path is shuffled.  Peak memory is then a worker's flush
@@ -18,11 +17,10 @@ shuffled) names the file and each array's dtype, shape and offset in it.  Not
 ``.npz``: a zip archive checksums every byte twice (CRC-32 on writing and on
 reading), and ``np.savez`` needs each array whole, so the archive was built
 in memory.  :meth:`ArrayShuffle.send_cut` writes the parts for many buckets
-into one file (a worker's flush, or a bucket's continuation names: with 64
-buckets the latter had been 4,096 files), column by column: a column's rows
-for every bucket, bucket after bucket (within a bucket, part after part), are
-one write (a kernel 5-gram flush had been ~2,000 writes of single slices, half
-of the flush's time), and
+into one file (a worker's flush, or a bucket's continuation names: not one
+file per pair of buckets), column by column: a column's rows for every
+bucket, bucket after bucket (within a bucket, part after part), are one write
+(not one per slice), and
 :meth:`ArrayShuffle.receive_group` reads one group of columns of many parts
 straight into their concatenation, so a merge holds each column once and the
 other group not at all.
@@ -91,8 +89,8 @@ class ArrayShuffle:
         every part, in part order.
 
         Bounds become Python ints and each column's slices are taken in one
-        pass, with no dict per part and bucket: that bookkeeping had been ~8 ms
-        of GIL-held Python a kernel 5-gram flush.
+        pass, with no dict per part and bucket: that bookkeeping is GIL-held
+        Python.
         """
         cuts = {group: [(columns, np.asarray(bounds).tolist()) for columns, bounds in parts]
                 for group, parts in groups.items()}

@@ -129,11 +129,10 @@ def entry():
     """The console script (and ``python -m snm``): :func:`main`, then a quick exit.
 
     At exit the interpreter runs full garbage collections over everything still
-    alive; after a pipeline that is Beam's ~100K objects, 0.25 s at the end of
-    a kernel count that takes 6 s, to free memory the process is about to give
-    back anyway.  ``gc.freeze()`` puts them out of the collector's reach, and
-    the exit takes 0.03 s.  Only here, not in :func:`main`: a process that goes
-    on after ``main()`` (the tests) still wants its collections.
+    alive (after a pipeline, Beam's many objects), to free memory the process
+    is about to give back anyway.  ``gc.freeze()`` puts them out of the
+    collector's reach.  Only here, not in :func:`main`: a process that goes on
+    after ``main()`` (the tests) still wants its collections.
     """
     watch_for_interrupt()
     status = main()

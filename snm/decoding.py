@@ -6,17 +6,19 @@ KenLM wrapper, with the same shallow-fusion score: for each completed word,
 ``alpha * ln P(word | state) + beta``, ``unk_score_offset`` (log10) added for a
 word the model does not know, and ``ln P(</S>)`` after the last word.
 
-Examples
---------
->>> import snm                                                    # doctest: +SKIP
->>> from pyctcdecode import Alphabet, BeamSearchDecoderCTC        # doctest: +SKIP
->>> from snm.decoding import PyctcdecodeLM                        # doctest: +SKIP
->>> lm = PyctcdecodeLM(snm.load("runs/kernel-skip/model"), alpha=0.5, beta=1.0)
->>> decoder = BeamSearchDecoderCTC(Alphabet.build_alphabet(labels), lm)
->>> decoder.decode(log_probs)                                     # (frames, labels)
+Example (``labels`` the acoustic model's output symbols, ``log_probs`` its (frames,
+labels) log-probabilities)::
+
+    import snm
+    from pyctcdecode import Alphabet, BeamSearchDecoderCTC
+    from snm.decoding import PyctcdecodeLM
+
+    lm = PyctcdecodeLM(snm.load("runs/kernel-skip/model"), alpha=0.5, beta=1.0)
+    decoder = BeamSearchDecoderCTC(Alphabet.build_alphabet(labels), lm)
+    decoder.decode(log_probs)
 
 pyctcdecode is not a dependency of snm itself: ``pip install pyctcdecode``.
-torchaudio's ``CTCDecoderLM`` has no adapter here (see DESIGN.md 2.10).
+torchaudio's ``CTCDecoderLM`` has no adapter here (see DESIGN.md 2.11).
 """
 
 import math

@@ -1,12 +1,24 @@
+"""Fixtures several test folders share.
+
+The model fixtures are built once a session by the real stages
+(:func:`support.models.build_model`) and are read-only: a test that changes a
+model works on a copy of its directory.
+"""
+
 import os
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
+from support.servers import free_port
 
 # The shared corpora sit beside the checkout (../shared); SNM_SHARED overrides.
-_CANDIDATES = [os.environ.get("SNM_SHARED", ""),
-               os.path.join(os.path.dirname(__file__), "..", "..", "shared"), "/work/shared"]
-CORPORA = next((os.path.abspath(os.path.join(c, "corpora")) for c in _CANDIDATES
-                if c and os.path.isdir(os.path.join(c, "corpora"))), "")
+_SHARED = os.environ.get("SNM_SHARED") or os.path.join(os.path.dirname(__file__), "..", "..",
+                                                        "shared")
+CORPORA = os.path.abspath(os.path.join(_SHARED, "corpora"))
+CORPORA = CORPORA if os.path.isdir(CORPORA) else ""
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +27,88 @@ def corpora():
     if not CORPORA:
         pytest.skip("../shared/corpora is not present (set SNM_SHARED to its parent)")
     return CORPORA
+
+
+@pytest.fixture(scope="session")
+def ngram_model(tmp_path_factory):
+    """``(model dir, test lines)``: a pooled 5-gram model (unlexicalized meta-features)."""
+    from support.models import build_model  # the stages import Beam: only when asked for
+    return build_model(tmp_path_factory.mktemp("ngram"), "5gram", tagged=False)
+
+
+@pytest.fixture(scope="session")
+def tagged_ngram_model(tmp_path_factory):
+    """``(model dir, test lines)``: a 5-gram model of two tagged sources."""
+    from support.models import build_model
+    return build_model(tmp_path_factory.mktemp("tagged-ngram"), "5gram", tagged=True)
+
+
+@pytest.fixture(scope="session")
+def tagged_skip_model(tmp_path_factory):
+    """``(model dir, test lines)``: :data:`support.models.SKIP` on two tagged sources,
+    lexicalized meta-features."""
+    from support.models import SKIP, build_model
+    return build_model(tmp_path_factory.mktemp("tagged-skip"), SKIP, tagged=True,
+                       variant="lexicalized")
+
+
+S3_BUCKET = "snm-test"
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """``s3://snm-test``: a bucket on a moto S3 server started for these tests.
+
+    One server a session: ``snm_core.io.storage`` keeps one S3 filesystem per bucket for
+    the process, made with the endpoint it first saw, so a second server on another port
+    would not be reached.
+    """
+    import pyarrow.fs as pafs
+    port = free_port("127.0.0.1")
+    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto server did not start; see its log") from None
+                time.sleep(0.1)
+        pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"],
+                          allow_bucket_creation=True).create_dir(S3_BUCKET)
+        yield f"s3://{S3_BUCKET}"
+    finally:
+        server.terminate()
+        server.wait()
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def loglinear_run(tmp_path_factory):
+    """``snm train --family loglinear`` (wt2, order 4) on a synthetic corpus: its inputs,
+    ``out`` and ``model`` (the loglinear/ directory)."""
+    from snm.commands.train import main as train_main
+    from snm_core.text import synthetic
+
+    root = tmp_path_factory.mktemp("loglinear")
+    train, dev, test = synthetic.write_corpus(str(root / "corpus"), num_train=800, num_dev=100,
+                                              num_test=100, seed=5)
+    out = root / "run"
+    assert train_main(["--family", "loglinear", "--penalty", "wt2", "--alpha", "0.8",
+                       "--config", "4gram",
+                       "--train", train, "--heldout", dev, "--test", test, "--out", str(out),
+                       "--lam", "1e-5,1e-4", "--epochs", "4", "--num_buckets", "4"]) == 0
+    return {"train": train, "dev": dev, "test": test, "out": out, "model": out / "loglinear"}

@@ -7,8 +7,8 @@ bucket; and the compact model's radix sort and key index.  Python keeps the
 data and the order of work; ctypes releases the GIL during a call.
 
 Why C and not numba (which compiles scoring, :mod:`snm_core.text.compiled`): a
-process that imports numba holds ~150 MiB more, about twice what the whole
-kernel 5-gram fit may use; this library is a few dozen KiB.  setup.py builds it
+process that imports numba holds more memory than a whole fit may use; this
+library is a few dozen KiB.  setup.py builds it
 as the extension ``snm_core.fit._kernels``.
 
 Entries (see the C file's header and :mod:`snm_core.fit.metafeatures`, the
@@ -164,8 +164,7 @@ MAX_THREADS = 16
 #: stays in a core's cache); longer, through pairs sorted by position range.
 DIRECT_PARAMS = 1 << 17
 #: Units (classes or links) whose gradient pairs are sorted at once: enough that
-#: a bucket's gradient gets several pairs a cache line (smaller rounds: kernel
-#: skip-10-gram lexicalized batches 20% slower at 2**15).
+#: a bucket's gradient gets several pairs a cache line (smaller rounds are slower).
 ROUND_UNITS = 1 << 17
 
 
@@ -296,7 +295,8 @@ def adjust_links(spec, key, type_fingerprint, count, diversity, link_ptr, word, 
 
 
 def argsort_keys(keys, scratch=None):
-    """The stable sorting permutation (uint32) of uint64 keys, by radix sort (~5x np.argsort).
+    """The stable sorting permutation (uint32) of uint64 keys, by radix sort (faster than
+    ``np.argsort``).
 
     ``scratch``: a dict that keeps the work arrays between calls (their pages
     are faulted in once, not per call).

@@ -28,7 +28,7 @@ unlexicalized   no ``feature`` and no ``target`` (so no target step)
 feature-only    no ``target`` and no ``link_count``: A depends on f alone
 ==============  ========================================================
 
-Decisions where the pseudo-code leaves room (tested in tests/test_metafeatures.py):
+Decisions where the pseudo-code leaves room (tested in tests/fit/test_metafeatures.py):
 
 * A count's two buckets are floor and ceil of log2(count), weighted by the
   log2 fraction lost in rounding; at an exact power of two the two coincide and

@@ -64,8 +64,8 @@ VALIDATION_SHARE = 0.1
 EVAL_CHUNK = 1 << 14
 #: When more than this share of the hashed slots is in use, theta is the whole
 #: table instead of the slots in use: a position is then the slot, without a
-#: lookup in the slot index, which took half of a kernel 5-gram lexicalized
-#: batch (75% of its 4M slots in use: 0.156 -> 0.083 s, for 16 MiB more).
+#: lookup in the slot index (a large part of a lexicalized batch), for a little
+#: more memory.
 IDENTITY_SHARE = 0.5
 
 
@@ -361,7 +361,7 @@ class AdjustmentProblem:
         Without the feature identity among the row meta-features
         (unlexicalized), a class's entries depend only on its row's type and the
         buckets of its counts: classes with the same signature share one row of
-        positions (kernel 5-gram: 238K classes, ~6K signatures).
+        positions (far fewer signatures than classes).
         """
         if self.spec.variant != "unlexicalized":
             classes = np.arange(self.num_classes, dtype=np.int64)

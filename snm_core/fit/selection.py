@@ -19,8 +19,7 @@ back, and the candidates train on the rest.
   has not improved for ``patience`` epochs (or ``max_epochs``).  The cost is
   about one epoch of each variant plus the leader's run, where training every
   candidate to its own best costs each one's run.
-* ``selection="each"``: every candidate trains until it stops improving (the
-  behaviour before racing).
+* ``selection="each"``: every candidate trains until it stops improving.
 
 The (variant, epochs) with the lowest validation perplexity wins and is
 retrained from scratch on all the held-out data.  This is how the paper's
@@ -324,14 +323,3 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
         say(f"note: {problem.num_unseen_targets:,} held-out events predict a word no training "
             "feature saw (probability 0 whatever theta); they were left out")
     return manifest
-
-
-def load_theta(fit_dir):
-    """``(theta float32 (hash_size,), MetaFeatureSpec, manifest)`` of a fit directory."""
-    manifest = validation.validate_directory(fit_dir, "fit").manifest  # theta's header too
-    path = storage.join(fit_dir, "theta.npy")
-    try:
-        theta = storage.read_npy(path)
-    except (OSError, ValueError, EOFError) as e:
-        raise SnmInputError(f"{path}: cannot read ({tables.one_line(e)}); re-run snm fit") from None
-    return theta, mf.MetaFeatureSpec(**manifest["metafeatures"]), manifest

@@ -1,7 +1,7 @@
 """Small numpy helpers used across stages.
 
-``np.unique`` is avoided: in numpy 2.x it took 13 s on 17M uint64 keys here,
-against 0.1 s for ``np.sort`` plus a comparison with the neighbour.
+``np.unique`` is avoided: in numpy 2.x it is far slower on uint64 keys than
+``np.sort`` plus a comparison with the neighbour.
 """
 
 import numpy as np
@@ -18,7 +18,7 @@ def run_starts(values):
     (int64; empty for an empty array)."""
     if len(values) == 0:
         return np.zeros(0, np.int64)
-    # Written in place: np.r_ concatenates a copy (20% of the call's time).
+    # Written in place: np.r_ would concatenate a copy.
     new_run = np.empty(len(values), dtype=bool)
     new_run[0] = True
     np.not_equal(values[1:], values[:-1], out=new_run[1:])
@@ -28,8 +28,8 @@ def run_starts(values):
 def stable_argsort(values, return_sorted=False):
     """The stable sorting permutation of non-negative integers (uint64 or int64), fast.
 
-    numpy sorts values with SIMD code (x86-simd-sort) but argsorts them 3-4x
-    slower, and its stable argsort of 64-bit integers is a timsort (~17x).  So
+    numpy sorts values with SIMD code (x86-simd-sort) but argsorts them several
+    times slower, and its stable argsort of 64-bit integers is a timsort.  So
     each row's index goes into the low bits of its value (less the minimum),
     and a value sort orders them by (value, index).  When value and index
     together need more than 64 bits, the value's low bits are dropped; rows
@@ -118,8 +118,7 @@ def take_rows(array, index):
     """``array[index]`` for a 2-d array and an index array of rows, fast.
 
     Each row is viewed as one opaque item and the items taken: numpy's fancy
-    index of rows copies them element by element (a kernel features partial,
-    120K rows of 4 int32: 10.6 ms, against 0.4 ms here).
+    index of rows copies them element by element, far more slowly.
 
     Examples
     --------
@@ -138,10 +137,9 @@ def take_runs(values, starts, width):
 
     One 1-d ``np.take`` a column.  ``np.take`` of a sliding-window view first
     copies the whole view (``len(values) * width`` items) into a contiguous
-    array: on a merge bucket's words, once per feature type, that copy was
-    39% of a kernel skip-10-gram count's merge.  Indexing the view's rows
-    (``view[starts]``) was 1.7x slower than this in extraction, and holds the
-    GIL, which ``np.take`` releases.
+    array: on a merge bucket's words, once per feature type.  Indexing the
+    view's rows (``view[starts]``) is slower than this, and holds the GIL,
+    which ``np.take`` releases.
 
     Examples
     --------
@@ -160,8 +158,8 @@ def sorted_ids(keys):
     """Dense ids of keys numbered in key order: ``(ids int64, distinct keys sorted, first
     row of each)``, with ``distinct[ids] == keys``; ``keys`` non-negative integers.
 
-    A sort, whose arrays are a few times the keys' size, rather than a hash table:
-    pyarrow's dictionary encoding of 7.3M uint64 keys peaked near 1 GB.
+    A sort, whose arrays are a few times the keys' size, rather than a hash table
+    (pyarrow's dictionary encoding), which holds far more.
     """
     order, ordered = stable_argsort(keys, return_sorted=True)
     starts = run_starts(ordered)
@@ -192,7 +190,7 @@ def padded_lists(column, width, dtype=np.int64):
     >>> values.tolist(), lengths.tolist()
     ([[4, 5, -1], [-1, -1, -1], [6, -1, -1]], [2, 0, 1])
     """
-    import pyarrow.compute as pc  # not at import: ~10 MiB a process that never needs it
+    import pyarrow.compute as pc  # not at import: its memory only where it is used
 
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)

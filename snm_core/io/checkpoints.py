@@ -3,10 +3,10 @@
 A test sets ``SNM_PAUSE_AT=NAME`` and ``SNM_PAUSE_DIR=DIR`` in the environment
 of the processes it starts.  The first process (of all those sharing ``DIR``)
 to reach :func:`checkpoint` ``(NAME)`` writes ``DIR/NAME.pid`` (its pid) and
-sleeps until ``DIR/NAME.go`` exists, so the test can wait for that file and
-then kill the process at exactly that point (a signal sent after a sleep
-would land anywhere).  Every later arrival, a re-run after the kill
-included, passes straight through.  Without ``SNM_PAUSE_AT`` a checkpoint
+sleeps until ``DIR/NAME.go`` exists, so the test can wait for that file
+(``tests/support/checkpoints.py``) and then kill the process at exactly that
+point (a signal sent after a sleep would land anywhere).  Every later arrival,
+a re-run after the kill included, passes straight through.  Without ``SNM_PAUSE_AT`` a checkpoint
 costs one dictionary lookup.
 """
 
@@ -35,15 +35,3 @@ def checkpoint(name):
     go = os.path.join(directory, f"{name}.go")
     while not os.path.exists(go):
         time.sleep(0.02)
-
-
-def wait_for(directory, name, timeout=120):
-    """In the test: the pid of the process paused at ``name`` (waits for it to arrive)."""
-    ready = os.path.join(directory, f"{name}.pid")
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(ready):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no process reached checkpoint {name!r} in {timeout} s")
-        time.sleep(0.02)
-    with open(ready) as f:
-        return int(f.read())

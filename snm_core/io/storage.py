@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from snm_core.io.errors import RESOURCE_ERRNOS, SnmInputError, SnmStageError
 
-#: Parquet compression for the columns that are compressed at all (zstd: ~3x
+#: Parquet compression for the columns that are compressed at all (zstd: much
 #: smaller than uncompressed on strings and floats, fast to decode).
 PARQUET_COMPRESSION = "zstd"
 
@@ -325,20 +325,20 @@ def read_npy(path):
 def write_parquet(table, path):
     """Write a table as Parquet, atomically, straight to the file (no copy in memory).
 
-    Encodings by column (measured on a kernel 5-gram count bucket):
+    Encodings by column (chosen on count buckets; benchmarks/README.md, "Figures
+    behind the code"):
 
     * ``feature``, the hashed keys a table is sorted by: deltas, uncompressed
       (nearly all distinct, so a dictionary would be built only to be dropped,
-      and zstd found little in the deltas);
+      and zstd finds little in the deltas);
     * other integers (word ids, counts, types, a feature's words): deltas,
-      uncompressed.  Dictionary encoding + zstd took 2-3x as long to write,
-      for 5-15% fewer bytes; zstd on the deltas saved 4.5% of the bytes for
-      10-20% more writing time;
+      uncompressed.  Dictionary encoding + zstd, or zstd on the deltas, save a
+      few bytes for much more writing time;
     * lists of feature keys (held-out events: hashes repeated across rows),
       floats and strings: dictionary, zstd.
 
     A table with feature keys keeps min/max statistics for them only (a key
-    range is the one filter they serve; 6% of the writing time).
+    range is the one filter they serve; the others cost writing time).
     """
     keyed = "feature" in table.column_names
     delta, dictionary = [], []
@@ -363,7 +363,7 @@ def write_parquet(table, path):
 
 def read_parquet(path, columns=None):
     """One Parquet file as a table (``ParquetFile.read``: the dataset layer of
-    ``pq.read_table`` held ~15 MiB more for nothing here).  A file that cannot be
+    ``pq.read_table`` holds more memory for nothing here).  A file that cannot be
     read (missing, truncated, damaged) is an ``SnmInputError`` naming it, one line."""
     from snm_core.io.errors import SnmInputError
 

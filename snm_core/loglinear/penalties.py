@@ -1,7 +1,7 @@
 """Penalties over suffix trees and their proximal operators (Nelakanti et al. 2013).
 
 The log-linear model of "Structured Penalties for Log-linear Language Models"
-(``/work/shared/papers/structured-penalties-loglinear-lm.md``) scores a target
+(``../shared/papers/structured-penalties-loglinear-lm.md``) scores a target
 word y after a context x as p(y|x) ∝ exp(Σ_j w_{j,y} φ_j(x)), where j runs over
 the suffixes of x (the empty suffix included) and φ_j(x) = 1 when j is a
 suffix of x.  For one word y, the weights w_{·,y} live on the nodes of the
@@ -105,8 +105,8 @@ independent vectors over the same tree (e.g. k words sharing one trie).
 Independent trees (e.g. one per target word) form one forest
 (:meth:`SuffixTree.concatenate`).  Everything is float64 inside; float32 input
 gives float32 output.  Numba compiles the passes on first use and caches them
-beside this file; importing this module loads numba (about 150 MiB a process,
-see :mod:`snm_core.text.compiled`), so only the log-linear family should import it.
+beside this file; importing this module loads numba (memory a process, see
+:mod:`snm_core.text.compiled`), so only the log-linear family should import it.
 """
 
 import numba

@@ -37,12 +37,9 @@ removed, so every word keeps a probability.  With held-out text (the join's
 small M), the features it touches weigh ``heldout_weight`` times more: they are
 the ones text of the domain that matters fires.
 
-Measured (benchmarks/README.md, "Pruning"): on kernel's unlexicalized 5-gram at
-15% of the links, count 96.68 and mass 102.9 against 93.17 for ``backoff``; on
-mix's lexicalized skip-10-gram at 25M links (8%), mass 71.83 and count 72.85.
-Scoring by C(f, *) M_fw (the adjusted mass unnormalised) gave 128.4 on the
-5-gram, and the relative entropy against the empty feature alone (taken for the
-rest of the model) 130.9 or worse.  The global cut is found by radix selection
+How the criteria compare, and the scores tried before them (the adjusted mass
+unnormalised, the relative entropy against the empty feature alone), is in
+benchmarks/README.md, "Pruning".  The global cut is found by radix selection
 over per-bucket histograms (:func:`select_rank`), so no worker holds more than
 a bucket.
 """

@@ -40,7 +40,7 @@ class Manifest(collections.abc.Mapping):
     the keys its class does not declare.
 
     Read its fields as attributes.  It is also a read-only mapping of its JSON form
-    (``manifest["totals"]``), for code written against the dict it used to be.
+    (``manifest["totals"]``), for code that reads it as a dict.
     """
 
     KIND: ClassVar[str] = ""

@@ -29,8 +29,8 @@ vocab     ``word_counts.parquet``, ``vocab.txt``
 
 Cost: one ``listdir``, the manifest, each Parquet file's footer (not its
 data), the first ~128 bytes of ``theta.npy`` and the vocabulary parsed once
-(returned, so the caller need not read it again).  A kernel 5-gram count
-directory (64 buckets, 7.3M links): see ``DESIGN.md`` 7.2.
+(returned, so the caller need not read it again); what that costs on a
+large count directory: ``DESIGN.md`` 7.2.
 
 Damage inside a Parquet file's data pages that leaves its footer intact is
 found when the stage reads the file: :func:`snm_core.io.storage.read_parquet`

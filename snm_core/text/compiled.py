@@ -8,7 +8,7 @@
 Only scoring imports this module (through
 :mod:`snm_core.model.layouts.hashed_kernels`, or a trie layout); once it is
 imported, ``hashing.mix64``/``combine`` and ``Vocabulary.ids`` use it (same
-results).  Counting and fitting do not load it: numba costs ~150 MiB a process
+results).  Counting and fitting do not load it: numba costs memory a process
 (the fit's own loops are C, ``_kernels.c``), and hashing is a sliver of a
 count's time.  ``numba`` compiles on first use and caches the machine code
 beside this file (``cache=True``), so only the first process after an install

@@ -13,9 +13,9 @@ hashing is salted per process.
   pairs among n keys).
 
 In a process that has imported :mod:`snm_core.text.compiled` (scoring does), the
-two run as its numba ufuncs instead: the same values, about 20x faster (one
-pass instead of seven).  Nothing else imports it: numba costs ~150 MiB a
-process, and hashing is a sliver of the time of counting.  The fit's and
+two run as its numba ufuncs instead: the same values, faster (one pass instead
+of seven).  Nothing else imports it: numba costs memory a process, and hashing
+is a sliver of the time of counting.  The fit's and
 apply's meta-feature hashes are computed in ``_kernels.c``, with the same
 definitions.
 """

@@ -11,7 +11,7 @@ ASCII space, tab, ``\r``, ``\v``, ``\f``, the separators U+001C-U+001F,
 and Unicode's spaces and breaks (U+0085, U+00A0 no-break space, U+1680,
 U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).  pyarrow's
 ``utf8_split_whitespace`` and ``utf8_trim_whitespace`` use exactly that set
-(``tests/test_input_text.py`` checks every code point), and so do the
+(``tests/text/test_input_text.py`` checks every code point), and so do the
 vocabulary file's checks (:meth:`snm_core.text.vocab.Vocabulary.parse`).
 Zero-width characters (U+200B, U+2060, U+FEFF) are not whitespace.  Words are
 not Unicode-normalised: ``"e\u0301"`` (e + combining acute) and ``"\u00e9"``

@@ -135,8 +135,8 @@ def index_bits(n):
 
 def table_bits(n):
     """Top-bit slots of an :class:`EntryTable` over n keys: one to two keys a slot (two
-    to four made lookups ~10% slower for 1.3 bytes a key less); at most 32, so that
-    the 32 stored bits follow the slot's."""
+    to four would make lookups slower for little memory); at most 32, so that the 32
+    stored bits follow the slot's."""
     return min(32, index_bits(n))
 
 
@@ -305,7 +305,7 @@ class Model(LineScoring, StateScoring):
     One model may be shared by threads: after ``__init__`` nothing in it
     changes (its arrays are only read, the vocabulary's lookup table is built
     here, and every call's work arrays are its own), so concurrent calls give
-    exactly the scores of one thread (``tests/test_model_threads.py``).
+    exactly the scores of one thread (``tests/model/test_model_threads.py``).
     """
 
     def __init__(self, manifest, vocab, arrays):

@@ -1,10 +1,11 @@
 """Compiled loops (numba) of the hashed layout's scoring.
 
 Scoring looks up every (event, feature) pair in the model, a key-index probe
-for the feature, then one for the link to the target word.  In numpy that was
-a dozen whole-array passes per batch under the GIL; :func:`event_sums` makes a
-few tight passes per block of pairs, whose cache misses overlap, with the GIL
-released.  Only scoring imports this module (numba costs ~150 MiB a process).
+for the feature, then one for the link to the target word.  In numpy that
+would be a dozen whole-array passes per batch under the GIL; :func:`event_sums`
+makes a few tight passes per block of pairs, whose cache misses overlap, with
+the GIL released.  Only scoring imports this module (numba costs memory a
+process).
 
 The tests hold these to independent computations: brute-force perplexity from
 the counts, probabilities that sum to one, KenLM on the exported ARPA, and

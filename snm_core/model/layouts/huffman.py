@@ -6,9 +6,10 @@ and a decoder needs only per-length tables (:class:`DecodeTable`), which the
 compiled reader in :mod:`snm_core.model.layouts.trie_kernels` walks on a left-justified
 window of the next ``MAX_CODE_BITS`` bits of the stream.
 
-Why Huffman and not the slides' unary-length codes (Elias gamma): on kernel
-5-gram the gamma code of a word's frequency rank costs 11.4 bits where the
-words' entropy is 8.8, and of a value's rank 19.2 bits against 12.9.
+Why Huffman and not the slides' unary-length codes (Elias gamma): the gamma
+code of a word's or a value's frequency rank costs bits well above their
+entropy, which a Huffman code comes within a bit of (benchmarks/README.md,
+"Figures behind the code").
 """
 
 import dataclasses

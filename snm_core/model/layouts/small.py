@@ -19,8 +19,9 @@ frequent words) have it stored.  A lookup is a binary search of the block
 keys and the decoding of one block; the empty context's entries, which every
 event looks up, are decoded once when the model is loaded.
 
-Kernel 5-gram: 2.5 bytes a link, against 19.5 in the hashed layout; n-gram
-configurations only (tagged too), and no unadjusted model (c(w|f)).
+A few bytes a link, several times fewer than the hashed layout's
+(benchmarks/README.md, "Trie and small layouts"); n-gram configurations only
+(tagged too), and no unadjusted model (c(w|f)).
 """
 
 

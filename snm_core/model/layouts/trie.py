@@ -12,8 +12,9 @@ a binary search of the context's entries whose last probe holds the value.
 M* is the float64 sum of the context's stored values, so the stored model is
 exactly normalised.
 
-Kernel 5-gram: 10.05 bytes a link (KenLM's trie 10.4); n-gram configurations
-only (tagged too), and no unadjusted model (c(w|f)).
+About as many bytes a link as KenLM's trie (benchmarks/README.md, "Trie and
+small layouts"); n-gram configurations only (tagged too), and no unadjusted
+model (c(w|f)).
 """
 
 import numpy as np

@@ -326,8 +326,8 @@ def _prefetch_entries(order, context, tables):
 def _layout(tables, trie, small):
     """The Python function of ``trie`` for the trie layout's tables, else of ``small``,
     for an overload to inline: a static choice, so the loop inlines its lookups (a
-    function passed as an argument is called, which took twice the time) and stays
-    one module-level function.  (A loop built per layout in a closure was compiled
+    function passed as an argument is called, which is slower) and stays one
+    module-level function.  (A loop built per layout in a closure would be compiled
     again in every process: numba keys a closure's cache by its variables, and a
     jitted function pickles with an id new in every process.)"""
     return (trie if len(tables.types) == TRIE_TABLES else small).py_func

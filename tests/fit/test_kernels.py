@@ -1,0 +1,129 @@
+"""The compiled loops (snm_core/fit/_kernels.c) against the numpy definition of the
+meta-features (snm_core.fit.metafeatures) and against each other's paths."""
+
+import numpy as np
+import pytest
+from support.problems import (
+    HELDOUT,
+    SKIP,
+    SPECS,
+    TRAIN,
+    join_tables,
+    problem,
+    random_theta,
+    spec_name,
+    vocabulary,
+)
+
+from snm_core.fit import kernels
+from snm_core.fit import metafeatures as mf
+from snm_core.fit import problem as fit_problem
+from snm_core.fit.metafeatures import MetaFeatureSpec
+from snm_core.text.config import parse_config
+
+
+def canonical(slots, weights):
+    """(slot, weight) pairs with a non-zero weight, sorted: a set of entries."""
+    keep = weights > 0
+    order = np.lexsort((weights[keep], slots[keep]))
+    return slots[keep][order], weights[keep][order]
+
+
+@pytest.mark.parametrize("params", SPECS, ids=spec_name)
+def test_entries_equal_the_numpy_definition(params):
+    variant, diversity, continuation = params
+    spec = MetaFeatureSpec(variant, 1 << 16, diversity, continuation)
+    rng = np.random.default_rng(0)
+    n = 300
+    key = rng.integers(0, 2 ** 63, n).astype(np.uint64)
+    type_fp = rng.integers(0, 2 ** 63, n).astype(np.uint64)
+    feature_count = rng.choice([1, 2, 3, 5, 8, 100, 1024, 5000, 2 ** 40 + 3], n)
+    diversity_count = rng.choice([1, 2, 3, 7, 16], n)
+    per_row = rng.integers(1, 4, n)
+    ptr = np.r_[0, np.cumsum(per_row)]
+    word = rng.integers(0, 100, ptr[-1]).astype(np.int32)
+    link_count = rng.choice([1, 2, 3, 4, 6, 9, 4095, 4096, 5000], ptr[-1])
+    continuation_count = rng.choice([0, 1, 2, 3, 7], ptr[-1])
+    row_slot, row_weight, slot, weight = kernels.link_entries(
+        spec, key, type_fp, feature_count, diversity_count, ptr, word, link_count,
+        continuation_count)
+    (r_idx, r_wt), (u_idx, u_wt) = mf.entries(
+        spec, key, type_fp, feature_count, diversity_count, np.repeat(np.arange(n), per_row),
+        word, link_count, continuation_count)
+    for ours, theirs in [((row_slot[r], row_weight[r]), (r_idx[r], r_wt[r])) for r in range(n)] \
+            + [((slot[i], weight[i]), (u_idx[i], u_wt[i])) for i in range(ptr[-1])]:
+        a_slot, a_weight = canonical(*ours)
+        b_slot, b_weight = canonical(theirs[0], theirs[1].astype(np.float64))
+        assert a_slot.tolist() == b_slot.tolist()
+        assert np.allclose(a_weight, b_weight, rtol=1e-6)  # numpy keeps weights in float32
+
+
+def reference(small_m, events, spec, type_fingerprint, num_types, dense_theta):
+    """By the numpy definition: M_f* of every feature, the held-out log-likelihood
+    (events whose target no feature has seen left out) and the slots in use."""
+    feature = small_m["feature"].to_numpy()
+    word = small_m["word"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]])
+    row_of_link = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(feature)]))
+    type_id = (small_m["tag"].to_numpy()[starts].astype(np.int64) * num_types
+               + small_m["type"].to_numpy()[starts])
+    count = small_m["count"].to_numpy()
+    feature_count = small_m["feature_count"].to_numpy()[starts]
+    rows, units = mf.entries(spec, feature[starts], type_fingerprint[type_id], feature_count,
+                             small_m["diversity"].to_numpy()[starts], row_of_link, word, count,
+                             small_m["continuation"].to_numpy())
+    used = set(rows[0][rows[1] > 0].tolist()) | set(units[0][units[1] > 0].tolist())
+    adjusted = mf.adjustment(dense_theta.astype(np.float64), rows, units, row_of_link)
+    m = count / feature_count[row_of_link] * np.exp(adjusted)
+    m_star = np.bincount(row_of_link, weights=m)
+    row_of = {int(k): r for r, k in enumerate(feature[starts])}
+    link_of = {(int(f), int(w)): i for i, (f, w) in enumerate(zip(feature, word))}
+    loglik = 0.0
+    for keys, target in zip(events["features"].to_pylist(), events["target"].to_pylist()):
+        present = [k for k in keys if k in row_of]
+        y_t = sum(m[link_of[k, target]] for k in present if (k, target) in link_of)
+        if y_t > 0:
+            loglik += np.log(y_t) - np.log(sum(m_star[row_of[k]] for k in present))
+    return m_star, loglik, used
+
+
+@pytest.mark.parametrize("identity", [False, True], ids=["slot-index", "whole-table"])
+@pytest.mark.parametrize("params", SPECS, ids=spec_name)
+def test_m_star_and_likelihood_equal_the_numpy_definition(params, identity, monkeypatch):
+    """A(f, w) through stored positions, the slot index or the whole table is the definition's."""
+    monkeypatch.setattr(fit_problem, "IDENTITY_SHARE", 0.0 if identity else 1.0)
+    variant, diversity, continuation = params
+    spec = MetaFeatureSpec(variant, 1 << 12, diversity, continuation)
+    lines = [line for source in (TRAIN[:200], TRAIN[200:]) for line in source]
+    vocab = vocabulary(lines + list(HELDOUT))
+    small_m, events, manifest = join_tables(parse_config(SKIP), [TRAIN[:200], TRAIN[200:]],
+                                            HELDOUT, vocab, ["a", "b"])
+    fingerprints = fit_problem.type_fingerprints(manifest)
+    prob = fit_problem.AdjustmentProblem([small_m], fit_problem.Events.from_table(events), spec,
+                                         fingerprints, len(manifest["feature_types"]))
+    assert (prob.slot_index is None) == identity
+    theta = random_theta(prob, 0.3, seed=4)
+    m_star, loglik, used = reference(small_m, events, spec, fingerprints,
+                                     len(manifest["feature_types"]), prob.dense_theta(theta))
+    assert prob.weights_in_use() == len(used)
+    assert np.allclose(prob.m_star(theta), m_star, rtol=1e-5)
+    assert prob.log_likelihood(theta) == pytest.approx(loglik, rel=1e-6)
+    assert prob.batch(theta, np.arange(prob.num_events))[0] == pytest.approx(loglik, rel=1e-6)
+
+
+@pytest.mark.parametrize("params", SPECS, ids=spec_name)
+def test_gradient_through_sorted_pairs_equals_the_direct_sum(params, monkeypatch):
+    """A long theta takes its gradient through pairs sorted by position; a short one in place."""
+    variant, diversity, continuation = params
+    spec = MetaFeatureSpec(variant, 1 << 16, diversity, continuation)
+    results = {}
+    monkeypatch.setattr(kernels, "ROUND_UNITS", 29)  # rounds cut rows and classes
+    for direct in (kernels.DIRECT_PARAMS, 0):
+        monkeypatch.setattr(kernels, "DIRECT_PARAMS", direct)
+        prob = problem(SKIP, [TRAIN[:200], TRAIN[200:]], HELDOUT, spec, tags=["a", "b"])
+        theta = random_theta(prob, 0.3, seed=2)
+        results[direct] = prob.batch(theta, np.arange(0, prob.num_events, 2))
+    (a_loglik, a_grad), (b_loglik, b_grad) = results.values()
+    assert a_loglik == b_loglik
+    # The sorted pairs carry float32 values.
+    assert np.allclose(a_grad, b_grad, rtol=1e-5, atol=1e-6 * np.abs(a_grad).max())

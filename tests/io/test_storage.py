@@ -1,0 +1,207 @@
+"""The storage layer against a real S3-protocol server (moto's, on localhost), and locally.
+
+The server runs in its own process; the client is pyarrow's S3 filesystem,
+configured as users configure it (``AWS_ENDPOINT_URL`` and keys in the
+environment): no patched calls.  The server is the ``s3`` fixture (tests/conftest.py).
+"""
+
+import bz2
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from snm.commands.train import main as train_main
+from snm_core.io import storage, tables, textfile
+from snm_core.io.errors import SnmInputError
+from snm_core.stages import manifests
+from snm_core.text import synthetic
+
+
+def test_atomic_writes_glob_and_removal_on_s3(s3):
+    base = f"{s3}/unit"
+    storage.write_json({"a": 1}, f"{base}/x/manifest.json")
+    storage.write_bytes(b"one", f"{base}/x/part-1.txt")
+    storage.write_bytes(b"two", f"{base}/x/part-2.txt")
+    storage.write_bytes(b"other", f"{base}/x/sub/part-3.txt")
+    assert storage.read_json(f"{base}/x/manifest.json") == {"a": 1}
+    assert storage.glob(f"{base}/x/part-*.txt") == [f"{base}/x/part-1.txt",
+                                                    f"{base}/x/part-2.txt"]
+    assert storage.listdir(f"{base}/x") == ["manifest.json", "part-1.txt", "part-2.txt"]
+    assert storage.isfile(f"{base}/x/part-1.txt") and not storage.isfile(f"{base}/x/nope")
+
+    # A write that fails leaves neither the file nor its temporary object.
+    with pytest.raises(ZeroDivisionError):
+        with storage.atomic_output(f"{base}/x/broken.bin") as f:
+            f.write(b"half")
+            1 / 0
+    assert storage.listdir(f"{base}/x") == ["manifest.json", "part-1.txt", "part-2.txt"]
+
+    storage.write_npy(np.arange(5, dtype=np.int32), f"{base}/x/a.npy")
+    assert storage.read_npy(f"{base}/x/a.npy").tolist() == [0, 1, 2, 3, 4]
+    storage.write_parquet(pa.table({"feature": pa.array([3, 1], pa.uint64())}),
+                          f"{base}/x/t.parquet")
+    assert storage.read_parquet(f"{base}/x/t.parquet")["feature"].to_pylist() == [3, 1]
+
+    storage.remove_tree(f"{base}/x")
+    assert storage.glob(f"{base}/x/**") == [] and not storage.exists(f"{base}/x/manifest.json")
+
+
+def test_manifest_checks_listed_files_on_s3(s3):
+    directory = f"{s3}/manifest-check"
+    storage.write_json({"kind": "fit", "format_version": tables.FORMAT_VERSION,
+                        "files": ["theta.npy"]}, f"{directory}/manifest.json")
+    with pytest.raises(SnmInputError, match="theta.npy is listed"):
+        manifests.Fit.read(directory)
+    with pytest.raises(SnmInputError, match="expected 'snm count'"):
+        manifests.Count.read(directory)
+    with pytest.raises(SnmInputError, match="no manifest.json"):
+        manifests.Fit.read(f"{s3}/nothing-here")
+
+
+@pytest.mark.parametrize("name, compress", [
+    ("plain.txt", lambda b: b), ("text.txt.gz", gzip.compress), ("text.txt.bz2", bz2.compress),
+    ("text.txt.zst", lambda b: pa.compress(b, "zstd", asbytes=True))])
+def test_one_text_reader_for_every_compression(tmp_path, name, compress):
+    data = "a b\n\n  \nc\xa0d\n".encode() + b"\xff bad\nlast"
+    if name.endswith(".zst"):  # a zstd frame, as the zstd tool writes it
+        stream = pa.BufferOutputStream()
+        with pa.CompressedOutputStream(stream, "zstd") as f:
+            f.write(data)
+        blob = stream.getvalue().to_pybytes()
+    else:
+        blob = compress(data)
+    (tmp_path / name).write_bytes(blob)
+    assert textfile.read_lines(str(tmp_path / name)) == ["a b", "", "  ", "c\xa0d", None, "last"]
+
+
+def test_a_damaged_gz_is_one_error_naming_the_file(tmp_path):
+    path = tmp_path / "cut.txt.gz"
+    text = "".join(f"{i} {i * 7919 % 10007}\n" for i in range(20000)).encode()
+    path.write_bytes(gzip.compress(text)[:2000])
+    with pytest.raises(SnmInputError, match="cut.txt.gz: cannot decompress"):
+        textfile.read_lines(str(path))
+    (tmp_path / "fake.txt.gz").write_bytes(b"plain text\n")
+    with pytest.raises(SnmInputError, match="fake.txt.gz: cannot decompress"):
+        textfile.read_lines(str(tmp_path / "fake.txt.gz"))
+
+
+def _files(directory):
+    """Relative paths of the files under a local or remote directory, and their bytes."""
+    fs, inner = storage.filesystem(directory)
+    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
+    out = {}
+    for info in infos:
+        if info.type == pafs.FileType.File:
+            with fs.open_input_stream(info.path) as f:
+                out[info.path[len(inner) + 1:]] = f.read()
+    return out
+
+
+def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), num_train=1500,
+                                              num_dev=150, num_test=150, seed=7)
+    remote = {}
+    for path in (train, dev, test):  # inputs in the bucket too, one compressed
+        name = os.path.basename(path) + (".gz" if "train" in path else "")
+        remote[path] = f"{s3}/corpus/{name}"
+        with open(path, "rb") as f:
+            data = f.read()
+        storage.write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data,
+                            remote[path])
+
+    def args(inputs, out):
+        return ["--config", "skip5gram", "--train", inputs[train], "--heldout", inputs[dev],
+                "--test", inputs[test], "--out", out, "--metafeatures", "unlexicalized",
+                "--epochs", "2", "--hash_size", "65536", "--num_buckets", "4"]
+
+    local_out = str(tmp_path / "local")
+    assert train_main(args({p: p for p in remote}, local_out)) == 0
+    remote_out = f"{s3}/runs/first"
+    assert train_main(args(remote, remote_out)) == 0
+    capsys.readouterr()
+
+    local, bucket = _files(local_out), _files(remote_out)
+    assert sorted(local) == sorted(bucket)
+    for name in local:
+        if name.endswith((".parquet", ".npy", "vocab.txt")):
+            assert local[name] == bucket[name], name
+    assert json.loads(local["eval.json"]) == json.loads(bucket["eval.json"])
+
+    # A second run finds every stage finished and current.
+    assert train_main(args(remote, remote_out)) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 6
+
+    # eval reads compressed text like plain text (the README's promise).
+    from snm.cli import main as snm_main
+    with open(test, "rb") as f, open(tmp_path / "test.txt.gz", "wb") as g:
+        g.write(gzip.compress(f.read()))
+    assert snm_main(["eval", "--model", f"{local_out}/model", "--json",
+                     str(tmp_path / "test.txt.gz")]) == 0
+    assert json.loads(capsys.readouterr().out)["adjusted"]["perplexity"] == pytest.approx(
+        json.loads(local["eval.json"])["adjusted"]["perplexity"], rel=1e-12)
+
+    # eval and score read the remote model (its arrays cached locally).
+    from snm.commands.score import main as score_main
+    from snm.evaluation import evaluate
+    assert evaluate(f"{remote_out}/model", remote[test]) == json.loads(bucket["eval.json"])
+    assert os.listdir(tmp_path / "cache")  # the scoring arrays, copied on first load
+    assert score_main(["--model", f"{remote_out}/model", remote[test],
+                       "--out", f"{s3}/scores.tsv"]) == 0
+    scored = storage.read_text(f"{s3}/scores.tsv").splitlines()
+    assert len(scored) == 150 and all(len(line.split("\t")) == 4 for line in scored)
+
+
+def test_a_run_directory_in_s3_is_locked_by_a_conditional_write(s3):
+    """Two runs on one s3:// --out: the second is refused naming the holder, whose lock
+    object (created with If-None-Match) is left alone; released at the end; a dead
+    holder's lock (this host, no such process) is taken over."""
+    import json
+    import socket
+
+    from snm_core.io.errors import SnmInputError
+    from snm_core.io.runlock import LOCK_NAME, run_lock
+
+    out = f"{s3}/locked-run"
+    lock = storage.join(out, LOCK_NAME)
+    with run_lock(out, "snm train (the first)"):
+        held = storage.read_bytes(lock)
+        assert json.loads(held)["command"] == "snm train (the first)"
+        with pytest.raises(SnmInputError, match=r"locked-run is in use by snm train \(the "
+                                                r"first\) \(host .*, pid %d" % os.getpid()):
+            with run_lock(out, "snm train (the second)"):
+                pass
+        assert storage.read_bytes(lock) == held
+    assert not storage.exists(lock)
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    storage.write_text(json.dumps({"host": socket.gethostname(), "pid": int(child.stdout),
+                                   "command": "snm count", "started": 0}), lock)
+    with run_lock(out, "snm train (after a crash)"):
+        assert json.loads(storage.read_bytes(lock))["command"] == "snm train (after a crash)"
+    assert not storage.exists(lock)
+
+
+def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, ngram_model, tmp_path, monkeypatch):
+    """``compact/`` in the trie layout for a model in a bucket: built locally, uploaded,
+    read back through the local cache, scoring as the local model does."""
+    from snm_core.model.compact import compile_model, load_model
+    from snm_core.model.layouts.trie import TrieModel
+    monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
+    local, test = tmp_path / "built", ngram_model[1]
+    shutil.copytree(ngram_model[0], local)
+    remote = f"{s3}/models/ngram"
+    storage.upload_tree(str(local), remote, last="manifest.json")
+    for model_dir in (remote, str(local)):
+        compile_model(model_dir, "trie")
+    loaded = load_model(remote)
+    assert isinstance(loaded, TrieModel)
+    assert loaded.evaluate_lines(test) == load_model(str(local)).evaluate_lines(test)

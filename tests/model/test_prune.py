@@ -1,0 +1,305 @@
+"""``snm prune``: a complete, normalised, ARPA-exportable model of the size asked for,
+its links scored by the relative entropy that removing each one causes."""
+
+import numpy as np
+import pytest
+from support.models import build_model
+from support.runs import train_argv
+
+from snm.cli import main
+from snm_core.io import tables
+from snm_core.model import prune
+from snm_core.model.arpa import backoff_form
+from snm_core.model.compact import load_model, read_model_tables
+from snm_core.stages import manifests
+from snm_core.text.config import parse_config
+from snm_core.text.vocab import BOS_ID
+
+
+@pytest.fixture(scope="module")
+def models(ngram_model, tagged_ngram_model):
+    """The session's pooled and tagged 5-gram models (tests/conftest.py), and test lines."""
+    return {"pooled": ngram_model[0], "tagged": tagged_ngram_model[0], "test": ngram_model[1]}
+
+
+def links_of(model_dir):
+    return manifests.Model.read(str(model_dir))["totals"]["links"]
+
+
+@pytest.mark.parametrize("which", ["pooled", "tagged"])
+def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_path):
+    source = models[which]
+    before = links_of(source)
+    target = before // 4
+    out = tmp_path / "pruned"
+    assert main(["prune", "--model", str(source), "--out", str(out),
+                 "--target_links", str(target)]) == 0
+    after = links_of(out)
+    assert abs(after - target) <= max(target // 100, 2)  # an n-gram's tag copies go together
+    model = load_model(str(out))
+    rng = np.random.default_rng(1)
+    words = model.vocab.words[3:]
+    for context in [[], ["begin1"], models["test"][0].split()[:3]] + [
+            list(rng.choice(words, size=rng.integers(1, 6))) for _ in range(6)]:
+        assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-6), context
+    card = (out / "model_card.md").read_text()
+    assert "## Pruning" in card and f"{after:,} of {before:,} links kept" in card
+    assert "bytes a link" in card and "layout hashed (3): hashed keys" in card
+    # what is left is still a complete n-gram model: ARPA holds it, and KenLM scores
+    # the export as snm does
+    kenlm = pytest.importorskip("kenlm")
+    arpa = tmp_path / "pruned.arpa"
+    assert main(["export-arpa", "--model", str(out), "--out", str(arpa)]) == 0
+    lm = kenlm.Model(str(arpa))
+    test = models["test"]
+    kenlm_ppl = 10 ** (-sum(lm.score(s, bos=True, eos=True) for s in test)
+                       / sum(len(s.split()) + 1 for s in test))
+    ours = model.evaluate_lines(test)["adjusted"]["perplexity"]
+    assert abs(kenlm_ppl - ours) / ours < 1e-4
+    unpruned = load_model(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
+    assert ours > unpruned  # pruning costs something, and is deterministic:
+    again = tmp_path / "again"
+    assert main(["prune", "--model", str(source), "--out", str(again),
+                 "--target_links", str(target)]) == 0
+    for name in sorted(p.name for p in out.glob("*.parquet")):
+        assert (out / name).read_bytes() == (again / name).read_bytes()
+
+
+def test_the_score_is_the_relative_entropy_of_removing_the_link(models, tmp_path):
+    """Oracle: the model with one link removed, scored by the SNM itself; the KL divergence
+    of its distribution from the full model's, in that link's context, is D(h, w)."""
+    source = models["pooled"]
+    features, matrix, manifest = read_model_tables(str(source))
+    form = backoff_form(features, matrix, parse_config(manifest["config"]), str(source))
+    counts = np.ones(len(form.ctx_keys))  # every context weighted alike: D itself
+    scores = prune.entry_scores(form, counts) * counts.sum()
+    full = load_model(str(source))
+    vocab = full.vocab
+    rng = np.random.default_rng(3)
+    # Contexts of the longest order: Model.distribution puts <S> before a context, which
+    # is then out of the window.
+    candidates = np.flatnonzero(form.ctx_len[form.l_ctx] == form.order - 1)
+    for entry in rng.choice(candidates, size=4, replace=False):
+        keep_row = form.row_link != entry
+        pruned_features, pruned_matrix = prune._pruned_tables(features, matrix, keep_row)
+        out = tmp_path / f"minus-{entry}"
+        prune._write_model(str(source), str(out), manifest, pruned_features, pruned_matrix,
+                           {"criterion": "one link", "target_links": None, "threshold": 0.0,
+                            "links_before": matrix.num_rows,
+                            "features_before": features.num_rows, "source": str(source)})
+        ids = form.ctx_words[form.l_ctx[entry], :form.ctx_len[form.l_ctx[entry]]]
+        context = [vocab.word(int(w)) for w in ids if w != BOS_ID]  # distribution adds <S>
+        p = full.distribution(context).astype(np.float64)
+        q = load_model(str(out)).distribution(context).astype(np.float64)
+        kl = float(np.sum(p * np.log(p / q)))
+        assert kl == pytest.approx(scores[entry], rel=2e-3, abs=1e-9), context
+
+
+def test_a_threshold_keeps_the_links_scored_at_least_that(models, tmp_path):
+    out_low, out_high = tmp_path / "low", tmp_path / "high"
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(out_low),
+                 "--threshold", "1e-7"]) == 0
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(out_high),
+                 "--threshold", "1e-5"]) == 0
+    assert links_of(models["pooled"]) > links_of(out_low) > links_of(out_high)
+
+
+def test_bad_requests_are_one_line_errors(models, tmp_path, capsys):
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(models["pooled"]),
+                 "--target_links", "10"]) == 2
+    assert "--out must differ from --model" in capsys.readouterr().err
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(tmp_path / "x"),
+                 "--target_links", "0"]) == 2
+    assert "--target_links must be at least 1" in capsys.readouterr().err
+
+
+def test_train_prunes_to_a_size_and_evaluates_the_pruned_model(tmp_path, capsys):
+    from snm_core.text import synthetic
+    root = tmp_path / "corpus"
+    train, dev, test = synthetic.write_corpus(str(root), 600, 80, 80, seed=4)
+    corpus = {"train": train, "dev": dev, "test": test}
+    out = tmp_path / "run"
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "3000"]) == 0
+    printed = capsys.readouterr().out
+    assert "=== 6/7 prune: 3,000 of" in printed and "=== 7/7 eval" in printed
+    assert links_of(out / "pruned") == 3000
+    evaluated = load_model(str(out / "pruned")).evaluate_lines(
+        [line.strip() for line in open(test) if line.strip()])
+    import json
+    reports = json.loads((out / "eval.json").read_text())
+    assert reports["adjusted"]["perplexity"] == pytest.approx(
+        evaluated["adjusted"]["perplexity"], rel=1e-12)
+    assert "## Pruning" in (out / "pruned" / "model_card.md").read_text()
+    # a re-run skips everything; another size re-runs prune and eval only
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "3000"]) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 7
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "2000"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("up to date, skipped") == 5 and links_of(out / "pruned") == 2000
+
+
+# --- the mass criterion (pipelines/prune.py): any configuration, bucket by bucket ---------
+
+@pytest.fixture(scope="module")
+def skipgram_model(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("skip"), "skip5gram", tagged=True)
+
+
+def test_rank_selection_keeps_the_best_ranked_links(tmp_path):
+    """Oracle: sorting all ranks.  Buckets' histograms add up; a tolerance stops early
+    but stays within it."""
+    rng = np.random.default_rng(5)
+    scores = np.concatenate([rng.lognormal(-12, 3, 40_000), np.full(3_000, 1e-6),
+                             np.full(500, np.inf)])  # ties, and protected links
+    keys = rng.integers(0, 2 ** 63, len(scores), dtype=np.int64).astype(np.uint64)
+    shares = rng.choice([1.0, 0.5, 0.25], len(scores))
+    ranks = prune.rank_keys(scores, shares, keys, rng.integers(0, 1000, len(scores)))
+    buckets = np.array_split(rng.permutation(ranks), 7)
+
+    def histogram(level, prefix):
+        return sum(prune.rank_histogram(b, level, prefix) for b in buckets)
+
+    ordered = np.sort(ranks)[::-1]
+    for target in (1, 500, 501, 2_000, 12_345, 41_000, len(ranks) - 1):
+        threshold, kept = prune.select_rank(histogram, target)
+        assert kept == target == np.count_nonzero(ranks >= np.uint64(threshold))
+        assert np.uint64(threshold) <= ordered[target - 1]
+        tolerance = target // 100
+        threshold, kept = prune.select_rank(histogram, target, tolerance)
+        assert abs(kept - target) <= tolerance
+        assert kept == np.count_nonzero(ranks >= np.uint64(threshold))
+    assert prune.select_rank(histogram, 10 ** 9) == (0, len(ranks))
+    # a higher score is a higher rank, whatever the adjusted mass and key; then a higher
+    # adjusted mass
+    assert prune.rank_keys([2e-9], [0.1], [0], [0])[0] > \
+        prune.rank_keys([1e-9], [1.0], [2 ** 63], [7])[0]
+    assert prune.rank_keys([1e-9], [0.5], [0], [0])[0] > \
+        prune.rank_keys([1e-9], [0.4], [2 ** 63], [7])[0]
+
+
+def test_link_masses_are_the_training_and_adjusted_masses(skipgram_model):
+    """Oracle: per link from the model's tables, in Python; the held-out text's features
+    weigh more."""
+    features, matrix, manifest = read_model_tables(str(skipgram_model[0]))
+    events = manifest["count_totals"]["events"]
+    touched = np.unique(features["feature"].to_numpy()[::3])
+    masses = prune.link_masses(features, matrix, events, touched, heldout_weight=5.0)
+    links = matrix.to_pylist()
+    touched_set = set(touched.tolist())
+    link = 0
+    for f in features.to_pylist():
+        weight = (5.0 if f["feature"] in touched_set else 1.0) / events
+        for _ in range(f["diversity"]):
+            c_wf = links[link]["count"] / f["count"]
+            assert masses["count"][link] == pytest.approx(weight * f["count"] * c_wf)
+            assert masses["adjusted"][link] == pytest.approx(
+                weight * f["count"] * links[link]["m"] / f["m_star"], rel=1e-6)
+            link += 1
+    assert link == matrix.num_rows
+    # the criteria rank by one mass, ties broken by the other; the empty feature is kept
+    empty = manifest["feature_types"].index("0-gram")
+    for criterion, (primary, _) in prune.BUCKET_CRITERIA.items():
+        scoring = prune.BucketScoring(criterion, events, (empty,), 5.0)
+        ranks, protected = scoring.ranks(features, matrix, touched)
+        assert protected.any() and (ranks[protected] >= prune.score_rank(np.inf)).all()
+        scores = masses[primary][~protected].astype(np.float32)
+        order = np.argsort(ranks[~protected], kind="stable")
+        assert (np.diff(scores[order]) >= 0).all()
+
+
+def test_a_skipgram_model_pruned_by_mass_is_complete_and_normalised(skipgram_model, tmp_path):
+    source, test = skipgram_model
+    before = links_of(source)
+    target = before // 5
+    out = tmp_path / "pruned"
+    assert main(["prune", "--model", str(source), "--out", str(out),
+                 "--target_links", str(target)]) == 0  # mass: the default for skip-grams
+    after = links_of(out)
+    assert abs(after - target) <= target // 100
+    features, matrix, manifest = read_model_tables(str(out))
+    assert manifest["pruning"]["criterion"].startswith("mass")
+    assert manifest["pruning"]["heldout"] is None
+    # exact renormalisation: each feature's M_f* is the sum of the links it kept
+    sums = np.add.reduceat(matrix["m"].to_numpy().astype(np.float64),
+                           np.r_[0, np.cumsum(features["diversity"].to_numpy())[:-1]])
+    assert np.allclose(features["m_star"].to_numpy(), sums, rtol=1e-12)
+    assert (features["diversity"].to_numpy() > 0).all()
+    # the empty feature's links all stay
+    source_features, source_matrix, _ = read_model_tables(str(source))
+    empty = manifest["feature_types"].index("0-gram")
+    kept_empty = features.filter(features["type"].to_numpy() == empty)
+    was_empty = source_features.filter(source_features["type"].to_numpy() == empty)
+    assert kept_empty["diversity"].to_pylist() == was_empty["diversity"].to_pylist()
+    model = load_model(str(out))
+    words = model.vocab.words[3:]
+    rng = np.random.default_rng(2)
+    for context in [[], test[0].split()[:4]] + [
+            list(rng.choice(words, size=rng.integers(1, 8))) for _ in range(4)]:
+        assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-6), context
+    pruned_ppl = model.evaluate_lines(test)["adjusted"]["perplexity"]
+    assert pruned_ppl > load_model(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
+    # the same bytes from a run on two threads
+    again = tmp_path / "again"
+    assert main(["prune", "--model", str(source), "--out", str(again), "--target_links",
+                 str(target), "--direct_running_mode=multi_threading",
+                 "--direct_num_workers=2"]) == 0
+    for name in sorted(p.name for p in out.glob("*.parquet")):
+        assert (out / name).read_bytes() == (again / name).read_bytes()
+
+
+def test_mass_prunes_ngram_models_too_and_backoff_refuses_skipgrams(models, skipgram_model,
+                                                                     tmp_path, capsys):
+    out = tmp_path / "mass"
+    target = links_of(models["pooled"]) // 3
+    assert main(["prune", "--model", str(models["pooled"]), "--out", str(out),
+                 "--target_links", str(target), "--criterion", "mass"]) == 0
+    assert abs(links_of(out) - target) <= target // 100
+    # without the suffixes of what it keeps, ARPA cannot hold it: one line says why
+    assert main(["export-arpa", "--model", str(out), "--out", str(tmp_path / "m.arpa")]) == 2
+    assert "--criterion backoff to export ARPA" in capsys.readouterr().err
+    assert main(["prune", "--model", str(skipgram_model[0]), "--out", str(tmp_path / "b"),
+                 "--target_links", "100", "--criterion", "backoff"]) == 2
+    assert "needs an n-gram model" in capsys.readouterr().err
+
+
+def test_heldout_features_weigh_more_and_must_match_the_model(skipgram_model, models,
+                                                              tmp_path, capsys):
+    source = skipgram_model[0]
+    heldout = source.parent / "heldout"
+    target = links_of(source) // 5
+    kept_share = {}
+    for name, extra in (("plain", []), ("heldout", ["--heldout", str(heldout)])):
+        out = tmp_path / name
+        assert main(["prune", "--model", str(source), "--out", str(out),
+                     "--target_links", str(target), *extra]) == 0
+        features = read_model_tables(str(out))[0]
+        touched = np.isin(features["feature"].to_numpy(),
+                          tables.read_tables(str(heldout), manifests.Join.read(
+                              str(heldout)), "small_m", tables.SMALL_M)["feature"]
+                          .to_numpy())
+        kept_share[name] = features["diversity"].to_numpy()[touched].sum() / links_of(out)
+    assert kept_share["heldout"] > kept_share["plain"]
+    manifest = manifests.Model.read(str(tmp_path / "heldout"))
+    assert manifest["pruning"]["heldout"] == str(heldout)
+    assert manifest["pruning"]["heldout_weight"] == 8.0
+    assert "weighed 8 times more" in (tmp_path / "heldout" / "model_card.md").read_text()
+    other = models["pooled"].parent / "heldout"  # joined on another model's counts
+    assert main(["prune", "--model", str(source), "--out", str(tmp_path / "x"),
+                 "--target_links", "100", "--heldout", str(other)]) == 2
+    assert "differs from the model's" in capsys.readouterr().err
+    assert main(["prune", "--model", str(source), "--out", str(tmp_path / "x"),
+                 "--target_links", "100", "--heldout_weight", "3"]) == 2
+    assert "give that too" in capsys.readouterr().err
+
+
+def test_train_prunes_a_skipgram_model_weighing_its_heldout_features(tmp_path, capsys):
+    from snm_core.text import synthetic
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
+    argv = train_argv({"train": train, "dev": dev, "test": test}, tmp_path / "run")
+    argv[argv.index("5gram")] = "skip5gram"
+    assert main(["train", *argv, "--prune_to", "5000"]) == 0
+    assert "=== 7/7 eval" in capsys.readouterr().out
+    manifest = manifests.Model.read(str(tmp_path / "run" / "pruned"))
+    assert abs(manifest["totals"]["links"] - 5000) <= 50
+    assert manifest["pruning"]["criterion"].startswith("mass")
+    assert manifest["pruning"]["heldout"] == str(tmp_path / "run" / "join")

@@ -1,0 +1,102 @@
+"""The count's worker-side parts (pipelines/reading.py, shuffle.py, count_directory.py):
+sharded readers, the array shuffle, the vocabulary workers share."""
+
+import gzip
+import threading
+
+import numpy as np
+import pytest
+
+from pipelines import count_directory
+from pipelines.reading import ShardReader, TextShard
+from pipelines.shuffle import ArrayShuffle
+from snm_core.io.errors import SnmInputError
+from snm_core.text.vocab import Vocabulary
+
+
+def test_sharded_readers_together_read_every_batch_once(tmp_path):
+    """Reader i of n keeps batches i, i + n, ... with the file's own line numbers."""
+    lines = [f"line {i} " + "word " * (i % 7) for i in range(60)]
+    body = "\n".join(lines).encode() + b"\n\xff bad line\nlast line, no newline"
+    plain, packed = str(tmp_path / "t.txt"), str(tmp_path / "t.txt.gz")
+    with open(plain, "wb") as f:
+        f.write(body)
+    with gzip.open(packed, "wb") as f:
+        f.write(body)
+    for path in (plain, packed):
+        whole = [(b.first_line, b.lines) for b in ShardReader(64).batches(TextShard(0, path))]
+        assert len(whole) > 5 and whole[-1][1][-1] == "last line, no newline"
+        for n in (1, 2, 3):
+            parts = [(b.first_line, b.lines) for i in range(n)
+                     for b in ShardReader(64).batches(TextShard(0, path, i, n))]
+            assert sorted(parts) == whole
+
+
+@pytest.mark.parametrize("mode", ["files", "beam"])
+def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode):
+    """A bucket gets its rows of every part, in part order, dtypes and row shapes kept;
+    the buckets of one send share a file; a group of several payloads reads back as one
+    concatenation; a bucket asked for without rows comes back empty but typed."""
+    shuffle = ArrayShuffle(mode, str(tmp_path / "_scratch"))
+    words = np.arange(24, dtype=np.int32).reshape(8, 3)
+    keys = np.array([3, 2**63 + 5, 7, 9, 11], np.uint64)
+    first = {"feature": keys[:3], "count": np.arange(3)}
+    second = {"feature": keys[3:], "count": np.arange(3, 5)}
+    groups = {"links": [(first, [0, 1, 1, 3, 3]), (second, np.array([0, 0, 0, 1, 2]))],
+              "features": [({"words": words[:4]}, [0, 2, 2, 3, 4])]}
+    payloads = shuffle.send_cut(groups)
+    assert sorted(payloads) == [0, 2, 3]
+    expected = {0: ([0], [0], [0, 1]), 2: ([1, 2, 3], [1, 2, 3], [2]), 3: ([4], [4], [3])}
+    for bucket, (feature_rows, counts, word_rows) in expected.items():
+        back = shuffle.receive(payloads[bucket])
+        assert back["links"]["feature"].dtype == np.uint64
+        assert back["links"]["feature"].tolist() == keys[feature_rows].tolist()
+        assert back["links"]["count"].tolist() == counts
+        assert back["features"]["words"].dtype == np.int32
+        np.testing.assert_array_equal(back["features"]["words"], words[word_rows])
+    both = shuffle.receive_group([payloads[3], payloads[0]], "features")
+    np.testing.assert_array_equal(both["words"], words[[3, 0, 1]])
+    empty = shuffle.receive(shuffle.send_cut(groups, buckets=[1])[1])
+    assert empty["features"]["words"].shape == (0, 3)
+    assert empty["features"]["words"].dtype == np.int32
+    assert empty["links"]["feature"].dtype == np.uint64 and len(empty["links"]["feature"]) == 0
+    one = shuffle.receive(shuffle.send({"links": first}))
+    assert one["links"]["count"].tolist() == [0, 1, 2]
+
+
+def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
+    """Raw bytes of one dtype read as another would be wrong counts: refused on both sides."""
+    shuffle = ArrayShuffle("files", str(tmp_path / "_scratch"))
+    wide = {"links": {"count": np.arange(3, dtype=np.int64)}}
+    narrow = {"links": {"count": np.arange(3, dtype=np.int32)}}
+    with pytest.raises(ValueError, match="links.count"):
+        shuffle.send_cut({"links": [(wide["links"], [0, 3]), (narrow["links"], [0, 3])]})
+    payloads = [shuffle.send(wide), shuffle.send(narrow)]
+    with pytest.raises(ValueError, match="links.count"):
+        shuffle.receive_group(payloads, "links")
+
+
+def test_workers_share_one_vocabulary_and_notice_a_changed_file(tmp_path):
+    path = str(tmp_path / "vocab.txt")
+    Vocabulary(["a", "b"]).save(path)
+    fingerprint = Vocabulary.load(path).fingerprint()
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(count_directory.shared_vocabulary(
+        path, fingerprint))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(v is got[0] for v in got)  # read once, shared
+    assert got[0].ids(["b", "c"]).tolist() == [4, 2]
+
+    # The writer's own copy is handed out as it is.
+    written = Vocabulary(["x", "y", "z"])
+    written.save(path)
+    assert count_directory.shared_vocabulary(path, count_directory.share_vocabulary(path, written)) is written
+
+    # A file that no longer matches the fingerprint the pipeline was built with.
+    other = str(tmp_path / "other.txt")
+    Vocabulary(["a"]).save(other)
+    with pytest.raises(SnmInputError, match="other.txt changed while the pipeline was running"):
+        count_directory.shared_vocabulary(other, fingerprint)
