@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines import count_directory, reading, running, training_sources
+from pipelines import count_directory, reading, runners, running, training_sources
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
 from snm_core.count import counting
@@ -149,7 +149,8 @@ class ExtractLinkPartials(beam.DoFn):
             # shuffle writes every bucket's rows of all partials into one file.
             payloads = self.shuffle.send_cut({
                 group: [counting.cut_by_bucket(p, self.num_buckets) for p in partials]
-                for group, partials in (("links", links), ("features", features))})
+                for group, partials in (("links", links), ("features", features))},
+                by_bucket=True)
             for bucket, payload in payloads.items():
                 yield bucket, ("part", payload)
 
@@ -191,6 +192,7 @@ class MergeBucket(beam.DoFn):
         features, collisions = counting.merge_features(
             [self.shuffle.receive_group(payloads, "features")] if payloads else [], links,
             len(self.extractor.feature_types))
+        self.shuffle.release(payloads)  # this bucket's parts, read
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
@@ -202,7 +204,8 @@ class MergeBucket(beam.DoFn):
         parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
                                                               self.parents)
         payloads = self.shuffle.send_cut({"extensions": [counting.cut_by_bucket(
-            {"feature": parent_feature, "link": parent_link}, self.num_buckets)]})
+            {"feature": parent_feature, "link": parent_link}, self.num_buckets)]},
+            by_bucket=True)
         for target, payload in payloads.items():
             yield target, ("extensions", payload)
 
@@ -226,15 +229,18 @@ class WriteLinks(beam.DoFn):
 
     def process(self, element):
         bucket, parts = element
-        links, extensions, totals = None, [], {}
+        links, extensions, totals, links_payload = None, [], {}, None
         for kind, payload in parts:
             if kind == "stats":
                 losscheck.add_totals(totals, payload)
             elif kind == "links":
+                links_payload = payload
                 links = pa.table(self.shuffle.receive(payload)["links"])
             else:
                 extensions.append(payload)
+        read = extensions + ([links_payload] if links_payload is not None else [])
         extensions = self.shuffle.receive_group(extensions, "extensions")
+        self.shuffle.release(read)
         links = counting.add_continuation(
             links, extensions["link"] if extensions else np.zeros(0, np.uint64))
         storage.write_parquet(links.cast(tables.LINKS), storage.join(
@@ -517,7 +523,9 @@ def run(args, beam_args=()):
         _ = (p
              | "ListShards" >> beam.Create(shards)
              | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
-                                     args.batch_bytes, ArrayShuffle(args.shuffle, scratch),
+                                     args.batch_bytes,
+                                     ArrayShuffle(args.shuffle, scratch,
+                                                  release=runners.kind(p.options) == "local"),
                                      args.reference, args.add_to)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,

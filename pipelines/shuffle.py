@@ -8,9 +8,13 @@ merge reads it, so the peak grows with the corpus.
 output, and only its path is shuffled.  Peak memory is then a worker's flush
 buffer plus one bucket, whatever the corpus size, the way KenLM's lmplz sorts
 on disk; any Beam filesystem works (local, gs://), so it runs on Dataflow and
-Flink too.  Files are only read, never deleted, by the merge (a retried merge
-must find them); the whole scratch directory is removed once the stage's
-manifest is written.
+Flink too.  On a runner that may retry a bundle, files are only read by the merge (a
+retried merge must find them), and the whole scratch directory is removed once
+the stage's manifest is written.  On the local runners, which retry no bundle,
+with a local scratch (``release``), each worker appends a bucket's parts to a
+file of that bucket's (``send_cut(..., by_bucket=True)``), and the stage that
+reads a bucket deletes its files (:meth:`ArrayShuffle.release`): the scratch
+shrinks as buckets are merged instead of lasting, whole, beside the output.
 
 A part on disk is its arrays' raw bytes; the payload (a small tuple,
 shuffled) names the file and each array's dtype, shape and offset in it.  Not
@@ -26,8 +30,10 @@ straight into their concatenation, so a merge holds each column once and the
 other group not at all.
 """
 
+import contextlib
 import hashlib
 import math
+import os
 import uuid
 
 import numpy as np
@@ -56,20 +62,23 @@ class ArrayShuffle:
     buckets' rows of many parts at once.
     """
 
-    def __init__(self, mode, scratch):
+    def __init__(self, mode, scratch, release=False):
         """``scratch``: the directory of the ``files`` mode's parts (every worker must
-        read it: :func:`scratch_directory`)."""
+        read it: :func:`scratch_directory`); ``release``: parts in files by bucket, deleted
+        once read (only where no bundle is retried, and the scratch is local)."""
         if mode not in MODES:
             raise ValueError(f"shuffle mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.scratch = scratch
+        self.release_files = release and mode == "files" and not storage.is_remote(scratch)
+        self._owner = None  # this copy's name in its by-bucket files (one writer a file)
 
     def send(self, part):
         """One part -> its payload."""
         return self.send_cut({group: [(columns, [0, _rows(columns)])]
                               for group, columns in part.items()}, buckets=[0])[0]
 
-    def send_cut(self, groups, buckets=None):
+    def send_cut(self, groups, buckets=None, by_bucket=False):
         """Many parts cut into buckets -> ``{bucket: payload}``, all in one scratch file.
 
         Parameters
@@ -82,6 +91,9 @@ class ArrayShuffle:
             dtype and row shape in every part of its group.
         buckets : list of int, optional
             The buckets to send, empty or not (default: those with rows).
+        by_bucket : bool
+            With ``release``: append each bucket's rows to this copy's file of that
+            bucket (deleted by the bucket's reader) instead of one file for all.
 
         Returns
         -------
@@ -103,6 +115,8 @@ class ArrayShuffle:
                         [columns[name][bounds[b]:bounds[b + 1]] for columns, bounds in parts])
                         for name in parts[0][0]} for group, parts in cuts.items()}
                     for b in buckets}
+        if by_bucket and self.release_files:
+            return self._send_by_bucket(cuts, rows, buckets)
         path = storage.join(self.scratch, f"{uuid.uuid4().hex}.arrays")
         entries = {b: [] for b in buckets}
         offset = 0
@@ -127,6 +141,43 @@ class ArrayShuffle:
                         entries[b].append((group, name, dtype.str, (count, *row_shape), offset))
                         offset += count * row_bytes
         return {b: (path, tuple(bucket_entries)) for b, bucket_entries in entries.items()}
+
+    def _send_by_bucket(self, cuts, rows, buckets):
+        """:meth:`send_cut` into this copy's file of each bucket, appended to."""
+        if self._owner is None:
+            self._owner = uuid.uuid4().hex
+            os.makedirs(self.scratch, exist_ok=True)
+        payloads = {}
+        for b in buckets:
+            path = os.path.join(self.scratch, f"{self._owner}-{b:05d}.arrays")
+            entries = []
+            with storage.resource_errors(path), open(path, "ab") as f:
+                offset = f.tell()
+                for group, parts in cuts.items():
+                    for name in parts[0][0]:
+                        pieces = [columns[name][bounds[b]:bounds[b + 1]]
+                                  for columns, bounds in parts]
+                        dtype, row_shape = pieces[0].dtype, pieces[0].shape[1:]
+                        if any(p.dtype != dtype or p.shape[1:] != row_shape for p in pieces):
+                            raise ValueError(f"{group}.{name}: every part of a column must "
+                                             f"have one dtype and row shape, got {dtype} "
+                                             f"{row_shape} and others")
+                        count = int(rows[group][b])
+                        if count:
+                            f.write(np.concatenate(pieces).data if len(pieces) > 1
+                                    else np.ascontiguousarray(pieces[0]).data)
+                        entries.append((group, name, dtype.str, (count, *row_shape), offset))
+                        offset += count * dtype.itemsize * math.prod(row_shape)
+            payloads[b] = (path, tuple(entries))
+        return payloads
+
+    def release(self, payloads):
+        """Delete the files of ``payloads`` once their reader has read them (with ``release``:
+        a by-bucket file holds one bucket's parts, a :meth:`send` file one part)."""
+        if self.release_files:
+            for path in {path for path, _ in payloads}:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
 
     def receive(self, payload):
         """A payload -> its part."""
