@@ -381,7 +381,66 @@ def stages(args):
         record("scale", rows)
 
 
-STEPS = {"corpora": corpora, "sampler": sampler, "stages": stages}
+def report(args):
+    """The plot and the projection from the ``stages`` rows of results.jsonl: per toolkit,
+    seconds and peak GiB against words (benchmarks/plots/scale.png), and each stage's
+    seconds a word (the largest run's) projected to 1B and 10B words on one machine and on
+    N Dask workers (the Beam stages' time divided by N; the one-worker stages' not)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in open(os.path.join(ROOT, "benchmarks",
+                                                            "results.jsonl"))]
+    rows = [r for r in rows if r.get("benchmark") == "scale" and r.get("step") == "stages"]
+    if not rows:
+        raise SystemExit("no stages rows in results.jsonl: run the stages step first")
+    latest = {}
+    for r in rows:  # the newest row of each (corpus, toolkit, stage)
+        latest[(r["words"], r["toolkit"], r["stage"])] = r
+    totals = {}
+    for (words, toolkit, stage), r in latest.items():
+        t = totals.setdefault((toolkit, words), {"seconds": 0.0, "rss": 0.0, "disk": 0})
+        t["seconds"] += r["seconds"]
+        t["rss"] = max(t["rss"], r["peak_rss_mib"] / 1024)
+        t["disk"] = max(t["disk"], r["peak_disk_bytes"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for toolkit in sorted({k[0] for k in totals}):
+        sizes = sorted(w for k, w in totals if k == toolkit)
+        left.plot(sizes, [totals[(toolkit, w)]["seconds"] for w in sizes], "o-", label=toolkit)
+        right.plot(sizes, [totals[(toolkit, w)]["rss"] for w in sizes], "o-", label=toolkit)
+    left.set(xlabel="words", ylabel="seconds, every stage", xscale="log", yscale="log")
+    right.set(xlabel="words", ylabel="peak RSS of a process, GiB", xscale="log")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("snm (train, prune, export-arpa, compact, eval) and KenLM (lmplz, "
+                 "build_binary, query) on sampled text")
+    fig.tight_layout()
+    os.makedirs(os.path.join(ROOT, "benchmarks", "plots"), exist_ok=True)
+    path = os.path.join(ROOT, "benchmarks", "plots", "scale.png")
+    fig.savefig(path, dpi=100)
+    print(path)
+    largest = max(w for _, w in totals)
+    beam = {"train", "prune"}  # mostly Beam stages (count, join, apply; prune)
+    table = []
+    for (words, toolkit, stage), r in sorted(latest.items()):
+        if words != largest:
+            continue
+        per_word = r["seconds"] / words
+        row = {"toolkit": toolkit, "stage": stage, "us_per_word": round(per_word * 1e6, 3),
+               "disk_bytes_per_word": round(r["peak_disk_bytes"] / words, 2)}
+        for target in (10 ** 9, 10 ** 10):
+            row[f"hours_{target // 10 ** 9}B"] = round(per_word * target / 3600, 2)
+            if toolkit == "snm" and stage in beam:
+                row[f"hours_{target // 10 ** 9}B_8_workers"] = round(
+                    per_word * target / 3600 / 4, 2)  # 8 workers = 4x this machine's 2
+        table.append(row)
+    print_table(table, ["toolkit", "stage", "us_per_word", "disk_bytes_per_word", "hours_1B",
+                        "hours_1B_8_workers", "hours_10B", "hours_10B_8_workers"])
+
+
+STEPS = {"corpora": corpora, "sampler": sampler, "stages": stages, "report": report}
 
 
 def main(argv=None):
