@@ -7,17 +7,17 @@ environment): no patched calls.
 
 import bz2
 import gzip
+import io
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+import s3server
 
 from snm.commands.train import main as train_main
 from snm_core.io import storage, tables, textfile
@@ -28,45 +28,49 @@ from snm_core.text import synthetic
 BUCKET = "snm-test"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: The request log of each running server, by its bucket's URL.
+_LOGS = {}
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """``s3://snm-test``: a bucket on a moto S3 server started for these tests."""
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not start; see its log") from None
-                time.sleep(0.1)
-        pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"],
-                          allow_bucket_creation=True).create_dir(BUCKET)
-        yield f"s3://{BUCKET}"
-    finally:
-        server.terminate()
-        server.wait()
-        log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """``s3://snm-test``: a bucket on a moto S3 server started for these tests
+    (``tests/s3server.py``), which logs every request (:func:`s3_log`)."""
+    log = str(tmp_path_factory.mktemp("moto") / "requests.tsv")
+    with s3server.running(log, bucket=BUCKET) as env:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        _LOGS[f"s3://{BUCKET}"] = log
+        storage._REMOTE.pop(("s3", BUCKET), None)  # a previous module's server's client
+        try:
+            yield f"s3://{BUCKET}"
+        finally:
+            storage._REMOTE.pop(("s3", BUCKET), None)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@pytest.fixture
+def s3_log(s3):
+    """``(s3://snm-test, the server's request log)``."""
+    return s3, _LOGS[s3]
+
+
+class Requests:
+    """The requests the server answered from the block's start on, as
+    ``[(operation, path, range, bytes)]`` (:func:`s3server.operations`)."""
+
+    def __init__(self, log):
+        self.log, self.start = log, os.path.getsize(log)
+
+    def __call__(self):
+        return s3server.operations(self.log, self.start)[0]
+
+    def named(self, operation):
+        return [r for r in self() if r[0] == operation]
 
 
 def test_atomic_writes_glob_and_removal_on_s3(s3):
@@ -96,6 +100,127 @@ def test_atomic_writes_glob_and_removal_on_s3(s3):
 
     storage.remove_tree(f"{base}/x")
     assert storage.glob(f"{base}/x/**") == [] and not storage.exists(f"{base}/x/manifest.json")
+
+
+#: Just over pyarrow's S3 part size (10 MiB, fixed in Arrow's s3fs.cc): a multipart upload.
+OVER_ONE_PART = (10 << 20) + (64 << 10)
+
+
+def _stored(s3, key):
+    """The bytes of object ``key`` read with pyarrow alone, or None if there is none."""
+    fs = pafs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"])
+    if fs.get_file_info(f"{BUCKET}/{key}").type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(f"{BUCKET}/{key}") as f:
+        return f.read()
+
+
+def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log):
+    """Over the part size, a write is one multipart upload to the file's own name (no
+    temporary object, no CopyObject, which S3 refuses past 5 GB); under it, one PutObject."""
+    s3, log = s3_log
+    array = np.arange(OVER_ONE_PART // 8, dtype=np.uint64)
+    expected = io.BytesIO()
+    np.save(expected, array)
+    requests = Requests(log)
+    storage.write_npy(array, f"{s3}/streamed/link_entries.npy")
+    made = [op for op, _, _, _ in requests()]
+    assert made == ["CreateMultipartUpload", "UploadPart", "UploadPart",
+                    "CompleteMultipartUpload"]
+    assert {path for _, path, _, _ in requests()} == {f"/{BUCKET}/streamed/link_entries.npy"}
+    assert _stored(s3, "streamed/link_entries.npy") == expected.getvalue()
+
+    requests = Requests(log)
+    storage.upload_tree(str(_small_tree(expected.getvalue())), f"{s3}/streamed/tree",
+                        last="manifest.json")
+    made = [(op, path.rsplit("/", 1)[1]) for op, path, _, _ in requests()]
+    assert made[-1] == ("PutObject", "manifest.json")
+    assert sorted(made) == sorted([("CreateMultipartUpload", "big.npy"),
+                                   ("UploadPart", "big.npy"), ("UploadPart", "big.npy"),
+                                   ("CompleteMultipartUpload", "big.npy"),
+                                   ("PutObject", "small.json"), ("PutObject", "manifest.json")])
+    assert _stored(s3, "streamed/tree/big.npy") == expected.getvalue()
+
+
+def _small_tree(big):
+    import tempfile
+    directory = tempfile.mkdtemp()
+    for name, data in (("big.npy", big), ("small.json", b"{}"), ("manifest.json", b"{}")):
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+    return directory
+
+
+def test_a_remote_write_that_fails_leaves_no_object(s3_log):
+    """A write that fails or is interrupted leaves nothing under its name: before the
+    first part is full nothing is sent (an earlier file stays as it was); after it,
+    the upload pyarrow completes is deleted; a killed process completes nothing."""
+    s3, log = s3_log
+    path = f"{s3}/failing/model.npy"
+    storage.write_bytes(b"earlier", path)
+    requests = Requests(log)
+    with pytest.raises(ZeroDivisionError):
+        with storage.atomic_output(path) as f:
+            f.write(b"x" * 1000)
+            1 / 0
+    assert requests() == [] and _stored(s3, "failing/model.npy") == b"earlier"
+
+    requests = Requests(log)
+    with pytest.raises(KeyboardInterrupt):
+        with storage.atomic_output(path) as f:
+            f.write(bytes(OVER_ONE_PART))
+            raise KeyboardInterrupt
+    made = [op for op, _, _, _ in requests()]
+    assert "UploadPart" in made and "CopyObject" not in made
+    assert _stored(s3, "failing/model.npy") is None
+    assert storage.listdir(f"{s3}/failing") == []
+
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os, signal
+from snm_core.io import storage
+with storage.atomic_output({path!r}) as f:
+    f.write(bytes({OVER_ONE_PART}))
+    f.write(bytes({OVER_ONE_PART}))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""], env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    assert killed.returncode == -9
+    assert _stored(s3, "failing/model.npy") is None
+
+
+def test_remote_text_is_read_in_large_ranges(s3_log, tmp_path):
+    """A reader's small reads (a decompressor's, a batch of lines) do not each become a
+    request: a 3 MB text file read in 64 KiB batches is one GET."""
+    s3, log = s3_log
+    text = "".join(f"line {i} of some text\n" for i in range(150_000)).encode()
+    storage.write_bytes(text, f"{s3}/text/plain.txt")
+    requests = Requests(log)
+    batches = list(textfile.line_batches(f"{s3}/text/plain.txt", batch_bytes=64 << 10))
+    assert sum(len(lines) for _, lines in batches) == 150_000 and len(batches) > 40
+    assert [op for op, _, _, _ in requests()] == ["HeadObject", "GetObject"]
+
+
+def test_count_requests_do_not_grow_with_the_batches(s3_log, tmp_path):
+    """``snm count --out s3://`` on a local runner keeps its scratch parts on this
+    machine: cutting the text into ten times as many flushes (each a part that every
+    bucket reads) makes not one request more."""
+    from snm.commands.count import main as count_main
+    s3, log = s3_log
+    train, _, _ = synthetic.write_corpus(str(tmp_path), num_train=3000, num_dev=10,
+                                         num_test=10, seed=3)
+    made = {}
+    for flush_links in (2_000, 20_000):
+        requests = Requests(log)
+        assert count_main(["--config", "5gram", "--train", train, "--min_count", "1",
+                           "--out", f"{s3}/count-{flush_links}", "--num_buckets", "4",
+                           "--flush_links", str(flush_links)]) == 0
+        made[flush_links] = sorted((op, path.rsplit("/", 1)[1]) for op, path, _, _ in requests())
+    assert made[2_000] == made[20_000]
+    assert not any("scratch" in name for _, name in made[2_000])
+    written = [name for op, name in made[2_000] if op == "PutObject"]
+    assert written == sorted([".snm.lock", *(f"{kind}-{b:05d}-of-00004.parquet"
+                                             for kind in ("features", "links") for b in range(4)),
+                              "manifest.json", "manifest.json", "vocab.txt", "vocab.txt",
+                              "word_counts.parquet"])  # count/ and its vocab/, each once
 
 
 def test_manifest_checks_listed_files_on_s3(s3):
@@ -149,7 +274,8 @@ def _files(directory):
     return out
 
 
-def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypatch):
+def test_train_in_a_bucket_matches_the_local_run(s3_log, tmp_path, capsys, monkeypatch):
+    s3, log = s3_log
     monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), num_train=1500,
                                               num_dev=150, num_test=150, seed=7)
@@ -170,8 +296,11 @@ def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypat
     local_out = str(tmp_path / "local")
     assert train_main(args({p: p for p in remote}, local_out)) == 0
     remote_out = f"{s3}/runs/first"
+    requests = Requests(log)
     assert train_main(args(remote, remote_out)) == 0
     capsys.readouterr()
+    made = {op for op, _, _, _ in requests()}
+    assert "CopyObject" not in made and not any("scratch" in r[1] for r in requests())
 
     local, bucket = _files(local_out), _files(remote_out)
     assert sorted(local) == sorted(bucket)
