@@ -7,11 +7,11 @@
 An S3-protocol server on loopback (moto's, behind a handler that logs every
 request: ``tests/s3server.py``) and ``snm train --config 5gram --out
 s3://bench/<setup>`` with the local inputs (train, dev, test and the setup's
-vocab.txt; with ``--inputs bucket``, copies of them in the bucket), run in this process so that each request is given to the stage
-that made it (the run's set-up before the first stage, each stage of
-``snm.chain`` including its skip check, and the end).  Then the same command
-again, which finds every stage current.  Requests are counted by the server, by
-S3 operation: HEAD (HeadObject/HeadBucket), LIST, GET, PUT (PutObject), MPU
+vocab.txt; with ``--inputs bucket``, copies of them in the bucket), run in
+this process so that each request is given to the stage that made it (the
+run's set-up before the first stage, each stage of ``snm.chain`` including
+its skip check, and the end).  Then the same command again, which finds
+every stage current.  Requests are counted by the server, by S3 operation: HEAD (HeadObject/HeadBucket), LIST, GET, PUT (PutObject), MPU
 (CreateMultipartUpload, UploadPart, CompleteMultipartUpload), COPY
 (CopyObject) and DEL (DeleteObject(s), AbortMultipartUpload).  ``--detail``
 prints, per stage, the most frequent (operation, path with digits as ``#``).
@@ -72,17 +72,15 @@ def run_train(argv, log_path):
 
     parts, offset = [], [os.path.getsize(log_path)]
 
-    def take(name):
+    def take(name):  # the server logs a request before it answers: the log is complete
         ops, offset[0] = operations(log_path, offset[0])
         parts.append((name, ops))
 
     original = chain.Runner._stage
 
     def stage(self, number, total, stage):
-        time.sleep(0.2)  # the server logs a request before answering it: none in flight
-        take("setup" if not parts else parts[-1][0] + "+")
+        take(parts[-1][0] if parts else "setup")  # between stages: the previous one's
         original(self, number, total, stage)
-        time.sleep(0.2)
         take(stage.name)
 
     chain.Runner._stage = stage
@@ -93,11 +91,9 @@ def run_train(argv, log_path):
             raise SystemExit(f"snm train failed ({status}):\n{out.getvalue()[-3000:]}")
     finally:
         chain.Runner._stage = original
-    time.sleep(0.2)
     take("end")
-    merged = collections.OrderedDict()
-    for name, ops in parts:  # between two stages: the previous stage's state write
-        name = name.rstrip("+") if name.endswith("+") else name
+    merged = {}
+    for name, ops in parts:
         merged.setdefault(name, []).extend(ops)
     return list(merged.items())
 

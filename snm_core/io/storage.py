@@ -95,16 +95,17 @@ def filesystem(path):
             if scheme == "s3":
                 endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3")
                             or os.environ.get("AWS_ENDPOINT_URL"))
-                # allow_delayed_open: the upload starts with the first part, so a file
-                # under PART_BYTES is one PutObject, not CreateMultipartUpload, UploadPart
-                # and CompleteMultipartUpload (bucket errors then surface on close).
-                kwargs = {"allow_delayed_open": True}
-                if endpoint:
-                    kwargs["endpoint_override"] = endpoint
+                kwargs = {"endpoint_override": endpoint} if endpoint else {}
                 region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
                 if region:
                     kwargs["region"] = region
-                fs = pafs.S3FileSystem(**kwargs)
+                try:
+                    # The upload starts with the first part, so a file under PART_BYTES is
+                    # one PutObject, not CreateMultipartUpload, UploadPart and
+                    # CompleteMultipartUpload (a bucket's errors then come on close).
+                    fs = pafs.S3FileSystem(allow_delayed_open=True, **kwargs)
+                except TypeError:  # pyarrow before 21: every upload is multipart
+                    fs = pafs.S3FileSystem(**kwargs)
             else:
                 fs = pafs.FileSystem.from_uri(f"{scheme}://{authority}")[0]
             _REMOTE[(scheme, authority)] = fs
