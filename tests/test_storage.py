@@ -69,9 +69,6 @@ class Requests:
     def __call__(self):
         return s3server.operations(self.log, self.start)[0]
 
-    def named(self, operation):
-        return [r for r in self() if r[0] == operation]
-
 
 def test_atomic_writes_glob_and_removal_on_s3(s3):
     base = f"{s3}/unit"
@@ -115,7 +112,7 @@ def _stored(s3, key):
         return f.read()
 
 
-def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log):
+def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log, tmp_path):
     """Over the part size, a write is one multipart upload to the file's own name (no
     temporary object, no CopyObject, which S3 refuses past 5 GB); under it, one PutObject."""
     s3, log = s3_log
@@ -131,8 +128,10 @@ def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log):
     assert _stored(s3, "streamed/link_entries.npy") == expected.getvalue()
 
     requests = Requests(log)
-    storage.upload_tree(str(_small_tree(expected.getvalue())), f"{s3}/streamed/tree",
-                        last="manifest.json")
+    for name, data in (("big.npy", expected.getvalue()), ("small.json", b"{}"),
+                       ("manifest.json", b"{}")):
+        (tmp_path / name).write_bytes(data)
+    storage.upload_tree(str(tmp_path), f"{s3}/streamed/tree", last="manifest.json")
     made = [(op, path.rsplit("/", 1)[1]) for op, path, _, _ in requests()]
     assert made[-1] == ("PutObject", "manifest.json")
     assert sorted(made) == sorted([("CreateMultipartUpload", "big.npy"),
@@ -140,15 +139,6 @@ def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log):
                                    ("CompleteMultipartUpload", "big.npy"),
                                    ("PutObject", "small.json"), ("PutObject", "manifest.json")])
     assert _stored(s3, "streamed/tree/big.npy") == expected.getvalue()
-
-
-def _small_tree(big):
-    import tempfile
-    directory = tempfile.mkdtemp()
-    for name, data in (("big.npy", big), ("small.json", b"{}"), ("manifest.json", b"{}")):
-        with open(os.path.join(directory, name), "wb") as f:
-            f.write(data)
-    return directory
 
 
 def test_a_remote_write_that_fails_leaves_no_object(s3_log):
