@@ -516,7 +516,7 @@ def run(args, beam_args=()):
     fingerprint = count_directory.share_vocabulary(vocab_path, vocab)
     settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
-    scratch = scratch_directory(args.out, args.scratch)
+    scratch = scratch_directory(args.out, args.scratch, running.workers_are_local(beam_args))
 
     def build(p):
         shards = reading.text_shards(files, p.options)

@@ -55,6 +55,11 @@ def counter(name):
     return beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
 
 
+def workers_are_local(beam_args):
+    """True on a local runner: the workers are this process's threads or children."""
+    return runners.kind(pipeline_options(list(beam_args))) == "local"
+
+
 def workers_per_process(beam_args):
     """How many of a stage's workers share one process, and so its memory budget: the
     local runner's threads (``in_memory``, ``multi_threading``: ``--direct_num_workers``,

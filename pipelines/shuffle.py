@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import math
 import os
+import tempfile
 import uuid
 
 import numpy as np
@@ -44,10 +45,16 @@ MODES = ("files", "beam")
 SCRATCH = "_scratch"
 
 
-def scratch_directory(out, scratch=None):
+def scratch_directory(out, scratch=None, local_workers=False):
     """Where a stage writing ``out`` keeps its parts: ``out/_scratch``, or with
     ``scratch`` (``--scratch``, a path every worker reads) a subdirectory of it
-    named after ``out``, so that two stages never share one."""
+    named after ``out``, so that two stages never share one.  An ``out`` in object
+    storage with workers on this machine (``local_workers``: a local runner) keeps
+    them in the temporary directory (``TMPDIR``): every bucket reads its rows of
+    every part, which in an object store is a request for each column of each part,
+    and so grows with the buckets times the parts."""
+    if not scratch and local_workers and storage.is_remote(out):
+        scratch = tempfile.gettempdir()
     if not scratch:
         return storage.join(out, SCRATCH)
     digest = hashlib.sha256(out.encode()).hexdigest()[:16]

@@ -6,13 +6,8 @@ model works on a copy of its directory.
 """
 
 import os
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
-from support.servers import free_port
 
 # The shared corpora sit beside the checkout (../shared); SNM_SHARED overrides.
 _SHARED = os.environ.get("SNM_SHARED") or os.path.join(os.path.dirname(__file__), "..", "..",
@@ -55,45 +50,39 @@ def tagged_skip_model(tmp_path_factory):
 S3_BUCKET = "snm-test"
 
 
+#: The request log of the session's S3 server (:func:`s3_log`).
+_S3_LOG = []
+
+
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
-    """``s3://snm-test``: a bucket on a moto S3 server started for these tests.
+    """``s3://snm-test``: a bucket on a moto S3 server started for these tests, which logs
+    every request it answers (``support/s3server.py``; :func:`s3_log`).
 
     One server a session: ``snm_core.io.storage`` keeps one S3 filesystem per bucket for
     the process, made with the endpoint it first saw, so a second server on another port
     would not be reached.
     """
-    import pyarrow.fs as pafs
-    port = free_port("127.0.0.1")
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not start; see its log") from None
-                time.sleep(0.1)
-        pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"],
-                          allow_bucket_creation=True).create_dir(S3_BUCKET)
-        yield f"s3://{S3_BUCKET}"
-    finally:
-        server.terminate()
-        server.wait()
-        log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    from support import s3server
+    log = str(tmp_path_factory.mktemp("moto") / "requests.tsv")
+    with s3server.running(log, bucket=S3_BUCKET) as env:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        _S3_LOG.append(log)
+        try:
+            yield f"s3://{S3_BUCKET}"
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@pytest.fixture
+def s3_log(s3):
+    """``(s3://snm-test, the server's request log)``."""
+    return s3, _S3_LOG[-1]
 
 
 @pytest.fixture(scope="session")

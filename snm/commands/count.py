@@ -32,8 +32,9 @@ def main(argv=None):
                         help="how partial counts reach their bucket: 'files' (scratch "
                              "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
     parser.add_argument("--scratch", metavar="DIR",
-                        help="where the 'files' shuffle writes its parts (default: OUT/_scratch); "
-                             "on a cluster a path every worker reads, e.g. s3://bucket/tmp")
+                        help="where the 'files' shuffle writes its parts (default: OUT/_scratch, "
+                             "or TMPDIR for an object-storage OUT on a local runner); on a "
+                             "cluster a path every worker reads, e.g. s3://bucket/tmp")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
     flags, beam_args = arguments.parse(parser, argv, beam=True)

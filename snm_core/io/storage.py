@@ -11,12 +11,21 @@ it speaks local, S3, GCS and HDFS with one interface, and it needs no Beam,
 so the single-worker stages (fit, eval, score, export) use the same code as
 the Beam stages' DoFns.
 
-Every write is atomic: the content goes to a temporary name in the same
-directory (a dot file, which no stage lists) and is moved to its name when
-complete (a rename locally; on an object store the final object appears in
-one step), so a reader never sees half a file and a killed stage leaves no
-partial output under a real name.  Writers take the data first and the path
-second, as ``pyarrow.parquet.write_table`` and ``json.dump`` do.
+Every write is atomic, so a reader never sees half a file and a killed stage
+leaves no partial output under a real name.  Locally the content goes to a
+temporary name in the same directory (a dot file, which no stage lists) and
+is renamed when complete.  In an object store it streams to its own name:
+the store shows an object only when its upload completes, so there is no
+temporary object and no copy (S3's CopyObject, which a move is, stops at
+5 GB and moves every byte twice).  See :func:`atomic_output` for a write
+that fails.  Writers take the data first and the path second, as
+``pyarrow.parquet.write_table`` and ``json.dump`` do.
+
+Requests cost time and money in an object store, so each helper makes as few
+as pyarrow allows: small files go up in one PutObject and are read whole in
+one GET (after the HEAD that pyarrow makes to open any file), larger reads
+go in large ranges, and directories are not created (an object store has
+none; pyarrow would write a marker object for each).
 """
 
 import contextlib
@@ -41,6 +50,15 @@ from snm_core.io.errors import RESOURCE_ERRNOS, SnmInputError, SnmStageError
 #: Parquet compression for the columns that are compressed at all (zstd: much
 #: smaller than uncompressed on strings and floats, fast to decode).
 PARQUET_COMPRESSION = "zstd"
+
+#: pyarrow's S3 part size (``kPartUploadSize`` in Arrow's s3fs.cc; not an option): an
+#: upload of more than this is a multipart upload, of this much a single PutObject.
+PART_BYTES = 10 << 20
+#: Remote reads go in ranges of this many bytes (one GET each) however small the
+#: reader's own reads are; a file up to this size is read in one GET.
+READ_BYTES = 8 << 20
+#: Object stores: paths are keys, directories exist only as prefixes of keys.
+OBJECT_STORES = ("s3", "gs", "gcs")
 
 _LOCAL = pafs.LocalFileSystem()
 _REMOTE = {}  # (scheme, authority) -> pyarrow FileSystem
@@ -81,11 +99,17 @@ def filesystem(path):
                 region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
                 if region:
                     kwargs["region"] = region
-                fs = pafs.S3FileSystem(**kwargs)
+                try:
+                    # The upload starts with the first part, so a file under PART_BYTES is
+                    # one PutObject, not CreateMultipartUpload, UploadPart and
+                    # CompleteMultipartUpload (a bucket's errors then come on close).
+                    fs = pafs.S3FileSystem(allow_delayed_open=True, **kwargs)
+                except TypeError:  # pyarrow before 21: every upload is multipart
+                    fs = pafs.S3FileSystem(**kwargs)
             else:
                 fs = pafs.FileSystem.from_uri(f"{scheme}://{authority}")[0]
             _REMOTE[(scheme, authority)] = fs
-    if scheme in ("s3", "gs", "gcs"):  # paths inside are "bucket/key"
+    if scheme in OBJECT_STORES:  # paths inside are "bucket/key"
         return fs, rest.rstrip("/")
     return fs, "/" + (rest.split("/", 1)[1] if "/" in rest else "")  # hdfs://host:port/path
 
@@ -144,9 +168,17 @@ def check_file(path, flag=""):
         raise SnmInputError(f"{flag}{path}: no such file")
 
 
+def _object_store(path):
+    return is_remote(path) and path.split("://", 1)[0] in OBJECT_STORES
+
+
 def makedirs(directory):
+    """Create ``directory`` and its parents; nothing in an object store (a file's key
+    makes its directory; pyarrow would write an empty marker object per level)."""
     if not is_remote(directory):
         os.makedirs(directory, exist_ok=True)
+        return
+    if _object_store(directory):
         return
     fs, inner = filesystem(directory)
     fs.create_dir(inner, recursive=True)
@@ -181,14 +213,18 @@ def glob(pattern):
 
 
 def open_input(path, seekable=False):
-    """``path`` open for binary reading (the file's bytes as stored); a remote file
-    is a stream unless ``seekable``."""
+    """``path`` open for binary reading (the file's bytes as stored).
+
+    A remote file is a stream that fetches :data:`READ_BYTES` a request, whatever the
+    reader's own read sizes (a decompressor's are a few KiB); with ``seekable``, a
+    random-access file whose every read is one ranged GET.
+    """
     if not is_remote(path):
         return open(path, "rb")
     fs, inner = filesystem(path)
     if seekable:
         return fs.open_input_file(inner)
-    return fs.open_input_stream(inner, compression=None)
+    return fs.open_input_stream(inner, compression=None, buffer_size=READ_BYTES)
 
 
 #: numpy's ``tofile`` reports a short write without its errno.
@@ -227,56 +263,120 @@ def resource_errors(path):
 @contextlib.contextmanager
 def open_output(path):
     """``path`` open for binary writing in place (for scratch files that nothing
-    names until they are complete; everything else goes through :func:`atomic_output`)."""
+    names until they are complete; everything else goes through :func:`atomic_output`).
+    A remote file is written as :func:`atomic_output` writes it."""
     with resource_errors(path):
         if not is_remote(path):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with open(path, "wb") as f:
                 yield f
             return
-        fs, inner = filesystem(path)
-        with fs.open_output_stream(inner, compression=None) as f:
+        with _remote_output(path) as f:
             yield f
 
 
 @contextlib.contextmanager
 def atomic_output(path):
     """A binary file open for writing whose content appears at ``path`` only when
-    the block completes (temporary name in the same directory, then a move); a full
-    disk is an :class:`SnmStageError` naming ``path``."""
-    with resource_errors(path), _atomic_output(path) as f:
+    the block completes; a full disk is an :class:`SnmStageError` naming ``path``.
+
+    Locally: a temporary name in the same directory, then a rename.  Remotely: one
+    stream to ``path`` itself (an object store shows the object when the upload
+    completes).  Its first :data:`PART_BYTES` are held here, so a block that fails
+    before writing more sends nothing and leaves an earlier object at ``path`` as it
+    was.  Beyond that the stream is a multipart upload, which pyarrow cannot abort
+    (it completes the upload when the stream is closed, whatever happened): a block
+    that fails then has its partial object deleted at once, and with it any earlier
+    one.  A killed process never completes its upload, so it leaves no object (S3
+    keeps the parts of an unfinished upload until a bucket lifecycle rule,
+    ``AbortIncompleteMultipartUpload``, removes them).
+    """
+    with resource_errors(path), (_remote_output(path) if is_remote(path)
+                                 else _local_atomic_output(path)) as f:
         yield f
 
 
 @contextlib.contextmanager
-def _atomic_output(path):
-    if not is_remote(path):
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        # Not mkstemp, whose 0600 would keep the finished file from the user's group and
-        # services on a shared mount: the user's umask decides, as for any file they write.
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                yield f
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return
-    fs, inner = filesystem(path)
-    directory, name = inner.rsplit("/", 1)
-    tmp = f"{directory}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+def _local_atomic_output(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    # Not mkstemp, whose 0600 would keep the finished file from the user's group and
+    # services on a shared mount: the user's umask decides, as for any file they write.
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with fs.open_output_stream(tmp, compression=None) as f:
+        with os.fdopen(fd, "wb") as f:
             yield f
-        fs.move(tmp, inner)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class _RemoteWriter(io.RawIOBase):
+    """A remote file being written: its first :data:`PART_BYTES` held in memory, then
+    a pyarrow output stream to its own name (see :func:`atomic_output`)."""
+
+    def __init__(self, fs, inner):
+        super().__init__()
+        self._fs, self._inner = fs, inner
+        self._held = io.BytesIO()
+        self._stream = None
+        self._size = 0
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        n = memoryview(data).nbytes
+        if self._stream is None:
+            if self._held.tell() + n <= PART_BYTES:
+                self._held.write(data)
+                self._size += n
+                return n
+            self._open()
+        self._stream.write(data)
+        self._size += n
+        return n
+
+    def tell(self):
+        return self._size
+
+    def _open(self):
+        self._stream = self._fs.open_output_stream(self._inner, compression=None)
+        self._stream.write(self._held.getbuffer())
+        self._held = None
+
+    def finish(self):
+        """Send what is held and complete the upload: the object appears."""
+        if self._stream is None:
+            self._open()
+        self._stream.close()
+
+    def discard(self):
+        """Leave no object: nothing was sent, or the completed partial one is deleted."""
+        self._held = None
+        if self._stream is None:
+            return
+        with contextlib.suppress(Exception):  # an upload that failed completes nothing
+            self._stream.close()
+        self._fs.delete_file(self._inner)
+
+
+@contextlib.contextmanager
+def _remote_output(path):
+    fs, inner = filesystem(path)
+    writer = _RemoteWriter(fs, inner)
+    try:
+        yield writer
+        writer.finish()
     except BaseException:
         with contextlib.suppress(OSError):
-            fs.delete_file(tmp)
+            writer.discard()
         raise
+    finally:
+        writer.close()
 
 
 def write_bytes(data, path):
@@ -293,8 +393,13 @@ def write_json(obj, path):
 
 
 def read_bytes(path):
-    with open_input(path) as f:
-        return f.read()
+    """A file's bytes (remotely: one HEAD and one GET)."""
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            return f.read()
+    fs, inner = filesystem(path)
+    with fs.open_input_file(inner) as f:
+        return f.read()  # one ranged GET of the whole size (a stream reads 256 KiB a GET)
 
 
 def read_text(path):
@@ -370,7 +475,11 @@ def read_parquet(path, columns=None):
     try:
         fs, inner = filesystem(path)
         with fs.open_input_file(inner) as f:
-            return pq.ParquetFile(f).read(columns=columns, use_threads=False)
+            source = f
+            if fs is not _LOCAL and f.size() <= READ_BYTES:
+                # One GET, not one for the footer and one per column chunk.
+                source = pa.BufferReader(f.read())
+            return pq.ParquetFile(source).read(columns=columns, use_threads=False)
     except (OSError, pa.ArrowException) as e:
         reason = " ".join("".join(c if c.isprintable() else " " for c in str(e)).split())
         raise SnmInputError(f"{path}: cannot read as Parquet ({reason[:300]}); the file is "
@@ -414,7 +523,7 @@ def upload_tree(local_directory, path, last=None):
     for relative in sorted(files, key=lambda r: (r == last, r)):
         with open(os.path.join(local_directory, relative), "rb") as src, \
                 atomic_output(join(path, relative.replace(os.sep, "/"))) as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
+            shutil.copyfileobj(src, dst, READ_BYTES)
 
 
 def cache_directory():
@@ -449,7 +558,7 @@ def local_copy(directory, names, marker):
     for name in names:
         target = os.path.join(local, *name.split("/"))
         with open_input(join(directory, name)) as src, atomic_output(target) as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
+            shutil.copyfileobj(src, dst, READ_BYTES)
     with atomic_output(cached_marker) as f:
         f.write(marker_bytes)
     return local

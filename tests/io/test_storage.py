@@ -2,11 +2,12 @@
 
 The server runs in its own process; the client is pyarrow's S3 filesystem,
 configured as users configure it (``AWS_ENDPOINT_URL`` and keys in the
-environment): no patched calls.  The server is the ``s3`` fixture (tests/conftest.py).
+environment): no patched calls.  The server is the ``s3`` fixture (tests/conftest.py), which logs every request.
 """
 
 import bz2
 import gzip
+import io
 import json
 import os
 import shutil
@@ -17,12 +18,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from support import s3server
 
 from snm.commands.train import main as train_main
 from snm_core.io import storage, tables, textfile
 from snm_core.io.errors import SnmInputError
 from snm_core.stages import manifests
 from snm_core.text import synthetic
+
+BUCKET = "snm-test"  # the s3 fixture's (tests/conftest.py)
+
+
+class Requests:
+    """The requests the server answered from the block's start on, as
+    ``[(operation, path, range, bytes)]`` (:func:`s3server.operations`)."""
+
+    def __init__(self, log):
+        self.log, self.start = log, os.path.getsize(log)
+
+    def __call__(self):
+        return s3server.operations(self.log, self.start)[0]
 
 
 def test_atomic_writes_glob_and_removal_on_s3(s3):
@@ -52,6 +67,120 @@ def test_atomic_writes_glob_and_removal_on_s3(s3):
 
     storage.remove_tree(f"{base}/x")
     assert storage.glob(f"{base}/x/**") == [] and not storage.exists(f"{base}/x/manifest.json")
+
+
+#: Just over pyarrow's S3 part size (10 MiB, fixed in Arrow's s3fs.cc): a multipart upload.
+OVER_ONE_PART = (10 << 20) + (64 << 10)
+
+
+def _stored(s3, key):
+    """The bytes of object ``key`` read with pyarrow alone, or None if there is none."""
+    fs = pafs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"])
+    if fs.get_file_info(f"{BUCKET}/{key}").type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(f"{BUCKET}/{key}") as f:
+        return f.read()
+
+
+def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log, tmp_path):
+    """Over the part size, a write is one multipart upload to the file's own name (no
+    temporary object, no CopyObject, which S3 refuses past 5 GB); under it, one PutObject."""
+    s3, log = s3_log
+    array = np.arange(OVER_ONE_PART // 8, dtype=np.uint64)
+    expected = io.BytesIO()
+    np.save(expected, array)
+    requests = Requests(log)
+    storage.write_npy(array, f"{s3}/streamed/link_entries.npy")
+    made = [op for op, _, _, _ in requests()]
+    assert made == ["CreateMultipartUpload", "UploadPart", "UploadPart",
+                    "CompleteMultipartUpload"]
+    assert {path for _, path, _, _ in requests()} == {f"/{BUCKET}/streamed/link_entries.npy"}
+    assert _stored(s3, "streamed/link_entries.npy") == expected.getvalue()
+
+    requests = Requests(log)
+    for name, data in (("big.npy", expected.getvalue()), ("small.json", b"{}"),
+                       ("manifest.json", b"{}")):
+        (tmp_path / name).write_bytes(data)
+    storage.upload_tree(str(tmp_path), f"{s3}/streamed/tree", last="manifest.json")
+    made = [(op, path.rsplit("/", 1)[1]) for op, path, _, _ in requests()]
+    assert made[-1] == ("PutObject", "manifest.json")
+    assert sorted(made) == sorted([("CreateMultipartUpload", "big.npy"),
+                                   ("UploadPart", "big.npy"), ("UploadPart", "big.npy"),
+                                   ("CompleteMultipartUpload", "big.npy"),
+                                   ("PutObject", "small.json"), ("PutObject", "manifest.json")])
+    assert _stored(s3, "streamed/tree/big.npy") == expected.getvalue()
+
+
+def test_a_remote_write_that_fails_leaves_no_object(s3_log):
+    """A write that fails or is interrupted leaves nothing under its name: before the
+    first part is full nothing is sent (an earlier file stays as it was); after it,
+    the upload pyarrow completes is deleted; a killed process completes nothing."""
+    s3, log = s3_log
+    path = f"{s3}/failing/model.npy"
+    storage.write_bytes(b"earlier", path)
+    requests = Requests(log)
+    with pytest.raises(ZeroDivisionError):
+        with storage.atomic_output(path) as f:
+            f.write(b"x" * 1000)
+            1 / 0
+    assert requests() == [] and _stored(s3, "failing/model.npy") == b"earlier"
+
+    requests = Requests(log)
+    with pytest.raises(KeyboardInterrupt):
+        with storage.atomic_output(path) as f:
+            f.write(bytes(OVER_ONE_PART))
+            raise KeyboardInterrupt
+    made = [op for op, _, _, _ in requests()]
+    assert "UploadPart" in made and "CopyObject" not in made
+    assert _stored(s3, "failing/model.npy") is None
+    assert storage.listdir(f"{s3}/failing") == []
+
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os, signal
+from snm_core.io import storage
+with storage.atomic_output({path!r}) as f:
+    f.write(bytes({OVER_ONE_PART}))
+    f.write(bytes({OVER_ONE_PART}))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""], env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    assert killed.returncode == -9
+    assert _stored(s3, "failing/model.npy") is None
+
+
+def test_remote_text_is_read_in_large_ranges(s3_log, tmp_path):
+    """A reader's small reads (a decompressor's, a batch of lines) do not each become a
+    request: a 3 MB text file read in 64 KiB batches is one GET."""
+    s3, log = s3_log
+    text = "".join(f"line {i} of some text\n" for i in range(150_000)).encode()
+    storage.write_bytes(text, f"{s3}/text/plain.txt")
+    requests = Requests(log)
+    batches = list(textfile.line_batches(f"{s3}/text/plain.txt", batch_bytes=64 << 10))
+    assert sum(len(lines) for _, lines in batches) == 150_000 and len(batches) > 40
+    assert [op for op, _, _, _ in requests()] == ["HeadObject", "GetObject"]
+
+
+def test_count_requests_do_not_grow_with_the_batches(s3_log, tmp_path):
+    """``snm count --out s3://`` on a local runner keeps its scratch parts on this
+    machine: cutting the text into ten times as many flushes (each a part that every
+    bucket reads) makes not one request more."""
+    from snm.commands.count import main as count_main
+    s3, log = s3_log
+    train, _, _ = synthetic.write_corpus(str(tmp_path), num_train=3000, num_dev=10,
+                                         num_test=10, seed=3)
+    made = {}
+    for flush_links in (2_000, 20_000):
+        requests = Requests(log)
+        assert count_main(["--config", "5gram", "--train", train, "--min_count", "1",
+                           "--out", f"{s3}/count-{flush_links}", "--num_buckets", "4",
+                           "--flush_links", str(flush_links)]) == 0
+        made[flush_links] = sorted((op, path.rsplit("/", 1)[1]) for op, path, _, _ in requests())
+    assert made[2_000] == made[20_000]
+    assert not any("scratch" in name for _, name in made[2_000])
+    written = [name for op, name in made[2_000] if op == "PutObject"]
+    assert written == sorted([".snm.lock", *(f"{kind}-{b:05d}-of-00004.parquet"
+                                             for kind in ("features", "links") for b in range(4)),
+                              "manifest.json", "manifest.json", "vocab.txt", "vocab.txt",
+                              "word_counts.parquet"])  # count/ and its vocab/, each once
 
 
 def test_manifest_checks_listed_files_on_s3(s3):
@@ -105,7 +234,8 @@ def _files(directory):
     return out
 
 
-def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypatch):
+def test_train_in_a_bucket_matches_the_local_run(s3_log, tmp_path, capsys, monkeypatch):
+    s3, log = s3_log
     monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), num_train=1500,
                                               num_dev=150, num_test=150, seed=7)
@@ -126,8 +256,11 @@ def test_train_in_a_bucket_matches_the_local_run(s3, tmp_path, capsys, monkeypat
     local_out = str(tmp_path / "local")
     assert train_main(args({p: p for p in remote}, local_out)) == 0
     remote_out = f"{s3}/runs/first"
+    requests = Requests(log)
     assert train_main(args(remote, remote_out)) == 0
     capsys.readouterr()
+    made = {op for op, _, _, _ in requests()}
+    assert "CopyObject" not in made and not any("scratch" in r[1] for r in requests())
 
     local, bucket = _files(local_out), _files(remote_out)
     assert sorted(local) == sorted(bucket)

@@ -9,7 +9,7 @@
 * ``runs``: ``snm train`` arguments of a small run; two runs compared byte for byte;
 * ``compiled``: code run with or without the numba twins;
 * ``checkpoints``: waiting for a process paused at a checkpoint (the fault tests);
-* ``servers``: a free port for a real server.
+* ``servers``: a free port for a real server; ``s3server``: an S3 server that logs every request.
 
 Fixtures several folders use are in ``tests/conftest.py`` (``tests/pipelines/conftest.py``
 for the runner and fault tests).
