@@ -6,6 +6,7 @@ import json
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
+from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.io.textfile import read_lines
 from snm_core.loglinear.directory import LogLinearScorer, is_loglinear
@@ -45,6 +46,21 @@ def load_checked(model_dir, unadjusted=False):
     if unadjusted and "unadjusted" not in model.REPORTS:
         raise SnmInputError(f"{model_dir}: {model.WITHOUT_UNADJUSTED}")
     return model
+
+
+#: What scoring holds besides the memory-mapped model: numba's compiled code, and a text
+#: read whole (its lines as Python strings, about this many times its bytes).
+NUMBA_BYTES = 150 << 20
+TEXT_BYTES_FACTOR = 4
+
+
+def check_scoring_memory(command, memory, path):
+    """Raise :class:`SnmInputError` unless ``--memory`` holds what ``command`` (eval,
+    score) holds besides the memory-mapped model: the process, numba and the text."""
+    size = storage.file_stamp(path)[1] if path != "-" and storage.isfile(path) else 0
+    MemoryBudget.parse(memory).require(command, {
+        "the process": PROCESS_BYTES, "numba": NUMBA_BYTES,
+        "the text": size * TEXT_BYTES_FACTOR})
 
 
 def check_undecoded(path, report, lines, encoding, skip):

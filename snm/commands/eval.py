@@ -7,7 +7,7 @@ report per model (``adjusted`` and ``unadjusted`` for an SNM, ``loglinear``).
 import json
 
 from snm.commands import arguments
-from snm.evaluation import check_undecoded, format_report, load_checked
+from snm.evaluation import check_scoring_memory, check_undecoded, format_report, load_checked
 from snm_core.io.textfile import read_lines
 
 
@@ -21,7 +21,9 @@ def main(argv=None):
     parser.add_argument("--unadjusted", action="store_true",
                         help="report the unadjusted model (theta = 0) first")
     arguments.text_arguments(parser)
+    arguments.memory_argument(parser)
     args = parser.parse_args(argv)
+    check_scoring_memory("eval", args.memory, args.file)
     lines = read_lines(args.file, encoding=args.encoding)
     reports = load_checked(args.model, args.unadjusted).evaluate_lines(lines)
     names = sorted(reports, key=lambda name: (name != "unadjusted") if args.unadjusted

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from snm.commands import arguments
-from snm.evaluation import check_undecoded, load_checked
+from snm.evaluation import check_scoring_memory, check_undecoded, load_checked
 from snm_core.io import storage
 from snm_core.io.progress import Progress
 from snm_core.io.textfile import read_lines
@@ -24,7 +24,9 @@ def main(argv=None):
     parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
     parser.add_argument("--out", help="output file (default: standard output)")
     arguments.text_arguments(parser)
+    arguments.memory_argument(parser)
     args = parser.parse_args(argv)
+    check_scoring_memory("score", args.memory, args.file)
     model = load_checked(args.model, args.unadjusted)
     lines = read_lines(args.file, encoding=args.encoding)
     # Refused before anything is written; with --skip_invalid such a line scores "0 0 0".

@@ -74,6 +74,7 @@ def test_model_matches_the_trainer_on_heldout(ngram_model):
 def test_eval_json_and_score(which, request, tmp_path, capsys):
     model_dir, test = request.getfixturevalue(which)
     test_path = model_dir.parent / "test.txt"
+    capsys.readouterr()  # what building the fixture printed, if this test built it
     assert main(["eval", "--model", str(model_dir), str(test_path), "--json"]) == 0
     reports = json.loads(capsys.readouterr().out)
     assert sorted(reports) == ["adjusted", "unadjusted"]  # eval.json's shape
