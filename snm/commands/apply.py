@@ -2,7 +2,6 @@
 
 from pipelines import apply as stage
 from snm.commands import arguments
-from snm_core.io.runlock import run_lock
 
 
 def main(argv=None):
@@ -12,8 +11,4 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="model directory")
     arguments.layout_argument(parser)
     arguments.memory_argument(parser)
-    flags, beam_args = arguments.parse(parser, argv, beam=True)
-    options = stage.ApplyOptions(**flags)
-    with run_lock(options.out, "snm apply"):
-        stage.run(options, beam_args)
-    return 0
+    return arguments.run_stage(parser, argv, stage.ApplyOptions, stage.run)

@@ -11,6 +11,7 @@ import logging
 
 from pipelines import runners
 from snm_core.io.memory import DEFAULT_SHARE
+from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
 from snm_core.stages import manifests
@@ -81,6 +82,16 @@ def layout_argument(parser, required=False):
     """``--layout``: the form of the model's scoring arrays (``compact/``)."""
     parser.add_argument("--layout", choices=LAYOUTS, required=required,
                         default=None if required else "hashed", help=LAYOUT_HELP)
+
+
+def run_stage(parser, argv, options_type, run):
+    """A Beam stage's command: parse, check (``options_type(**flags)``), and ``run`` it
+    holding its output directory's lock; exit status 0."""
+    flags, beam_args = parse(parser, argv, beam=True)
+    options = options_type(**flags)
+    with run_lock(options.out, parser.prog):
+        run(options, beam_args)
+    return 0
 
 
 def parse(parser, argv, beam=False):

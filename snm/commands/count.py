@@ -3,7 +3,6 @@
 from pipelines import count as stage
 from pipelines.shuffle import MODES
 from snm.commands import arguments
-from snm_core.io.runlock import run_lock
 
 
 def main(argv=None):
@@ -37,8 +36,4 @@ def main(argv=None):
                              "cluster a path every worker reads, e.g. s3://bucket/tmp")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
-    flags, beam_args = arguments.parse(parser, argv, beam=True)
-    options = stage.CountOptions(**flags)
-    with run_lock(options.out, "snm count"):
-        stage.run(options, beam_args)
-    return 0
+    return arguments.run_stage(parser, argv, stage.CountOptions, stage.run)

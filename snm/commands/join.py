@@ -2,7 +2,6 @@
 
 from pipelines import join as stage
 from snm.commands import arguments
-from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 
 
@@ -13,8 +12,4 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output directory (a join/ directory)")
     parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES)
     arguments.memory_argument(parser)
-    flags, beam_args = arguments.parse(parser, argv, beam=True)
-    options = stage.JoinOptions(**flags)
-    with run_lock(options.out, "snm join"):
-        stage.run(options, beam_args)
-    return 0
+    return arguments.run_stage(parser, argv, stage.JoinOptions, stage.run)

@@ -2,7 +2,6 @@
 
 from pipelines import prune as stage
 from snm.commands import arguments
-from snm_core.io.runlock import run_lock
 
 
 def main(argv=None):
@@ -26,8 +25,4 @@ def main(argv=None):
     parser.add_argument("--heldout_weight", type=float,
                         help=f"with --heldout (default {stage.HELDOUT_WEIGHT:g})")
     arguments.layout_argument(parser)
-    flags, beam_args = arguments.parse(parser, argv, beam=True)
-    options = stage.PruneOptions(**flags)
-    with run_lock(options.out, "snm prune"):
-        stage.run(options, beam_args)
-    return 0
+    return arguments.run_stage(parser, argv, stage.PruneOptions, stage.run)

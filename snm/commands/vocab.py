@@ -2,7 +2,6 @@
 
 from pipelines import vocab as stage
 from snm.commands import arguments
-from snm_core.io.runlock import run_lock
 
 
 def main(argv=None):
@@ -13,8 +12,4 @@ def main(argv=None):
                         help="keep words seen at least this often (default %(default)s)")
     parser.add_argument("--max_size", type=int, default=None,
                         help="keep at most this many words")
-    flags, beam_args = arguments.parse(parser, argv, beam=True)
-    options = stage.VocabOptions(**flags)
-    with run_lock(options.out, "snm vocab"):
-        stage.run(options, beam_args)
-    return 0
+    return arguments.run_stage(parser, argv, stage.VocabOptions, stage.run)
