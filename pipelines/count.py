@@ -38,10 +38,11 @@ from pipelines import count_directory, reading, runners, running, training_sourc
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
 from snm_core.count import counting
+from snm_core.count.budget import MAX_OCCURRENCES_PER_CHUNK, plan_memory
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
-from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, format_bytes, round_up
+from snm_core.io.memory import MemoryBudget
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 from snm_core.stages import manifests
 from snm_core.text.config import load_config, parse_config
@@ -49,23 +50,10 @@ from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
-#: Key ranges: a bucket's merge holds ~100 bytes per partial link it sums, so
-#: more buckets mean less memory a worker, for a little more time (one shuffle
-#: element per bucket pair for the continuation counts).  The memory budget
-#: raises it with the corpus (:func:`plan_memory`); never fewer than this.
-DEFAULT_NUM_BUCKETS = 64
 #: Links a worker holds before it emits them (about 45 bytes a pending link):
 #: about one 512 KiB batch of 5-gram links.  Holding more saves little, since
 #: sums across batches are left to the merge.
 DEFAULT_FLUSH_LINKS = 250_000
-#: Feature occurrences of one type extracted at once (an upper bound: events x windows).
-MAX_OCCURRENCES_PER_CHUNK = 2_000_000
-#: What a worker holds, in bytes: a pending link of its flush buffer, a feature
-#: occurrence of the chunk it extracts (its keys, sort and partial arrays), a partial
-#: link of the bucket it merges.
-PENDING_LINK_BYTES = 45
-OCCURRENCE_BYTES = 35
-MERGE_PARTIAL_BYTES = 100
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
               "marker_tokens", "events", "feature_occurrences")
 
@@ -384,36 +372,6 @@ def check_counts(counted, shards, previous=None):
     losscheck.check_equal("count", "words and sentence ends read",
                           counted.get("tokens", 0) + counted.get("sentences", 0),
                           "events extracted", counted.get("events", 0))
-
-
-def plan_memory(budget, workers, words, occurrences_per_event, flush_links, num_buckets=None,
-                fixed_buckets=False):
-    """The count's buckets within the memory budget, checked before any work.
-
-    A process holds, per worker: a chunk's feature occurrences being extracted, its flush
-    buffer, and the bucket it merges.  The first two are fixed; a bucket's merge holds
-    its partial links, at most the corpus's feature occurrences (``words`` x
-    ``occurrences_per_event``) over the buckets.  Returns the number of buckets: the given
-    one (checked), else the fewest that fit, and never fewer than
-    :data:`DEFAULT_NUM_BUCKETS` (``fixed_buckets``: an ``--add_to``'s, checked only).
-    """
-    fixed = {"the process": PROCESS_BYTES,
-             "extraction": workers * MAX_OCCURRENCES_PER_CHUNK * OCCURRENCE_BYTES,
-             "flush buffers": workers * flush_links * PENDING_LINK_BYTES}
-    budget.require("count", fixed)
-    merging = workers * words * occurrences_per_event * MERGE_PARTIAL_BYTES
-    need = max(1, -(-merging // max(budget.left(fixed), 1)))
-    if num_buckets is None:
-        return int(min(max(DEFAULT_NUM_BUCKETS, need), 65536))
-    if num_buckets < need:
-        advice = "re-count from scratch or give --memory" if fixed_buckets else \
-            f"give --num_buckets {need} (or leave it out) or --memory"
-        raise SnmInputError(
-            f"count: {num_buckets} buckets would merge up to {format_bytes(merging // num_buckets)} "
-            f"at once (about {words:,} words of text x {occurrences_per_event} feature "
-            f"occurrences a word, {workers} worker(s)), over the budget {budget}; {advice} "
-            f"{round_up(sum(fixed.values()) + merging // num_buckets)}")
-    return num_buckets
 
 
 def vocab_file(path):

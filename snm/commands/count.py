@@ -3,6 +3,7 @@
 from pipelines import count as stage
 from pipelines.shuffle import MODES
 from snm.commands import arguments
+from snm_core.count.budget import DEFAULT_NUM_BUCKETS
 
 
 def main(argv=None):
@@ -23,7 +24,7 @@ def main(argv=None):
     parser.add_argument("--num_buckets", type=int,
                         help="key-range buckets = output files = shuffle parallelism "
                              "(default: what the memory budget needs, at least "
-                             f"{stage.DEFAULT_NUM_BUCKETS})")
+                             f"{DEFAULT_NUM_BUCKETS})")
     arguments.memory_argument(parser)
     parser.add_argument("--flush_links", type=int, default=stage.DEFAULT_FLUSH_LINKS,
                         help="links a worker holds before emitting them (default %(default)s)")

@@ -31,13 +31,13 @@ apply and eval only.  ``--force`` redoes every stage.  Beam options
 
 import argparse
 
-from pipelines import count as count_stage
 from pipelines import training_sources
 from pipelines import vocab as vocab_stage
 from pipelines.count import vocab_file
 from snm import chain
 from snm.commands import arguments
 from snm.commands.fit import add_fit_args, options_from
+from snm_core.count.budget import DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.runlock import run_lock
@@ -70,7 +70,7 @@ def main(argv=None):
                              "without it the sources are pooled")
     parser.add_argument("--num_buckets", type=int,
                         help="the count's key-range buckets (default: what the memory budget "
-                             f"needs, at least {count_stage.DEFAULT_NUM_BUCKETS})")
+                             f"needs, at least {DEFAULT_NUM_BUCKETS})")
     arguments.memory_argument(parser)
     parser.add_argument("--force", action="store_true", help="redo every stage")
     parser.add_argument("--prune_to", type=int, metavar="LINKS",

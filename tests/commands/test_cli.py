@@ -183,7 +183,7 @@ def test_a_memory_budget_too_small_is_one_line_saying_what_to_give(tmp_path, cap
 def test_the_count_s_buckets_grow_with_the_text_within_the_budget():
     import pytest
 
-    from pipelines.count import DEFAULT_NUM_BUCKETS, plan_memory
+    from snm_core.count.budget import DEFAULT_NUM_BUCKETS, plan_memory
     from snm_core.io.errors import SnmInputError
     from snm_core.io.memory import MemoryBudget
     small, big = MemoryBudget.parse("1G"), MemoryBudget.parse("8G")
