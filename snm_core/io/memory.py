@@ -62,3 +62,18 @@ def limit_heap_retention():
     freed; the fit allocates few of them once it trains.
     """
     set_thresholds(FIT_MMAP_THRESHOLD, FIT_TRIM_THRESHOLD)
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text):
+    """Bytes of a size such as ``512M``, ``4G``, ``1.5G`` or ``1000000`` (K, M, G, T are
+    powers of 1024; a trailing ``B`` or ``iB`` is allowed)."""
+    import argparse
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?B)?\s*", str(text).upper())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 4G)")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])

@@ -269,6 +269,29 @@ def _atomic_output(path):
         raise
 
 
+@contextlib.contextmanager
+def streamed_output(path):
+    """A binary file open for writing an output of any size, which appears at ``path``
+    only when the block completes.  Locally :func:`atomic_output`; a remote file is
+    written straight to its name as one multipart upload (S3 makes the object visible
+    when the upload completes, and a copy would be limited to 5 GB): if the block
+    fails, what was uploaded is deleted."""
+    if not is_remote(path):
+        with atomic_output(path) as f:
+            yield f
+        return
+    fs, inner = filesystem(path)
+    with resource_errors(path):
+        try:
+            with fs.open_output_stream(inner, compression=None) as f:
+                yield f
+        except BaseException:
+            # pyarrow completes the upload when the stream closes: remove the object
+            with contextlib.suppress(OSError):
+                fs.delete_file(inner)
+            raise
+
+
 def write_bytes(data, path):
     with atomic_output(path) as f:
         f.write(data)

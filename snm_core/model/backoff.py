@@ -1,0 +1,468 @@
+"""The back-off form of an n-gram model at any size: joins by suffix key on disk.
+
+For a configuration whose features are the n-grams of lengths 0..N-1 the SNM is a
+back-off model.  With, for a context h (summed over corpus tags),
+
+    S(h) = M_h*,  Z(h) = S(h) + Z(h'),  N(h, w) = M_hw + N(h', w),
+
+where h' drops the oldest word of h (Z and N of the empty context are its own S and
+M), the model gives P(w | h) = N(h, w) / Z(h) for an entry (h, w) it has, and
+otherwise [Z(h') / Z(h)] P(w | h').  ``snm export-arpa`` writes these numbers and
+``snm prune --criterion backoff`` scores links with them.
+
+Each value needs another row's: the suffix's.  So the form is computed order by
+order as joins on hashed keys (contexts and entries are named by 64-bit keys of
+their words, untagged: :func:`context_keys`, :func:`snm_core.text.hashing.link_key`),
+and every table is cut into ``partitions`` key ranges on scratch storage
+(:mod:`snm_core.io.partitions`), so that a step holds one partition of one order.
+The steps, for entry order n = 1..N (contexts of length k = n - 1):
+
+``scan`` (per model bucket, in chunks of ``chunk_links`` links)
+    every feature row is a context (K = its key, K' = its suffix's, the key of the
+    entry that is its own n-gram, M_h*, C(h,*)); every link an entry (its key, its
+    context's, its suffix entry's, M_hw, words).  Contexts go to the partition of K',
+    entries to that of their suffix entry: beside what they join with.
+``suffix n`` (per partition)
+    tag copies summed (in the model's row order, so every partitioning gives the
+    same floating-point sums); Z(h) = S(h) + Z(h') for the contexts of length n - 1,
+    with the context's back-off weight log10 Z(h') / Z(h) sent to the partition of
+    its n-gram's entry; N(h, w) = M_hw + N(h', w) for the entries of order n, sent
+    to their context's partition.  A missing suffix means the model is not a
+    complete n-gram model: one line says so.
+``context n`` (per partition)
+    each entry of order n meets its context: log10 N / Z(h) (ARPA), or what pruning
+    scores an entry by (:mod:`snm_core.model.prune_backoff`), written to the
+    partition of the entry's own key, where ``suffix n + 1`` finds N(h', w).
+
+:func:`run_locally` runs the steps in this process (``snm export-arpa``);
+``pipelines/prune.py`` runs the same steps as a Beam pipeline, one element per
+model bucket or partition, a ``GroupByKey`` on the partition between steps.  Steps
+pass small messages (:func:`send`, :func:`receive`) carrying totals, and each
+checks that every producer of its input reported once.
+"""
+
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from snm_core.io import losscheck, storage, tables
+from snm_core.io.arrays import padded_lists, run_starts, stable_argsort
+from snm_core.io.errors import SnmInputError
+from snm_core.io.partitions import PartitionedWriter, partition_of, read_partition
+from snm_core.text.config import parse_config
+from snm_core.text.features import FeatureExtractor
+from snm_core.text.hashing import link_key
+
+#: Working memory of a step, bytes per row of its partition (the largest order's
+#: entries with their words, the sorts' and the writes' temporaries), and of the
+#: scan, per link of a chunk; measured with a margin (benchmarks/README.md, "ARPA").
+STEP_BYTES_PER_ROW = 320
+SCAN_BYTES_PER_LINK = 400
+#: Working memory of a process (its partitions' arrays; Python, numpy and pyarrow
+#: add ~100 MB) unless ``--memory`` says otherwise.
+DEFAULT_MEMORY = 512 << 20
+#: A smaller budget is refused (any budget works, in more partitions the smaller).
+MIN_MEMORY = 1 << 20
+
+#: Why a model lacks an ARPA file's suffixes, most often.
+CLOSURE_HINT = (" (snm prune --criterion mass keeps no suffixes for the links it keeps; "
+                "prune with --criterion backoff to export ARPA)")
+
+log = logging.getLogger(__name__)
+
+
+def context_keys(plain, lengths, words):
+    """Untagged n-gram keys of word rows (``words`` padded, ``lengths`` words each)."""
+    keys = np.empty(len(lengths), dtype=np.uint64)
+    for n in np.unique(lengths) if len(lengths) else []:
+        rows = np.flatnonzero(lengths == n)
+        keys[rows] = plain.keys_for(int(n), words[rows][:, :n])
+    return keys
+
+
+_EXTRACTORS = {}
+
+
+def plain_extractor(config_text):
+    """The untagged extractor of a configuration (cached: a worker builds it once)."""
+    if config_text not in _EXTRACTORS:
+        _EXTRACTORS[config_text] = FeatureExtractor(parse_config(config_text))
+    return _EXTRACTORS[config_text]
+
+
+def lookup(keys, queries):
+    """Position of each query in ``keys`` (distinct, any order); -1 where absent."""
+    order, ordered = stable_argsort(keys, return_sorted=True)
+    if not len(keys):
+        return np.full(len(queries), -1, np.int64)
+    pos = np.minimum(np.searchsorted(ordered, queries), len(keys) - 1)
+    return np.where(ordered[pos] == queries, order[pos], -1)
+
+
+def group_sums(keys, *values):
+    """Rows of equal keys summed, in row order (so the sums never depend on how rows
+    were partitioned): ``(first row of each group, rows in it, sums...)``, groups in
+    key order."""
+    order, ordered = stable_argsort(keys, return_sorted=True)
+    starts = run_starts(ordered)
+    group = np.zeros(len(keys), np.int64)
+    group[starts[1:]] = 1
+    np.cumsum(group, out=group)
+    sums = [np.bincount(group, weights=np.asarray(v, np.float64)[order],
+                        minlength=len(starts)) for v in values]
+    return (order[starts], np.diff(np.append(starts, len(keys))), *sums)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackoffJob:
+    """The back-off form of one model, as steps over partitions on scratch storage.
+
+    Parameters
+    ----------
+    model : str, the model directory
+    scratch : str, where the steps' files go (every worker must read it)
+    config : str, the model's configuration text (an n-gram configuration)
+    order : int, N: the longest n-gram
+    num_buckets : int, the model's buckets
+    partitions : int, key ranges a step is cut into
+    chunk_links : int, links the scan holds at once
+    """
+
+    model: str
+    scratch: str
+    config: str
+    order: int
+    num_buckets: int
+    partitions: int
+    chunk_links: int
+
+    #: What ``context n`` writes of each entry (besides its key and N), and the
+    #: scan's entry columns (words: for the ARPA text).
+    with_words = True
+
+    @classmethod
+    def plan(cls, model_dir, manifest, scratch, memory):
+        """A job for ``model_dir`` (its ``manifest``) within ``memory`` bytes of working
+        memory a process."""
+        config = parse_config(manifest["config"])
+        if config.ngram_order is None:
+            raise SnmInputError(
+                f"{model_dir}: the back-off form needs an n-gram model (the n-grams of "
+                f"lengths 0..N-1 without skip-grams); this configuration "
+                f"({', '.join(manifest['feature_types'])}) has none")
+        if memory < MIN_MEMORY:
+            raise SnmInputError(f"a memory budget of {memory:,} bytes is too small: give at "
+                                f"least {MIN_MEMORY >> 20} MiB (e.g. --memory 512M)")
+        links = int(manifest["totals"]["links"])
+        partitions = min(max(1, math.ceil(links * STEP_BYTES_PER_ROW / memory)), 1 << 16)
+        return cls(model_dir, scratch, manifest["config"], config.ngram_order,
+                   int(manifest["num_buckets"]), partitions,
+                   max(1 << 14, memory // SCAN_BYTES_PER_LINK))
+
+    # --- files -------------------------------------------------------------------
+
+    def path(self, table, producer):
+        """The file of ``table`` (e.g. ``"z2"``) written by ``producer``."""
+        return storage.join(self.scratch, table, f"{producer:05d}.arrow")
+
+    def scan_files(self, table):
+        return [self.path(table, b) for b in range(self.num_buckets)]
+
+    def step_files(self, table):
+        return [self.path(table, p) for p in range(self.partitions)]
+
+    def read(self, table, partition, columns=None, scanned=False):
+        """Partition ``partition`` of ``table`` from every producer (the model buckets
+        for the scan's tables, else the partitions)."""
+        files = self.scan_files(table) if scanned else self.step_files(table)
+        return read_partition(files, partition, self.partitions, columns)
+
+    def write(self, table, producer, columns, keys, partitions=None, by=None):
+        """``columns`` cut by the partition of ``keys`` (or by ``by``, each row's
+        partition) into ``table``'s file of ``producer``."""
+        partitions = partitions or self.partitions
+        with PartitionedWriter(self.path(table, producer), partitions) as out:
+            out.write(columns, partition_of(keys, partitions) if by is None else by)
+
+    # --- steps -------------------------------------------------------------------
+
+    def steps(self):
+        """The steps after the scan, in order: ``(name, n)``."""
+        return [(name, n) for n in range(1, self.order + 1) for name in ("suffix", "context")]
+
+    def run_step(self, step, partition, facts):
+        """Run one step on one partition; returns its totals (added to ``facts``)."""
+        name, n = step
+        return getattr(self, name)(n, partition, facts)
+
+    def scan(self, bucket):
+        """Cut one model bucket's contexts and entries into the partitions of their
+        suffixes; returns the bucket's totals."""
+        plain = plain_extractor(self.config)
+        width = max(self.order - 1, 1)
+        totals = {"features": 0, "links": 0, "context_count": 0}
+        with contextlib.ExitStack() as stack:
+            out = {name: stack.enter_context(PartitionedWriter(self.path(name, bucket),
+                                                               self.partitions))
+                   for name in self.scan_tables()}
+            for first_feature, first_link, features, matrix in _bucket_chunks(
+                    self.model, bucket, self.num_buckets, self.chunk_links):
+                words, lengths = padded_lists(features["words"], width)
+                if np.any(lengths >= self.order):
+                    raise SnmInputError(f"{self.model}: a feature of {lengths.max()} words "
+                                        f"in a {self.order}-gram model; re-run snm apply")
+                keys = context_keys(plain, lengths, words)
+                shorter = np.maximum(lengths - 1, 0)
+                suffix = np.where(lengths > 0, context_keys(plain, shorter, words[:, 1:]),
+                                  keys)
+                last = words[np.arange(len(lengths)), shorter]
+                own_entry = np.where(lengths > 0, link_key(
+                    context_keys(plain, shorter, words), last), np.uint64(0))
+                row = (np.int64(bucket) << 32) + first_feature + np.arange(len(lengths))
+                for k in range(self.order):
+                    rows = np.flatnonzero(lengths == k)
+                    out[f"ctx{k}"].write(
+                        {"key": keys[rows], "suffix": suffix[rows], "entry": own_entry[rows],
+                         "s": features["m_star"][rows], "c": features["count"][rows],
+                         "row": row[rows]}, partition_of(suffix[rows], self.partitions))
+                of_link = np.repeat(np.arange(len(lengths)), features["diversity"])
+                word = matrix["word"]
+                entry = link_key(keys[of_link], word)
+                entry_suffix = np.where(lengths[of_link] > 0,
+                                        link_key(suffix[of_link], word), entry)
+                link_row = (np.int64(bucket) << 32) + first_link + np.arange(len(word))
+                for k in range(self.order):
+                    links = np.flatnonzero(lengths[of_link] == k)
+                    columns = {"key": entry[links], "context": keys[of_link[links]],
+                               "suffix": entry_suffix[links], "m": matrix["m"][links],
+                               "row": link_row[links]}
+                    if self.with_words:
+                        for j in range(k):
+                            columns[f"w{j}"] = words[of_link[links], j].astype(np.int32)
+                        columns[f"w{k}"] = word[links].astype(np.int32)
+                    out[f"ent{k + 1}"].write(columns,
+                                             partition_of(entry_suffix[links], self.partitions))
+                self.scan_links(out, entry, link_row)
+                totals["features"] += len(lengths)
+                totals["links"] += len(word)
+                totals["context_count"] += int(features["count"].sum())
+        return totals
+
+    def scan_tables(self):
+        """The tables the scan writes: contexts by length, entries by order."""
+        return ([f"ctx{k}" for k in range(self.order)]
+                + [f"ent{n}" for n in range(1, self.order + 1)])
+
+    def scan_links(self, writers, entry, link_row):
+        """Write what a subclass keeps of each link (nothing here)."""
+
+    def suffix(self, n, partition, facts):
+        """Z of the contexts of length n - 1 and N of the entries of order n."""
+        k = n - 1
+        ctx = self.read(f"ctx{k}", partition, scanned=True)
+        first, copies, s, c = group_sums(ctx["key"], ctx["s"], ctx["c"])
+        keys, own_entry, suffix = (ctx[name][first] for name in ("key", "entry", "suffix"))
+        del ctx
+        if k == 0:
+            z = s
+        else:
+            lower = self.read(f"z{k - 1}", partition, ["key", "z"])
+            found = lookup(lower["key"], suffix)
+            if np.any(found < 0):
+                raise SnmInputError(f"{self.model}: a context's suffix is missing; the model "
+                                    f"is not a complete n-gram model{CLOSURE_HINT}")
+            z_suffix = lower["z"][found]
+            del lower, found
+            z = s + z_suffix
+            self.write(f"bo{k}", partition,
+                       {"key": own_entry, "backoff": np.log10(z_suffix / z)}, own_entry)
+        self.write(f"z{k}", partition, {"key": keys, "z": z, "c": c, "entry": own_entry}, keys)
+        contexts = {f"contexts{k}": len(keys), f"context_rows{k}": int(copies.sum())}
+        del keys, own_entry, suffix, z, s, c
+
+        ent = self.read(f"ent{n}", partition, scanned=True)
+        first, copies, m = group_sums(ent["key"], ent["m"])
+        columns = {name: values[first] for name, values in ent.items()
+                   if name not in ("m", "row")}
+        del ent
+        columns["m"], columns["rows"] = m, copies
+        if n == 1:
+            columns["n"] = m
+        else:
+            lower = self.read(f"entry{n - 1}", partition, ["key", "n"])
+            found = lookup(lower["key"], columns["suffix"])
+            if np.any(found < 0):
+                raise SnmInputError(f"{self.model}: an n-gram's suffix is missing; the model "
+                                    f"is not a complete n-gram model{CLOSURE_HINT}")
+            columns["n"] = m + lower["n"][found]
+        self.write(f"nent{n}", partition, columns, columns["context"])
+        return {**contexts, f"entries{n}": len(columns["key"]),
+                f"rows{n}": int(columns["rows"].sum())}
+
+    def context(self, n, partition, facts):
+        """Each entry of order n with its context's Z (and C, and the context's own
+        entry), written to the partition of its key."""
+        ent = self.read(f"nent{n}", partition)
+        ctx = self.read(f"z{n - 1}", partition)
+        found = lookup(ctx["key"], ent["context"])
+        if np.any(found < 0):
+            raise SnmInputError(f"{self.model}: an n-gram's context is missing; re-run snm "
+                                "apply")
+        columns = self.entry_columns(n, ent, {name: v[found] for name, v in ctx.items()},
+                                     facts)
+        self.write(f"entry{n}", partition, columns, ent["key"])
+        return {}
+
+    def consumed(self, step):
+        """The tables no step after ``step`` reads (the back-off form's own; the
+        entries' final tables are the caller's)."""
+        name, n = step
+        if name == "suffix":
+            return [f"ctx{n - 1}", f"ent{n}"] + ([f"z{n - 2}"] if n >= 2 else [])
+        return [f"nent{n}"] + ([f"z{n - 1}"] if n == self.order else [])
+
+    def remove(self, table):
+        storage.remove_tree(storage.join(self.scratch, table))
+
+    def entry_columns(self, n, entries, contexts, facts):
+        """What ``e{n}`` keeps of each entry: key, N, log10 P(w | h) and the words."""
+        columns = {"key": entries["key"], "n": entries["n"],
+                   "log_prob": np.log10(entries["n"] / contexts["z"])}
+        for j in range(n):
+            columns[f"w{j}"] = entries[f"w{j}"]
+        return columns
+
+
+def _bucket_chunks(model, bucket, num_buckets, chunk_links):
+    """``(first feature row, first link row, features, matrix)`` of one model bucket,
+    about ``chunk_links`` links at a time (a feature's links never split; at least one
+    chunk, empty for an empty bucket): dicts of numpy arrays, but a pyarrow list
+    array for the features' ``words``."""
+    paths = [storage.join(model, tables.bucket_file(prefix, bucket, num_buckets))
+             for prefix in ("features", "matrix")]
+    batch_size = max(1024, chunk_links // 4)
+    with storage.open_input(paths[0], seekable=True) as f_in, \
+            storage.open_input(paths[1], seekable=True) as m_in:
+        feature_file, matrix_file = pq.ParquetFile(f_in), pq.ParquetFile(m_in)
+        links = _RowReader(matrix_file.iter_batches(batch_size, columns=["word", "m"],
+                                                    use_threads=False), paths[1])
+        first_feature = first_link = 0
+        batches = feature_file.iter_batches(batch_size, use_threads=False, columns=[
+            "words", "count", "diversity", "m_star"])
+        if not feature_file.metadata.num_rows:  # an empty bucket: one empty chunk
+            batches = [pa.RecordBatch.from_pylist([], schema=feature_file.schema_arrow)]
+        for batch in batches:
+            features = {name: batch.column(name).to_numpy(zero_copy_only=False)
+                        for name in ("count", "diversity", "m_star")}
+            features["words"] = batch.column("words")
+            matrix = links.take(int(features["diversity"].sum()))
+            yield first_feature, first_link, features, matrix
+            first_feature += batch.num_rows
+            first_link += len(matrix["word"])
+        links.check_end()
+
+
+class _RowReader:
+    """Rows of a Parquet file's batches, ``n`` at a time."""
+
+    def __init__(self, batches, path):
+        self.batches, self.path, self.pending = batches, path, []
+
+    def take(self, n):
+        have = sum(len(p["word"]) for p in self.pending)
+        while have < n:
+            batch = next(self.batches, None)
+            if batch is None:
+                raise SnmInputError(f"{self.path}: fewer links than the features' "
+                                    "diversities; re-run snm apply")
+            self.pending.append({name: batch.column(name).to_numpy() for name in ("word", "m")})
+            have += batch.num_rows
+        joined = {name: np.concatenate([p[name] for p in self.pending]) if self.pending
+                  else np.zeros(0, dtype) for name, dtype in (("word", np.int32),
+                                                              ("m", np.float32))}
+        self.pending = [{name: v[n:] for name, v in joined.items()}]
+        return {name: v[:n] for name, v in joined.items()}
+
+    def check_end(self):
+        if sum(len(p["word"]) for p in self.pending) or next(self.batches, None) is not None:
+            raise SnmInputError(f"{self.path}: more links than the features' diversities; "
+                                "re-run snm apply")
+
+
+# --- messages between steps, and the steps run in this process --------------------------
+
+def send(producer, known, partial, destinations):
+    """The messages a producer sends each destination partition: ``(destination,
+    message)``; ``known`` the totals it was given, ``partial`` its own."""
+    message = {"from": producer, "known": known, "partial": partial}
+    return [(d, message) for d in range(destinations)]
+
+
+def receive(stage, producers, messages):
+    """The totals a step starts from: what its producers knew plus what each added.
+    Every producer must have reported once (or the runner lost or repeated work)."""
+    losscheck.check_each_once(stage, "producers", producers, [m["from"] for m in messages])
+    known = dict(messages[0]["known"]) if messages else {}
+    for message in messages:
+        if message["known"] != messages[0]["known"]:
+            raise AssertionError(f"{stage}: producers disagree on the totals")
+        losscheck.add_totals(known, message["partial"])
+    return known
+
+
+def check_totals(stage, manifest, facts, order):
+    """What the steps saw of the model against its manifest: every link and feature
+    once."""
+    links = sum(facts.get(f"rows{n}", 0) for n in range(1, order + 1))
+    losscheck.check_equal(stage, "links in the model", manifest["totals"]["links"],
+                          "links read", facts["links"])
+    losscheck.check_equal(stage, "links read", facts["links"], "entries' links", links)
+    losscheck.check_equal(stage, "features in the model", manifest["totals"]["features"],
+                          "features read", facts["features"])
+
+
+class Progress:
+    """A log line every ``every`` seconds at most."""
+
+    def __init__(self, say, every=5.0):
+        self.say, self.every = say, every
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, message):
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.say(f"{message} ({now - self.start:.0f} s)")
+            self.last = now
+
+
+def run_locally(job, steps=None, say=print):
+    """Run ``job``'s scan and ``steps`` (default all) in this process, partition after
+    partition; returns the totals.  Each step's input files are deleted once no later
+    step reads them."""
+    steps = job.steps() if steps is None else steps
+    progress = Progress(say)
+    inbox = {}
+    for bucket in range(job.num_buckets):
+        progress(f"reading model bucket {bucket + 1} of {job.num_buckets}")
+        for d, message in send(bucket, {}, job.scan(bucket), job.partitions):
+            inbox.setdefault(d, []).append(message)
+    producers = range(job.num_buckets)
+    for step in steps:
+        outbox = {}
+        for partition in range(job.partitions):
+            progress(f"{step[0]} join of order {step[1]}: partition {partition + 1} of "
+                     f"{job.partitions}")
+            facts = receive(f"{step[0]} {step[1]}", producers, inbox.get(partition, []))
+            partial = job.run_step(step, partition, facts)
+            for d, message in send(partition, facts, partial, job.partitions):
+                outbox.setdefault(d, []).append(message)
+        inbox, producers = outbox, range(job.partitions)
+        for table in job.consumed(step):
+            job.remove(table)
+    return receive("back-off form", producers, inbox.get(0, []))
