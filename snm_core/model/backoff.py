@@ -163,7 +163,7 @@ class BackoffJob:
         partitions = min(max(1, math.ceil(links * STEP_BYTES_PER_ROW / memory)), 1 << 16)
         return cls(model_dir, scratch, manifest["config"], config.ngram_order,
                    int(manifest["num_buckets"]), partitions,
-                   max(1 << 14, memory // SCAN_BYTES_PER_LINK))
+                   max(1 << 10, memory // SCAN_BYTES_PER_LINK))
 
     # --- files -------------------------------------------------------------------
 
