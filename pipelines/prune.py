@@ -45,10 +45,10 @@ from snm_core.io.memory import parse_size
 from snm_core.io.runlock import run_lock
 from snm_core.model import backoff
 from snm_core.model import prune as prune_lib
-from snm_core.model.prune_backoff import KeepRule, PruneJob, select_cut
 from snm_core.model.card import write_model_card
 from snm_core.model.compact import compile_model
 from snm_core.model.layouts import ngram_trie
+from snm_core.model.prune_backoff import KeepRule, PruneJob, select_cut
 from snm_core.text.config import parse_config
 
 CRITERIA = ("backoff",) + tuple(prune_lib.BUCKET_CRITERIA)
