@@ -19,9 +19,12 @@ def main(argv=None):
                              "model takes more scratch disk, not more memory")
     parser.add_argument("--scratch", help="local directory for the temporary files "
                                           "(default: the system's temporary directory)")
+    parser.add_argument("--threads", type=int, help="partitions computed at once, sharing "
+                                                    "--memory (default: the cores, at most 4)")
     args = parser.parse_args(argv)
     if is_loglinear(args.model):
         export_loglinear_arpa(args.model, args.out)
     else:
-        export_arpa(args.model, args.out, memory=args.memory, scratch=args.scratch)
+        export_arpa(args.model, args.out, memory=args.memory, scratch=args.scratch,
+                    threads=args.threads)
     return 0

@@ -15,6 +15,8 @@ written to the output as it is made: ``.gz`` compressed (isal), a remote file as
 one multipart upload.
 """
 
+import concurrent.futures
+import os
 import tempfile
 
 import numpy as np
@@ -31,6 +33,7 @@ from snm_core.model.backoff import (
     check_totals,
     context_keys,
     lookup,
+    ordered_map,
     plain_extractor,
     run_locally,
 )
@@ -44,7 +47,8 @@ ARPA_MARKERS = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
 NEVER = -99.0
 
 
-def export_arpa(model_dir, out_path, memory=DEFAULT_MEMORY, scratch=None, say=print):
+def export_arpa(model_dir, out_path, memory=DEFAULT_MEMORY, scratch=None, threads=None,
+                say=print):
     """Write the ARPA file of an n-gram model; returns the n-gram count of each order.
 
     Parameters
@@ -55,7 +59,10 @@ def export_arpa(model_dir, out_path, memory=DEFAULT_MEMORY, scratch=None, say=pr
         the scratch disk and the time
     scratch : str, optional: a local directory for the joins' files (default: the
         system's temporary directory), about 60 bytes a link at the peak
+    threads : int, optional: partitions computed at once, sharing ``memory`` (default:
+        the cores, at most 4)
     """
+    threads = threads or min(os.cpu_count() or 1, 4)
     manifest = validate_directory(model_dir, "model").manifest
     config = parse_config(manifest["config"])
     if config.ngram_order is None:
@@ -66,29 +73,30 @@ def export_arpa(model_dir, out_path, memory=DEFAULT_MEMORY, scratch=None, say=pr
     vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
     check_vocabulary(vocab)
     with tempfile.TemporaryDirectory(prefix="snm-arpa-", dir=scratch) as work:
-        job = BackoffJob.plan(model_dir, manifest, work, memory)
+        job = BackoffJob.plan(model_dir, manifest, work, memory, threads)
         say(f"export-arpa: {manifest['totals']['links']:,} links, {job.order}-grams, in "
             f"{job.partitions} partition(s) of the back-off form")
-        facts = run_locally(job, say=lambda line: say(f"export-arpa: {line}"))
+        facts = run_locally(job, say=lambda line: say(f"export-arpa: {line}"), threads=threads)
         check_totals("export-arpa", manifest, facts, job.order)
         extras = _unigram_extras(job)
-        counts = {n: facts[f"entries{n}"] + (len(extras[0]) if n == 1 else 0)
+        counts = {n: facts[f"entries{n}"] + (len(extras[1]) if n == 1 else 0)
                   for n in range(1, job.order + 1)}
         progress = Progress(lambda line: say(f"export-arpa: {line}"))
-        with ArpaWriter(out_path, vocab, counts) as arpa:
-            for n in range(1, job.order + 1):
-                if n == 1:
-                    arpa.write(1, *extras)
-                for partition in range(job.partitions):
-                    progress(f"writing {n}-grams: partition {partition + 1} of "
-                             f"{job.partitions}")
-                    arpa.write(n, *_section_part(job, n, partition))
+        parts = [(n, partition) for n in range(1, job.order + 1)
+                 for partition in range(job.partitions)]
+        with ArpaWriter(out_path, vocab, counts) as arpa, \
+                concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            arpa.write(*arpa.lines(*extras))
+            for (n, partition), lines in zip(parts, ordered_map(
+                    pool, lambda part: arpa.lines(*_section_part(job, *part)), parts, threads)):
+                progress(f"writing {n}-grams: partition {partition + 1} of {job.partitions}")
+                arpa.write(*lines)
     say(f"wrote {out_path}: " + ", ".join(f"{n}-grams {c:,}" for n, c in counts.items()))
     return counts
 
 
 def _section_part(job, n, partition):
-    """``(words, log10 probabilities, back-offs or None)`` of the n-grams of one
+    """``(n, words, log10 probabilities, back-offs or None)`` of the n-grams of one
     partition, in key order."""
     entries = job.read(f"entry{n}", partition)
     order = np.argsort(entries["key"])
@@ -98,7 +106,7 @@ def _section_part(job, n, partition):
         weights = job.read(f"bo{n}", partition)
         found = lookup(weights["key"], entries["key"][order])
         backoff = np.where(found >= 0, weights["backoff"][np.maximum(found, 0)], 0.0)
-    return words, entries["log_prob"][order], backoff
+    return n, words, entries["log_prob"][order], backoff
 
 
 def _unigram_extras(job):
@@ -116,7 +124,7 @@ def _unigram_extras(job):
     if lookup(unigrams["key"], unk)[0] < 0:
         words.append(UNK_ID)
         backoffs.append(0.0)
-    return (np.array(words, np.int64)[:, None], np.full(len(words), NEVER),
+    return (1, np.array(words, np.int64)[:, None], np.full(len(words), NEVER),
             np.array(backoffs) if job.order > 1 else None)
 
 
@@ -160,16 +168,22 @@ class ArpaWriter:
                                                   self.counts.items()) + "\n").encode())
         return self
 
-    def write(self, n, words, log_prob, backoff):
-        """Lines of order ``n``: ``words`` int (k, n) (oldest first), ``log_prob`` (k,),
-        ``backoff`` (k,) or None (the highest order)."""
+    def lines(self, n, words, log_prob, backoff):
+        """``(n, k, text)``: k lines of order ``n`` formatted (any thread may call it):
+        ``words`` int (k, n) (oldest first), ``log_prob`` (k,), ``backoff`` (k,) or None
+        (the highest order)."""
+        text = format_lines(self.word_strings, words, log_prob, backoff) if len(words) else b""
+        return n, len(words), text
+
+    def write(self, n, lines, text):
+        """Write ``lines`` lines of order ``n`` formatted by :meth:`lines` (orders
+        ascending)."""
         if n != self.order:
             self._end_section()
             self.order = n
             self._file.write(f"\\{n}-grams:\n".encode())
-        if len(words):
-            self._file.write(format_lines(self.word_strings, words, log_prob, backoff))
-        self.written += len(words)
+        self._file.write(text)
+        self.written += lines
 
     def _end_section(self):
         if self.order:
@@ -220,5 +234,5 @@ def write_sections(out_path, vocab, sections):
     counts = {n: len(words) for n, words, _, _ in sections}
     with ArpaWriter(out_path, vocab, counts) as arpa:
         for section in sections:
-            arpa.write(*section)
+            arpa.write(*arpa.lines(*section))
     return counts

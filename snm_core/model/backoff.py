@@ -41,6 +41,8 @@ pass small messages (:func:`send`, :func:`receive`) carrying totals, and each
 checks that every producer of its input reported once.
 """
 
+import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -97,18 +99,25 @@ def plain_extractor(config_text):
 
 
 def lookup(keys, queries):
-    """Position of each query in ``keys`` (distinct, any order); -1 where absent."""
-    order, ordered = stable_argsort(keys, return_sorted=True)
+    """Position of each query in ``keys`` (distinct, any order); -1 where absent.
+
+    Both sides sorted: a binary search of sorted queries stays in the cache lines of the
+    one before (4.5x faster than searching 2M random queries in 2M keys)."""
     if not len(keys):
         return np.full(len(queries), -1, np.int64)
-    pos = np.minimum(np.searchsorted(ordered, queries), len(keys) - 1)
-    return np.where(ordered[pos] == queries, order[pos], -1)
+    order, ordered = stable_argsort(keys, return_sorted=True)
+    asked, asked_sorted = stable_argsort(queries, return_sorted=True)
+    pos = np.minimum(np.searchsorted(ordered, asked_sorted), len(keys) - 1)
+    found = np.empty(len(queries), np.int64)
+    found[asked] = np.where(ordered[pos] == asked_sorted, order[pos], -1)
+    return found
 
 
 def group_sums(keys, *values):
-    """Rows of equal keys summed, in row order (so the sums never depend on how rows
-    were partitioned): ``(first row of each group, rows in it, sums...)``, groups in
-    key order."""
+    """Rows of equal keys summed in their input order: ``(first row of each group, rows
+    in it, sums...)``, groups in key order.  A partition's rows come in the model's row
+    order (producers in bucket order, each cut stably), so tag copies add up the same
+    whatever the partitioning."""
     order, ordered = stable_argsort(keys, return_sorted=True)
     starts = run_starts(ordered)
     group = np.zeros(len(keys), np.int64)
@@ -142,14 +151,16 @@ class BackoffJob:
     partitions: int
     chunk_links: int
 
-    #: What ``context n`` writes of each entry (besides its key and N), and the
-    #: scan's entry columns (words: for the ARPA text).
+    #: Whether entries carry their words (for the ARPA text); what ``suffix n`` keeps
+    #: of each entry and each context for ``context n``.
     with_words = True
+    carried = ("key", "context", "n")
+    context_carried = ("key", "z")
 
     @classmethod
-    def plan(cls, model_dir, manifest, scratch, memory):
+    def plan(cls, model_dir, manifest, scratch, memory, threads=1):
         """A job for ``model_dir`` (its ``manifest``) within ``memory`` bytes of working
-        memory a process."""
+        memory a process, ``threads`` partitions at once."""
         config = parse_config(manifest["config"])
         if config.ngram_order is None:
             raise SnmInputError(
@@ -160,10 +171,11 @@ class BackoffJob:
             raise SnmInputError(f"a memory budget of {memory:,} bytes is too small: give at "
                                 f"least {MIN_MEMORY >> 20} MiB (e.g. --memory 512M)")
         links = int(manifest["totals"]["links"])
-        partitions = min(max(1, math.ceil(links * STEP_BYTES_PER_ROW / memory)), 1 << 16)
+        share = memory // threads
+        partitions = min(max(1, math.ceil(links * STEP_BYTES_PER_ROW / share)), 1 << 16)
         return cls(model_dir, scratch, manifest["config"], config.ngram_order,
                    int(manifest["num_buckets"]), partitions,
-                   max(1 << 10, memory // SCAN_BYTES_PER_LINK))
+                   max(1 << 10, share // SCAN_BYTES_PER_LINK))
 
     # --- files -------------------------------------------------------------------
 
@@ -224,13 +236,12 @@ class BackoffJob:
                 last = words[np.arange(len(lengths)), shorter]
                 own_entry = np.where(lengths > 0, link_key(
                     context_keys(plain, shorter, words), last), np.uint64(0))
-                row = (np.int64(bucket) << 32) + first_feature + np.arange(len(lengths))
                 for k in range(self.order):
                     rows = np.flatnonzero(lengths == k)
                     out[f"ctx{k}"].write(
                         {"key": keys[rows], "suffix": suffix[rows], "entry": own_entry[rows],
-                         "s": features["m_star"][rows], "c": features["count"][rows],
-                         "row": row[rows]}, partition_of(suffix[rows], self.partitions))
+                         "s": features["m_star"][rows], "c": features["count"][rows]},
+                        partition_of(suffix[rows], self.partitions))
                 of_link = np.repeat(np.arange(len(lengths)), features["diversity"])
                 word = matrix["word"]
                 entry = link_key(keys[of_link], word)
@@ -240,8 +251,7 @@ class BackoffJob:
                 for k in range(self.order):
                     links = np.flatnonzero(lengths[of_link] == k)
                     columns = {"key": entry[links], "context": keys[of_link[links]],
-                               "suffix": entry_suffix[links], "m": matrix["m"][links],
-                               "row": link_row[links]}
+                               "suffix": entry_suffix[links], "m": matrix["m"][links]}
                     if self.with_words:
                         for j in range(k):
                             columns[f"w{j}"] = words[of_link[links], j].astype(np.int32)
@@ -282,14 +292,15 @@ class BackoffJob:
             z = s + z_suffix
             self.write(f"bo{k}", partition,
                        {"key": own_entry, "backoff": np.log10(z_suffix / z)}, own_entry)
-        self.write(f"z{k}", partition, {"key": keys, "z": z, "c": c, "entry": own_entry}, keys)
+        self.write(f"z{k}", partition, {name: values for name, values in (
+            ("key", keys), ("z", z), ("c", c), ("entry", own_entry))
+            if name in self.context_carried}, keys)
         contexts = {f"contexts{k}": len(keys), f"context_rows{k}": int(copies.sum())}
         del keys, own_entry, suffix, z, s, c
 
         ent = self.read(f"ent{n}", partition, scanned=True)
         first, copies, m = group_sums(ent["key"], ent["m"])
-        columns = {name: values[first] for name, values in ent.items()
-                   if name not in ("m", "row")}
+        columns = {name: values[first] for name, values in ent.items() if name != "m"}
         del ent
         columns["m"], columns["rows"] = m, copies
         if n == 1:
@@ -301,9 +312,12 @@ class BackoffJob:
                 raise SnmInputError(f"{self.model}: an n-gram's suffix is missing; the model "
                                     f"is not a complete n-gram model{CLOSURE_HINT}")
             columns["n"] = m + lower["n"][found]
-        self.write(f"nent{n}", partition, columns, columns["context"])
-        return {**contexts, f"entries{n}": len(columns["key"]),
-                f"rows{n}": int(columns["rows"].sum())}
+        totals = {**contexts, f"entries{n}": len(columns["key"]),
+                  f"rows{n}": int(columns["rows"].sum())}
+        self.write(f"nent{n}", partition, {name: values for name, values in columns.items()
+                                           if name in self.carried or name[0] == "w"},
+                   columns["context"])
+        return totals
 
     def context(self, n, partition, facts):
         """Each entry of order n with its context's Z (and C, and the context's own
@@ -441,28 +455,44 @@ class Progress:
             self.last = now
 
 
-def run_locally(job, steps=None, say=print):
-    """Run ``job``'s scan and ``steps`` (default all) in this process, partition after
-    partition; returns the totals.  Each step's input files are deleted once no later
-    step reads them."""
+def run_locally(job, steps=None, say=print, threads=1):
+    """Run ``job``'s scan and ``steps`` (default all) in this process, ``threads``
+    partitions at once; returns the totals.  Each step's input files are deleted once
+    no later step reads them."""
     steps = job.steps() if steps is None else steps
     progress = Progress(say)
-    inbox = {}
-    for bucket in range(job.num_buckets):
-        progress(f"reading model bucket {bucket + 1} of {job.num_buckets}")
-        for d, message in send(bucket, {}, job.scan(bucket), job.partitions):
-            inbox.setdefault(d, []).append(message)
-    producers = range(job.num_buckets)
-    for step in steps:
-        outbox = {}
-        for partition in range(job.partitions):
-            progress(f"{step[0]} join of order {step[1]}: partition {partition + 1} of "
-                     f"{job.partitions}")
-            facts = receive(f"{step[0]} {step[1]}", producers, inbox.get(partition, []))
-            partial = job.run_step(step, partition, facts)
-            for d, message in send(partition, facts, partial, job.partitions):
-                outbox.setdefault(d, []).append(message)
-        inbox, producers = outbox, range(job.partitions)
-        for table in job.consumed(step):
-            job.remove(table)
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        inbox = {}
+        results = pool.map(job.scan, range(job.num_buckets))
+        for bucket, partial in enumerate(results):
+            progress(f"read model bucket {bucket + 1} of {job.num_buckets}")
+            for d, message in send(bucket, {}, partial, job.partitions):
+                inbox.setdefault(d, []).append(message)
+        producers = range(job.num_buckets)
+        for step in steps:
+            facts = [receive(f"{step[0]} {step[1]}", producers, inbox.get(p, []))
+                     for p in range(job.partitions)]
+            results = pool.map(job.run_step, [step] * job.partitions, range(job.partitions),
+                               facts)
+            outbox = {}
+            for partition, partial in enumerate(results):
+                progress(f"{step[0]} join of order {step[1]}: partition {partition + 1} of "
+                         f"{job.partitions}")
+                for d, message in send(partition, facts[partition], partial, job.partitions):
+                    outbox.setdefault(d, []).append(message)
+            inbox, producers = outbox, range(job.partitions)
+            for table in job.consumed(step):
+                job.remove(table)
     return receive("back-off form", producers, inbox.get(0, []))
+
+
+def ordered_map(pool, fn, items, ahead):
+    """``fn`` of each item on ``pool``, results in order, at most ``ahead`` computed
+    before they are taken."""
+    pending = collections.deque()
+    for item in items:
+        pending.append(pool.submit(fn, item))
+        if len(pending) > ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()

@@ -72,6 +72,8 @@ class PruneJob(BackoffJob):
     the rows kept."""
 
     with_words = False
+    carried = ("key", "context", "n", "suffix", "m", "rows")
+    context_carried = ("key", "z", "c", "entry")
 
     def scan_tables(self):
         return super().scan_tables() + ["links"]
