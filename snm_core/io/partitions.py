@@ -21,8 +21,9 @@ from snm_core.text.hashing import bucket_of
 
 
 def partition_of(keys, partitions):
-    """Partition (key range) of each uint64 key: int64 array, shape (n,)."""
-    return bucket_of(np.asarray(keys, np.uint64), partitions).astype(np.int64)
+    """Partition (key range) of each uint64 key: uint16 array, shape (n,) (numpy sorts
+    16-bit integers by radix, 4x faster than 64-bit ones)."""
+    return bucket_of(np.asarray(keys, np.uint64), partitions).astype(np.uint16)
 
 
 class PartitionedWriter:
@@ -49,8 +50,9 @@ class PartitionedWriter:
 
     def write(self, columns, partition):
         """Write ``columns`` (dict of equal-length numpy arrays) cut by ``partition``
-        (int array, shape (n,), each row's partition): one batch per partition, in
-        partition order, rows in their input order."""
+        (int array, shape (n,), each row's partition, < 2 ** 16): one batch per
+        partition, in partition order, rows in their input order."""
+        partition = np.asarray(partition, np.uint16)
         order = np.argsort(partition, kind="stable")
         bounds = np.searchsorted(partition[order], np.arange(self.partitions + 1)).tolist()
         ordered = {name: np.asarray(values)[order] for name, values in columns.items()}

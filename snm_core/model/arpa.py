@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snm_core.io import storage
+from snm_core.io.arrays import stable_argsort
 from snm_core.io.errors import SnmInputError
 from snm_core.io.partitions import partition_of
 from snm_core.model.backoff import (
@@ -99,7 +100,7 @@ def _section_part(job, n, partition):
     """``(n, words, log10 probabilities, back-offs or None)`` of the n-grams of one
     partition, in key order."""
     entries = job.read(f"entry{n}", partition)
-    order = np.argsort(entries["key"])
+    order = stable_argsort(entries["key"])
     words = np.stack([entries[f"w{j}"][order] for j in range(n)], axis=1)
     backoff = None
     if n < job.order:
@@ -153,8 +154,9 @@ class ArpaWriter:
 
     def __init__(self, out_path, vocab, counts):
         self.out_path, self.counts = out_path, dict(counts)
+        from snm_core.model.arpa_kernels import string_buffers
         names = [ARPA_MARKERS.get(i, w) for i, w in enumerate(vocab.words)]
-        self.word_strings = pa.array(names, pa.string())
+        self.vocab_text = string_buffers(pa.array(names, pa.string()))
         self.order = self.written = 0
 
     def __enter__(self):
@@ -172,7 +174,7 @@ class ArpaWriter:
         """``(n, k, text)``: k lines of order ``n`` formatted (any thread may call it):
         ``words`` int (k, n) (oldest first), ``log_prob`` (k,), ``backoff`` (k,) or None
         (the highest order)."""
-        text = format_lines(self.word_strings, words, log_prob, backoff) if len(words) else b""
+        text = format_lines(self.vocab_text, words, log_prob, backoff) if len(words) else b""
         return n, len(words), text
 
     def write(self, n, lines, text):
@@ -208,19 +210,31 @@ class ArpaWriter:
         return False
 
 
-def format_lines(word_strings, words, log_prob, backoff):
-    """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 shortest form) as
-    one buffer."""
-    n = words.shape[1]
-    parts = [word_strings.take(pa.array(words[:, j])) for j in range(n)]
-    text = pc.binary_join_element_wise(*parts, " ") if n > 1 else parts[0]
-    columns = [pc.cast(pa.array(np.asarray(log_prob, np.float32)), pa.string()), text]
-    if backoff is not None:
-        columns.append(pc.cast(pa.array(np.asarray(backoff, np.float32)), pa.string()))
-    lines = pc.binary_join_element_wise(pc.binary_join_element_wise(*columns, "\t"),
-                                        pa.scalar(""), "\n")
-    offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
-    return lines.buffers()[2][int(offsets[0]):int(offsets[-1])]
+def format_lines(vocab_text, words, log_prob, backoff):
+    """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
+    form, pyarrow's) as one uint8 array; ``vocab_text`` the vocabulary's
+    :func:`~snm_core.model.arpa_kernels.string_buffers`.  Back-offs repeat (0 for every
+    n-gram that is no context): each distinct one is formatted once."""
+    from snm_core.model.arpa_kernels import assemble_lines, string_buffers
+    prob, prob_start = string_buffers(pc.cast(pa.array(np.asarray(log_prob, np.float32)),
+                                              pa.string()))
+    size = prob_start[-1] - prob_start[0] + len(words) * (words.shape[1] + 1)
+    vocab, vocab_start = vocab_text
+    size += int(np.diff(vocab_start)[words].sum())
+    backoff_ids, text, text_start = np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(1)
+    if backoff is not None:  # by bits, so that -0 and 0 stay apart
+        bits, backoff_ids = np.unique(np.asarray(backoff, np.float32).view(np.uint32),
+                                      return_inverse=True)
+        text, text_start = string_buffers(pc.cast(pa.array(bits.view(np.float32)),
+                                                  pa.string()))
+        size += int(np.diff(text_start)[backoff_ids].sum()) + len(words)
+    out = np.empty(size, np.uint8)
+    written = assemble_lines(np.ascontiguousarray(words, np.int64), vocab, vocab_start,
+                             prob, prob_start, backoff_ids.astype(np.int64), text,
+                             text_start.astype(np.int64), out)
+    if written != size:
+        raise AssertionError(f"{written} bytes of ARPA lines written, {size} expected")
+    return out
 
 
 def write_sections(out_path, vocab, sections):

@@ -101,16 +101,27 @@ def plain_extractor(config_text):
 def lookup(keys, queries):
     """Position of each query in ``keys`` (distinct, any order); -1 where absent.
 
-    Both sides sorted: a binary search of sorted queries stays in the cache lines of the
-    one before (4.5x faster than searching 2M random queries in 2M keys)."""
+    Both sides sorted (unless they are): a binary search of sorted queries stays in the
+    cache lines of the one before (4.5x faster than searching 2M random queries in 2M
+    keys)."""
     if not len(keys):
         return np.full(len(queries), -1, np.int64)
-    order, ordered = stable_argsort(keys, return_sorted=True)
-    asked, asked_sorted = stable_argsort(queries, return_sorted=True)
+    order, ordered = _sorted(keys)
+    asked, asked_sorted = _sorted(queries)
     pos = np.minimum(np.searchsorted(ordered, asked_sorted), len(keys) - 1)
-    found = np.empty(len(queries), np.int64)
-    found[asked] = np.where(ordered[pos] == asked_sorted, order[pos], -1)
-    return found
+    found = np.where(ordered[pos] == asked_sorted, pos if order is None else order[pos], -1)
+    if asked is None:
+        return found
+    result = np.empty(len(queries), np.int64)
+    result[asked] = found
+    return result
+
+
+def _sorted(values):
+    """``(order, values[order])``; order None when ``values`` are sorted already."""
+    if np.all(values[1:] >= values[:-1]):
+        return None, values
+    return stable_argsort(values, return_sorted=True)
 
 
 def group_sums(keys, *values):
@@ -120,6 +131,9 @@ def group_sums(keys, *values):
     whatever the partitioning."""
     order, ordered = stable_argsort(keys, return_sorted=True)
     starts = run_starts(ordered)
+    if len(starts) == len(keys):  # no copies (a pooled model): nothing to add
+        return (order, np.ones(len(keys), np.int64),
+                *(np.asarray(v, np.float64)[order] for v in values))
     group = np.zeros(len(keys), np.int64)
     group[starts[1:]] = 1
     np.cumsum(group, out=group)

@@ -167,7 +167,7 @@ class PruneJob(BackoffJob):
             raise SnmInputError(f"{self.model}: a link without its entry; re-run snm apply")
         rows = links["row"][kept[found]]
         self.write("keep", partition, {"row": rows & np.int64(0xFFFFFFFF)}, None,
-                   self.num_buckets, by=rows >> 32)
+                   self.num_buckets, by=(rows >> 32).astype(np.uint16))
         lowest = ranked["effective"][kept]
         return {"kept_rows": len(rows), "kept_entries": int(kept.sum()),
                 "lowest_kept": [float(lowest.min())] if len(lowest) else []}
