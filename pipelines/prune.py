@@ -229,9 +229,9 @@ def prune_by_buckets(options, manifest, criterion, beam_args=()):
 
 # --- the backoff criterion: steps over partitions (snm_core/model/backoff.py) -------------
 
-class ScanBucket(beam.DoFn):
-    """Model bucket -> its contexts and entries cut into partitions; messages to every
-    partition."""
+class ScanBuckets(beam.DoFn):
+    """A group of model buckets -> their contexts and entries cut into partitions;
+    messages to every partition."""
 
     def __init__(self, job):
         self.job = job
@@ -239,8 +239,8 @@ class ScanBucket(beam.DoFn):
     def setup(self):
         running.configure_allocators()
 
-    def process(self, bucket):
-        yield from backoff.send(bucket, {}, self.job.scan(bucket), self.job.partitions)
+    def process(self, group):
+        yield from backoff.send(group, {}, self.job.scan(group), self.job.partitions)
 
 
 class RunStep(beam.DoFn):
@@ -346,9 +346,9 @@ def prune_backoff(options, manifest, beam_args=()):
         totals_path = storage.join(scratch, "totals.json")
 
         def form(p):
-            messages = (p | "Buckets" >> beam.Create(range(job.num_buckets))
-                        | "Scan" >> beam.ParDo(ScanBucket(job)))
-            producers, steps = range(job.num_buckets), job.steps()
+            messages = (p | "Buckets" >> beam.Create(range(job.scans))
+                        | "Scan" >> beam.ParDo(ScanBuckets(job)))
+            producers, steps = range(job.scans), job.steps()
             for i, step in enumerate(steps):
                 label = f"{step[0].capitalize()}{step[1]}"
                 messages = (messages | f"To{label}" >> beam.GroupByKey()

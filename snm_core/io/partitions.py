@@ -54,15 +54,20 @@ class PartitionedWriter:
         partition, in partition order, rows in their input order."""
         partition = np.asarray(partition, np.uint16)
         order = np.argsort(partition, kind="stable")
-        bounds = np.searchsorted(partition[order], np.arange(self.partitions + 1)).tolist()
-        ordered = {name: np.asarray(values)[order] for name, values in columns.items()}
+        self.write_sorted({name: np.asarray(values)[order] for name, values in columns.items()},
+                          np.searchsorted(partition[order], np.arange(self.partitions + 1)))
+
+    def write_sorted(self, columns, bounds):
+        """Write ``columns`` whose rows are in partition order, partition p's
+        ``bounds[p]:bounds[p + 1]``."""
+        bounds = np.asarray(bounds).tolist()
         if self._writer is None:
             self.schema = pa.schema([(name, pa.from_numpy_dtype(values.dtype))
-                                     for name, values in ordered.items()])
+                                     for name, values in columns.items()])
             self._writer = pa.ipc.new_file(self._file, self.schema)
         for p in range(self.partitions):
             self._writer.write_batch(pa.RecordBatch.from_arrays(
-                [pa.array(values[bounds[p]:bounds[p + 1]]) for values in ordered.values()],
+                [pa.array(values[bounds[p]:bounds[p + 1]]) for values in columns.values()],
                 schema=self.schema))
 
     def __exit__(self, kind, value, traceback):

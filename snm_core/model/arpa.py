@@ -27,6 +27,7 @@ from snm_core.io import storage
 from snm_core.io.arrays import stable_argsort
 from snm_core.io.errors import SnmInputError
 from snm_core.io.partitions import partition_of
+from snm_core.model.arpa_kernels import assemble_lines
 from snm_core.model.backoff import (
     DEFAULT_MEMORY,
     BackoffJob,
@@ -39,6 +40,7 @@ from snm_core.model.backoff import (
     run_locally,
 )
 from snm_core.stages.validation import validate_directory
+from snm_core.text.compiled import string_buffers  # also: the scan hashes compiled
 from snm_core.text.config import parse_config
 from snm_core.text.hashing import link_key
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
@@ -154,7 +156,6 @@ class ArpaWriter:
 
     def __init__(self, out_path, vocab, counts):
         self.out_path, self.counts = out_path, dict(counts)
-        from snm_core.model.arpa_kernels import string_buffers
         names = [ARPA_MARKERS.get(i, w) for i, w in enumerate(vocab.words)]
         self.vocab_text = string_buffers(pa.array(names, pa.string()))
         self.order = self.written = 0
@@ -213,25 +214,25 @@ class ArpaWriter:
 def format_lines(vocab_text, words, log_prob, backoff):
     """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
     form, pyarrow's) as one uint8 array; ``vocab_text`` the vocabulary's
-    :func:`~snm_core.model.arpa_kernels.string_buffers`.  Back-offs repeat (0 for every
+    :func:`~snm_core.text.compiled.string_buffers`.  Back-offs repeat (0 for every
     n-gram that is no context): each distinct one is formatted once."""
-    from snm_core.model.arpa_kernels import assemble_lines, string_buffers
-    prob, prob_start = string_buffers(pc.cast(pa.array(np.asarray(log_prob, np.float32)),
+    prob_start, prob = string_buffers(pc.cast(pa.array(np.asarray(log_prob, np.float32)),
                                               pa.string()))
-    size = prob_start[-1] - prob_start[0] + len(words) * (words.shape[1] + 1)
-    vocab, vocab_start = vocab_text
+    size = int(prob_start[-1] - prob_start[0]) + len(words) * (words.shape[1] + 1)
+    vocab_start, vocab = vocab_text
     size += int(np.diff(vocab_start)[words].sum())
     backoff_ids, text, text_start = np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(1)
     if backoff is not None:  # by bits, so that -0 and 0 stay apart
         bits, backoff_ids = np.unique(np.asarray(backoff, np.float32).view(np.uint32),
                                       return_inverse=True)
-        text, text_start = string_buffers(pc.cast(pa.array(bits.view(np.float32)),
+        text_start, text = string_buffers(pc.cast(pa.array(bits.view(np.float32)),
                                                   pa.string()))
         size += int(np.diff(text_start)[backoff_ids].sum()) + len(words)
     out = np.empty(size, np.uint8)
-    written = assemble_lines(np.ascontiguousarray(words, np.int64), vocab, vocab_start,
-                             prob, prob_start, backoff_ids.astype(np.int64), text,
-                             text_start.astype(np.int64), out)
+    written = assemble_lines(np.ascontiguousarray(words, np.int64), vocab,
+                             vocab_start.astype(np.int64), prob, prob_start.astype(np.int64),
+                             backoff_ids.astype(np.int64), text, text_start.astype(np.int64),
+                             out)
     if written != size:
         raise AssertionError(f"{written} bytes of ARPA lines written, {size} expected")
     return out

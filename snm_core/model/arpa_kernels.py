@@ -3,7 +3,6 @@ formatted.  pyarrow's element-wise string joins took ~0.7 us a 5-gram line, more
 half of an export's time; this loop takes ~0.17 us."""
 
 import numba
-import numpy as np
 
 TAB, SPACE, NEWLINE = 9, 32, 10
 
@@ -42,11 +41,3 @@ def assemble_lines(words, vocab, vocab_start, prob, prob_start, backoff_ids, bac
             out[pos] = NEWLINE
             pos += 1
     return pos
-
-
-def string_buffers(array):
-    """``(bytes uint8, offsets int64)`` of a pyarrow string array."""
-    offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1,
-                            array.offset * 4).astype(np.int64)
-    data = np.frombuffer(array.buffers()[2], np.uint8) if len(array) else np.zeros(0, np.uint8)
-    return data, offsets

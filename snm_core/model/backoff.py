@@ -54,12 +54,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from snm_core.io import losscheck, storage, tables
-from snm_core.io.arrays import padded_lists, run_starts, stable_argsort
+from snm_core.io.arrays import padded_lists
 from snm_core.io.errors import SnmInputError
 from snm_core.io.partitions import PartitionedWriter, partition_of, read_partition
+from snm_core.model import backoff_kernels
+from snm_core.text import compiled, hashing
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
-from snm_core.text.hashing import link_key
 
 #: Working memory of a step, bytes per row of its partition (the largest order's
 #: entries with their words, the sorts' and the writes' temporaries), and of the
@@ -99,47 +100,23 @@ def plain_extractor(config_text):
 
 
 def lookup(keys, queries):
-    """Position of each query in ``keys`` (distinct, any order); -1 where absent.
-
-    Both sides sorted (unless they are): a binary search of sorted queries stays in the
-    cache lines of the one before (4.5x faster than searching 2M random queries in 2M
-    keys)."""
-    if not len(keys):
-        return np.full(len(queries), -1, np.int64)
-    order, ordered = _sorted(keys)
-    asked, asked_sorted = _sorted(queries)
-    pos = np.minimum(np.searchsorted(ordered, asked_sorted), len(keys) - 1)
-    found = np.where(ordered[pos] == asked_sorted, pos if order is None else order[pos], -1)
-    if asked is None:
-        return found
-    result = np.empty(len(queries), np.int64)
-    result[asked] = found
-    return result
-
-
-def _sorted(values):
-    """``(order, values[order])``; order None when ``values`` are sorted already."""
-    if np.all(values[1:] >= values[:-1]):
-        return None, values
-    return stable_argsort(values, return_sorted=True)
+    """Position of each query in ``keys`` (distinct, any order); -1 where absent."""
+    return backoff_kernels.find(np.ascontiguousarray(keys, np.uint64),
+                                np.ascontiguousarray(queries, np.uint64))
 
 
 def group_sums(keys, *values):
     """Rows of equal keys summed in their input order: ``(first row of each group, rows
-    in it, sums...)``, groups in key order.  A partition's rows come in the model's row
-    order (producers in bucket order, each cut stably), so tag copies add up the same
-    whatever the partitioning."""
-    order, ordered = stable_argsort(keys, return_sorted=True)
-    starts = run_starts(ordered)
-    if len(starts) == len(keys):  # no copies (a pooled model): nothing to add
-        return (order, np.ones(len(keys), np.int64),
-                *(np.asarray(v, np.float64)[order] for v in values))
-    group = np.zeros(len(keys), np.int64)
-    group[starts[1:]] = 1
-    np.cumsum(group, out=group)
-    sums = [np.bincount(group, weights=np.asarray(v, np.float64)[order],
-                        minlength=len(starts)) for v in values]
-    return (order[starts], np.diff(np.append(starts, len(keys))), *sums)
+    in it, sums...)``, groups in the order of their first rows.  A partition's rows come
+    in the model's row order (producers in bucket order, each cut stably), so tag copies
+    add up the same whatever the partitioning."""
+    group, first = backoff_kernels.group_rows(np.ascontiguousarray(keys, np.uint64))
+    if len(first) == len(keys):  # no copies (a pooled model): nothing to add
+        return (first, np.ones(len(keys), np.int64),
+                *(np.asarray(v, np.float64)[first] for v in values))
+    return (first, np.bincount(group, minlength=len(first)),
+            *(np.bincount(group, weights=np.asarray(v, np.float64), minlength=len(first))
+              for v in values))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +132,8 @@ class BackoffJob:
     num_buckets : int, the model's buckets
     partitions : int, key ranges a step is cut into
     chunk_links : int, links the scan holds at once
+    buckets_per_scan : int, model buckets a scan reads in turn into one file (fewer,
+        larger files for the steps to open)
     """
 
     model: str
@@ -164,6 +143,7 @@ class BackoffJob:
     num_buckets: int
     partitions: int
     chunk_links: int
+    buckets_per_scan: int = 1
 
     #: Whether entries carry their words (for the ARPA text); what ``suffix n`` keeps
     #: of each entry and each context for ``context n``.
@@ -184,12 +164,13 @@ class BackoffJob:
         if memory < MIN_MEMORY:
             raise SnmInputError(f"a memory budget of {memory:,} bytes is too small: give at "
                                 f"least {MIN_MEMORY >> 20} MiB (e.g. --memory 512M)")
-        links = int(manifest["totals"]["links"])
+        links, num_buckets = int(manifest["totals"]["links"]), int(manifest["num_buckets"])
         share = memory // threads
         partitions = min(max(1, math.ceil(links * STEP_BYTES_PER_ROW / share)), 1 << 16)
-        return cls(model_dir, scratch, manifest["config"], config.ngram_order,
-                   int(manifest["num_buckets"]), partitions,
-                   max(1 << 10, share // SCAN_BYTES_PER_LINK))
+        chunk_links = max(1 << 10, share // SCAN_BYTES_PER_LINK)
+        return cls(model_dir, scratch, manifest["config"], config.ngram_order, num_buckets,
+                   partitions, chunk_links,
+                   max(1, min(num_buckets, chunk_links * num_buckets // max(links, 1))))
 
     # --- files -------------------------------------------------------------------
 
@@ -197,8 +178,13 @@ class BackoffJob:
         """The file of ``table`` (e.g. ``"z2"``) written by ``producer``."""
         return storage.join(self.scratch, table, f"{producer:05d}.arrow")
 
+    @property
+    def scans(self):
+        """The scan's producers: groups of ``buckets_per_scan`` model buckets."""
+        return -(-self.num_buckets // self.buckets_per_scan)
+
     def scan_files(self, table):
-        return [self.path(table, b) for b in range(self.num_buckets)]
+        return [self.path(table, s) for s in range(self.scans)]
 
     def step_files(self, table):
         return [self.path(table, p) for p in range(self.partitions)]
@@ -227,56 +213,70 @@ class BackoffJob:
         name, n = step
         return getattr(self, name)(n, partition, facts)
 
-    def scan(self, bucket):
-        """Cut one model bucket's contexts and entries into the partitions of their
-        suffixes; returns the bucket's totals."""
+    def scan(self, group):
+        """Cut the contexts and entries of a group of model buckets into the partitions
+        of their suffixes; returns the group's totals."""
         plain = plain_extractor(self.config)
         width = max(self.order - 1, 1)
         totals = {"features": 0, "links": 0, "context_count": 0}
         with contextlib.ExitStack() as stack:
-            out = {name: stack.enter_context(PartitionedWriter(self.path(name, bucket),
+            out = {name: stack.enter_context(PartitionedWriter(self.path(name, group),
                                                                self.partitions))
                    for name in self.scan_tables()}
-            for first_feature, first_link, features, matrix in _bucket_chunks(
-                    self.model, bucket, self.num_buckets, self.chunk_links):
+            first = group * self.buckets_per_scan
+            for bucket, first_feature, first_link, features, matrix in (
+                    (bucket, *chunk) for bucket in range(
+                        first, min(first + self.buckets_per_scan, self.num_buckets))
+                    for chunk in _bucket_chunks(self.model, bucket, self.num_buckets,
+                                                self.chunk_links)):
                 words, lengths = padded_lists(features["words"], width)
                 if np.any(lengths >= self.order):
                     raise SnmInputError(f"{self.model}: a feature of {lengths.max()} words "
                                         f"in a {self.order}-gram model; re-run snm apply")
-                keys = context_keys(plain, lengths, words)
-                shorter = np.maximum(lengths - 1, 0)
-                suffix = np.where(lengths > 0, context_keys(plain, shorter, words[:, 1:]),
-                                  keys)
-                last = words[np.arange(len(lengths)), shorter]
-                own_entry = np.where(lengths > 0, link_key(
-                    context_keys(plain, shorter, words), last), np.uint64(0))
-                for k in range(self.order):
-                    rows = np.flatnonzero(lengths == k)
-                    out[f"ctx{k}"].write(
-                        {"key": keys[rows], "suffix": suffix[rows], "entry": own_entry[rows],
-                         "s": features["m_star"][rows], "c": features["count"][rows]},
-                        partition_of(suffix[rows], self.partitions))
+                keys, suffix, own_entry = compiled.ngram_keys(
+                    words, lengths, plain.type_salts, hashing.SEQUENCE_SEED)
+                self._write_by_length(out, "ctx", 0, lengths, suffix, {
+                    "key": keys, "suffix": suffix, "entry": own_entry,
+                    "s": features["m_star"], "c": features["count"]})
                 of_link = np.repeat(np.arange(len(lengths)), features["diversity"])
                 word = matrix["word"]
-                entry = link_key(keys[of_link], word)
-                entry_suffix = np.where(lengths[of_link] > 0,
-                                        link_key(suffix[of_link], word), entry)
+                link_lengths = lengths[of_link]
+                entry = hashing.link_key(keys[of_link], word)
+                entry_suffix = np.where(link_lengths > 0, hashing.link_key(suffix[of_link], word),
+                                        entry)
+                columns = {"key": entry, "context": keys[of_link], "suffix": entry_suffix,
+                           "m": matrix["m"]}
+                if self.with_words:
+                    context_words = words[of_link].astype(np.int32)
+                    for j in range(self.order):
+                        # word j of an entry of order n: a context word, the word itself
+                        # at j = n - 1, nothing after
+                        columns[f"w{j}"] = np.where(link_lengths == j, word,
+                                                    context_words[:, min(j, width - 1)])
                 link_row = (np.int64(bucket) << 32) + first_link + np.arange(len(word))
-                for k in range(self.order):
-                    links = np.flatnonzero(lengths[of_link] == k)
-                    columns = {"key": entry[links], "context": keys[of_link[links]],
-                               "suffix": entry_suffix[links], "m": matrix["m"][links]}
-                    if self.with_words:
-                        for j in range(k):
-                            columns[f"w{j}"] = words[of_link[links], j].astype(np.int32)
-                        columns[f"w{k}"] = word[links].astype(np.int32)
-                    out[f"ent{k + 1}"].write(columns,
-                                             partition_of(entry_suffix[links], self.partitions))
+                self._write_by_length(out, "ent", 1, link_lengths, entry_suffix, columns)
                 self.scan_links(out, entry, link_row)
                 totals["features"] += len(lengths)
                 totals["links"] += len(word)
                 totals["context_count"] += int(features["count"].sum())
         return totals
+
+    def _write_by_length(self, out, table, offset, lengths, keys, columns):
+        """Rows of every length k into ``table{k + offset}``, cut by the partition of
+        ``keys``: one stable sort on (length, partition) for all of them."""
+        group = (lengths * self.partitions + partition_of(keys, self.partitions)).astype(
+            np.uint16 if self.order * self.partitions < 1 << 16 else np.int64)
+        order = np.argsort(group, kind="stable")  # 16 bits: a radix sort
+        group = group[order]
+        bounds = np.searchsorted(group, np.arange(self.order * self.partitions + 1))
+        ordered = {name: np.asarray(values)[order] for name, values in columns.items()}
+        for k in range(self.order):
+            rows = slice(bounds[k * self.partitions], bounds[(k + 1) * self.partitions])
+            n = k + offset
+            out[f"{table}{n}"].write_sorted(
+                {name: values[rows] for name, values in ordered.items()
+                 if not name.startswith("w") or int(name[1:]) < n},
+                bounds[k * self.partitions:(k + 1) * self.partitions + 1] - rows.start)
 
     def scan_tables(self):
         """The tables the scan writes: contexts by length, entries by order."""
@@ -477,12 +477,13 @@ def run_locally(job, steps=None, say=print, threads=1):
     progress = Progress(say)
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         inbox = {}
-        results = pool.map(job.scan, range(job.num_buckets))
-        for bucket, partial in enumerate(results):
-            progress(f"read model bucket {bucket + 1} of {job.num_buckets}")
-            for d, message in send(bucket, {}, partial, job.partitions):
+        results = pool.map(job.scan, range(job.scans))
+        for group, partial in enumerate(results):
+            progress(f"read model buckets {group * job.buckets_per_scan + 1} of "
+                     f"{job.num_buckets}")
+            for d, message in send(group, {}, partial, job.partitions):
                 inbox.setdefault(d, []).append(message)
-        producers = range(job.num_buckets)
+        producers = range(job.scans)
         for step in steps:
             facts = [receive(f"{step[0]} {step[1]}", producers, inbox.get(p, []))
                      for p in range(job.partitions)]
