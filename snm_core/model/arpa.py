@@ -80,7 +80,7 @@ def export_arpa(model_dir, out_path, memory=DEFAULT_MEMORY, scratch=None, thread
     vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
     check_vocabulary(vocab)
     with tempfile.TemporaryDirectory(prefix="snm-arpa-", dir=scratch) as work:
-        job = BackoffJob.plan(model_dir, manifest, work, memory, threads)
+        job = ArpaJob.plan(model_dir, manifest, work, memory, threads)
         say(f"export-arpa: {manifest['totals']['links']:,} links, {job.order}-grams, in "
             f"{job.partitions} partition(s) of the back-off form")
         facts = run_locally(job, say=lambda line: say(f"export-arpa: {line}"), threads=threads)
@@ -102,12 +102,36 @@ def export_arpa(model_dir, out_path, memory=DEFAULT_MEMORY, scratch=None, thread
     return counts
 
 
+class ArpaJob(BackoffJob):
+    """The back-off form with each entry's log10 probability, and its words: the scan
+    writes them (``words{n}``, by the entry's key) for the section's lines."""
+
+    def scan_tables(self):
+        return super().scan_tables() + [f"words{n}" for n in range(1, self.order + 1)]
+
+    def scan_links(self, out, links, words):
+        context_words = words[links["of"]].astype(np.int32)
+        columns = {"key": links["key"]}
+        for j in range(self.order):  # word j of an n-gram: a context word, then its word
+            columns[f"w{j}"] = np.where(links["length"] == j, links["word"],
+                                        context_words[:, min(j, words.shape[1] - 1)])
+        self._write_by_length(out, "words", 1, links["length"], links["key"], columns)
+
+    def entry_columns(self, n, entries, contexts, facts):
+        return {"key": entries["key"], "log_prob": np.log10(entries["n"] / contexts["z"]),
+                **({"n": entries["n"]} if n < self.order else {})}
+
+
 def _section_part(job, n, partition):
     """``(n, words, log10 probabilities, back-offs or None)`` of the n-grams of one
     partition, in key order."""
     entries = job.read(f"entry{n}", partition)
     order = stable_argsort(entries["key"])
-    words = np.stack([entries[f"w{j}"][order] for j in range(n)], axis=1)
+    grams = job.read(f"words{n}", partition, scanned=True)  # tag copies: any, they agree
+    found = lookup(grams["key"], entries["key"][order])
+    if np.any(found < 0):
+        raise AssertionError(f"{n}-grams without their words in partition {partition}")
+    words = np.stack([grams[f"w{j}"][found] for j in range(n)], axis=1)
     backoff = None
     if n < job.order:
         weights = job.read(f"bo{n}", partition)

@@ -145,9 +145,7 @@ class BackoffJob:
     chunk_links: int
     buckets_per_scan: int = 1
 
-    #: Whether entries carry their words (for the ARPA text); what ``suffix n`` keeps
-    #: of each entry and each context for ``context n``.
-    with_words = True
+    #: What ``suffix n`` keeps of each entry and each context for ``context n``.
     carried = ("key", "context", "n")
     context_carried = ("key", "z")
 
@@ -244,18 +242,13 @@ class BackoffJob:
                 entry = hashing.link_key(keys[of_link], word)
                 entry_suffix = np.where(link_lengths > 0, hashing.link_key(suffix[of_link], word),
                                         entry)
-                columns = {"key": entry, "context": keys[of_link], "suffix": entry_suffix,
-                           "m": matrix["m"]}
-                if self.with_words:
-                    context_words = words[of_link].astype(np.int32)
-                    for j in range(self.order):
-                        # word j of an entry of order n: a context word, the word itself
-                        # at j = n - 1, nothing after
-                        columns[f"w{j}"] = np.where(link_lengths == j, word,
-                                                    context_words[:, min(j, width - 1)])
-                link_row = (np.int64(bucket) << 32) + first_link + np.arange(len(word))
-                self._write_by_length(out, "ent", 1, link_lengths, entry_suffix, columns)
-                self.scan_links(out, entry, link_row)
+                self._write_by_length(out, "ent", 1, link_lengths, entry_suffix, {
+                    "key": entry, "context": keys[of_link], "suffix": entry_suffix,
+                    "m": matrix["m"]})
+                self.scan_links(out, {
+                    "key": entry, "row": (np.int64(bucket) << 32) + first_link
+                    + np.arange(len(word)), "length": link_lengths, "word": word,
+                    "of": of_link}, words)
                 totals["features"] += len(lengths)
                 totals["links"] += len(word)
                 totals["context_count"] += int(features["count"].sum())
@@ -275,7 +268,7 @@ class BackoffJob:
             n = k + offset
             out[f"{table}{n}"].write_sorted(
                 {name: values[rows] for name, values in ordered.items()
-                 if not name.startswith("w") or int(name[1:]) < n},
+                 if not name.startswith("w") or int(name[1:]) < n},  # w{j}: words
                 bounds[k * self.partitions:(k + 1) * self.partitions + 1] - rows.start)
 
     def scan_tables(self):
@@ -283,8 +276,10 @@ class BackoffJob:
         return ([f"ctx{k}" for k in range(self.order)]
                 + [f"ent{n}" for n in range(1, self.order + 1)])
 
-    def scan_links(self, writers, entry, link_row):
-        """Write what a subclass keeps of each link (nothing here)."""
+    def scan_links(self, out, links, words):
+        """Write what a subclass keeps of each link (nothing here): ``links`` a dict of
+        arrays by link (``key`` of its entry, model ``row``, context ``length``, ``word``,
+        ``of``: its feature's row), ``words`` the features' words (padded)."""
 
     def suffix(self, n, partition, facts):
         """Z of the contexts of length n - 1 and N of the entries of order n."""
@@ -329,8 +324,7 @@ class BackoffJob:
         totals = {**contexts, f"entries{n}": len(columns["key"]),
                   f"rows{n}": int(columns["rows"].sum())}
         self.write(f"nent{n}", partition, {name: values for name, values in columns.items()
-                                           if name in self.carried or name[0] == "w"},
-                   columns["context"])
+                                           if name in self.carried}, columns["context"])
         return totals
 
     def context(self, n, partition, facts):
@@ -359,12 +353,9 @@ class BackoffJob:
         storage.remove_tree(storage.join(self.scratch, table))
 
     def entry_columns(self, n, entries, contexts, facts):
-        """What ``e{n}`` keeps of each entry: key, N, log10 P(w | h) and the words."""
-        columns = {"key": entries["key"], "n": entries["n"],
-                   "log_prob": np.log10(entries["n"] / contexts["z"])}
-        for j in range(n):
-            columns[f"w{j}"] = entries[f"w{j}"]
-        return columns
+        """What ``entry{n}`` keeps of each entry (here its key and N, which ``suffix n + 1``
+        reads); ``contexts``: its context's row of ``z{n - 1}``."""
+        return {"key": entries["key"], "n": entries["n"]}
 
 
 def _bucket_chunks(model, bucket, num_buckets, chunk_links):

@@ -71,24 +71,23 @@ class PruneJob(BackoffJob):
     """The back-off form with each entry's score, then effective scores, the cut and
     the rows kept."""
 
-    with_words = False
     carried = ("key", "context", "n", "suffix", "m", "rows")
     context_carried = ("key", "z", "c", "entry")
 
     def scan_tables(self):
         return super().scan_tables() + ["links"]
 
-    def scan_links(self, out, entry, link_row):
+    def scan_links(self, out, links, words):
         """Each model row's entry, in the partition of the entry: where :meth:`keep`
         learns whether it stays."""
-        out["links"].write({"key": entry, "row": link_row},
-                           partition_of(entry, self.partitions))
+        out["links"].write({"key": links["key"], "row": links["row"]},
+                           partition_of(links["key"], self.partitions))
 
     def steps(self):
         return super().steps() + [("backward", n) for n in range(self.order, 0, -1)]
 
     def entry_columns(self, n, entries, contexts, facts):
-        return {"key": entries["key"], "n": entries["n"], "rows": entries["rows"],
+        return {**super().entry_columns(n, entries, contexts, facts), "rows": entries["rows"],
                 "score": entry_scores(n, entries["m"], entries["n"], contexts["z"],
                                       contexts["c"], facts["context_count"]),
                 "suffix": entries["suffix"], "prefix": contexts["entry"]}
