@@ -315,8 +315,8 @@ def _concatenate_gathered(results):
             np.concatenate([r[1] for r in results])]
 
 
-def _save_totals(elements, path):
-    facts = backoff.receive("prune", range(len(elements)), [m for _, m in elements])
+def _save_totals(elements, partitions, path):
+    facts = backoff.receive("prune", range(partitions), [m for _, m in elements])
     storage.write_json(facts, path)
 
 
@@ -356,7 +356,8 @@ def prune_backoff(options, manifest, beam_args=()):
                                 job, step, producers, job.partitions if i + 1 < len(steps)
                                 else 1)))
                 producers = range(job.partitions)
-            _ = messages | "Totals" >> running.CallOnce(_save_totals, totals_path)
+            _ = messages | "Totals" >> running.CallOnce(_save_totals, job.partitions,
+                                                        totals_path)
 
         run(form)
         facts = storage.read_json(totals_path)

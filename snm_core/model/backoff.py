@@ -17,10 +17,10 @@ and every table is cut into ``partitions`` key ranges on scratch storage
 (:mod:`snm_core.io.partitions`), so that a step holds one partition of one order.
 The steps, for entry order n = 1..N (contexts of length k = n - 1):
 
-``scan`` (per model bucket, in chunks of ``chunk_links`` links)
+``scan`` (per group of model buckets, in chunks of ``chunk_links`` links)
     every feature row is a context (K = its key, K' = its suffix's, the key of the
     entry that is its own n-gram, M_h*, C(h,*)); every link an entry (its key, its
-    context's, its suffix entry's, M_hw, words).  Contexts go to the partition of K',
+    context's, its suffix entry's, M_hw).  Contexts go to the partition of K',
     entries to that of their suffix entry: beside what they join with.
 ``suffix n`` (per partition)
     tag copies summed (in the model's row order, so every partitioning gives the
@@ -30,9 +30,13 @@ The steps, for entry order n = 1..N (contexts of length k = n - 1):
     to their context's partition.  A missing suffix means the model is not a
     complete n-gram model: one line says so.
 ``context n`` (per partition)
-    each entry of order n meets its context: log10 N / Z(h) (ARPA), or what pruning
-    scores an entry by (:mod:`snm_core.model.prune_backoff`), written to the
-    partition of the entry's own key, where ``suffix n + 1`` finds N(h', w).
+    each entry of order n meets its context, and is written to the partition of its
+    own key, where ``suffix n + 1`` finds N(h', w).
+
+Subclasses add what their use needs: :class:`snm_core.model.arpa.ArpaJob` each
+entry's log10 N / Z(h) and words, :class:`snm_core.model.prune_backoff.PruneJob`
+each entry's score, its effective score (``backward`` steps) and each model row's
+entry.
 
 :func:`run_locally` runs the steps in this process (``snm export-arpa``);
 ``pipelines/prune.py`` runs the same steps as a Beam pipeline, one element per
@@ -45,7 +49,6 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
-import logging
 import math
 import time
 
@@ -63,8 +66,9 @@ from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 
 #: Working memory of a step, bytes per row of its partition (the largest order's
-#: entries with their words, the sorts' and the writes' temporaries), and of the
-#: scan, per link of a chunk; measured with a margin (benchmarks/README.md, "ARPA").
+#: entries, the joins' and the writes' temporaries), and of the scan, per link of a
+#: chunk (with the n-grams' words); with a margin (benchmarks/README.md, "The
+#: back-off form at any size").
 STEP_BYTES_PER_ROW = 320
 SCAN_BYTES_PER_LINK = 400
 #: Working memory of a process (its partitions' arrays; Python, numpy and pyarrow
@@ -76,9 +80,6 @@ MIN_MEMORY = 1 << 20
 #: Why a model lacks an ARPA file's suffixes, most often.
 CLOSURE_HINT = (" (snm prune --criterion mass keeps no suffixes for the links it keeps; "
                 "prune with --criterion backoff to export ARPA)")
-
-log = logging.getLogger(__name__)
-
 
 def context_keys(plain, lengths, words):
     """Untagged n-gram keys of word rows (``words`` padded, ``lengths`` words each)."""
@@ -439,11 +440,14 @@ def check_totals(stage, manifest, facts, order):
     """What the steps saw of the model against its manifest: every link and feature
     once."""
     links = sum(facts.get(f"rows{n}", 0) for n in range(1, order + 1))
+    contexts = sum(facts.get(f"context_rows{k}", 0) for k in range(order))
     losscheck.check_equal(stage, "links in the model", manifest["totals"]["links"],
                           "links read", facts["links"])
     losscheck.check_equal(stage, "links read", facts["links"], "entries' links", links)
     losscheck.check_equal(stage, "features in the model", manifest["totals"]["features"],
                           "features read", facts["features"])
+    losscheck.check_equal(stage, "features read", facts["features"], "contexts' features",
+                          contexts)
 
 
 class Progress:

@@ -45,6 +45,7 @@ from snm_core.model.backoff import BackoffJob, lookup
 #: score is >= 0, so its bits order as it does), N - n (shorter n-grams first), and
 #: the complement of the entry's key; selection reads them RANK_DIGIT_BITS at a time.
 RANK_DIGIT_BITS = 16
+#: (word, shift) of each digit, most significant first (N - n fits one digit).
 _DIGITS = [(0, 48), (0, 32), (0, 16), (0, 0), (1, 0), (2, 48), (2, 32), (2, 16), (2, 0)]
 RANK_LEVELS = len(_DIGITS)
 
