@@ -3,7 +3,7 @@ beside lmplz on the same text, in the same run.
 
     LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/backoff.py               # kernel, mix
     LMPLZ=... python benchmarks/backoff.py --setups kernel --baseline da8b183 --repeats 3
-    python benchmarks/backoff.py --setups mix --config 7gram                      # a bigger model
+    LMPLZ=... python benchmarks/backoff.py --setups mix --config 7gram    # a bigger model
 
 For each setup a model is trained once (`snm train --config C`, the corpus's vocab.txt,
 dev.txt held out, both cores; mix pools its four sources) under
@@ -36,7 +36,8 @@ from benchmarks.count import setup_files, unk_text  # noqa: E402
 
 ROOT = os.path.join(WORK, "backoff")
 #: Configurations beyond the presets: (text of the config file).
-CONFIGS = {"7gram": "ngram_extractor {\n  min_n: 0\n  max_n: 6\n}\n"}
+CONFIGS = {f"{n}gram": f"ngram_extractor {{\n  min_n: 0\n  max_n: {n - 1}\n}}\n"
+           for n in (6, 7)}
 
 
 def snm(src, *args):
@@ -64,7 +65,7 @@ def model_for(setup, config):
 
 
 def order_of(config):
-    return 7 if config == "7gram" else 5
+    return int(config[0])
 
 
 def baseline_source(revision):
@@ -146,7 +147,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setups", default="kernel,mix")
-    parser.add_argument("--config", default="5gram", choices=("5gram", "7gram"))
+    parser.add_argument("--config", default="5gram", choices=("5gram", "6gram", "7gram"))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--prune_to", type=int, help="links (default: a tenth; kernel 1.1M)")
     parser.add_argument("--baseline", help="a git revision whose export-arpa and prune to run "
@@ -168,8 +169,10 @@ def main(argv=None):
                     got["peak_rss_mib"] = max(got["peak_rss_mib"],
                                               best.get(name, {}).get("peak_rss_mib", 0))
                     best[name] = got
-        # after the runs: a child forked from a process this large would report its peak
-        ours, kenlm_ppl, difference = perplexities(model, setup)
+        # after the runs: a child forked from a process this large would report its peak;
+        # the kenlm module reads at most 6-grams (KENLM_MAX_ORDER)
+        ours, kenlm_ppl, difference = (perplexities(model, setup)
+                                       if order_of(args.config) <= 6 else (None,) * 3)
         for name, got in best.items():
             row = {"setup": setup, "config": args.config, "links": links, "command": name,
                    "repeats": args.repeats, **got}

@@ -243,12 +243,23 @@ class ScanBuckets(beam.DoFn):
         yield from backoff.send(group, {}, self.job.scan(group), self.job.partitions)
 
 
+#: A line every few seconds from each worker process while the back-off form runs.
+_PROGRESS = backoff.Progress(print)
+
+
 class RunStep(beam.DoFn):
     """``(partition, messages from every producer)`` -> the step on that partition;
-    messages to ``destinations`` partitions."""
+    messages to ``destinations`` partitions.
 
-    def __init__(self, job, step, producers, destinations):
-        self.job, self.step = job, step
+    Every producer of the step before (``previous``) is done, so the tables it was the
+    last to read are deleted (by partition 0): the scratch peaks at about half what
+    keeping every table to the end took.  (A runner that recomputes a finished step,
+    as Dask does for results a lost worker held, then fails on a missing file
+    instead of writing anything wrong.)
+    """
+
+    def __init__(self, job, step, producers, destinations, previous=None):
+        self.job, self.step, self.previous = job, step, previous
         self.producers, self.destinations = producers, destinations
 
     def setup(self):
@@ -257,7 +268,12 @@ class RunStep(beam.DoFn):
     def process(self, element):
         partition, messages = element
         facts = backoff.receive("prune", self.producers, list(messages))
+        if partition == 0 and self.previous is not None:
+            for table in self.job.consumed(self.previous):
+                self.job.remove(table)
         partial = self.job.run_step(self.step, partition, facts)
+        _PROGRESS(f"snm prune: {self.step[0]} step of order {self.step[1]}, partition "
+                  f"{partition + 1} of {self.job.partitions} done")
         yield from backoff.send(partition, facts, partial, self.destinations)
 
 
@@ -354,7 +370,7 @@ def prune_backoff(options, manifest, beam_args=()):
                 messages = (messages | f"To{label}" >> beam.GroupByKey()
                             | label >> beam.ParDo(RunStep(
                                 job, step, producers, job.partitions if i + 1 < len(steps)
-                                else 1)))
+                                else 1, steps[i - 1] if i else None)))
                 producers = range(job.partitions)
             _ = messages | "Totals" >> running.CallOnce(_save_totals, job.partitions,
                                                         totals_path)

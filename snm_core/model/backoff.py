@@ -146,9 +146,11 @@ class BackoffJob:
     chunk_links: int
     buckets_per_scan: int = 1
 
-    #: What ``suffix n`` keeps of each entry and each context for ``context n``.
+    #: What ``suffix n`` keeps of each entry and each context for ``context n``, and
+    #: whether it writes the contexts' back-off weights (``bo{k}``, by their own entry).
     carried = ("key", "context", "n")
     context_carried = ("key", "z")
+    backoffs = True
 
     @classmethod
     def plan(cls, model_dir, manifest, scratch, memory, threads=1):
@@ -300,8 +302,9 @@ class BackoffJob:
             z_suffix = lower["z"][found]
             del lower, found
             z = s + z_suffix
-            self.write(f"bo{k}", partition,
-                       {"key": own_entry, "backoff": np.log10(z_suffix / z)}, own_entry)
+            if self.backoffs:
+                self.write(f"bo{k}", partition,
+                           {"key": own_entry, "backoff": np.log10(z_suffix / z)}, own_entry)
         self.write(f"z{k}", partition, {name: values for name, values in (
             ("key", keys), ("z", z), ("c", c), ("entry", own_entry))
             if name in self.context_carried}, keys)

@@ -74,6 +74,7 @@ class PruneJob(BackoffJob):
 
     carried = ("key", "context", "n", "suffix", "m", "rows")
     context_carried = ("key", "z", "c", "entry")
+    backoffs = False
 
     def scan_tables(self):
         return super().scan_tables() + ["links"]
