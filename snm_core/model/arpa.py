@@ -10,9 +10,10 @@ The back-off form is computed by joins on disk within a memory budget
 (:class:`snm_core.model.backoff.BackoffJob`, run in this process), then each order's
 section is written partition by partition: a partition's entries sorted by key, so
 that a section lists its n-grams in the order of their 64-bit keys whatever the
-budget.  The text is formatted by pyarrow string kernels a partition at a time and
-written to the output as it is made: ``.gz`` compressed (isal), a remote file as
-one multipart upload.
+budget.  A partition's lines are formatted at once (the numbers by pyarrow's casts,
+the lines by a compiled loop, :mod:`snm_core.model.arpa_kernels`) and written to the
+output as they are made: ``.gz`` compressed (isal), a remote file as one multipart
+upload.
 """
 
 import concurrent.futures

@@ -57,7 +57,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from snm_core.io import losscheck, storage, tables
-from snm_core.io.arrays import padded_lists
 from snm_core.io.errors import SnmInputError
 from snm_core.io.partitions import PartitionedWriter, partition_of, read_partition
 from snm_core.model import backoff_kernels
@@ -230,7 +229,9 @@ class BackoffJob:
                         first, min(first + self.buckets_per_scan, self.num_buckets))
                     for chunk in _bucket_chunks(self.model, bucket, self.num_buckets,
                                                 self.chunk_links)):
-                words, lengths = padded_lists(features["words"], width)
+                words, lengths = backoff_kernels.padded_words(
+                    features["words"].offsets.to_numpy(), features["words"].values.to_numpy(),
+                    width)
                 if np.any(lengths >= self.order):
                     raise SnmInputError(f"{self.model}: a feature of {lengths.max()} words "
                                         f"in a {self.order}-gram model; re-run snm apply")

@@ -66,3 +66,18 @@ def find(keys, queries):
                 break
             slot = (slot + np.uint64(1)) & mask
     return found
+
+
+@numba.njit(nogil=True, cache=True)
+def padded_words(offsets, values, width):
+    """The word lists of a list column (``offsets``, ``values``) as rows of ``width``
+    words padded with -1, and their lengths: ``(words int64 (m, width), lengths)`` (a
+    longer list keeps its first ``width`` words; its length says so)."""
+    m = len(offsets) - 1
+    words = np.full((m, width), -1, np.int64)
+    lengths = np.empty(m, np.int64)
+    for i in range(m):
+        lengths[i] = offsets[i + 1] - offsets[i]
+        for j in range(min(lengths[i], width)):
+            words[i, j] = values[offsets[i] + j]
+    return words, lengths
