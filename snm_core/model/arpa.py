@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snm_core.io import storage
-from snm_core.io.arrays import stable_argsort
+from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import set_thresholds
 from snm_core.io.partitions import partition_of
@@ -42,7 +42,6 @@ from snm_core.model.backoff import (
     run_locally,
 )
 from snm_core.stages.validation import validate_directory
-from snm_core.text.compiled import string_buffers  # also: the scan hashes compiled
 from snm_core.text.config import parse_config
 from snm_core.text.hashing import link_key
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
@@ -243,7 +242,7 @@ class ArpaWriter:
 def format_lines(vocab_text, words, log_prob, backoff):
     """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
     form, pyarrow's) as one uint8 array; ``vocab_text`` the vocabulary's
-    :func:`~snm_core.text.compiled.string_buffers`.  Back-offs repeat (0 for every
+    :func:`~snm_core.io.arrays.string_buffers`.  Back-offs repeat (0 for every
     n-gram that is no context): each distinct one is formatted once."""
     prob_start, prob = string_buffers(pc.cast(pa.array(np.asarray(log_prob, np.float32)),
                                               pa.string()))

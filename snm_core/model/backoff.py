@@ -60,7 +60,7 @@ from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.partitions import PartitionedWriter, partition_of, read_partition
 from snm_core.model import backoff_kernels
-from snm_core.text import compiled, hashing
+from snm_core.text import hashing
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 
@@ -235,7 +235,7 @@ class BackoffJob:
                 if np.any(lengths >= self.order):
                     raise SnmInputError(f"{self.model}: a feature of {lengths.max()} words "
                                         f"in a {self.order}-gram model; re-run snm apply")
-                keys, suffix, own_entry = compiled.ngram_keys(
+                keys, suffix, own_entry = backoff_kernels.ngram_keys(
                     words, lengths, plain.type_salts, hashing.SEQUENCE_SEED)
                 self._write_by_length(out, "ctx", 0, lengths, suffix, {
                     "key": keys, "suffix": suffix, "entry": own_entry,
@@ -243,9 +243,8 @@ class BackoffJob:
                 of_link = np.repeat(np.arange(len(lengths)), features["diversity"])
                 word = matrix["word"]
                 link_lengths = lengths[of_link]
-                entry = hashing.link_key(keys[of_link], word)
-                entry_suffix = np.where(link_lengths > 0, hashing.link_key(suffix[of_link], word),
-                                        entry)
+                entry, entry_suffix = backoff_kernels.link_keys(keys, suffix, lengths, of_link,
+                                                                word)
                 self._write_by_length(out, "ent", 1, link_lengths, entry_suffix, {
                     "key": entry, "context": keys[of_link], "suffix": entry_suffix,
                     "m": matrix["m"]})

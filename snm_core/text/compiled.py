@@ -1,14 +1,13 @@
 """Compiled (numba) twins of the text layer's hot paths, for scoring.
 
 * Hashing: :func:`mix64` and :func:`combine`, the twins of
-  :mod:`snm_core.text.hashing`'s, in one pass instead of seven; :func:`ngram_keys`,
-  n-gram contexts' keys with their suffixes' and prefixes' (the back-off form's scan).
+  :mod:`snm_core.text.hashing`'s, in one pass instead of seven.
 * Vocabulary lookup: :class:`WordTable`, a hash table of the words built once
   (``pyarrow.compute.index_in`` rebuilds its table on every call).
 
-Scoring imports this module (through
-:mod:`snm_core.model.layouts.hashed_kernels`, or a trie layout), and the ARPA export
-(:mod:`snm_core.model.arpa_kernels`); once it is imported, ``hashing.mix64``/``combine`` and ``Vocabulary.ids`` use it (same
+Only scoring imports this module (through
+:mod:`snm_core.model.layouts.hashed_kernels`, or a trie layout); once it is
+imported, ``hashing.mix64``/``combine`` and ``Vocabulary.ids`` use it (same
 results).  Counting and fitting do not load it: numba costs ~150 MiB a process
 (the fit's own loops are C, ``_kernels.c``), and hashing is a sliver of a
 count's time.  ``numba`` compiles on first use and caches the machine code
@@ -23,6 +22,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from snm_core.io.arrays import string_buffers
 from snm_core.text.hashing import GOLDEN, fmix64_steps
 
 _ONE = np.uint64(1)
@@ -56,40 +56,6 @@ def mix64(x):
 def combine(h, values):
     """:func:`snm_core.text.hashing.combine` in one compiled pass (it calls this once imported)."""
     return _combine_ufunc(np.asarray(h, dtype=np.uint64), np.asarray(values).astype(np.uint64))
-
-
-@numba.njit(nogil=True, cache=True)
-def ngram_keys(words, lengths, salts, seed):
-    """For n-gram contexts (``words`` int64 (m, width), oldest first, ``lengths`` (m,)):
-    ``(keys, suffix keys, own entries)``, uint64 (m,).
-
-    The twin of ``FeatureExtractor.keys_for(n, words)`` for the untagged n-gram types
-    (type id n, ``salts`` their :attr:`~snm_core.text.features.FeatureExtractor.type_salts`,
-    ``seed`` ``hashing.SEQUENCE_SEED``): a context's key, its suffix's (without its oldest
-    word; the empty context's is its own) and ``link_key`` of its prefix's key and last
-    word (0 for the empty context), in one pass: the suffix's fold is the context's
-    before its oldest word.
-    """
-    m = len(lengths)
-    keys = np.empty(m, np.uint64)
-    suffix = np.empty(m, np.uint64)
-    own = np.zeros(m, np.uint64)
-    for i in range(m):
-        n = lengths[i]
-        h = seed
-        for col in range(n - 1, 0, -1):
-            h = _combine_one(h, np.uint64(words[i, col]))
-        if n == 0:
-            keys[i] = _mix64_one(h ^ salts[0])
-            suffix[i] = keys[i]
-            continue
-        suffix[i] = _mix64_one(h ^ salts[n - 1])
-        keys[i] = _mix64_one(_combine_one(h, np.uint64(words[i, 0])) ^ salts[n])
-        p = seed
-        for col in range(n - 2, -1, -1):
-            p = _combine_one(p, np.uint64(words[i, col]))
-        own[i] = _combine_one(_mix64_one(p ^ salts[n - 1]), np.uint64(words[i, n - 1]))
-    return keys, suffix, own
 
 
 # --- vocabulary lookup ----------------------------------------------------------------------
@@ -162,17 +128,6 @@ def word_ids(table, table_offsets, table_data, offsets, data, missing):
             slot = (slot + np.uint64(1)) & mask
         result[i] = found
     return result
-
-
-def string_buffers(array):
-    """``(offsets, data)`` of an Arrow (large) string array as numpy views, no copy."""
-    if not pa.types.is_string(array.type) and not pa.types.is_large_string(array.type):
-        array = array.cast(pa.string())
-    _, offsets, data = array.buffers()
-    offsets = np.frombuffer(offsets, np.int64 if pa.types.is_large_string(array.type)
-                            else np.int32)[array.offset:array.offset + len(array) + 1]
-    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    return offsets, data
 
 
 class WordTable:
