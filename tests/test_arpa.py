@@ -1,5 +1,5 @@
 """``snm export-arpa`` streams: the same file at any memory budget, compressed or not,
-local or in object storage, and a full disk leaves nothing behind."""
+and a full disk leaves nothing behind (object storage: ``test_storage.py``)."""
 
 import gzip
 import os
@@ -8,10 +8,8 @@ import sys
 
 import pytest
 from test_model import build_model
-from test_storage import s3  # noqa: F401 (the moto server fixture)
 
 from snm.cli import main
-from snm_core.io import storage
 from snm_core.model.compact import load_model
 
 
@@ -48,14 +46,6 @@ def test_any_budget_gives_the_same_file_and_gz_compresses_it(tagged, exported, t
                        / sum(len(s.split()) + 1 for s in test))
     ours = load_model(str(tagged[0])).evaluate_lines(test)["adjusted"]["perplexity"]
     assert abs(kenlm_ppl - ours) / ours < 1e-4
-
-
-def test_an_export_to_object_storage_is_written_once_under_its_name(tagged, exported, s3):  # noqa: F811
-    out = f"{s3}/exports/model.arpa"
-    assert main(["export-arpa", "--model", str(tagged[0]), "--out", out,
-                 "--memory", "2M"]) == 0
-    assert storage.read_bytes(out) == exported
-    assert storage.listdir(f"{s3}/exports") == ["model.arpa"]  # no temporary object
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_file(tagged, exported, tmp_path):

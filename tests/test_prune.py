@@ -147,21 +147,14 @@ def test_the_cut_keeps_the_best_ranked_entries_up_to_the_target():
         return {name: values[parts[i]] for name, values in ranked.items()}
 
     def histogram(level, prefix):
-        totals = [0, 0]
-        for i in range(len(parts)):
-            words = job.rank_words(part(i))
-            chosen = prune_backoff._with_prefix(words, prefix)
-            digits = prune_backoff._digit(words, level)[chosen].astype(np.int64)
-            totals[0] = totals[0] + np.bincount(digits, weights=part(i)["rows"][chosen],
-                                                minlength=1 << 16)
-            totals[1] = totals[1] + np.bincount(digits, minlength=1 << 16)
-        return totals
+        return [sum(h) for h in zip(*(prune_backoff.rank_histogram(
+            job.rank_words(part(i)), part(i)["rows"], level, prefix) for i in range(4)))]
 
     def gather(prefix):
-        chosen = [(np.stack(job.rank_words(part(i))), part(i)["rows"]) for i in range(4)]
-        masks = [prune_backoff._with_prefix(tuple(w), prefix) for w, _ in chosen]
-        return (np.concatenate([w[:, m] for (w, _), m in zip(chosen, masks)], axis=1),
-                np.concatenate([r[m] for (_, r), m in zip(chosen, masks)]))
+        gathered = [prune_backoff.ranks_with_prefix(job.rank_words(part(i)), part(i)["rows"],
+                                                    prefix) for i in range(4)]
+        return (np.concatenate([w for w, _ in gathered], axis=1),
+                np.concatenate([r for _, r in gathered]))
 
     best_first = np.lexsort((ranked["key"], ranked["n"], -ranked["effective"]))
     kept_rows = np.cumsum(ranked["rows"][best_first])

@@ -137,24 +137,14 @@ class PruneJob(BackoffJob):
                 (self.order - ranked["n"]).astype(np.uint64), ~ranked["key"])
 
     def histogram(self, partition, level, prefix):
-        """``(rows, entries)``, int64 arrays (2 ** RANK_DIGIT_BITS,): by digit ``level``
-        of their rank, the model rows and the entries of the partition's entries whose
-        higher digits are ``prefix``."""
+        """:func:`rank_histogram` of a partition's entries."""
         ranked = self.ranked(partition)
-        words = self.rank_words(ranked)
-        chosen = _with_prefix(words, prefix)
-        digits = _digit(words, level)[chosen].astype(np.int64)
-        size = 1 << RANK_DIGIT_BITS
-        return (np.bincount(digits, weights=ranked["rows"][chosen], minlength=size)
-                .astype(np.int64), np.bincount(digits, minlength=size))
+        return rank_histogram(self.rank_words(ranked), ranked["rows"], level, prefix)
 
     def gather(self, partition, prefix):
-        """``(rank words (3, k) uint64, rows (k,))`` of the entries whose rank starts
-        with ``prefix``."""
+        """:func:`ranks_with_prefix` of a partition's entries."""
         ranked = self.ranked(partition)
-        words = self.rank_words(ranked)
-        chosen = _with_prefix(words, prefix)
-        return np.stack([w[chosen] for w in words]), ranked["rows"][chosen]
+        return ranks_with_prefix(self.rank_words(ranked), ranked["rows"], prefix)
 
     def keep(self, partition, rule):
         """Mark the model rows of the entries ``rule`` keeps, into the file of
@@ -190,6 +180,24 @@ def _with_prefix(words, prefix):
     for level, digit in enumerate(prefix):
         chosen &= _digit(words, level) == np.uint64(digit)
     return chosen
+
+
+def rank_histogram(words, rows, level, prefix):
+    """``(rows, entries)``, int64 arrays (2 ** RANK_DIGIT_BITS,): by digit ``level`` of
+    their rank (``words``, :meth:`PruneJob.rank_words`), the model rows and the entries
+    among those whose higher digits are ``prefix``."""
+    chosen = _with_prefix(words, prefix)
+    digits = _digit(words, level)[chosen].astype(np.int64)
+    size = 1 << RANK_DIGIT_BITS
+    return (np.bincount(digits, weights=rows[chosen], minlength=size).astype(np.int64),
+            np.bincount(digits, minlength=size))
+
+
+def ranks_with_prefix(words, rows, prefix):
+    """``(rank words (3, k) uint64, rows (k,))`` of the entries whose rank starts with
+    ``prefix``."""
+    chosen = _with_prefix(words, prefix)
+    return np.stack([w[chosen] for w in words]), rows[chosen]
 
 
 def _rank_above(words, cut):
