@@ -128,8 +128,21 @@ def _tree_rss_kib(root_pid):
     return total
 
 
-def run_measured(cmd, env=None, log=None):
-    """Run ``cmd``; return wall seconds and its peak RSS (MiB).
+def _tree_bytes(directory):
+    """Bytes of the files under ``directory`` (0 if it does not exist)."""
+    total = 0
+    for root, _, names in os.walk(directory):
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:  # removed while we walked
+                pass
+    return total
+
+
+def run_measured(cmd, env=None, log=None, disk=None):
+    """Run ``cmd``; return wall seconds and its peak RSS (MiB), and with ``disk`` (a
+    directory) the peak bytes of the files under it, sampled as the RSS is.
 
     The peak is the larger of the process's own (its kernel high-water mark,
     from wait4: exact for one process) and the summed RSS of the whole
@@ -142,12 +155,14 @@ def run_measured(cmd, env=None, log=None):
         os.makedirs(os.path.dirname(log), exist_ok=True)
     out = open(log, "w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    peak = [0]
+    peak, disk_peak = [0], [0]
     done = threading.Event()
 
     def sample():
         while not done.is_set():
             peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+            if disk:
+                disk_peak[0] = max(disk_peak[0], _tree_bytes(disk))
             done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -162,7 +177,8 @@ def run_measured(cmd, env=None, log=None):
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}"
                          + (f"; see {log}" if log else ""))
-    return seconds, max(peak[0], usage.ru_maxrss) / 1024
+    rss = max(peak[0], usage.ru_maxrss) / 1024
+    return (seconds, rss, disk_peak[0]) if disk else (seconds, rss)
 
 
 def peak_rss_mib(children=False):

@@ -13,7 +13,12 @@ Three criteria (:mod:`snm_core.model.prune` has the arithmetic):
 
 * ``backoff`` (default for n-gram configurations): the relative entropy that
   removing a link causes in the model's back-off form, the pruned model closed
-  under ARPA's rules.  One worker, holding the model's tables.
+  under ARPA's rules.  The back-off form is joins by suffix key over key-range
+  partitions on scratch storage (``OUT/_scratch``), one Beam element a model bucket
+  or a partition, a ``GroupByKey`` on the partition between steps
+  (:mod:`snm_core.model.backoff`); then passes over the partitions find the cut
+  that keeps the target, and each model bucket is rewritten with the rows its
+  partitions keep.  A worker holds one partition (``--memory``) or one model bucket.
 * ``mass`` (default otherwise) and ``count`` (any configuration): the
   probability mass the link carries under its feature, weighted by how often
   the feature fires: with its share of the feature's adjusted mass (mass), or
@@ -26,17 +31,22 @@ Three criteria (:mod:`snm_core.model.prune` has the arithmetic):
 
 import dataclasses
 import io
+import math
+import time
 
 import apache_beam as beam
 import numpy as np
 
-from pipelines import running
+from pipelines import running, shuffle
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
+from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
+from snm_core.model import backoff
 from snm_core.model import prune as prune_lib
 from snm_core.model.card import write_model_card
 from snm_core.model.compact import compile_model
 from snm_core.model.layouts import ngram_trie
+from snm_core.model.prune_backoff import KeepRule, PruneJob, select_cut
 from snm_core.text.config import parse_config
 
 CRITERIA = ("backoff",) + tuple(prune_lib.BUCKET_CRITERIA)
@@ -59,6 +69,7 @@ class PruneOptions:
     heldout: str = None  # a join directory on the model's counts
     heldout_weight: float = None  # with heldout; None: HELDOUT_WEIGHT
     layout: str = "hashed"  # of compact/: LAYOUTS
+    memory: str = None  # --memory; None: the default budget
 
     def __post_init__(self):
         running.absolute_paths(self, "model", "out", "heldout")
@@ -77,6 +88,7 @@ class PruneOptions:
                                 "give that too")
         if not self.heldout_weight > 0:
             raise SnmInputError("--heldout_weight must be positive")
+        MemoryBudget.parse(self.memory)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +223,201 @@ def prune_by_buckets(options, manifest, criterion, beam_args=()):
                                                    pruning))
 
     metrics = running.run_pipeline(beam_args, build, "prune", shared_paths=[options.out])
+    return _finish(options, manifest, metrics)
+
+
+# --- the backoff criterion: steps over partitions (snm_core/model/backoff.py) -------------
+
+class ScanBuckets(beam.DoFn):
+    """A group of model buckets -> their contexts and entries cut into partitions;
+    messages to every partition."""
+
+    def __init__(self, job):
+        self.job = job
+
+    def setup(self):
+        running.configure_allocators()
+
+    def process(self, group):
+        yield from backoff.send(group, {}, self.job.scan(group), self.job.partitions)
+
+
+class RunStep(beam.DoFn):
+    """``(partition, messages from every producer)`` -> the step on that partition;
+    messages to ``destinations`` partitions.
+
+    Every producer of the step before (``previous``) is done, so the tables it was the
+    last to read are deleted (by partition 0): the scratch peaks at about half what
+    keeping every table to the end took.  (A runner that recomputes a finished step,
+    as Dask does for results a lost worker held, then fails on a missing file
+    instead of writing anything wrong.)
+    """
+
+    def __init__(self, job, step, producers, destinations, previous=None):
+        self.job, self.step, self.previous = job, step, previous
+        self.producers, self.destinations = producers, destinations
+
+    def setup(self):
+        running.configure_allocators()
+        self.progress = running.worker_progress(
+            f"prune: {self.step[0]} join of order {self.step[1]}", "partition",
+            self.job.partitions)
+
+    def process(self, element):
+        partition, messages = element
+        facts = backoff.receive("prune", self.producers, list(messages))
+        if partition == 0 and self.previous is not None:
+            for table in self.job.consumed(self.previous):
+                self.job.remove(table)
+        partial = self.job.run_step(self.step, partition, facts)
+        self.progress.update()
+        yield from backoff.send(partition, facts, partial, self.destinations)
+
+
+class KeepPartition(beam.DoFn):
+    """Partition -> the model rows its kept entries own, cut by model bucket."""
+
+    def __init__(self, job, rule):
+        self.job, self.rule = job, rule
+
+    def setup(self):
+        running.configure_allocators()
+
+    def process(self, partition):
+        yield from backoff.send(partition, {}, self.job.keep(partition, self.rule),
+                                self.job.num_buckets)
+
+
+class PruneBackoffBucket(beam.DoFn):
+    """``(bucket, messages of every partition)`` -> writes the bucket's kept rows,
+    renormalised; yields what it read and kept."""
+
+    def __init__(self, job, out):
+        self.job, self.out = job, out
+
+    def setup(self):
+        running.configure_allocators()
+
+    def process(self, element):
+        bucket, messages = element
+        facts = backoff.receive("prune", range(self.job.partitions), list(messages))
+        features, matrix = (storage.read_parquet(storage.join(self.job.model, tables.bucket_file(
+            prefix, bucket, self.job.num_buckets))) for prefix in ("features", "matrix"))
+        keep = np.zeros(matrix.num_rows, bool)
+        keep[self.job.kept_rows(bucket)] = True
+        kept_features, kept_matrix = prune_lib.pruned_tables(features, matrix, keep)
+        prune_lib.write_bucket(self.out, bucket, self.job.num_buckets, kept_features,
+                               kept_matrix)
+        yield {"bucket": bucket, "links_read": matrix.num_rows,
+               "features_read": features.num_rows, "links": kept_matrix.num_rows,
+               "features": kept_features.num_rows, "lowest_kept": facts["lowest_kept"]}
+
+
+def _save(results, path, combine):
+    buffer = io.BytesIO()
+    np.savez(buffer, *combine(results))
+    storage.write_bytes(buffer.getvalue(), path)
+
+
+def _sum_histograms(results):
+    return [sum(r[i] for r in results) for i in range(2)]
+
+
+def _concatenate_gathered(results):
+    return [np.concatenate([r[0] for r in results], axis=1),
+            np.concatenate([r[1] for r in results])]
+
+
+def _save_totals(elements, partitions, path):
+    facts = backoff.receive("prune", range(partitions), [m for _, m in elements])
+    storage.write_json(facts, path)
+
+
+def prune_backoff(options, manifest, beam_args=()):
+    """The ``backoff`` pipelines (see the module docstring); returns the pruned
+    manifest."""
+    scratch = shuffle.scratch_directory(options.out)
+    budget = MemoryBudget.parse(options.memory)
+    workers = running.workers_per_process(beam_args)
+    budget.require("prune", {"the process": PROCESS_BYTES,
+                             "a partition a worker": workers * backoff.MIN_MEMORY})
+    working = budget.left({"the process": PROCESS_BYTES})
+    job = PruneJob.plan(options.model, manifest, scratch, working, workers)
+    runs = []
+
+    def run(build):
+        runs.append(running.run_pipeline(beam_args, build, "prune", shared_paths=[options.out]))
+
+    def collect(name, step, combine):
+        """``step(partition)`` on every partition, the results combined in this process."""
+        path = storage.join(scratch, f"{name}.npz")
+        run(lambda p: (
+            p | "Partitions" >> beam.Create(range(job.partitions))
+            | name.capitalize() >> beam.Map(step)
+            | "Save" >> running.CallOnce(_save, path, combine)))
+        with np.load(io.BytesIO(storage.read_bytes(path))) as saved:
+            return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+    prune_lib.start_output(options.model, options.out)
+    started = time.monotonic()
+    try:
+        totals_path = storage.join(scratch, "totals.json")
+
+        def form(p):
+            messages = (p | "Buckets" >> beam.Create(range(job.scans))
+                        | "Scan" >> beam.ParDo(ScanBuckets(job)))
+            producers, steps = range(job.scans), job.steps()
+            for i, step in enumerate(steps):
+                label = f"{step[0].capitalize()}{step[1]}"
+                messages = (messages | f"To{label}" >> beam.GroupByKey()
+                            | label >> beam.ParDo(RunStep(
+                                job, step, producers, job.partitions if i + 1 < len(steps)
+                                else 1, steps[i - 1] if i else None)))
+                producers = range(job.partitions)
+            _ = messages | "Totals" >> running.CallOnce(_save_totals, job.partitions,
+                                                        totals_path)
+
+        run(form)
+        facts = storage.read_json(totals_path)
+        backoff.check_totals("prune", manifest, facts, job.order)
+        print(f"snm prune: back-off form and scores of {facts['links']:,} links in "
+              f"{job.partitions} partition(s) ({time.monotonic() - started:.1f} s)")
+        if options.target_links is not None:
+            rule = KeepRule(cut=select_cut(
+                lambda level, prefix: collect("histogram", lambda q: job.histogram(
+                    q, level, prefix), _sum_histograms),
+                lambda prefix: collect("gather", lambda q: job.gather(q, prefix),
+                                       _concatenate_gathered),
+                options.target_links, max(1, working // 128)))
+        else:
+            rule = KeepRule(threshold=options.threshold)
+        pruning = {"criterion": "relative entropy in the back-off form "
+                                "(snm_core/model/prune_backoff.py)",
+                   "suffix_closed": True, "target_links": options.target_links,
+                   "threshold": options.threshold,
+                   "links_before": manifest["totals"]["links"],
+                   "features_before": manifest["totals"]["features"], "source": options.model}
+
+        def write(totals):
+            if options.target_links is not None:
+                lowest = totals[0]["lowest_kept"] if totals else []
+                pruning["threshold"] = min(lowest) if lowest else math.inf
+            return write_manifest(totals, options.out, manifest, pruning)
+
+        run(lambda p: (
+            p | "Partitions" >> beam.Create(range(job.partitions))
+            | "Keep" >> beam.ParDo(KeepPartition(job, rule))
+            | "ToBuckets" >> beam.GroupByKey()
+            | "Prune" >> beam.ParDo(PruneBackoffBucket(job, options.out))
+            | "WriteManifest" >> running.CallOnce(write)))
+    finally:
+        storage.remove_tree(scratch)
+    return _finish(options, manifest, runs[-1])
+
+
+def _finish(options, manifest, metrics):
+    """compact/, the model card and the summary of a pruned model whose manifest is
+    written."""
     pruned = storage.read_json(storage.join(options.out, tables.MANIFEST))
     compile_model(options.out, options.layout)
     write_model_card(options.out, pruned)
@@ -247,9 +454,4 @@ def run(options, beam_args=()):
     if options.heldout:
         raise SnmInputError("--heldout weighs features for --criterion mass or count; "
                             "backoff weighs contexts by their training counts")
-    if beam_args:
-        print("snm prune: the backoff criterion runs in this process, on one worker; the "
-              "runner options apply to --criterion mass and count")
-    prune_lib.prune_model(options.model, options.out, target_links=options.target_links,
-                          threshold=options.threshold, layout=options.layout)
-    return storage.read_json(storage.join(options.out, tables.MANIFEST))
+    return prune_backoff(options, manifest, beam_args)

@@ -175,7 +175,7 @@ def _run_prune(plan):
     prune_stage.run(prune_stage.PruneOptions(
         model=plan.path("apply"), out=plan.path("prune"), target_links=plan.prune_to,
         heldout=None if plan.ngram else plan.path("join"),  # mass weighs held-out features
-        layout=plan.layout), plan.beam_args)
+        layout=plan.layout, memory=plan.memory), plan.beam_args)
 
 
 def _run_loglinear(plan):

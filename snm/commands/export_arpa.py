@@ -9,10 +9,18 @@ from snm_core.model.arpa import export_arpa
 def main(argv=None):
     parser = arguments.parser("export-arpa", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
-    parser.add_argument("--out", required=True, help="ARPA file to write")
+    parser.add_argument("--out", required=True,
+                        help="ARPA file to write (.gz: compressed; may be remote)")
+    arguments.memory_argument(parser)
+    parser.add_argument("--scratch", help="local directory for the temporary files, about 60 "
+                                          "bytes a link (default: the system's temporary "
+                                          "directory)")
+    parser.add_argument("--threads", type=int, help="partitions computed at once, sharing "
+                                                    "--memory (default: the cores, at most 4)")
     args = parser.parse_args(argv)
     if is_loglinear(args.model):
         export_loglinear_arpa(args.model, args.out)
     else:
-        export_arpa(args.model, args.out)
+        export_arpa(args.model, args.out, memory=args.memory, scratch=args.scratch,
+                    threads=args.threads)
     return 0

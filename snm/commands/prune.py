@@ -24,5 +24,6 @@ def main(argv=None):
                              "--heldout_weight times more")
     parser.add_argument("--heldout_weight", type=float,
                         help=f"with --heldout (default {stage.HELDOUT_WEIGHT:g})")
+    arguments.memory_argument(parser)
     arguments.layout_argument(parser)
     return arguments.run_stage(parser, argv, stage.PruneOptions, stage.run)

@@ -199,3 +199,16 @@ def padded_lists(column, width, dtype=np.int64):
     cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     values[rows, cols] = flat
     return values, lengths
+
+
+def string_buffers(array):
+    """``(offsets, data)`` of an Arrow (large) string array as numpy views, no copy."""
+    import pyarrow as pa  # not at import: ~10 MiB a process that never needs it
+
+    if not pa.types.is_string(array.type) and not pa.types.is_large_string(array.type):
+        array = array.cast(pa.string())
+    _, offsets, data = array.buffers()
+    offsets = np.frombuffer(offsets, np.int64 if pa.types.is_large_string(array.type)
+                            else np.int32)[array.offset:array.offset + len(array) + 1]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return offsets, data

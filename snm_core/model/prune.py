@@ -1,29 +1,9 @@
-"""Pruning an SNM model to a size (``snm prune``): two criteria.
+"""Pruning an SNM model to a size (``snm prune``): the criteria that score links bucket by
+bucket, and writing a pruned model.
 
-``backoff`` (n-gram configurations, one worker, ARPA-exportable output):
-
-An n-gram SNM is a back-off model (:mod:`snm_core.model.arpa`): P(w | h) = N(h, w) / Z(h)
-for an entry (h, w) the model has, with N(h, w) = M_hw + N(h', w) and
-Z(h) = M_h* + Z(h').  Removing the link (h, w), with M_h* renormalised exactly
-(M_h* = the sum of the links left), takes m = M_hw from both: P(w | h) becomes
-(N - m) / (Z - m), and every other word's probability in context h, seen or backed
-off, is multiplied by Z / (Z - m).  The relative entropy this causes in context h is
-
-    D(h, w) = P(w | h) ln(N / (N - m)) + ln((Z - m) / Z)
-
-(the first term the target's loss, the second the mass the normalisation gives
-back to the other words), and a link is scored by D weighted by how often its
-context occurs in training: C(h, *) / C(*), summed over corpus tags.  This is
-Stolcke's entropy pruning written for the SNM's own back-off form, where the
-backed-off probability keeps the lower orders' mass that the link shared.  As in
-Stolcke's, links are scored independently of one another.
-
-What is removed stays an n-gram model that ARPA can hold: an entry is kept if any
-entry that depends on it is kept (its left extension x h w, whose lower order it is,
-and the entries of the context h w), so an entry's effective score is the largest
-score among it and its dependants; the unigrams are never removed.  The links are
-ranked by effective score (ties: shorter n-grams first) and the best kept, up to
-``target_links`` model links (the unigrams counted) or down to ``threshold``.
+``backoff`` (n-gram configurations, ARPA-exportable output) is
+:mod:`snm_core.model.prune_backoff`: it needs the back-off form, whose values come
+from other buckets' rows.
 
 ``mass`` and ``count`` (any configuration; bucket by bucket, the Beam pipeline
 :mod:`pipelines.prune`): where features overlap arbitrarily (skip-grams), the
@@ -42,138 +22,24 @@ unnormalised, the relative entropy against the empty feature alone), is in
 benchmarks/README.md, "Pruning".  The global cut is found by radix selection
 over per-bucket histograms (:func:`select_rank`), so no worker holds more than
 a bucket.
+
+Every criterion writes the pruned model in the source's buckets
+(:func:`start_output`, :func:`write_bucket`, :func:`finish_output`), each feature's
+diversity, count and M_f* recomputed from the links it keeps
+(:func:`pruned_tables`).
 """
 
 import dataclasses
-import math
 
 import numpy as np
 import pyarrow as pa
 
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.model.arpa import backoff_form
-from snm_core.model.card import write_model_card
-from snm_core.model.compact import compile_model, read_model_tables
 from snm_core.text import hashing
-from snm_core.text.config import parse_config
 
 
-@dataclasses.dataclass
-class PruneResult:
-    """What :func:`prune_model` kept and removed (model links are matrix rows)."""
-
-    links_before: int
-    links_after: int
-    features_before: int
-    features_after: int
-    threshold: float
-
-
-def entry_scores(form, context_counts):
-    """Relative-entropy score of each entry of a :class:`snm_core.model.arpa.BackoffForm`.
-
-    Parameters
-    ----------
-    form : BackoffForm
-    context_counts : float array, shape (contexts,)
-        C(h, *) of each context (its training occurrences), in ``form``'s order.
-
-    Returns
-    -------
-    float64 array, shape (entries,): D(h, w) C(h, *) / C(*); +inf for unigrams.
-    """
-    unigram = form.ctx_len[form.l_ctx] == 0
-    m, n = form.n_self, form.n_total
-    z = form.z[form.l_ctx]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        loss = (n / z) * -np.log1p(-m / n) + np.log1p(-m / z)
-    weight = context_counts[form.l_ctx] / max(float(context_counts.sum()), 1.0)
-    return np.where(unigram, np.inf, np.maximum(loss, 0.0) * weight)
-
-
-def effective_scores(form, scores):
-    """Each entry's score raised to the largest of its dependants' (its left
-    extensions and the entries of the context it forms), longest n-grams first, so
-    that keeping the best-scored entries keeps an n-gram model."""
-    effective = scores.copy()
-    entry_len = form.ctx_len[form.l_ctx] + 1
-    for n in range(form.order, 1, -1):
-        rows = np.flatnonzero(entry_len == n)
-        for parents in (form.suffix_link[rows], form.prefix_link[rows]):
-            has = parents >= 0
-            np.maximum.at(effective, parents[has], effective[rows[has]])
-    return effective
-
-
-def select_entries(form, effective, rows_per_entry, target_links=None, threshold=None):
-    """Boolean mask of the entries kept, and the threshold that was applied.
-
-    Ranked by effective score, ties broken by shorter n-grams first (a parent's
-    effective score is at least its dependants'), then by entry; the best are kept
-    until ``target_links`` model links (rows) or while the score is >= ``threshold``.
-    """
-    entry_len = form.ctx_len[form.l_ctx] + 1
-    ranked = np.lexsort((np.arange(len(effective)), entry_len, -effective))
-    keep = np.zeros(len(effective), bool)
-    if target_links is not None:
-        kept_rows = np.cumsum(rows_per_entry[ranked])
-        count = int(np.searchsorted(kept_rows, target_links, side="right"))
-        count = max(count, int(np.count_nonzero(np.isinf(effective))))  # the unigrams
-        keep[ranked[:count]] = True
-        applied = float(effective[ranked[count - 1]]) if count else math.inf
-    else:
-        keep = effective >= threshold
-        applied = float(threshold)
-    return keep, applied
-
-
-def prune_model(model_dir, out_dir, target_links=None, threshold=None, layout="hashed",
-                say=print):
-    """Write the pruned model of ``model_dir`` into ``out_dir`` (a complete model
-    directory: eval, score and export-arpa read it, its ``compact/`` in ``layout``);
-    returns a :class:`PruneResult`."""
-    if (target_links is None) == (threshold is None):
-        raise SnmInputError("give --target_links N or --threshold T")
-    features, matrix, manifest = read_model_tables(model_dir)
-    config = parse_config(manifest["config"])
-    if config.ngram_order is None:
-        raise SnmInputError(f"{model_dir}: the backoff criterion needs an n-gram model (the "
-                            "n-grams of lengths 0..N-1, no skip-grams); use --criterion mass")
-    if target_links is not None and target_links < 1:
-        raise SnmInputError("--target_links must be at least 1")
-    keep_row, applied = _backoff_choice(features, matrix, config, model_dir, target_links,
-                                        threshold)
-    pruned_features, pruned_matrix = _pruned_tables(features, matrix, keep_row)
-    _write_model(model_dir, out_dir, manifest, pruned_features, pruned_matrix, {
-        "criterion": "relative entropy in the back-off form (snm_core/model/prune.py)",
-        "suffix_closed": True,
-        "target_links": target_links, "threshold": applied,
-        "links_before": matrix.num_rows, "features_before": features.num_rows,
-        "source": model_dir}, layout)
-    result = PruneResult(matrix.num_rows, pruned_matrix.num_rows, features.num_rows,
-                         pruned_features.num_rows, applied)
-    say(f"snm prune: {result.links_after:,} of {result.links_before:,} links "
-        f"({result.links_after / max(result.links_before, 1):.1%}), "
-        f"{result.features_after:,} of {result.features_before:,} features -> {out_dir}")
-    return result
-
-
-def _backoff_choice(features, matrix, config, model_dir, target_links, threshold):
-    """``(keep, threshold applied)``: which matrix rows the backoff criterion keeps.  The
-    back-off form is a whole model's arrays: it is gone before the pruned model is
-    written and compiled."""
-    form = backoff_form(features, matrix, config, model_dir)
-    context_counts = np.bincount(form.feature_ctx, weights=features["count"].to_numpy(),
-                                 minlength=len(form.ctx_keys))
-    effective = effective_scores(form, entry_scores(form, context_counts))
-    rows_per_entry = np.bincount(form.row_link, minlength=len(effective))
-    keep_entry, applied = select_entries(form, effective, rows_per_entry, target_links,
-                                         threshold)
-    return keep_entry[form.row_link], applied
-
-
-def _pruned_tables(features, matrix, keep_row):
+def pruned_tables(features, matrix, keep_row):
     """The kept rows of the matrix; each feature's diversity, count and M_f* recomputed
     from its kept links (exact renormalisation), features left without links dropped."""
     diversity = features["diversity"].to_numpy()
@@ -194,24 +60,6 @@ def _pruned_tables(features, matrix, keep_row):
         pa.array(new_diversity[alive].astype(np.int64))).set_column(
         features.schema.get_field_index("m_star"), "m_star", pa.array(new_m_star[alive]))
     return pruned_features, matrix.filter(pa.array(keep_row))
-
-
-def _write_model(model_dir, out_dir, manifest, features, matrix, pruning, layout="hashed"):
-    """A model directory in the source's bucket layout, its manifest last, ``compact/``
-    in ``layout``."""
-    start_output(model_dir, out_dir)
-    num_buckets = manifest["num_buckets"]
-    keys = features["feature"].to_numpy()
-    feature_bounds = np.searchsorted(hashing.bucket_of(keys, num_buckets),
-                                     np.arange(num_buckets + 1))
-    row_bounds = np.concatenate([[0], np.cumsum(features["diversity"].to_numpy())])
-    for b in range(num_buckets):
-        lo, hi = feature_bounds[b], feature_bounds[b + 1]
-        write_bucket(out_dir, b, num_buckets, features.slice(lo, hi - lo),
-                     matrix.slice(row_bounds[lo], row_bounds[hi] - row_bounds[lo]))
-    pruned = finish_output(out_dir, manifest, matrix.num_rows, features.num_rows, pruning)
-    compile_model(out_dir, layout)
-    write_model_card(out_dir, pruned)
 
 
 def start_output(model_dir, out_dir):
@@ -390,6 +238,6 @@ def select_rank(histogram, target, tolerance=0):
 def prune_bucket(features, matrix, scoring, threshold_rank, heldout_features=None):
     """One bucket of the pruned model: ``(features, matrix)`` with the links ranked at
     least ``threshold_rank`` by ``scoring`` (a :class:`BucketScoring`) and the
-    protected ones, M_f* renormalised exactly (see :func:`_pruned_tables`)."""
+    protected ones, M_f* renormalised exactly (see :func:`pruned_tables`)."""
     ranks, protected = scoring.ranks(features, matrix, heldout_features)
-    return _pruned_tables(features, matrix, (ranks >= np.uint64(threshold_rank)) | protected)
+    return pruned_tables(features, matrix, (ranks >= np.uint64(threshold_rank)) | protected)

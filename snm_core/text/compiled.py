@@ -22,6 +22,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from snm_core.io.arrays import string_buffers
 from snm_core.text.hashing import GOLDEN, fmix64_steps
 
 _ONE = np.uint64(1)
@@ -129,17 +130,6 @@ def word_ids(table, table_offsets, table_data, offsets, data, missing):
     return result
 
 
-def _string_buffers(array):
-    """``(offsets, data)`` of an Arrow (large) string array as numpy views, no copy."""
-    if not pa.types.is_string(array.type) and not pa.types.is_large_string(array.type):
-        array = array.cast(pa.string())
-    _, offsets, data = array.buffers()
-    offsets = np.frombuffer(offsets, np.int64 if pa.types.is_large_string(array.type)
-                            else np.int32)[array.offset:array.offset + len(array) + 1]
-    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    return offsets, data
-
-
 class WordTable:
     """Index of each word of an Arrow string array (distinct words), found by hashing.
 
@@ -149,13 +139,13 @@ class WordTable:
     """
 
     def __init__(self, words):
-        self.offsets, self.data = _string_buffers(words)
+        self.offsets, self.data = string_buffers(words)
         self.table = word_table(self.offsets, self.data)
 
     def ids(self, words, missing):
         """int32 index of each of ``words`` (Arrow array or chunked array); nulls -> ``missing``."""
         chunks = words.chunks if isinstance(words, pa.ChunkedArray) else [words]
-        out = [word_ids(self.table, self.offsets, self.data, *_string_buffers(chunk), missing)
+        out = [word_ids(self.table, self.offsets, self.data, *string_buffers(chunk), missing)
                for chunk in chunks if len(chunk)]
         ids = out[0] if len(out) == 1 else np.concatenate(out + [np.zeros(0, np.int32)])
         if words.null_count:

@@ -338,3 +338,19 @@ def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, ngram_model, tmp_path, 
     loaded = load_model(remote)
     assert isinstance(loaded, TrieModel)
     assert loaded.evaluate_lines(test) == load_model(str(local)).evaluate_lines(test)
+
+
+def test_an_arpa_export_from_and_to_a_bucket_is_written_once_under_its_name(
+        s3, tmp_path, tagged_ngram_model):
+    """A model in a bucket exported to a bucket, compressed, in partitions of 2 MiB: the
+    local export's text, and no temporary object beside it (the upload is streamed)."""
+    from snm.cli import main as snm_main
+    local = tagged_ngram_model[0]
+    remote = f"{s3}/models/tagged"
+    storage.upload_tree(str(local), remote, last="manifest.json")
+    assert snm_main(["export-arpa", "--model", str(local), "--out",
+                     str(tmp_path / "local.arpa")]) == 0
+    out = f"{s3}/exports/model.arpa.gz"
+    assert snm_main(["export-arpa", "--model", remote, "--out", out, "--memory", "204M"]) == 0
+    assert gzip.decompress(storage.read_bytes(out)) == (tmp_path / "local.arpa").read_bytes()
+    assert storage.listdir(f"{s3}/exports") == ["model.arpa.gz"]

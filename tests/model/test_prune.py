@@ -1,18 +1,22 @@
 """``snm prune``: a complete, normalised, ARPA-exportable model of the size asked for,
 its links scored by the relative entropy that removing each one causes."""
 
+import dataclasses
+import os
+
 import numpy as np
 import pytest
 from support.models import build_model
 from support.runs import train_argv
 
 from snm.cli import main
-from snm_core.io import tables
-from snm_core.model import prune
-from snm_core.model.arpa import backoff_form
-from snm_core.model.compact import load_model, read_model_tables
+from snm_core.io import storage, tables
+from snm_core.model import prune, prune_backoff
+from snm_core.model.backoff import run_locally
+from snm_core.model.compact import compile_model, load_model, read_model_tables
+from snm_core.model.prune_backoff import PruneJob
 from snm_core.stages import manifests
-from snm_core.text.config import parse_config
+from snm_core.text import hashing
 from snm_core.text.vocab import BOS_ID
 
 
@@ -27,7 +31,7 @@ def links_of(model_dir):
 
 
 @pytest.mark.parametrize("which", ["pooled", "tagged"])
-def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_path):
+def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_path, capsys):
     source = models[which]
     before = links_of(source)
     target = before // 4
@@ -57,42 +61,112 @@ def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_pa
     ours = model.evaluate_lines(test)["adjusted"]["perplexity"]
     assert abs(kenlm_ppl - ours) / ours < 1e-4
     unpruned = load_model(str(source)).evaluate_lines(test)["adjusted"]["perplexity"]
-    assert ours > unpruned  # pruning costs something, and is deterministic:
+    assert ours > unpruned  # pruning costs something, and is deterministic: the same bytes
+    # in partitions of 1 MiB of working memory (the budget less the process's), on two
+    # threads
     again = tmp_path / "again"
+    capsys.readouterr()
     assert main(["prune", "--model", str(source), "--out", str(again),
-                 "--target_links", str(target)]) == 0
+                 "--target_links", str(target), "--memory", "202M",
+                 "--direct_running_mode=multi_threading", "--direct_num_workers=2"]) == 0
+    assert "in 1 partition(s)" not in capsys.readouterr().out
+    assert not (again / "_scratch").exists()
     for name in sorted(p.name for p in out.glob("*.parquet")):
         assert (out / name).read_bytes() == (again / name).read_bytes()
 
 
 def test_the_score_is_the_relative_entropy_of_removing_the_link(models, tmp_path):
     """Oracle: the model with one link removed, scored by the SNM itself; the KL divergence
-    of its distribution from the full model's, in that link's context, is D(h, w)."""
+    of its distribution from the full model's, in that link's context, weighted by the
+    context's share of all contexts' training counts, is the link's score."""
     source = models["pooled"]
     features, matrix, manifest = read_model_tables(str(source))
-    form = backoff_form(features, matrix, parse_config(manifest["config"]), str(source))
-    counts = np.ones(len(form.ctx_keys))  # every context weighted alike: D itself
-    scores = prune.entry_scores(form, counts) * counts.sum()
+    job = dataclasses.replace(PruneJob.plan(str(source), manifest, str(tmp_path / "scratch"),
+                                            512 << 20), partitions=3)
+    run_locally(job, [step for step in job.steps() if step[0] != "backward"])
+    scored = [job.read(f"entry{job.order}", p, ["key", "score"]) for p in range(3)]
+    score_of = dict(zip(np.concatenate([s["key"] for s in scored]).tolist(),
+                        np.concatenate([s["score"] for s in scored]).tolist()))
     full = load_model(str(source))
     vocab = full.vocab
-    rng = np.random.default_rng(3)
     # Contexts of the longest order: Model.distribution puts <S> before a context, which
-    # is then out of the window.
-    candidates = np.flatnonzero(form.ctx_len[form.l_ctx] == form.order - 1)
-    for entry in rng.choice(candidates, size=4, replace=False):
-        keep_row = form.row_link != entry
-        pruned_features, pruned_matrix = prune._pruned_tables(features, matrix, keep_row)
-        out = tmp_path / f"minus-{entry}"
-        prune._write_model(str(source), str(out), manifest, pruned_features, pruned_matrix,
-                           {"criterion": "one link", "target_links": None, "threshold": 0.0,
-                            "links_before": matrix.num_rows,
-                            "features_before": features.num_rows, "source": str(source)})
-        ids = form.ctx_words[form.l_ctx[entry], :form.ctx_len[form.l_ctx[entry]]]
-        context = [vocab.word(int(w)) for w in ids if w != BOS_ID]  # distribution adds <S>
+    # is then out of the window.  A pooled model's feature keys are its contexts' keys.
+    lengths = np.array([len(w) for w in features["words"].to_pylist()])
+    row_feature = np.repeat(np.arange(features.num_rows), features["diversity"].to_numpy())
+    candidates = np.flatnonzero(lengths[row_feature] == job.order - 1)
+    total_count = features["count"].to_numpy().sum()
+    rng = np.random.default_rng(3)
+    for row in rng.choice(candidates, size=4, replace=False):
+        feature = row_feature[row]
+        out = tmp_path / f"minus-{row}"
+        write_without_row(str(source), str(out), manifest, row)
+        context = [vocab.word(int(w)) for w in features["words"][feature].as_py()
+                   if w != BOS_ID]  # distribution adds <S>
         p = full.distribution(context).astype(np.float64)
         q = load_model(str(out)).distribution(context).astype(np.float64)
         kl = float(np.sum(p * np.log(p / q)))
-        assert kl == pytest.approx(scores[entry], rel=2e-3, abs=1e-9), context
+        key = int(hashing.link_key(matrix["feature"][row].as_py(), matrix["word"][row].as_py()))
+        weight = features["count"][feature].as_py() / total_count
+        assert kl * weight == pytest.approx(score_of[key], rel=2e-3, abs=1e-12), context
+
+
+def write_without_row(source, out, manifest, row):
+    """The model with one matrix row (of the whole table) removed, renormalised."""
+    prune.start_output(source, out)
+    num_buckets = manifest["num_buckets"]
+    first = links = features_left = 0
+    for b in range(num_buckets):
+        features, matrix = (storage.read_parquet(os.path.join(source, tables.bucket_file(
+            prefix, b, num_buckets))) for prefix in ("features", "matrix"))
+        keep = np.arange(first, first + matrix.num_rows) != row
+        first += matrix.num_rows
+        kept = prune.pruned_tables(features, matrix, keep)
+        prune.write_bucket(out, b, num_buckets, *kept)
+        features_left += kept[0].num_rows
+        links += kept[1].num_rows
+    pruned = prune.finish_output(out, manifest, links, features_left, {"criterion": "one link"})
+    compile_model(out)
+    return pruned
+
+
+def test_the_cut_keeps_the_best_ranked_entries_up_to_the_target():
+    """Oracle: all ranks sorted at once.  Effective scores with many ties (broken by
+    order, then key), tag copies weighing an entry's rows, unigrams (+inf) kept whatever
+    the target; the histograms and gathers of several partitions add up."""
+    rng = np.random.default_rng(7)
+    k = 30_000
+    effective = np.where(rng.random(k) < 0.3, 1e-6, rng.lognormal(-12, 2, k))
+    effective[:500] = np.inf
+    ranked = {"key": rng.integers(0, 2 ** 64, k, dtype=np.uint64),
+              "effective": effective, "rows": rng.integers(1, 4, k),
+              "n": np.where(np.isinf(effective), 1, rng.integers(2, 6, k))}
+    job = PruneJob(model="", scratch="", config="", order=5, num_buckets=1, partitions=1,
+                   chunk_links=1)
+    parts = np.array_split(rng.permutation(k), 4)
+
+    def part(i):
+        return {name: values[parts[i]] for name, values in ranked.items()}
+
+    def histogram(level, prefix):
+        return [sum(h) for h in zip(*(prune_backoff.rank_histogram(
+            job.rank_words(part(i)), part(i)["rows"], level, prefix) for i in range(4)))]
+
+    def gather(prefix):
+        gathered = [prune_backoff.ranks_with_prefix(job.rank_words(part(i)), part(i)["rows"],
+                                                    prefix) for i in range(4)]
+        return (np.concatenate([w for w, _ in gathered], axis=1),
+                np.concatenate([r for _, r in gathered]))
+
+    best_first = np.lexsort((ranked["key"], ranked["n"], -ranked["effective"]))
+    kept_rows = np.cumsum(ranked["rows"][best_first])
+    for target, limit in ((20_000, 10 ** 6), (20_000, 50), (31_337, 3), (100, 10 ** 6),
+                          (10 ** 9, 10)):
+        cut = prune_backoff.select_cut(histogram, gather, target, limit)
+        keeps = prune_backoff.KeepRule(cut=cut).keeps(job, ranked)
+        count = max(int(np.searchsorted(kept_rows, target, side="right")), 500)
+        expected = np.zeros(k, bool)
+        expected[best_first[:count]] = True
+        assert np.array_equal(keeps, expected), (target, limit)
 
 
 def test_a_threshold_keeps_the_links_scored_at_least_that(models, tmp_path):

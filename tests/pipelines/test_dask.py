@@ -119,8 +119,8 @@ def test_a_worker_killed_in_mid_count_leaves_the_right_count(corpus, tmp_path, r
 
 
 def assert_same_tree(a, b):
-    """The same files under ``a`` and ``b``, byte for byte; manifests up to the paths of
-    ``a`` and ``b`` themselves."""
+    """The same files under ``a`` and ``b``, byte for byte; manifests and model cards up to
+    the paths of ``a`` and ``b`` themselves."""
     def files(root):
         return sorted(os.path.relpath(os.path.join(d, n), root)
                       for d, _, names in os.walk(root) for n in names)
@@ -128,6 +128,9 @@ def assert_same_tree(a, b):
     for name in files(a):
         if name.endswith("manifest.json"):
             assert normalized(a / name, a) == normalized(b / name, b), name
+        elif name.endswith("model_card.md"):
+            assert ((a / name).read_text().replace(str(a), "OUT")
+                    == (b / name).read_text().replace(str(b), "OUT")), name
         else:
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
@@ -182,3 +185,15 @@ def test_an_output_path_the_workers_cannot_see_is_refused(corpus, tmp_path, caps
                           "worker(s) tcp://"), err
     assert "give --out in object storage" in err and len(err.strip().splitlines()) == 1
     assert not (out / "vocab" / "manifest.json").exists()
+
+
+def test_backoff_pruning_on_dask_writes_the_local_runners_bytes(reference_run, cluster,
+                                                                 tmp_path):
+    """The back-off form's steps, the cut's passes and the buckets' rewrite spread over two
+    worker processes (partitions of 1 MiB of working memory): the local runner's files."""
+    model = str(reference_run / "model")
+    argv = ["--model", model, "--target_links", "4000", "--memory", "202M"]
+    local, dask = tmp_path / "local" / "pruned", tmp_path / "dask" / "pruned"
+    assert cli.main(["prune", *argv, "--out", str(local)]) == 0
+    assert cli.main(["prune", *argv, "--out", str(dask), *cluster.runner_options()]) == 0
+    assert_same_tree(local, dask)

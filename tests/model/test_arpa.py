@@ -1,0 +1,76 @@
+"""``snm export-arpa`` streams: the same file at any memory budget, compressed or not,
+and a full disk leaves nothing behind (object storage: ``tests/io/test_storage.py``)."""
+
+import gzip
+import os
+import subprocess
+import sys
+
+import pytest
+
+from snm.cli import main
+from snm_core.model.compact import load_model
+
+
+@pytest.fixture(scope="module")
+def tagged(tagged_ngram_model):
+    """A tagged 5-gram: every n-gram's tag copies are summed into one ARPA line."""
+    return tagged_ngram_model
+
+
+@pytest.fixture(scope="module")
+def exported(tagged, tmp_path_factory):
+    """The export at the default budget, in one partition."""
+    path = tmp_path_factory.mktemp("arpa") / "model.arpa"
+    assert main(["export-arpa", "--model", str(tagged[0]), "--out", str(path)]) == 0
+    return path.read_bytes()
+
+
+def test_any_budget_gives_the_same_file_and_gz_compresses_it(tagged, exported, tmp_path,
+                                                             capsys):
+    """1 MiB of working memory a thread (the budget less the process's) cuts the joins into partitions and the model's buckets
+    into chunks; the ARPA is the same, gzip-compressed, and KenLM reads it as snm scores."""
+    capsys.readouterr()
+    out = tmp_path / "model.arpa.gz"
+    assert main(["export-arpa", "--model", str(tagged[0]), "--out", str(out),
+                 "--memory", "202M", "--threads", "2", "--scratch", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "in 1 partition(s)" not in printed and "partition(s)" in printed
+    assert gzip.decompress(out.read_bytes()) == exported
+    assert os.listdir(tmp_path) == ["model.arpa.gz"]  # the scratch files are gone
+    kenlm = pytest.importorskip("kenlm")
+    lm = kenlm.Model(str(out))
+    test = tagged[1]
+    kenlm_ppl = 10 ** (-sum(lm.score(s, bos=True, eos=True) for s in test)
+                       / sum(len(s.split()) + 1 for s in test))
+    ours = load_model(str(tagged[0])).evaluate_lines(test)["adjusted"]["perplexity"]
+    assert abs(kenlm_ppl - ours) / ours < 1e-4
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_file(tagged, exported, tmp_path):
+    """The file size limit (ulimit -f) stands in for a full disk: the scratch files or the
+    ARPA do not fit."""
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(exported) // 2,) * 2)
+
+    out = tmp_path / "out" / "model.arpa"
+    proc = subprocess.run([sys.executable, "-m", "snm", "export-arpa", "--model",
+                           str(tagged[0]), "--out", str(out), "--scratch", str(tmp_path)],
+                          capture_output=True, text=True, check=False, preexec_fn=limit)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("snm export-arpa: failed: writing ")
+    assert proc.stderr.rstrip().endswith("the file size limit was reached (ulimit -f)")
+    assert os.listdir(tmp_path) in ([], ["out"]) and not out.exists()
+    assert not out.parent.exists() or os.listdir(out.parent) == []
+
+
+def test_a_memory_budget_is_checked_before_anything_runs(tagged, tmp_path, capsys):
+    assert main(["export-arpa", "--model", str(tagged[0]), "--out", str(tmp_path / "m.arpa"),
+                 "--memory", "201M"]) == 2
+    assert "give --memory 202M or more" in capsys.readouterr().err
+    assert main(["export-arpa", "--model", str(tagged[0]), "--out", "x", "--memory",
+                 "lots"]) == 2
+    assert "--memory lots: expected a size" in capsys.readouterr().err
+    assert not os.path.exists("x")
