@@ -135,9 +135,12 @@ class RankHistogram(beam.DoFn):
 
     def setup(self):
         running.configure_allocators()
+        self.progress = running.worker_progress(f"prune: ranks, pass {self.level + 1}",
+                                                "bucket", self.source.num_buckets)
 
     def process(self, bucket):
         yield prune_lib.rank_histogram(self.source.ranks(bucket), self.level, self.prefix)
+        self.progress.update()
 
 
 class PruneBucket(beam.DoFn):
@@ -149,8 +152,11 @@ class PruneBucket(beam.DoFn):
 
     def setup(self):
         running.configure_allocators()
+        self.progress = running.worker_progress("prune: writing", "bucket",
+                                                self.source.num_buckets)
 
     def process(self, bucket):
+        self.progress.update()
         features, matrix, heldout = self.source.read(bucket)
         kept_features, kept_matrix = prune_lib.prune_bucket(
             features, matrix, self.source.scoring, self.threshold_rank, heldout)
@@ -237,9 +243,12 @@ class ScanBuckets(beam.DoFn):
 
     def setup(self):
         running.configure_allocators()
+        self.progress = running.worker_progress("prune: reading the model", "bucket group",
+                                                self.job.scans)
 
     def process(self, group):
         yield from backoff.send(group, {}, self.job.scan(group), self.job.partitions)
+        self.progress.update()
 
 
 class RunStep(beam.DoFn):
@@ -297,9 +306,12 @@ class PruneBackoffBucket(beam.DoFn):
 
     def setup(self):
         running.configure_allocators()
+        self.progress = running.worker_progress("prune: writing", "bucket",
+                                                self.job.num_buckets)
 
     def process(self, element):
         bucket, messages = element
+        self.progress.update()
         facts = backoff.receive("prune", range(self.job.partitions), list(messages))
         features, matrix = (storage.read_parquet(storage.join(self.job.model, tables.bucket_file(
             prefix, bucket, self.job.num_buckets))) for prefix in ("features", "matrix"))
