@@ -36,7 +36,7 @@ from snm_core.io.progress import Progress
 from snm_core.model import sample_kernels
 from snm_core.model.sample_rows import load_rows
 from snm_core.stages import validation
-from snm_core.text.compiled import _string_buffers
+from snm_core.io.arrays import string_buffers
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 
@@ -169,7 +169,7 @@ class Sampler:
                                           self.manifest["tags"])
         self.windows, self.salts, self.max_run = kernel_tables(self.extractor)
         self.rows = load_rows(model_dir, manifest_bytes, self.manifest, say)
-        self.word_offsets, self.word_data = _string_buffers(
+        self.word_offsets, self.word_data = string_buffers(
             pa.array(self.vocab.words, pa.large_string()))
 
     def stream(self, seed, shard, quota, max_length):
