@@ -45,8 +45,9 @@ RECORD = np.dtype([("key", "<u8"), ("m", "<f4"), ("c", "<f4")])
 FAN_OUT_BITS = 8
 #: Links of a partition at most, whatever the memory (larger ones sort no faster).
 MAX_PARTITION_LINKS = 1 << 22
-#: Links of a partition at least (below, a budget too small is an error).
-MIN_PARTITION_LINKS = 1 << 16
+#: Links of a partition at least (below, a budget too small is an error): small, so that a
+#: budget that fits the rest of a stage fits the build too (more scatter levels, the same arrays).
+MIN_PARTITION_LINKS = 1 << 12
 #: Working memory a link of a partition: two partitions sorted at once (each its
 #: records, keys, the radix sort's order and work arrays, the sorted records: ~80
 #: bytes a link) and the sorted one being written; a scatter slice needs less.
@@ -61,7 +62,7 @@ def memory_parts(manifest):
     as read and the smallest partitions."""
     bucket = manifest["totals"]["links"] / max(manifest.get("num_buckets") or 1, 1)
     return {"a model bucket as read": int(bucket * BUCKET_LINK_BYTES),
-            "two sort partitions": MIN_PARTITION_LINKS * PARTITION_LINK_BYTES}
+            "the smallest sort partitions": MIN_PARTITION_LINKS * PARTITION_LINK_BYTES}
 
 
 def partition_links(manifest, working):

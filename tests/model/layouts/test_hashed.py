@@ -15,6 +15,7 @@ from support.models import brute_force_perplexity
 
 import snm
 from snm.cli import main
+from snm_core.io.progress import Progress
 from snm_core.model.compact import compile_model, load_model, read_model_tables
 from snm_core.model.layouts import hashed, hashed_build, hashed_kernels
 from snm_core.model.layouts.hashed import EntryTable, EntryTableWriter, KeyIndex, table_bits
@@ -193,3 +194,21 @@ def test_compact_memory_is_checked_before_work_and_changes_no_byte(ngram_model, 
     assert (copy / "compact" / "manifest.json").read_text() == before  # nothing removed
     assert main(["compact", "--model", str(copy), "--layout", "hashed", "--memory", "220M"]) == 0
     assert_same_compact(model_dir, copy)
+
+
+def test_every_pass_of_the_build_shows_its_progress(ngram_model, tmp_path):
+    """The builder reports each pass through the ``progress`` it is given, to its total."""
+    model_dir, _ = ngram_model
+    shown = []
+
+    def progress(what, total=None, unit="link"):
+        shown.append(Progress(what, total=total, unit=unit, bar=False))
+        return shown[-1]
+
+    compile_model(str(copied(model_dir, tmp_path)), progress=progress, partition=64,
+                  fan_out_bits=2, link_key_bits=14)
+    levels = len(hashed_build.scatter_levels(shown[0].total, 64, fan_out_bits=2))
+    assert [p.stage for p in shown] == (
+        ["scatter"] + [f"scatter, level {k}" for k in range(2, levels + 1)]
+        + ["sort", "collisions"])
+    assert all(p.done == p.total for p in shown)
