@@ -59,9 +59,10 @@ def compile_model(model_dir, layout="hashed", memory=None, progress=None, **opti
     return compact
 
 
-#: The least working memory of each layout's build beside a model bucket as read
-#: (:func:`build_resources`).
-LEAST_WORKING_MEMORY = {"trie": 64 << 20, "small": 64 << 20}
+#: The least working memory of the trie layouts' builds (:func:`build_resources`; the
+#: hashed build's is :func:`hashed_build.memory_parts`): none checked yet, for they hold the
+#: model's n-grams whole whatever the budget.
+LEAST_WORKING_MEMORY = {"trie": 0, "small": 0}
 
 
 def build_resources(manifest, layout, budget=None, progress=None):
