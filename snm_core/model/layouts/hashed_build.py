@@ -53,8 +53,8 @@ MIN_PARTITION_LINKS = 1 << 12
 #: bytes a link) and the sorted one being written; a scatter slice needs less.
 PARTITION_LINK_BYTES = 2 * 80 + 16
 #: Memory a link of the bucket being read (its matrix columns and share of the
-#: feature rows, as Arrow holds them).
-BUCKET_LINK_BYTES = 40
+#: feature rows and their ends, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram).
+BUCKET_LINK_BYTES = 48
 
 
 def memory_parts(manifest):

@@ -151,13 +151,15 @@ def test_links_sharing_a_link_key_are_kept_and_found(which, request, tmp_path):
                 collided.distribution(context, unadjusted=unadjusted),
                 full.distribution(context, unadjusted=unadjusted))
     collided_api, full_api = snm.load(str(copy)), snm.load(str(model_dir))
-    for line in test[:20]:
+    for line in test[:10]:
         np.testing.assert_array_equal([p for p, _, _ in collided_api.full_scores(line)],
                                       [p for p, _, _ in full_api.full_scores(line)])
     reports = collided.evaluate_lines(test)
     for name, adjusted in (("adjusted", True), ("unadjusted", False)):
         assert reports[name]["perplexity"] == pytest.approx(
             brute_force_perplexity(model_dir, test, adjusted), rel=1e-6)
+    if which != "ngram_model":
+        return
     # The same arrays whatever the partitions, collisions and all.
     again = copied(model_dir, tmp_path, "again")
     compile_model(str(again), link_key_bits=14, partition=16, fan_out_bits=2)
