@@ -91,13 +91,15 @@ class Scatter:
 
     def add(self, records):
         if self.bits == 0:
-            records.tofile(self.files[0])
+            self.files[0].write(memoryview(records).cast("B"))
             return
         part = (records["key"] >> self.shift) & np.uint64((1 << self.bits) - 1)
         order, bounds = group_rows(part.astype(np.int64), 1 << self.bits)
-        grouped = records[order]
+        # Buffered writes (ndarray.tofile makes a system call each: 20 us).
+        grouped = memoryview(records[order]).cast("B")
+        size = RECORD.itemsize
         for p in np.flatnonzero(np.diff(bounds)):
-            grouped[bounds[p]:bounds[p + 1]].tofile(self.files[p])
+            self.files[p].write(grouped[bounds[p] * size:bounds[p + 1] * size])
 
     def close(self):
         for f in self.files:
