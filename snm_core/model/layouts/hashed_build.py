@@ -137,13 +137,14 @@ def _sort_partition(path, work):
 
 
 def build_hashed(model_dir, manifest, directory, memory=None, progress=None, partition=None,
-                 fan_out_bits=FAN_OUT_BITS, link_key_bits=64):
+                 fan_out_bits=FAN_OUT_BITS, link_key_bits=64, settle_every_link=None):
     """:func:`snm_core.model.compact.compile_model` into the local ``directory``.
 
     ``memory``: bytes of working memory (default: the default budget's, less the
     process's); ``progress(what, total, unit)``: a :class:`Progress` a pass;
     ``partition`` (links), ``fan_out_bits`` and ``link_key_bits``: tests' hooks, many
-    partitions, scatter levels or collisions on a small model.
+    partitions, scatter levels or collisions on a small model; ``settle_every_link``
+    (default: with keys cut short) puts every link in the collisions.
     """
     if memory is None:
         memory = memory_default()
@@ -198,7 +199,7 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     link_c = NpyWriter(os.path.join(directory, "link_c.npy"), np.float32, n_links)
     # With keys cut short (a test's hook), an absent link would find a present one of the
     # same short key: every link goes to the collisions, settled by (feature, word).
-    everything_shared = link_key_bits < 64
+    everything_shared = link_key_bits < 64 if settle_every_link is None else settle_every_link
     shared_keys, shared_links = [], 0
     with ThreadPoolExecutor(2) as pool, progress("sort", n_links) as shown:
         scratches = [{}, {}]

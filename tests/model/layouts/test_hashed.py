@@ -166,6 +166,28 @@ def test_links_sharing_a_link_key_are_kept_and_found(which, request, tmp_path):
     assert_same_compact(copy, again)
 
 
+def test_shared_keys_beside_unshared_ones_give_every_link_its_own_values(ngram_model,
+                                                                         tmp_path):
+    """Keys cut to 20 bits with only the shared ones settled (as a build with 64-bit keys
+    does): every link of the Parquet tables, looked up, gives its own M and c(w|f)."""
+    model_dir, _ = ngram_model
+    copy = copied(model_dir, tmp_path)
+    compile_model(str(copy), link_key_bits=20, settle_every_link=False, partition=512)
+    compact = json.loads((copy / "compact" / "manifest.json").read_text())
+    assert 0 < compact["link_collisions"] == compact["shared_links"] < compact["links"] // 2
+    feats, matrix, _ = read_model_tables(str(model_dir))
+    feature, word = matrix["feature"].to_numpy(), matrix["word"].to_numpy()
+    counts = dict(zip(feats["feature"].to_pylist(), feats["count"].to_pylist()))
+    expected_c = np.array([c / counts[f] for f, c in zip(feature.tolist(),
+                                                         matrix["count"].to_pylist())])
+    model = load_model(str(copy))
+    m, c = model._kernels.link_values(feature, word.astype(np.int64), *model.links.parts,
+                                      model.links.value_words, model.link_c,
+                                      *model._link_extra)
+    np.testing.assert_array_equal(m, matrix["m"].to_numpy().astype(np.float64))
+    np.testing.assert_array_equal(c, expected_c.astype(np.float32))
+
+
 def test_a_layout_3_compact_is_read_as_it_is(ngram_model, tmp_path):
     """compact/ of layout 3 (before link_collisions: built only without collisions) is
     scored as it is, not rebuilt."""
