@@ -35,7 +35,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
 from snm_core.model.adjust import adjust_bucket
 from snm_core.model.card import write_model_card
-from snm_core.model.compact import compile_model, compile_partition_links
+from snm_core.model.compact import build_resources, compile_model
 from snm_core.model.layouts import ngram_trie
 from snm_core.model.layouts.hashed import COMPACT
 from snm_core.stages import manifests
@@ -142,6 +142,7 @@ def run(args, beam_args=(), model_card=True):
     budget.require("apply", {**running.bucket_memory(settings.manifest, workers,
                                                      APPLY_LINK_BYTES),
                              "theta": workers * 4 * spec.hash_size})
+    build_resources(settings.manifest, args.layout, budget)  # compact/'s, checked now too
     theta_path = storage.join(args.fit, "theta.npy")
     storage.makedirs(args.out)
     storage.remove_file(storage.join(args.out, tables.MANIFEST))
@@ -161,7 +162,7 @@ def run(args, beam_args=(), model_card=True):
     metrics = running.run_pipeline(beam_args, build, "apply", shared_paths=[args.out])
     manifest = manifests.Model.read(args.out)
     # The scoring arrays (a remote model's: built here), their sort within the budget.
-    compile_model(args.out, args.layout, partition_links=compile_partition_links(budget))
+    compile_model(args.out, args.layout, memory=budget)
     if model_card:
         write_model_card(args.out, manifest)
     running.print_summary(f"snm apply: {manifest.totals['links']:,} links -> {args.out}",

@@ -431,7 +431,7 @@ def _finish(options, manifest, metrics):
     """compact/, the model card and the summary of a pruned model whose manifest is
     written."""
     pruned = storage.read_json(storage.join(options.out, tables.MANIFEST))
-    compile_model(options.out, options.layout)
+    compile_model(options.out, options.layout, memory=options.memory)
     write_model_card(options.out, pruned)
     before, after = manifest["totals"], pruned["totals"]
     running.print_summary(f"snm prune: {after['links']:,} of {before['links']:,} links "

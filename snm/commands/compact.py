@@ -6,10 +6,12 @@ prune and train); without ``--out`` this converts a finished model directory in
 place, and rewrites its model card.  With ``--out DIR`` the model is left as it
 is and DIR gets ``compact/``, ``vocab.txt``, the configuration, the card and a
 manifest: a model that eval, score, query, ``snm.load`` and the decoders read
-without the Parquet tables.
+without the Parquet tables.  The build stays within ``--memory`` (sorting on disk
+beyond it: the arrays are the same at any budget) and shows each pass's progress.
 """
 
 from snm.commands import arguments
+from snm_core.io.memory import MemoryBudget
 from snm_core.io.runlock import run_lock
 from snm_core.model.card import write_model_card
 from snm_core.model.compact import compile_model, write_scoring_directory
@@ -22,15 +24,17 @@ def main(argv=None):
     arguments.layout_argument(parser, required=True)
     parser.add_argument("--out", help="write a self-contained scoring directory here (new or "
                         "empty) instead of converting the model in place")
+    arguments.memory_argument(parser)
     args = parser.parse_args(argv)
     manifest = validate_directory(args.model, "model").manifest
+    budget = MemoryBudget.parse(args.memory)
     if args.out:
         with run_lock(args.out, "snm compact"):
-            compact = write_scoring_directory(args.model, args.layout, args.out)
+            compact = write_scoring_directory(args.model, args.layout, args.out, memory=budget)
         where = args.out
     else:
         with run_lock(args.model, "snm compact"):
-            compact = compile_model(args.model, args.layout)
+            compact = compile_model(args.model, args.layout, memory=budget)
             write_model_card(args.model, manifest, keep_evaluation=True)
         where = args.model
     print(f"snm compact: {where}: layout {args.layout} ({compact['layout']}), "

@@ -1,7 +1,7 @@
 """The model card, ``model_card.md``: what a model is, what it was trained on, how good it is."""
 
 from snm_core.io import storage, tables
-from snm_core.model.layouts.hashed import COMPACT, COMPACT_LAYOUT
+from snm_core.model.layouts.hashed import COMPACT, READ_LAYOUTS
 
 
 def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False, name=None):
@@ -71,9 +71,12 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
         lines += ["", "## Storage",
                   f"- compact/: {stored['bytes']:,} bytes, {stored['bytes'] / links:.1f} bytes "
                   "a link (memory-mapped for scoring)"]
-        if stored.get("layout") == COMPACT_LAYOUT:
-            lines.append(f"- layout hashed ({COMPACT_LAYOUT}): hashed keys, 8-byte entries (32 "
+        if stored.get("layout") in READ_LAYOUTS:
+            lines.append(f"- layout hashed ({stored['layout']}): hashed keys, 8-byte entries (32 "
                          "key bits and a float32 M), float32 c(w|f) for the unadjusted model")
+            if stored.get("link_collisions"):
+                lines.append(f"- {stored['link_collisions']:,} links share their 64-bit link "
+                             "keys: kept whole in link_collisions")
         elif str(stored.get("layout")).startswith("trie"):
             lines.append(f"- layout trie ({stored['layout']}): {stored['entries']:,} n-gram "
                          "entries by context, word ranks and float32 M; no unadjusted model")

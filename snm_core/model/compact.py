@@ -13,10 +13,11 @@ import tempfile
 
 from snm_core.io import memory, storage, tables
 from snm_core.io.errors import SnmInputError
+from snm_core.io.progress import Progress
 from snm_core.io.runlock import LOCK_NAME
 from snm_core.model.card import write_model_card
 from snm_core.model.layouts import hashed, hashed_build, ngram_trie, small, trie
-from snm_core.model.layouts.hashed import COMPACT, COMPACT_FILES, COMPACT_LAYOUT
+from snm_core.model.layouts.hashed import COMPACT
 from snm_core.stages import manifests, validation
 
 #: Layouts ``compact/`` may be built in (``--layout``): hashed keys (any
@@ -30,38 +31,60 @@ LAYOUT_HELP = ("scoring arrays (compact/): hashed (the default: any model, with 
                "(n-gram models: about 2.5 bytes a link, perplexity within 0.1%%)")
 
 
-def compile_model(model_dir, layout="hashed", partition_links=hashed_build.COMPILE_PARTITION_LINKS):
+def compile_model(model_dir, layout="hashed", memory=None, progress=None, **options):
     """Build ``compact/`` in ``layout`` from the model's Parquet files; returns the compact
     manifest.
 
-    ``layout`` is one of :data:`LAYOUTS`.  A remote model's arrays are built
-    in a local directory, then uploaded, their manifest last.
+    ``layout`` is one of :data:`LAYOUTS`.  ``memory``: the budget (a
+    :class:`~snm_core.io.memory.MemoryBudget`, a ``--memory`` text, or None: the
+    default), checked before anything is removed; ``progress``: how the passes are
+    shown (:func:`pass_progress`'s by default); ``options``: the layout builder's
+    (tests' hooks).  A remote model's arrays are built in a local directory, then
+    uploaded, their manifest last.
     """
     manifest = manifests.Model.read(model_dir)
     check_layout(manifest, model_dir, layout)
+    resources = build_resources(manifest, layout, memory, progress)
     if not storage.is_remote(model_dir):
         local = os.path.join(model_dir, COMPACT)
         with storage.resource_errors(local):
-            return _build(model_dir, manifest, layout, local, partition_links)
+            return _build(model_dir, manifest, layout, local, resources, options)
     os.makedirs(storage.cache_directory(), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging, \
             storage.resource_errors(staging):
-        compact = _build(model_dir, manifest, layout, staging, partition_links)
+        compact = _build(model_dir, manifest, layout, staging, resources, options)
         remote = storage.join(model_dir, COMPACT)
         storage.remove_tree(remote)
         storage.upload_tree(staging, remote, last=tables.MANIFEST)
     return compact
 
 
-def compile_partition_links(budget):
-    """The hashed build's sort partitions (links) within ``budget``: two are sorted at
-    once, each ~40 bytes a link with its work arrays; at most
-    :data:`~snm_core.model.layouts.hashed_build.COMPILE_PARTITION_LINKS` (the arrays built
-    do not depend on it)."""
-    left = budget.left({"the process": memory.PROCESS_BYTES})
-    budget.require("compact", {"the process": memory.PROCESS_BYTES,
-                               "two sort partitions": 2 * 40 << 16})
-    return int(min(hashed_build.COMPILE_PARTITION_LINKS, max(1 << 16, left // (2 * 40))))
+#: The least working memory of the trie layouts' builds (:func:`build_resources`; the
+#: hashed build's is :func:`hashed_build.memory_parts`): none checked yet, for they hold the
+#: model's n-grams whole whatever the budget.
+LEAST_WORKING_MEMORY = {"trie": 0, "small": 0}
+
+
+def build_resources(manifest, layout, budget=None, progress=None):
+    """What every layout builder takes, beside the model: ``{"memory": bytes of working
+    memory (the budget less the process's), "progress": progress(what, total, unit), a
+    Progress of one pass}``; the budget checked first (a one-line error naming what it
+    must hold)."""
+    if not isinstance(budget, memory.MemoryBudget):
+        budget = memory.MemoryBudget.parse(budget)
+    parts = (hashed_build.memory_parts(manifest) if layout == "hashed"
+             else {"working memory": LEAST_WORKING_MEMORY[layout]})
+    budget.require(f"compact ({layout})", {"the process": memory.PROCESS_BYTES, **parts})
+    return {"memory": budget.left({"the process": memory.PROCESS_BYTES}),
+            "progress": progress or pass_progress(layout)}
+
+
+def pass_progress(layout):
+    """``progress(what, total=None, unit="link")``: a :class:`Progress` of one pass of the
+    ``layout`` build, shown as ``compact LAYOUT: what``."""
+    def progress(what, total=None, unit="link"):
+        return Progress(f"compact {layout}: {what}", total=total, unit=unit)
+    return progress
 
 
 def check_layout(manifest, model_dir, layout):
@@ -73,24 +96,24 @@ def check_layout(manifest, model_dir, layout):
         ngram_trie.ngram_span(manifest, model_dir, layout)
 
 
-def _build(model_dir, manifest, layout, directory, partition_links):
+def _build(model_dir, manifest, layout, directory, resources, options):
     """Write ``compact/`` in ``layout`` into the local ``directory``, its manifest last;
     returns the compact manifest."""
     memory.configure_process("single")  # its 20-50 MB temporaries given back when freed
     if layout == "hashed":
-        return hashed_build.build_hashed(model_dir, manifest, directory, partition_links)
+        return hashed_build.build_hashed(model_dir, manifest, directory, **resources, **options)
     builder = small.build_small if layout == "small" else trie.build_trie
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
-    return builder(model_dir, manifest, directory).write(directory)
+    return builder(model_dir, manifest, directory, **resources, **options).write(directory)
 
 
-def write_scoring_directory(model_dir, layout, out,
-                            partition_links=hashed_build.COMPILE_PARTITION_LINKS):
+def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
     """Write a self-contained scoring directory of a model: what scoring reads and nothing
     else, so that a model ships as one directory.
 
-    ``out`` (local or remote, new or empty) gets ``compact/`` in ``layout``,
+    ``out`` (local or remote, new or empty) gets ``compact/`` in ``layout`` (built within
+    ``memory``, showing ``progress``, as :func:`compile_model`),
     ``vocab.txt``, the configuration, the model card and a model manifest (last)
     that lists no Parquet table and records ``scoring_only``: its source and
     layout.  :func:`load_model` (eval, score, query, ``snm.load``) reads it like
@@ -104,6 +127,7 @@ def write_scoring_directory(model_dir, layout, out,
     """
     manifest = validation.validate_directory(model_dir, "model").manifest
     check_layout(manifest, model_dir, layout)
+    resources = build_resources(manifest, layout, memory, progress)
     if [n for n in storage.listdir(out) if n != LOCK_NAME] or storage.isfile(out):
         raise SnmInputError(f"{out}: exists and is not an empty directory; give a new "
                             "directory for --out (one without manifest.json is a run cut "
@@ -121,7 +145,7 @@ def write_scoring_directory(model_dir, layout, out,
         os.makedirs(local, exist_ok=True)
         with storage.resource_errors(local):
             compact = _build(model_dir, manifest, layout, os.path.join(local, COMPACT),
-                             partition_links)
+                             resources, {})
             for name in files:
                 storage.write_bytes(storage.read_bytes(storage.join(model_dir, name)),
                                     os.path.join(local, name))
@@ -148,7 +172,7 @@ def load_model(model_dir, mmap=True):
     compact_manifest = storage.join(stored_compact, tables.MANIFEST)
     layout = (storage.read_json(compact_manifest).get("layout")
               if storage.isfile(compact_manifest) else None)
-    built = layout == COMPACT_LAYOUT or layout in tries
+    built = layout in hashed.READ_LAYOUTS or layout in tries
     # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
     checked = validation.validate_directory(model_dir, "model", parquet=not built)
     if not built:  # missing, or an older version of its layout ("small-0": small)
@@ -162,10 +186,12 @@ def load_model(model_dir, mmap=True):
                                          tables.MANIFEST)
         arrays = load(compact_dir, compact, vocabulary_size, mmap)
         return model_type(checked.manifest, checked.vocabulary, compact, arrays)
-    compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in COMPACT_FILES],
-                                     tables.MANIFEST)
+    compact_dir = storage.local_copy(
+        stored_compact, [n + ".npy" for n in hashed.compact_files(compact["layout"])],
+        tables.MANIFEST)
     arrays = hashed.load_compact(compact_dir, compact, vocabulary_size, mmap)
-    return hashed.Model(checked.manifest, checked.vocabulary, arrays)
+    return hashed.Model(checked.manifest, checked.vocabulary, arrays,
+                        compact.get("link_key_bits", 64))
 
 
 def read_model_tables(model_dir):

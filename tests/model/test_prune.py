@@ -48,7 +48,7 @@ def test_pruned_to_a_target_is_a_complete_normalised_model(models, which, tmp_pa
         assert model.distribution(context).sum() == pytest.approx(1.0, abs=1e-6), context
     card = (out / "model_card.md").read_text()
     assert "## Pruning" in card and f"{after:,} of {before:,} links kept" in card
-    assert "bytes a link" in card and "layout hashed (3): hashed keys" in card
+    assert "bytes a link" in card and "layout hashed (4): hashed keys" in card
     # what is left is still a complete n-gram model: ARPA holds it, and KenLM scores
     # the export as snm does
     kenlm = pytest.importorskip("kenlm")

@@ -13,9 +13,16 @@ An absent key matches a present one with probability about 2^-32 a lookup.
 * features: key -> M_f* (float32)
 * links: :func:`snm_core.text.hashing.link_key` (feature key, word) -> M_fw
   (float32), and, for the unadjusted model, c(w|f) (float32, its own array).
+* link collisions: links whose whole 64-bit link keys are equal (about n^2 / 2^65
+  pairs: 8% of models have one at 1.8B links) are kept exactly in
+  ``link_collisions`` (:data:`COLLISION`: key, feature key, word, M_fw, c(w|f)),
+  sorted; their entries in the link table hold :data:`SHARED` (M and c are never
+  negative), so scoring settles a match by (feature, word) only there, and a model
+  without collisions costs one sign test a found link.
 
 About 13 bytes a link and 10 a feature.  ``compact/`` is a cache of the
-Parquet tables: one of an older layout is rebuilt on load.  The builder is
+Parquet tables: layout 3 (before ``link_collisions``) is read as having none, any
+other older layout is rebuilt on load.  The builder is
 :mod:`snm_core.model.layouts.hashed_build`; ``--layout trie`` and ``small``
 store an n-gram model as a trie instead (:mod:`snm_core.model.layouts.trie`,
 :mod:`snm_core.model.layouts.small`).
@@ -34,16 +41,19 @@ from snm_core.model.scoring import LineScoring, Scores, ratios, suffix_closed
 from snm_core.model.states import StateBatch, StateScoring
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
-from snm_core.text.hashing import link_key
 from snm_core.text.tokenize import SentenceBatch
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
 
 COMPACT = "compact"
-#: The layout of ``compact/`` (its manifest's ``layout``); another is rebuilt on load.
-COMPACT_LAYOUT = 3
-COMPACT_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
-                 "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
-                 "seen_words")
+#: The layout of ``compact/`` (its manifest's ``layout``) written; those of
+#: :data:`READ_LAYOUTS` are read (3: no ``link_collisions``), another is rebuilt on load.
+COMPACT_LAYOUT = 4
+READ_LAYOUTS = (3, 4)
+#: The files of layout 3; layout 4 adds ``link_collisions``.
+LAYOUT_3_FILES = ("feature_entries", "feature_index", "feature_blocks", "feature_overflow",
+                  "link_entries", "link_c", "link_index", "link_blocks", "link_overflow",
+                  "seen_words")
+COMPACT_FILES = LAYOUT_3_FILES + ("link_collisions",)
 #: Slots a block of an entry table's index: a slot's first entry is its block's first
 #: (int64) plus the slot's uint16 offset in the block (a block holds ~380 entries).
 SLOT_BLOCK_BITS = 8
@@ -51,6 +61,25 @@ SLOT_BLOCK_BITS = 8
 ENTRY = np.dtype([("remainder", "<u4"), ("value", "<f4")])
 #: The overflow table: whole keys (ascending) whose entries share all stored bits.
 OVERFLOW = np.dtype([("key", "<u8"), ("row", "<i8")])
+#: The link collisions: links sharing a whole link key, by (key, feature, word) ascending.
+COLLISION = np.dtype([("key", "<u8"), ("feature", "<u8"), ("word", "<i8"), ("m", "<f4"),
+                      ("c", "<f4")])
+#: M_fw and c(w|f) of the link entries whose key several links share: look in
+#: ``link_collisions``.
+SHARED = np.float32(-1.0)
+
+
+def compact_files(layout):
+    """The arrays of a hashed ``compact/`` of ``layout`` (one of :data:`READ_LAYOUTS`)."""
+    return LAYOUT_3_FILES if layout == 3 else COMPACT_FILES
+
+
+def link_key_mask(bits):
+    """The mask of a link key's top ``bits`` (64: all).  Fewer are a test's hook
+    (``link_key_bits`` in the compact manifest): the build and the lookups both keep only
+    those bits, so that many real links collide (and, so that no absent link finds a
+    present one by its short key, the build puts every link in ``link_collisions``)."""
+    return np.uint64(((1 << bits) - 1) << (64 - bits))
 
 
 # --- compact storage ----------------------------------------------------------------------
@@ -308,7 +337,7 @@ class Model(LineScoring, StateScoring):
     exactly the scores of one thread (``tests/model/test_model_threads.py``).
     """
 
-    def __init__(self, manifest, vocab, arrays):
+    def __init__(self, manifest, vocab, arrays, link_key_bits=64):
         from snm_core.model.layouts import hashed_kernels  # numba: scoring only
         self._kernels = hashed_kernels
         self.manifest = manifest
@@ -323,6 +352,11 @@ class Model(LineScoring, StateScoring):
         self.m_star = self.features.values
         self.link_m = self.links.values
         self.link_c = arrays["link_c"]
+        collisions = arrays["link_collisions"]
+        # What the compiled lookups take after the link table's arrays: the key mask and
+        # the collision table's columns, contiguous.
+        self._link_extra = (link_key_mask(link_key_bits), *(
+            np.ascontiguousarray(collisions[name]) for name in COLLISION.names))
         seen = np.asarray(arrays["seen_words"])
         # Unseen words read as <UNK>; the markers keep their ids.
         self.word_map = np.where(seen, np.arange(len(seen)), UNK_ID).astype(np.int32)
@@ -370,7 +404,8 @@ class Model(LineScoring, StateScoring):
             states.words, states.length, np.ascontiguousarray(target, np.int32),
             self._windows, self._type_windows, self._salts, self._prerequisite,
             self._link_length, self._minimal_states, *self.features.parts,
-            self.features.value_words, *self.links.parts, self.links.value_words, self.link_c)
+            self.features.value_words, *self.links.parts, self.links.value_words, self.link_c,
+            *self._link_extra)
         return prob, matched, StateBatch(words, length)
 
     @property
@@ -387,20 +422,18 @@ class Model(LineScoring, StateScoring):
         *sums, _ = self._kernels.event_sums(
             events.key, events.event, type_bounds, self._prerequisite, events.target,
             events.num_events, *self.features.parts, self.features.value_words,
-            *self.links.parts, self.links.value_words, self.link_c)
+            *self.links.parts, self.links.value_words, self.link_c, *self._link_extra)
         return Scores(events.target, events.sentence, *ratios(*sums, unadjusted))
 
-    def _probabilities(self, pair_event, row, link, n_events, unadjusted=True):
-        """(adjusted, unadjusted) P(target) per event from the pairs' rows and links."""
+    def _probabilities(self, pair_event, row, link_m, link_c, n_events, unadjusted=True):
+        """(adjusted, unadjusted) P(target) per event from the pairs' feature rows and link
+        values (0 where absent)."""
         present = row >= 0
-        linked = link >= 0
         return ratios(
             np.bincount(pair_event[present], weights=self.m_star[row[present]],
                         minlength=n_events),
-            np.bincount(pair_event[linked], weights=self.link_m[link[linked]],
-                        minlength=n_events),
-            np.bincount(pair_event[linked], weights=self.link_c[link[linked]],
-                        minlength=n_events),
+            np.bincount(pair_event, weights=link_m, minlength=n_events),
+            np.bincount(pair_event, weights=link_c, minlength=n_events),
             np.bincount(pair_event[present], minlength=n_events), unadjusted)
 
     def prob(self, context, word):
@@ -418,24 +451,31 @@ class Model(LineScoring, StateScoring):
         rows = self.features.find(keys)
         keys, rows = keys[rows >= 0], rows[rows >= 0]
         pair_event = np.repeat(np.arange(len(ids)), len(keys))
-        links = self.links.find(link_key(np.tile(keys, len(ids)), np.repeat(ids, len(keys))))
-        probs = self._probabilities(pair_event, np.tile(rows, len(ids)), links, len(ids))
+        link_m, link_c = self._kernels.link_values(
+            np.tile(keys, len(ids)), np.repeat(ids, len(keys)).astype(np.int64),
+            *self.links.parts, self.links.value_words, self.link_c, *self._link_extra)
+        probs = self._probabilities(pair_event, np.tile(rows, len(ids)), link_m, link_c,
+                                    len(ids))
         return probs[1 if unadjusted else 0]
 
 
 def load_compact(compact_dir, compact, vocabulary_size, mmap):
     """The arrays of a local ``compact/`` directory, each checked against its manifest
-    (dtype, length): a damaged one is an :class:`SnmInputError` naming it."""
+    (dtype, length): a damaged one is an :class:`SnmInputError` naming it.  A layout 3
+    directory (built before collisions were kept, so it has none) gets an empty
+    ``link_collisions``."""
     n_features, n_links = compact["features"], compact["links"]
     expected = {"feature_entries": (ENTRY, (n_features,)),
                 "link_entries": (ENTRY, (n_links,)), "link_c": (np.float32, (n_links,)),
                 "seen_words": (np.bool_, (vocabulary_size,)),
-                "feature_overflow": (OVERFLOW, None), "link_overflow": (OVERFLOW, None)}
+                "feature_overflow": (OVERFLOW, None), "link_overflow": (OVERFLOW, None),
+                "link_collisions": (COLLISION, None)}
     for table, n in (("feature", n_features), ("link", n_links)):
         slots = 1 << table_bits(n)
         expected[table + "_index"] = (np.uint16, (slots + 1,))
         expected[table + "_blocks"] = (np.int64, ((slots >> SLOT_BLOCK_BITS) + 1,))
-    arrays = load_checked(compact_dir, COMPACT_FILES, expected, mmap=mmap)
+    arrays = load_checked(compact_dir, compact_files(compact["layout"]), expected, mmap=mmap)
+    arrays.setdefault("link_collisions", np.zeros(0, COLLISION))
     for table, n in (("feature", n_features), ("link", n_links)):
         rows = arrays[table + "_overflow"]["row"]
         if len(rows) and (rows.min() < 0 or rows.max() >= n):

@@ -1,11 +1,25 @@
 """Building the hashed layout's ``compact/`` from a model's Parquet tables, by external sort.
 
-Memory stays bounded whatever the model size: arrays are written to their
-``.npy`` files in order (:class:`snm_core.model.layouts.npy.NpyWriter`);
-feature keys arrive sorted (bucket files are key ranges), and links are
-sorted by link key in two passes, first scattered into key-range partitions
-of about ``partition_links`` links on disk, then each partition sorted alone
-(two partitions at a time).
+Memory stays within the working memory given whatever the model size: arrays
+are written to their ``.npy`` files in order
+(:class:`snm_core.model.layouts.npy.NpyWriter`); feature keys arrive sorted
+(bucket files are key ranges), and links are sorted by link key in passes:
+
+1. *scatter*: each bucket's links, a slice at a time, appended as records (link
+   key, M_fw, c(w|f)) to one file per key range (the key's top bits), at most
+   ``2**FAN_OUT_BITS`` files;
+2. *scatter again* (only past ``2**FAN_OUT_BITS`` partitions, about 1G links at
+   the largest partition): each file split by the next bits, a slice at a time,
+   into at most ``2**FAN_OUT_BITS`` files, until a partition holds about
+   ``partition_links`` links; so at most ``2**FAN_OUT_BITS + 1`` scratch files are
+   open at once at any size;
+3. *sort*: each partition sorted alone (two at a time) and written in order.
+
+Links whose whole link keys are equal (about n^2 / 2^65 pairs) meet in one
+partition (``shared_links`` in the manifest counts them); their entries get :data:`~snm_core.model.layouts.hashed.SHARED` and,
+in a last pass over the tables that runs only then, their (key, feature, word,
+M, c) go to ``link_collisions``.  The arrays depend on nothing but the model:
+not on the partitions, the passes or the memory.
 """
 
 import math
@@ -16,92 +30,239 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from snm_core.fit import kernels
-from snm_core.io import storage, tables
+from snm_core.io import memory, storage, tables
 from snm_core.io.arrays import group_rows
-from snm_core.io.errors import SnmInputError
-from snm_core.model.layouts.hashed import COMPACT_FILES, COMPACT_LAYOUT, EntryTableWriter
+from snm_core.io.progress import Progress
+from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT, SHARED,
+                                           EntryTableWriter, link_key_mask)
 from snm_core.model.layouts.npy import NpyWriter
 from snm_core.stages import manifests
 from snm_core.text.hashing import link_key
 
-#: Links sorted at once when the compact arrays are built (~170 MB of work
-#: memory each; two are sorted at once).
-COMPILE_PARTITION_LINKS = 1 << 22
+#: A link as the passes write it to scratch.
+RECORD = np.dtype([("key", "<u8"), ("m", "<f4"), ("c", "<f4")])
+#: Scratch files a scatter pass writes at once is at most 2**FAN_OUT_BITS.
+FAN_OUT_BITS = 8
+#: Links of a partition at most, whatever the memory (larger ones sort no faster).
+MAX_PARTITION_LINKS = 1 << 22
+#: Links of a partition at least (below, a budget too small is an error): small, so that a
+#: budget that fits the rest of a stage fits the build too (more scatter levels, the same arrays).
+MIN_PARTITION_LINKS = 1 << 12
+#: Working memory a link of a partition: two partitions sorted at once (each its
+#: records, keys, the radix sort's order and work arrays, the sorted records: ~80
+#: bytes a link) and the sorted one being written; a scatter slice needs less.
+PARTITION_LINK_BYTES = 2 * 80 + 16
+#: Memory a link of the bucket being read (its matrix columns and share of the
+#: feature rows and their ends, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram).
+BUCKET_LINK_BYTES = 48
 
 
-def _sort_partition(scratch, p, work):
-    """Link keys, M and c of scratch partition p, sorted by key."""
-    keys = np.fromfile(os.path.join(scratch, f"{p}.keys"), dtype=np.uint64)
-    order = kernels.argsort_keys(keys, work).astype(np.intp)
-    return keys[order], *(np.fromfile(os.path.join(scratch, f"{p}.{name}"),
-                                      dtype=np.float32)[order] for name in ("m", "c"))
+def memory_parts(manifest):
+    """The fixed parts of the build's working memory (``{what: bytes}``): a model bucket
+    as read and the smallest partitions."""
+    bucket = manifest["totals"]["links"] / max(manifest.get("num_buckets") or 1, 1)
+    return {"a model bucket as read": int(bucket * BUCKET_LINK_BYTES),
+            "the smallest sort partitions": MIN_PARTITION_LINKS * PARTITION_LINK_BYTES}
 
 
-def build_hashed(model_dir, manifest, directory, partition_links):
-    """:func:`compile_model` into the local ``directory``."""
+def partition_links(manifest, working):
+    """Links of a sort partition within ``working`` bytes (:func:`memory_parts` held)."""
+    left = working - memory_parts(manifest)["a model bucket as read"]
+    return int(min(MAX_PARTITION_LINKS, max(MIN_PARTITION_LINKS, left // PARTITION_LINK_BYTES)))
+
+
+def scatter_levels(n_links, partition, fan_out_bits=FAN_OUT_BITS):
+    """The key bits each scatter pass splits on, so that a partition holds about
+    ``partition`` links: ``[8, 3]`` is 256 files, each split into 8."""
+    total = max(0, int(math.ceil(math.log2(max(n_links / partition, 1)))))
+    levels = [min(fan_out_bits, total)]
+    while sum(levels) < total:
+        levels.append(min(fan_out_bits, total - sum(levels)))
+    return levels
+
+
+class Scatter:
+    """Records appended to ``2**bits`` files by key bits ``[64 - shift - bits, 64 - shift)``
+    (in their order, so a file's records keep theirs)."""
+
+    def __init__(self, paths, shift, bits):
+        self.paths, self.shift, self.bits = paths, np.uint64(shift), bits
+        self.files = [open(path, "wb") for path in paths]
+
+    def add(self, records):
+        if self.bits == 0:
+            self.files[0].write(memoryview(records).cast("B"))
+            return
+        part = (records["key"] >> self.shift) & np.uint64((1 << self.bits) - 1)
+        order, bounds = group_rows(part.astype(np.int64), 1 << self.bits)
+        # Buffered writes (ndarray.tofile makes a system call each: 20 us).
+        grouped = memoryview(records[order]).cast("B")
+        size = RECORD.itemsize
+        for p in np.flatnonzero(np.diff(bounds)):
+            self.files[p].write(grouped[bounds[p] * size:bounds[p + 1] * size])
+
+    def close(self):
+        for f in self.files:
+            f.close()
+
+
+def _bucket_slices(model_dir, name, slice_links, mask, columns=("word", "m", "count")):
+    """``(features table, slices)`` of one bucket: slices of its link rows as ``(feature
+    rows, RECORD array, words)``, at most ``slice_links`` each."""
+    feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
+                              ["feature", "type", "count", "diversity", "m_star"])
+    matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
+                               tables.MATRIX, list(columns))
+    keys, counts = feats["feature"].to_numpy(), feats["count"].to_numpy()
+    ends = np.cumsum(feats["diversity"].to_numpy())
+    word, m, count = (matrix[c].to_numpy() for c in columns)
+
+    def slices():
+        for lo in range(0, len(word), slice_links):
+            hi = min(lo + slice_links, len(word))
+            rows = np.searchsorted(ends, np.arange(lo, hi), side="right")
+            records = np.empty(hi - lo, RECORD)
+            records["key"] = link_key(keys[rows], word[lo:hi]) & mask
+            records["m"] = m[lo:hi]
+            records["c"] = count[lo:hi] / counts[rows]
+            yield rows, records, word[lo:hi]
+    return feats, slices()
+
+
+def _sort_partition(path, work):
+    """A scratch partition's records sorted by key (the file is removed)."""
+    records = np.fromfile(path, dtype=RECORD)
+    os.remove(path)
+    return records[kernels.argsort_keys(np.ascontiguousarray(records["key"]), work)]
+
+
+def build_hashed(model_dir, manifest, directory, memory=None, progress=None, partition=None,
+                 fan_out_bits=FAN_OUT_BITS, link_key_bits=64, settle_every_link=None):
+    """:func:`snm_core.model.compact.compile_model` into the local ``directory``.
+
+    ``memory``: bytes of working memory (default: the default budget's, less the
+    process's); ``progress(what, total, unit)``: a :class:`Progress` a pass;
+    ``partition`` (links), ``fan_out_bits`` and ``link_key_bits``: tests' hooks, many
+    partitions, scatter levels or collisions on a small model; ``settle_every_link``
+    (default: with keys cut short) puts every link in the collisions.
+    """
+    if memory is None:
+        memory = memory_default()
+    progress = progress or (lambda what, total=None, unit="link":
+                            Progress(f"compact hashed: {what}", total=total, unit=unit))
     n_features, n_links = manifest["totals"]["features"], manifest["totals"]["links"]
+    partition = partition or partition_links(manifest, memory)
+    mask = link_key_mask(link_key_bits)
     scratch = os.path.join(directory, "partitions.tmp")
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(scratch)
-    bits = max(0, int(math.ceil(math.log2(max(n_links / partition_links, 1)))))
-    parts = [{name: open(os.path.join(scratch, f"{p}.{name}"), "wb")
-              for name in ("keys", "m", "c")} for p in range(1 << bits)]
+    buckets = sorted(n for n in manifest["files"] if n.startswith("features-"))
+    levels = scatter_levels(n_links, partition, fan_out_bits)
 
-    def output(name, dtype, n):
-        return NpyWriter(os.path.join(directory, name + ".npy"), dtype, n)
-
+    # Pass 1: the tables, scattered by the keys' first bits; the feature table, seen words.
+    paths = [os.path.join(scratch, f"{p:03x}") for p in range(1 << levels[0])]
     feature_table = EntryTableWriter(n_features, directory, "feature")
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
-    for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
-        feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
-                                  ["feature", "type", "count", "diversity", "m_star"])
-        matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
-                                   tables.MATRIX)
-        keys, diversity = feats["feature"].to_numpy(), feats["diversity"].to_numpy()
-        feature_table.add(keys, feats["m_star"].to_numpy())
-        word = matrix["word"].to_numpy()
-        lk = link_key(np.repeat(keys, diversity), word)
-        c = (matrix["count"].to_numpy() / np.repeat(feats["count"].to_numpy(), diversity))
-        arrays = {"keys": lk, "m": matrix["m"].to_numpy(), "c": c.astype(np.float32)}
-        part = (lk >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(lk), int)
-        order, bounds = group_rows(part, 1 << bits)
-        for p in np.flatnonzero(np.diff(bounds)):
-            rows = order[bounds[p]:bounds[p + 1]]
-            for key, array in arrays.items():
-                array[rows].tofile(parts[p][key])
-        empty = np.isin(feats["type"].to_numpy(), empty_types)
-        seen[word[np.repeat(empty, diversity)]] = True
-    del feats, matrix, keys, diversity, word, lk, c, arrays, part, order, bounds  # the last file's
+    scatter = Scatter(paths, 64 - levels[0], levels[0])
+    with progress("scatter", n_links) as shown:
+        for name in buckets:
+            feats, slices = _bucket_slices(model_dir, name, partition, mask)
+            feature_table.add(feats["feature"].to_numpy(), feats["m_star"].to_numpy())
+            empty = np.isin(feats["type"].to_numpy(), empty_types)
+            for rows, records, words in slices:
+                scatter.add(records)
+                seen[words[empty[rows]]] = True
+                shown.update(len(records))
+    scatter.close()
     sizes = feature_table.finish()
-    link_table = EntryTableWriter(n_links, directory, "link")
-    link_c = output("link_c", np.float32, n_links)
-    for files in parts:
-        for f in files.values():
-            f.close()
-    collisions = 0
-    # Partitions are sorted two at a time (the radix sort and the gathers release
+
+    # Pass 2 (past 2**fan_out_bits partitions): each file split by the next bits.
+    for level, bits in enumerate(levels[1:], start=1):
+        split = []
+        with progress(f"scatter, level {level + 1}", n_links) as shown:
+            for path in paths:
+                children = [f"{path}.{q:03x}" for q in range(1 << bits)]
+                scatter = Scatter(children, 64 - sum(levels[:level + 1]), bits)
+                with open(path, "rb") as f:
+                    while len(records := np.fromfile(f, RECORD, count=partition)):
+                        scatter.add(records)
+                        shown.update(len(records))
+                scatter.close()
+                os.remove(path)
+                split += children
+        paths = split
+
+    # Pass 3: partitions sorted two at a time (the radix sort and the gathers release
     # the GIL) and written in order.
-    with ThreadPoolExecutor(2) as pool:
+    link_table = EntryTableWriter(n_links, directory, "link")
+    link_c = NpyWriter(os.path.join(directory, "link_c.npy"), np.float32, n_links)
+    # With keys cut short (a test's hook), an absent link would find a present one of the
+    # same short key: every link goes to the collisions, settled by (feature, word).
+    everything_shared = link_key_bits < 64 if settle_every_link is None else settle_every_link
+    shared_keys, shared_links = [], 0
+    with ThreadPoolExecutor(2) as pool, progress("sort", n_links) as shown:
         scratches = [{}, {}]
-        sorted_parts = [pool.submit(_sort_partition, scratch, p, scratches[p % 2])
-                        for p in range(min(2, len(parts)))]
-        for p in range(len(parts)):
-            keys, m, c = sorted_parts[p].result()
-            if p + 2 < len(parts):
-                sorted_parts.append(pool.submit(_sort_partition, scratch, p + 2,
+        sorted_parts = [pool.submit(_sort_partition, paths[p], scratches[p % 2])
+                        for p in range(min(2, len(paths)))]
+        for p in range(len(paths)):
+            records = sorted_parts[p].result()
+            if p + 2 < len(paths):
+                sorted_parts.append(pool.submit(_sort_partition, paths[p + 2],
                                                 scratches[p % 2]))
-            collisions += int(np.count_nonzero(keys[1:] == keys[:-1]))
-            link_table.add(keys, m)
-            link_c.append(c)
             sorted_parts[p] = None
+            keys = records["key"]
+            same = keys[1:] == keys[:-1]
+            if same.any() or everything_shared:  # the links of shared keys: to the collisions
+                shared = np.zeros(len(keys), bool)
+                shared[1:] |= same
+                shared[:-1] |= same
+                shared_links += int(np.count_nonzero(shared))
+                shared |= everything_shared
+                records["m"][shared] = records["c"][shared] = SHARED
+                shared_keys.append(np.unique(keys[shared]))
+            link_table.add(keys, records["m"])
+            link_c.append(records["c"])
+            shown.update(len(records))
+            del records, keys
     sizes += link_table.finish() + link_c.close()
     shutil.rmtree(scratch)
-    if collisions:
-        raise SnmInputError(f"{model_dir}: {collisions} pairs of links share a 64-bit link key "
-                            "(expected about n**2 / 2**65); please report this")
-    storage.write_npy(seen, os.path.join(directory, "seen_words.npy"))
-    sizes += seen.nbytes
+
+    shared_keys = np.concatenate(shared_keys + [np.zeros(0, np.uint64)])
+    collisions = _collisions(model_dir, buckets, shared_keys, partition, mask, progress)
+    for name, array in (("link_collisions", collisions), ("seen_words", seen)):
+        storage.write_npy(array, os.path.join(directory, name + ".npy"))
+        sizes += array.nbytes
+    extra = {"link_collisions": len(collisions), "shared_links": shared_links}
+    if link_key_bits != 64:
+        extra["link_key_bits"] = link_key_bits
     return manifests.Compact(layout=COMPACT_LAYOUT, files=[n + ".npy" for n in COMPACT_FILES],
-                             features=int(n_features), links=int(n_links),
-                             bytes=int(sizes)).write(directory)
+                             features=int(n_features), links=int(n_links), bytes=int(sizes),
+                             extra=extra).write(directory)
+
+
+def _collisions(model_dir, buckets, shared_keys, partition, mask, progress):
+    """The :data:`COLLISION` rows of the links whose keys are ``shared_keys``, by a pass
+    over the tables (none when there are none)."""
+    found = []
+    if len(shared_keys):
+        with progress("collisions", len(buckets), "bucket") as shown:
+            for name in buckets:
+                feats, slices = _bucket_slices(model_dir, name, partition, mask)
+                keys = feats["feature"].to_numpy()
+                for rows, records, words in slices:
+                    at = np.flatnonzero(np.isin(records["key"], shared_keys))
+                    rows_found = np.zeros(len(at), COLLISION)
+                    for field in ("key", "m", "c"):
+                        rows_found[field] = records[field][at]
+                    rows_found["feature"], rows_found["word"] = keys[rows[at]], words[at]
+                    found.append(rows_found)
+                shown.update()
+    collisions = np.concatenate(found + [np.zeros(0, COLLISION)])
+    return collisions[np.lexsort((collisions["word"], collisions["feature"],
+                                  collisions["key"]))]
+
+
+def memory_default():
+    """Working memory of the default budget: it less the process's."""
+    return memory.MemoryBudget.parse().left({"the process": memory.PROCESS_BYTES})

@@ -149,6 +149,47 @@ def _entry_positions(words, offsets, blocks, shift, overflow_keys, overflow_rows
 
 
 @numba.njit(nogil=True, cache=True)
+def _collision_row(keys, features, words, query, feature, word):
+    """Row of the link (``feature``, ``word``), whose link key ``query`` several links
+    share, in the collision table (sorted by key, feature, word), or -1."""
+    i = np.searchsorted(keys, query)
+    while i < len(keys) and keys[i] == query:
+        if features[i] == feature and words[i] == word:
+            return i
+        i += 1
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def link_values(feature_keys, words, link_words, link_offsets, link_blocks, link_shift,
+                link_overflow_keys, link_overflow_rows, link_m, link_c, link_mask,
+                collision_keys, collision_features, collision_words, collision_m,
+                collision_c):
+    """M_fw and c(w|f) (float64, 0 where absent) of the links (``feature_keys[i]``,
+    ``words[i]``), a shared key settled in the collision table as :func:`event_sums`
+    does."""
+    n = len(feature_keys)
+    queries = np.empty(n, np.uint64)
+    for i in range(n):
+        queries[i] = _link_key(feature_keys[i], words[i]) & link_mask
+    rows = find_entries(link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
+                        link_overflow_rows, queries)
+    m = np.zeros(n)
+    c = np.zeros(n)
+    for i in range(n):
+        if rows[i] < 0:
+            continue
+        m[i] = link_m[2 * rows[i] + 1]
+        c[i] = link_c[rows[i]]
+        if m[i] < 0:
+            r = _collision_row(collision_keys, collision_features, collision_words,
+                               queries[i], feature_keys[i], words[i])
+            m[i] = collision_m[r] if r >= 0 else 0.0
+            c[i] = collision_c[r] if r >= 0 else 0.0
+    return m, c
+
+
+@numba.njit(nogil=True, cache=True)
 def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, queries):
     """:meth:`snm_core.model.layouts.hashed.EntryTable.find` for an array of queries."""
     result = np.empty(len(queries), np.int64)
@@ -165,7 +206,8 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                feature_words, feature_offsets, feature_blocks, feature_shift,
                feature_overflow_keys, feature_overflow_rows, m_star,
                link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
-               link_overflow_rows, link_m, link_c):
+               link_overflow_rows, link_m, link_c, link_mask, collision_keys,
+               collision_features, collision_words, collision_m, collision_c):
     """Per-event sums over the pairs whose feature (and link) the model holds.
 
     Pairs come grouped by type id.  A pair whose type has a prerequisite type
@@ -187,6 +229,10 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
     link_words .. link_overflow_rows : the link table's ``parts``
     link_m : float32 (2 n_links,), the link entries as float32: M_fw of row r at 2r + 1
     link_c : float32 (n_links,), c(w|f)
+    link_mask : uint64, the link key bits the table keeps (all but in tests)
+    collision_keys .. collision_c : the collision table's columns
+        (:data:`snm_core.model.layouts.hashed.COLLISION`): a found entry whose M is
+        negative (``SHARED``) is a key several links share, settled there
 
     Returns
     -------
@@ -235,7 +281,7 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
                 row_found[t, event] = True
                 if before < 0 or link_found[before, event]:
                     linked[k] = i
-                    query[k] = _link_key(pair_key[i], target[event])
+                    query[k] = _link_key(pair_key[i], target[event]) & link_mask
                     k += 1
             _entry_positions(link_words, link_offsets, link_blocks, link_shift,
                              link_overflow_keys, link_overflow_rows, query, k, position, link)
@@ -245,6 +291,14 @@ def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events
             for j in range(k):
                 if link[j] >= 0:
                     event = pair_event[linked[j]]
+                    if value[j] < 0:  # a shared key (rare): settled by (feature, word)
+                        r = _collision_row(collision_keys, collision_features,
+                                           collision_words, query[j], pair_key[linked[j]],
+                                           target[event])
+                        if r < 0:
+                            continue
+                        value[j] = collision_m[r]
+                        value_c[j] = collision_c[r]
                     link_m_sum[event] += value[j]
                     link_c_sum[event] += value_c[j]
                     link_found[t, event] = True
@@ -333,7 +387,9 @@ def state_pairs(words, length, windows, type_windows, salts):
 def advance(words, length, target, windows, type_windows, salts, prerequisite, link_length,
             minimal, feature_words, feature_offsets, feature_blocks, feature_shift,
             feature_overflow_keys, feature_overflow_rows, m_star, link_words, link_offsets,
-            link_blocks, link_shift, link_overflow_keys, link_overflow_rows, link_m, link_c):
+            link_blocks, link_shift, link_overflow_keys, link_overflow_rows, link_m, link_c,
+            link_mask, collision_keys, collision_features, collision_words, collision_m,
+            collision_c):
     """One event after each of many states (:meth:`snm_core.model.layouts.hashed.Model.
     _advance`): the states' pairs (:func:`state_pairs`) summed as :func:`event_sums`
     sums an event's, and the states after the target.
@@ -350,7 +406,8 @@ def advance(words, length, target, windows, type_windows, salts, prerequisite, l
         key, event, type_bounds, prerequisite, target, n, feature_words, feature_offsets,
         feature_blocks, feature_shift, feature_overflow_keys, feature_overflow_rows, m_star,
         link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
-        link_overflow_rows, link_m, link_c)
+        link_overflow_rows, link_m, link_c, link_mask, collision_keys, collision_features,
+        collision_words, collision_m, collision_c)
     matched = np.zeros(n, np.int64)
     for t in range(link_found.shape[0]):
         for i in range(n):

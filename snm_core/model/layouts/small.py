@@ -117,9 +117,10 @@ def _encode_order(keys, levels, radix, n_levels, codes):
     return fields, lengths
 
 
-def build_small(model_dir, manifest, directory):
+def build_small(model_dir, manifest, directory, memory=None, progress=None):
     """Write the small layout of a model into the local ``directory``; returns the
-    compact manifest."""
+    compact manifest.  ``memory`` (bytes of working memory) and ``progress`` (a pass's
+    :class:`~snm_core.io.progress.Progress`): :func:`snm_core.model.compact.build_resources`."""
     from snm_core.model.layouts import trie_kernels  # numba: loaded by building and scoring only
     trie = Trie.of_model(model_dir, manifest, "small")
     # Value symbols: 0 for no link, then each order's rounded levels (its own alphabet).

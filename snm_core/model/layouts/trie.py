@@ -42,9 +42,10 @@ def _smallest(types, largest, field):
     return next(t for t in types if largest <= np.iinfo(t[field]).max)
 
 
-def build_trie(model_dir, manifest, directory):
+def build_trie(model_dir, manifest, directory, memory=None, progress=None):
     """Write the trie layout of a model into the local ``directory``; returns the
-    compact manifest."""
+    compact manifest.  ``memory`` (bytes of working memory) and ``progress`` (a pass's
+    :class:`~snm_core.io.progress.Progress`): :func:`snm_core.model.compact.build_resources`."""
     from snm_core.model.layouts import trie_kernels  # numba: loaded by building and scoring only
     trie = Trie.of_model(model_dir, manifest, "trie")
     if max(len(k) for k in trie.keys) > np.iinfo(np.uint32).max:
