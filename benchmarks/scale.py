@@ -328,8 +328,8 @@ def stages(args):
         arpa = os.path.join(run, "snm.arpa")
         step("snm", "export-arpa", snm("export-arpa", "--model", model_out, "--out", arpa,
                                        "--memory", memory), [arpa])
-        step("snm", "compact", snm("compact", "--model", model_out, "--layout", "trie"),
-             [os.path.join(model_out, "compact")])
+        step("snm", "compact", snm("compact", "--model", model_out, "--layout", "trie",
+                                   "--memory", memory), [os.path.join(model_out, "compact")])
         ev = step("snm", "eval", snm("eval", "--model", model_out, paths["test"], "--json"),
                   [])
         with open(os.path.join(run, "snm-eval.log"), encoding="utf-8") as f:
