@@ -100,6 +100,16 @@ def plan(memory, radix, width, where, layout):
                 chunk_entries=max(MIN_RECORDS, left // ENTRY_BYTES))
 
 
+def model_plan(model_dir, manifest, layout, memory=None):
+    """The :class:`Plan` of building a model's trie within ``memory`` bytes of working
+    memory (default :func:`default_memory`)."""
+    radix = int(manifest["vocabulary_size"])
+    width = key_shape(radix, ngram_span(manifest, model_dir, layout)[1] + 1,
+                      len(manifest["tags"]))[2]
+    return plan(default_memory() if memory is None else int(memory), radix, width, model_dir,
+                layout)
+
+
 @dataclasses.dataclass
 class ExternalTrie:
     """A model's trie as files on scratch: each position p's entries (p as
@@ -134,8 +144,7 @@ class ExternalTrie:
         radix, tags = int(manifest["vocabulary_size"]), len(manifest["tags"])
         slots = max_n + 1
         tag_bits, slot_bits, width = key_shape(radix, slots, tags)
-        sizes = plan(default_memory() if memory is None else int(memory), radix, width,
-                     model_dir, layout)
+        sizes = model_plan(model_dir, manifest, layout, memory)
         shutil.rmtree(scratch, ignore_errors=True)
         os.makedirs(scratch)
         trie = cls(scratch, [0] * (tags * slots), None, None, radix, min_n, max_n, tags, sizes)
