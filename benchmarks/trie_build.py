@@ -5,7 +5,8 @@
 Builds ``compact/`` of the model's Parquet tables in ``--layout`` into ``DIR`` (new) with
 ``--memory`` bytes of working memory (default: the builders' default, the default budget
 less the process's 200 MB), as ``snm compact`` does; prints the wall seconds and the
-sizes the budget gave (runs, partitions, chunks).  Run it under ``/usr/bin/time -v`` for
+sizes the budget gave (runs, partitions, chunks).  The process's allocator is set as
+``snm compact``'s (``memory.configure_process("single")``).  Run it under ``/usr/bin/time -v`` for
 the peak RSS; compare the files with another build by ``cmp``/``md5sum``.
 """
 
@@ -28,6 +29,7 @@ def main():
     parser.add_argument("--memory", help="working memory (8G, 256M); default the builders'")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    memory_budget.configure_process("single")  # as snm compact's build does
     manifest = manifests.Model.read(args.model)
     memory = (memory_budget.MemoryBudget.parse(args.memory).bytes if args.memory
               else trie_build.default_memory())
