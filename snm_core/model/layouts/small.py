@@ -19,7 +19,9 @@ frequent words) have it stored.  A lookup is a binary search of the block
 keys and the decoding of one block; the empty context's entries, which every
 event looks up, are decoded once when the model is loaded.
 
-A few bytes a link, several times fewer than the hashed layout's
+Built by external sort within a memory budget (:mod:`snm_core.model.layouts.trie_build`),
+each order's entries read twice (the codes' frequencies, then the codes) and every
+array written in order.  A few bytes a link, several times fewer than the hashed layout's
 (benchmarks/README.md, "Trie and small layouts"); n-gram configurations only
 (tagged too), and no unadjusted model (c(w|f)).
 """

@@ -12,9 +12,10 @@ a binary search of the context's entries whose last probe holds the value.
 M* is the float64 sum of the context's stored values, so the stored model is
 exactly normalised.
 
-About as many bytes a link as KenLM's trie (benchmarks/README.md, "Trie and
-small layouts"); n-gram configurations only (tagged too), and no unadjusted
-model (c(w|f)).
+Built by external sort within a memory budget
+(:mod:`snm_core.model.layouts.trie_build`), the arrays written in order.  About as
+many bytes a link as KenLM's trie (benchmarks/README.md, "Trie and small layouts");
+n-gram configurations only (tagged too), and no unadjusted model (c(w|f)).
 """
 
 import os

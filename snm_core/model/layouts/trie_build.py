@@ -53,6 +53,8 @@ ENTRY_BYTES = 160
 VOCABULARY_BYTES = 64
 #: The scratch directory of a build, inside the layout's directory.
 SCRATCH = "trie.tmp"
+#: How many times ``progress`` advances by each link (the scan, the stream).
+PROGRESS_PASSES = 2
 #: The least working memory: a run or a partition of this many records.
 MIN_RECORDS = 1024
 
@@ -112,8 +114,8 @@ def model_plan(model_dir, manifest, layout, memory=None):
 
 @dataclasses.dataclass
 class ExternalTrie:
-    """A model's trie as files on scratch: each position p's entries (p as
-    :attr:`snm_core.model.layouts.ngram_trie.Trie.keys`), keys and values, in order.
+    """A model's trie as files on scratch: each position p's entries (order j of tag t
+    at ``p = t * (max_n + 1) + j - 1``), keys and values, in order.
 
     Attributes
     ----------
@@ -139,7 +141,8 @@ class ExternalTrie:
         """The trie of a model directory (its ``manifest``), built in the local directory
         ``scratch`` within ``memory`` bytes of working memory (default
         :func:`default_memory`); ``progress`` (:class:`snm_core.io.progress.Progress`)
-        advances by every link twice, in the scan and in the stream."""
+        advances by every link :data:`PROGRESS_PASSES` times, in the scan and in the
+        stream."""
         min_n, max_n = ngram_span(manifest, model_dir, layout)
         radix, tags = int(manifest["vocabulary_size"]), len(manifest["tags"])
         slots = max_n + 1
@@ -167,14 +170,14 @@ class ExternalTrie:
                 if progress is not None:
                     progress.update(len(keys))
             runs.finish()
-            trie._stream(runs, tag_bits, slot_bits, progress)
+            trie._stream(runs, tag_bits, slot_bits, progress, model_dir)
             runs.remove()
         except BaseException:
             trie.remove()
             raise
         return trie
 
-    def _stream(self, runs, tag_bits, slot_bits, progress):
+    def _stream(self, runs, tag_bits, slot_bits, progress, model_dir):
         """Append every order's entries to its files from the sorted n-grams."""
         slots = self.max_n + 1
         state = {name: np.zeros(slots, np.int64) for name in ("digit", "ident", "count")}
@@ -206,8 +209,8 @@ class ExternalTrie:
                             state["digit"], state["ident"], state["count"], out_keys,
                             out_values, out_count)
                         if repeated:
-                            raise SnmInputError(f"{self.directory}: an n-gram stored twice in "
-                                                "one tag; re-run snm apply")
+                            raise SnmInputError(f"{model_dir}: an n-gram stored twice in one "
+                                                "tag; re-run snm apply")
                         for j, (keys_out, values_out) in enumerate(files):
                             out_keys[j, :out_count[j]].tofile(keys_out)
                             out_values[j, :out_count[j]].tofile(values_out)

@@ -119,3 +119,19 @@ def test_npy_writer_of_unknown_length_is_np_save(tmp_path):
         writer.append(piece)
     assert writer.close() == array.nbytes
     assert (tmp_path / "a.npy").read_bytes() == saved(array)
+
+
+def test_keys_of_several_words(tagged_ngram_model, tmp_path, monkeypatch):
+    """Sort keys of three uint64 words (30 bits a word's field, fields across words, the
+    tag's bit in front): the same arrays."""
+    model_dir, _ = tagged_ngram_model
+    shape = trie_build.key_shape
+
+    def wide(radix, slots, tags):
+        tag_bits = shape(radix, slots, tags)[0]
+        return tag_bits, 30, -(-(tag_bits + 30 * slots) // 64)
+
+    monkeypatch.setattr(trie_build, "key_shape", wide)
+    assert wide(100, 5, 2) == (1, 30, 3)
+    check_build(model_dir, "trie", tmp_path / "trie", tiny_memory(model_dir, monkeypatch, 256))
+    check_build(model_dir, "small", tmp_path / "small", None)
