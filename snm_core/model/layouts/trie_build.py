@@ -47,7 +47,7 @@ RECORD_BYTES = 72
 KEY_WORD_BYTES = 32
 #: Working bytes an entry of a layout's chunk (the small layout's codes and bit lengths
 #: of each field, positions, values).
-ENTRY_BYTES = 160
+ENTRY_BYTES = 208
 #: Fixed bytes a word of the vocabulary (its rank, count and the small layout's code
 #: tables of words).
 VOCABULARY_BYTES = 64
