@@ -74,7 +74,7 @@ def _write_trie(trie, manifest, directory):
     entry_type = _smallest(ENTRY_TYPES, trie.radix - 1, "word")
     entries = NpyWriter(os.path.join(directory, "entries.npy"), entry_type, trie.total)
     starts_path = os.path.join(trie.directory, "starts")
-    records = max(1, trie.plan.run_records // 2)  # their keys are two words
+    records = trie.plan.records(2) // 2  # half the budget: a chunk of entries is held too
     n_contexts = [trie.contexts(p) + 1 for p in range(len(trie.counts))]
     m_stars = SortedRuns(os.path.join(trie.directory, "m_star"), 2, {}, records, records,
                          sum(n_contexts))

@@ -74,6 +74,16 @@ class Plan:
     partition_records: int
     scan_links: int
     chunk_entries: int
+    sort_memory: int
+
+    def records(self, width):
+        """Records of a sort of keys of ``width`` words that the budget holds."""
+        return max(MIN_RECORDS, self.sort_memory // record_bytes(width))
+
+
+def record_bytes(width):
+    """Working bytes a record of a sort of ``width``-word keys."""
+    return RECORD_BYTES + KEY_WORD_BYTES * (width - 1)
 
 
 def key_shape(radix, slots, tags):
@@ -87,7 +97,7 @@ def plan(memory, radix, width, where, layout):
     """The :class:`Plan` of ``memory`` bytes of working memory; a one-line error when
     it cannot hold the vocabulary's arrays and the smallest run."""
     fixed = VOCABULARY_BYTES * radix
-    record = RECORD_BYTES + KEY_WORD_BYTES * (width - 1)
+    record = record_bytes(width)
     need = fixed + MIN_RECORDS * max(record, ENTRY_BYTES)
     if memory < need:
         raise SnmInputError(
@@ -99,7 +109,7 @@ def plan(memory, radix, width, where, layout):
     records = max(MIN_RECORDS, left // record)
     return Plan(run_records=records, partition_records=records,
                 scan_links=max(MIN_RECORDS, records // 8),
-                chunk_entries=max(MIN_RECORDS, left // ENTRY_BYTES))
+                chunk_entries=max(MIN_RECORDS, left // ENTRY_BYTES), sort_memory=left)
 
 
 def model_plan(model_dir, manifest, layout, memory=None):
