@@ -16,7 +16,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.progress import Progress
 from snm_core.io.runlock import LOCK_NAME
 from snm_core.model.card import write_model_card
-from snm_core.model.layouts import hashed, hashed_build, ngram_trie, small, trie
+from snm_core.model.layouts import hashed, hashed_build, ngram_trie, small, trie, trie_build
 from snm_core.model.layouts.hashed import COMPACT
 from snm_core.stages import manifests, validation
 
@@ -59,12 +59,6 @@ def compile_model(model_dir, layout="hashed", memory=None, progress=None, **opti
     return compact
 
 
-#: The least working memory of the trie layouts' builds (:func:`build_resources`; the
-#: hashed build's is :func:`hashed_build.memory_parts`): none checked yet, for they hold the
-#: model's n-grams whole whatever the budget.
-LEAST_WORKING_MEMORY = {"trie": 0, "small": 0}
-
-
 def build_resources(manifest, layout, budget=None, progress=None):
     """What every layout builder takes, beside the model: ``{"memory": bytes of working
     memory (the budget less the process's), "progress": progress(what, total, unit), a
@@ -72,8 +66,9 @@ def build_resources(manifest, layout, budget=None, progress=None):
     must hold)."""
     if not isinstance(budget, memory.MemoryBudget):
         budget = memory.MemoryBudget.parse(budget)
-    parts = (hashed_build.memory_parts(manifest) if layout == "hashed"
-             else {"working memory": LEAST_WORKING_MEMORY[layout]})
+    # The trie layouts' least working memory depends on their sort keys' width: their
+    # plan (trie_build.plan) checks it before any work.
+    parts = hashed_build.memory_parts(manifest) if layout == "hashed" else {}
     budget.require(f"compact ({layout})", {"the process": memory.PROCESS_BYTES, **parts})
     return {"memory": budget.left({"the process": memory.PROCESS_BYTES}),
             "progress": progress or pass_progress(layout)}
@@ -105,7 +100,11 @@ def _build(model_dir, manifest, layout, directory, resources, options):
     builder = small.build_small if layout == "small" else trie.build_trie
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
-    return builder(model_dir, manifest, directory, **resources, **options).write(directory)
+    links = int(manifest["totals"]["links"]) * trie_build.PROGRESS_PASSES
+    with resources["progress"]("n-grams by external sort", links) as shown:
+        compact = builder(model_dir, manifest, directory, memory=resources["memory"],
+                          progress=shown, **options)
+    return compact.write(directory)
 
 
 def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):

@@ -15,12 +15,8 @@ target are the next event's contexts, so an event costs one lookup per
 order (``trie_kernels.event_sums``); the layouts differ in the lookup.
 """
 
-import dataclasses
-import os
-
 import numpy as np
 
-from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.model.scoring import LineScoring, Scores
 from snm_core.model.states import StateBatch, StateScoring
@@ -40,128 +36,23 @@ def ngram_span(manifest, where, layout):
     return lengths[0], lengths[-1]
 
 
-@dataclasses.dataclass
-class Trie:
-    """A model's trie entries, order by order, one trie per corpus tag.
-
-    Attributes
-    ----------
-    keys : list of int64 arrays
-        ``keys[p]``, shape (n_p,): the sorted keys of order j = 1 .. max_n + 1 of tag t
-        at ``p = t * (max_n + 1) + j - 1`` (the features of each tag form a trie; an
-        event's sums run over all of them).
-    values : list of float32 arrays
-        M of each entry (0: a prefix only).
-    rank : int64 (vocabulary size,)
-        Each word's rank (``radix`` = vocabulary size).
-    seen : bool (vocabulary size,)
-        The words the empty context predicts.
-    """
-
-    keys: list
-    values: list
-    rank: np.ndarray
-    seen: np.ndarray
-    radix: int
-    min_n: int
-    max_n: int
-    tags: int
-
-    @classmethod
-    def of_model(cls, model_dir, manifest, layout):
-        """The trie of a model directory's Parquet tables (all in memory)."""
-        min_n, max_n = ngram_span(manifest, model_dir, layout)
-        grams, gram_order, m, gram_tag = _read_ngrams(model_dir, manifest, max_n)
-        radix = manifest["vocabulary_size"]
-        seen = np.zeros(radix, dtype=bool)
-        seen[grams[gram_order == 1, 0]] = True
-        # Ranks by how often a word is predicted; ties by id.
-        rank = np.empty(radix, dtype=np.int64)
-        targets = grams[np.arange(len(m)), gram_order - 1]
-        rank[np.argsort(-np.bincount(targets, minlength=radix), kind="stable")] = \
-            np.arange(radix)
-        keys, values = [], []
-        for tag in range(len(manifest["tags"])):
-            rows = np.flatnonzero(gram_tag == tag)
-            tag_keys, tag_values = _tag_trie(grams[rows], gram_order[rows], m[rows], rank,
-                                             radix, max_n)
-            keys += tag_keys
-            values += tag_values
-        return cls(keys, values, rank, seen, radix, min_n, max_n, len(manifest["tags"]))
-
-    def contexts(self, p):
-        """How many contexts the entries ``keys[p]`` have: the entries of the order below
-        (one, the empty context, below order 1)."""
-        return 1 if p % (self.max_n + 1) == 0 else len(self.keys[p - 1])
-
-    def context_runs(self, p):
-        """``(contexts, starts, ends)`` of the entries ``keys[p]``: each context (an entry
-        of the order below) that has entries, and their index range."""
-        context = self.keys[p] // self.radix
-        starts = np.flatnonzero(np.r_[True, context[1:] != context[:-1]])
-        ends = np.r_[starts[1:], len(context)]
-        return context[starts], starts, ends
+def order_starts(counts):
+    """Where the records of each order start when ``counts`` records (one count per
+    position p: order j of tag t at ``p = t * (max_n + 1) + j - 1``) are concatenated:
+    order ``p + 1`` at ``[p + 1]``, with a leading 0 for order 0, which has none; int64
+    (len(counts) + 2,)."""
+    return np.concatenate([[0, 0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
 
-def _tag_trie(grams, gram_order, m, rank, radix, max_n):
-    """``(keys, values)`` of each order of one tag's links (n-grams)."""
-    ids = np.zeros(len(m), dtype=np.int64)  # each link's prefix of the current order
-    keys, values = [], []
-    for j in range(1, max_n + 2):
-        rows = np.flatnonzero(gram_order >= j)
-        query = ids[rows] * radix + rank[grams[rows, j - 1]]
-        keys.append(np.unique(query))
-        ids[rows] = np.searchsorted(keys[-1], query)
-        ending = rows[gram_order[rows] == j]
-        values.append(np.zeros(len(keys[-1]), dtype=np.float32))
-        values[-1][ids[ending]] = m[ending]
-    return keys, values
-
-
-def _read_ngrams(model_dir, manifest, max_n):
-    """Every link as an n-gram: ``(words (n_links, max_n + 1) int32 padded with -1,
-    order (n_links,), M (n_links,) float32, tag (n_links,))``."""
-    parts = []
-    for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
-        feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
-                                  ["words", "diversity", "tag"])
-        matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
-                                   tables.MATRIX, ["word", "m"])
-        diversity = feats["diversity"].to_numpy()
-        words = feats["words"].combine_chunks()
-        offsets = words.offsets.to_numpy()
-        flat = words.values.to_numpy()
-        length = np.repeat(np.diff(offsets), diversity)
-        start = np.repeat(offsets[:-1], diversity)
-        target = matrix["word"].to_numpy()
-        grams = np.full((len(target), max_n + 1), -1, dtype=np.int32)
-        for j in range(max_n):
-            rows = np.flatnonzero(length > j)
-            grams[rows, j] = flat[start[rows] + j]
-        grams[np.arange(len(target)), length] = target
-        parts.append((grams, (length + 1).astype(np.int8), matrix["m"].to_numpy(),
-                      np.repeat(feats["tag"].to_numpy(), diversity)))
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
-
-
-def order_starts(parts):
-    """Where the records of each order start when ``parts`` (one array per position p of
-    :attr:`Trie.keys`) are concatenated: order ``p + 1`` at ``[p + 1]``, with a leading 0
-    for order 0, which has none; int64 (len(parts) + 2,)."""
-    return np.concatenate([[0, 0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-
-
-def write_arrays(arrays, directory, manifest, layout, trie, settings):
-    """Write a trie layout's arrays as ``.npy`` files into the local ``directory``;
-    returns its compact manifest."""
-    for name, array in arrays.items():
-        storage.write_npy(array, os.path.join(directory, name + ".npy"))
+def compact_manifest(names, nbytes, manifest, layout, trie, settings):
+    """The compact manifest of a trie layout's arrays (``names``, ``nbytes`` of elements in
+    all) built from ``trie`` (:class:`snm_core.model.layouts.trie_build.ExternalTrie`)."""
     return manifests.Compact(
-        layout=layout, files=[n + ".npy" for n in arrays],
+        layout=layout, files=[n + ".npy" for n in names],
         features=int(manifest.totals["features"]), links=int(manifest.totals["links"]),
-        bytes=int(sum(a.nbytes for a in arrays.values())),
-        extra={"entries": int(sum(len(k) for k in trie.keys)), "min_n": trie.min_n,
-               "max_n": trie.max_n, "tags": trie.tags, "radix": trie.radix, **settings})
+        bytes=int(nbytes),
+        extra={"entries": int(trie.total), "min_n": trie.min_n, "max_n": trie.max_n,
+               "tags": trie.tags, "radix": trie.radix, **settings})
 
 
 class TrieScoring(LineScoring, StateScoring):

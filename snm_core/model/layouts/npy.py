@@ -12,16 +12,23 @@ class NpyWriter:
     """A ``.npy`` file of ``n`` elements written in order, then renamed into place.
 
     Plain writes, not a memory map: the pages written are the page cache's,
-    not this process's resident memory.
+    not this process's resident memory.  ``n=None``: as many as are appended, the
+    header rewritten when closed (numpy pads a header for any length, so its size does
+    not change); the file is byte for byte ``np.save``'s either way.
     """
 
-    def __init__(self, path, dtype, n):
-        from numpy.lib import format as npy_format
-
+    def __init__(self, path, dtype, n=None):
         self.path, self.dtype, self.n, self.count = path, np.dtype(dtype), n, 0
         self.file = open(path + ".tmp", "wb")
+        self._header_bytes = self._write_header(n or 0)
+
+    def _write_header(self, n):
+        from numpy.lib import format as npy_format
+
+        start = self.file.tell()
         npy_format.write_array_header_1_0(self.file, {"descr": npy_format.dtype_to_descr(
             self.dtype), "fortran_order": False, "shape": (n,)})
+        return self.file.tell() - start
 
     def append(self, array):
         array = np.ascontiguousarray(array, self.dtype)
@@ -29,6 +36,12 @@ class NpyWriter:
         self.count += len(array)
 
     def close(self):
+        """Rename the file into place; returns the bytes of its elements."""
+        if self.n is None:
+            self.n = self.count
+            self.file.seek(0)
+            if self._write_header(self.n) != self._header_bytes:
+                raise RuntimeError(f"{self.path}: the header of {self.n} elements is longer")
         self.file.close()
         if self.count != self.n:
             raise RuntimeError(f"{self.path}: wrote {self.count} of {self.n} elements")

@@ -19,18 +19,24 @@ frequent words) have it stored.  A lookup is a binary search of the block
 keys and the decoding of one block; the empty context's entries, which every
 event looks up, are decoded once when the model is loaded.
 
-A few bytes a link, several times fewer than the hashed layout's
+Built by external sort within a memory budget (:mod:`snm_core.model.layouts.trie_build`),
+each order's entries read twice (the codes' frequencies, then the codes) and every
+array written in order.  A few bytes a link, several times fewer than the hashed layout's
 (benchmarks/README.md, "Trie and small layouts"); n-gram configurations only
 (tagged too), and no unadjusted model (c(w|f)).
 """
 
 
+import os
+
 import numpy as np
 
+from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts import huffman
-from snm_core.model.layouts.ngram_trie import Trie, TrieScoring, order_starts, write_arrays
-from snm_core.model.layouts.npy import load_checked
+from snm_core.model.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
+from snm_core.model.layouts.npy import NpyWriter, load_checked
+from snm_core.model.layouts.trie_build import SCRATCH, ExternalTrie
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
 SMALL_LAYOUT = "small-2"
@@ -76,103 +82,191 @@ class _Codes:
                 "code_symbols": np.concatenate(self.symbols).astype(np.int64)}
 
 
-def _encode_order(keys, levels, radix, n_levels, codes):
-    """Fields and bit lengths (n, 5) of one order's sorted entries, and their
-    codes' frequencies recorded in ``codes``."""
-    n = len(keys)
+class _OrderCodes:
+    """One order's codes (:class:`_Codes` records them): each field's code words and
+    lengths by symbol, from the frequencies of a first pass over its entries."""
+
+    def __init__(self, frequencies, codes):
+        self.step, self.gap, self.word, self.value = (codes.add(f) for f in frequencies)
+
+    def encode(self, keys, levels, base, radix):
+        """Fields and bit lengths (n, 5) of a chunk of the order's entries (``base``,
+        its first, a multiple of ``BLOCK_ENTRIES``), ``levels`` their value symbols."""
+        n = len(keys)
+        later, step, gap, context, word = _steps(keys, base, radix)
+        same = later & (step == 0)
+        new = later & (step > 0)
+        fields = np.zeros((n, _FIELD_COLUMNS), dtype=np.uint64)
+        lengths = np.zeros((n, _FIELD_COLUMNS), dtype=np.uint8)
+
+        def escaped(rows, values, code, code_column, escape_column):
+            symbol = np.minimum(values, ESCAPE)
+            fields[rows, code_column] = code[0][symbol]
+            lengths[rows, code_column] = code[1][symbol]
+            over = values >= ESCAPE
+            extra = values[over] - ESCAPE + 1
+            fields[rows[over], escape_column] = extra.astype(np.uint64)
+            lengths[rows[over], escape_column] = _gamma_bits(extra)
+
+        rows = np.flatnonzero(later)
+        escaped(rows, step[rows], self.step, 0, 1)
+        rows = np.flatnonzero(same)
+        escaped(rows, gap[rows], self.gap, 2, 3)
+        fields[new, 2] = self.word[0][word[new]]
+        lengths[new, 2] = self.word[1][word[new]]
+        fields[:, 4] = self.value[0][levels]
+        lengths[:, 4] = self.value[1][levels]
+        return fields, lengths, context
+
+
+def _steps(keys, base, radix):
+    """``(later, step, gap, context, word)`` of a chunk of an order's entries from entry
+    ``base`` (a multiple of ``BLOCK_ENTRIES``: the chunk starts a block): whether each
+    is not the first of its block, its context step and word gap from the one before."""
     context, word = keys // radix, keys % radix
-    later = np.arange(n) % BLOCK_ENTRIES != 0
-    step = np.zeros(n, dtype=np.int64)
+    later = (base + np.arange(len(keys))) % BLOCK_ENTRIES != 0
+    step = np.zeros(len(keys), dtype=np.int64)
     step[1:] = np.diff(context)
-    gap = np.zeros(n, dtype=np.int64)
+    gap = np.zeros(len(keys), dtype=np.int64)
     gap[1:] = np.diff(word)
-    same = later & (step == 0)
-    new = later & (step > 0)
-    if max(step.max(initial=0), gap.max(initial=0)) >= 1 << 31:
-        raise SnmInputError("a context step or word gap of 2**31 or more: too large for "
-                            "the small layout; use --layout trie or hashed")
-    fields = np.zeros((n, _FIELD_COLUMNS), dtype=np.uint64)
-    lengths = np.zeros((n, _FIELD_COLUMNS), dtype=np.uint8)
+    return later, step, gap, context, word
 
-    def escaped(rows, values, code_column, escape_column):
-        symbol = np.minimum(values, ESCAPE)
-        code, length = codes.add(np.bincount(symbol, minlength=ESCAPE + 1))
-        fields[rows, code_column] = code[symbol]
-        lengths[rows, code_column] = length[symbol]
-        over = values >= ESCAPE
-        extra = values[over] - ESCAPE + 1
-        fields[rows[over], escape_column] = extra.astype(np.uint64)
-        lengths[rows[over], escape_column] = _gamma_bits(extra)
 
-    rows = np.flatnonzero(later)
-    escaped(rows, step[rows], 0, 1)
-    rows = np.flatnonzero(same)
-    escaped(rows, gap[rows], 2, 3)
-    code, length = codes.add(np.bincount(word[new], minlength=radix))
-    fields[new, 2] = code[word[new]]
-    lengths[new, 2] = length[word[new]]
-    code, length = codes.add(np.bincount(levels, minlength=n_levels))
-    fields[:, 4] = code[levels]
-    lengths[:, 4] = length[levels]
-    return fields, lengths
+def _levels(values):
+    """Each present (positive) value's level on the log grid, and which are present."""
+    present = values > 0
+    return np.rint(np.log(values[present].astype(np.float64)) / VALUE_STEP).astype(
+        np.int64), present
+
+
+def _frequencies(trie, p, chunk, n_levels):
+    """A first pass over position p's entries: the frequencies of each field's symbols,
+    and its grid of levels (the value symbols n_levels + its index, 0 for no value)."""
+    radix = trie.radix
+    step_f, gap_f = np.zeros(ESCAPE + 1, np.int64), np.zeros(ESCAPE + 1, np.int64)
+    word_f = np.zeros(radix, np.int64)
+    grid, grid_counts, absent = np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+    previous, base = None, 0
+    for keys, values in trie.entries(p, chunk):
+        later, step, gap, context, word = _steps(keys, base, radix)
+        if previous is not None:  # across chunks, as one order's diff has them
+            step[0], gap[0] = context[0] - previous[0], word[0] - previous[1]
+        if max(step.max(initial=0), gap.max(initial=0)) >= 1 << 31:
+            raise SnmInputError("a context step or word gap of 2**31 or more: too large for "
+                                "the small layout; use --layout trie or hashed")
+        previous = context[-1], word[-1]
+        same, new = later & (step == 0), later & (step > 0)
+        step_f += np.bincount(np.minimum(step[later], ESCAPE), minlength=ESCAPE + 1)
+        gap_f += np.bincount(np.minimum(gap[same], ESCAPE), minlength=ESCAPE + 1)
+        word_f += np.bincount(word[new], minlength=radix)
+        level, present = _levels(values)
+        absent += len(values) - int(np.count_nonzero(present))
+        grid, inverse = np.unique(np.concatenate([grid, level]), return_inverse=True)
+        grid_counts = np.bincount(inverse, weights=np.concatenate(
+            [grid_counts, np.ones(len(level), np.int64)]), minlength=len(grid)).astype(np.int64)
+        base += len(keys)
+    value_f = np.zeros(n_levels + len(grid), np.int64)
+    value_f[0], value_f[n_levels:] = absent, grid_counts
+    return (step_f, gap_f, word_f, value_f), grid
 
 
 def build_small(model_dir, manifest, directory, memory=None, progress=None):
-    """Write the small layout of a model into the local ``directory``; returns the
-    compact manifest.  ``memory`` (bytes of working memory) and ``progress`` (a pass's
-    :class:`~snm_core.io.progress.Progress`): :func:`snm_core.model.compact.build_resources`."""
-    from snm_core.model.layouts import trie_kernels  # numba: loaded by building and scoring only
-    trie = Trie.of_model(model_dir, manifest, "small")
+    """Write the small layout of a model into the local ``directory`` within ``memory``
+    bytes of working memory (default: :func:`~snm_core.model.layouts.trie_build.default_memory`),
+    the trie built by external sort (:mod:`snm_core.model.layouts.trie_build`; its
+    ``progress``); returns the compact manifest."""
+    trie = ExternalTrie.build(model_dir, manifest, "small", os.path.join(directory, SCRATCH),
+                              memory, progress)
+    try:
+        return _write_small(trie, manifest, directory)
+    finally:
+        trie.remove()
+
+
+def _write_small(trie, manifest, directory):
+    """Each position's entries in two passes (the codes' frequencies, then the codes),
+    every array written in order."""
+    # numba: loaded by building (and scoring) only
+    from snm_core.model.layouts import trie_build_kernels, trie_kernels
+    chunk = max(BLOCK_ENTRIES, trie.plan.chunk_entries // BLOCK_ENTRIES * BLOCK_ENTRIES)
+    writers = {name: NpyWriter(os.path.join(directory, name + ".npy"), dtype) for name, dtype in (
+        ("bits", np.uint64), ("block_keys", np.int64), ("block_offsets", np.int64),
+        ("span_context", np.int64), ("span_sum", np.float64))}
     # Value symbols: 0 for no link, then each order's rounded levels (its own alphabet).
     level_values = [np.zeros(1)]
     n_levels = 1
     codes = _Codes()
-    streams, block_keys, block_offsets, spans, span_sums = [], [], [], [], []
+    blocks, spans = [], []
     bit_base = 0
-    for p, (keys, values) in enumerate(zip(trie.keys, trie.values)):
-        present = values > 0
-        level = np.rint(np.log(values[present].astype(np.float64)) / VALUE_STEP)
-        grid, index = np.unique(level.astype(np.int64), return_inverse=True)
-        symbols = np.zeros(len(keys), dtype=np.int64)
-        symbols[present] = n_levels + index
+    for p in range(len(trie.counts)):
+        frequencies, grid = _frequencies(trie, p, chunk, n_levels)
+        order_codes = _OrderCodes(frequencies, codes)
         level_values.append(np.exp(grid * VALUE_STEP))
-        rounded = np.zeros(len(keys))
-        rounded[present] = level_values[-1][index]
+        spans.append(0)
+        base = position = 0
+        pending = np.uint64(0)  # the stream's last word, not yet full
+        run = (-1, 0, 0.0)  # the run of entries of one context open at a chunk's end
+        for keys, values in trie.entries(p, chunk):
+            level, present = _levels(values)
+            index = np.searchsorted(grid, level)
+            symbols = np.zeros(len(keys), dtype=np.int64)
+            symbols[present] = n_levels + index
+            rounded = np.zeros(len(keys))
+            rounded[present] = level_values[-1][index]
+            fields, lengths, context = order_codes.encode(keys, symbols, base, trie.radix)
+            entry_bits = lengths.sum(axis=1, dtype=np.int64)
+            positions = np.empty(len(keys), dtype=np.int64)
+            positions[0] = position
+            np.cumsum(entry_bits[:-1], out=positions[1:])
+            positions[1:] += position
+            end = int(positions[-1] + entry_bits[-1])
+            first_word = position // 64
+            stream = trie_kernels.pack(fields, lengths, positions - 64 * first_word,
+                                       (end + 63) // 64 - first_word)
+            stream[0] |= pending
+            full = end // 64 - first_word
+            writers["bits"].append(stream[:full])
+            pending = stream[full] if full < len(stream) else np.uint64(0)
+            writers["block_keys"].append(keys[::BLOCK_ENTRIES])
+            writers["block_offsets"].append(positions[::BLOCK_ENTRIES] + bit_base)
+            *spanning, run_context, run_start, run_sum = trie_build_kernels.spanning_runs(
+                context, rounded, base, BLOCK_ENTRIES, *run)
+            run = (run_context, run_start, run_sum)
+            _append_spans(writers, spans, *spanning)
+            base += len(keys)
+            position = end
+            del fields, lengths
+        if run[0] >= 0 and run[1] // BLOCK_ENTRIES != (base - 1) // BLOCK_ENTRIES:
+            _append_spans(writers, spans, np.array([run[0]]), np.array([run[2]]))
+        if position % 64:
+            writers["bits"].append(np.array([pending]))
+        bit_base += 64 * ((position + 63) // 64)
+        blocks.append(-(-trie.counts[p] // BLOCK_ENTRIES))
         n_levels += len(grid)
-        fields, lengths = _encode_order(keys, symbols, trie.radix, n_levels, codes)
-        entry_bits = lengths.sum(axis=1, dtype=np.int64)
-        positions = np.zeros(len(keys), dtype=np.int64)
-        np.cumsum(entry_bits[:-1], out=positions[1:])
-        total = int(positions[-1] + entry_bits[-1])
-        streams.append(trie_kernels.pack(fields, lengths, positions, (total + 63) // 64))
-        block_keys.append(keys[::BLOCK_ENTRIES])
-        block_offsets.append(positions[::BLOCK_ENTRIES] + bit_base)
-        bit_base += 64 * len(streams[-1])
-        # Contexts whose entries span blocks: their M* is stored.
-        contexts, starts, ends = trie.context_runs(p)
-        spanning = starts // BLOCK_ENTRIES != (ends - 1) // BLOCK_ENTRIES
-        spans.append(contexts[spanning])
-        span_sums.append(trie_kernels.run_sums(rounded, starts[spanning], ends[spanning]))
-        del fields, lengths
-    streams.append(np.zeros(2, dtype=np.uint64))  # readers look up to 64 bits ahead
-    order_entries = [0] + [len(k) for k in trie.keys]
+    writers["bits"].append(np.zeros(2, dtype=np.uint64))  # readers look up to 64 bits ahead
+    nbytes = {name: writer.close() for name, writer in writers.items()}
+    bit_words = writers["bits"].n
     arrays = {
-        "bits": np.concatenate(streams),
-        "block_keys": np.concatenate(block_keys).astype(np.int64),
-        "block_offsets": np.concatenate(block_offsets).astype(np.int64),
-        "order_blocks": order_starts(block_keys),
-        "order_entries": np.array(order_entries, dtype=np.int64),
-        "span_context": np.concatenate(spans).astype(np.int64),
-        "span_sum": np.concatenate(span_sums).astype(np.float64),
+        "order_blocks": order_starts(blocks),
+        "order_entries": np.array([0] + trie.counts, dtype=np.int64),
         "order_spans": order_starts(spans),
         **codes.arrays(),
         "level_values": np.concatenate(level_values),
         "word_rank": trie.rank,
         "seen_words": trie.seen,
     }
-    return write_arrays(arrays, directory, manifest, SMALL_LAYOUT, trie, {
+    for name, array in arrays.items():
+        storage.write_npy(array, os.path.join(directory, name + ".npy"))
+    return compact_manifest(SMALL_FILES, sum(nbytes.values()) + sum(
+        a.nbytes for a in arrays.values()), manifest, SMALL_LAYOUT, trie, {
         "block_entries": BLOCK_ENTRIES, "escape": ESCAPE, "value_step": VALUE_STEP,
-        "bit_words": len(arrays["bits"])})
+        "bit_words": bit_words})
+
+
+def _append_spans(writers, spans, contexts, sums):
+    writers["span_context"].append(contexts)
+    writers["span_sum"].append(sums)
+    spans[-1] += len(contexts)
 
 
 def load_small(compact_dir, compact, vocabulary_size, mmap=True):

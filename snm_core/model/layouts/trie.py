@@ -12,16 +12,22 @@ a binary search of the context's entries whose last probe holds the value.
 M* is the float64 sum of the context's stored values, so the stored model is
 exactly normalised.
 
-About as many bytes a link as KenLM's trie (benchmarks/README.md, "Trie and
-small layouts"); n-gram configurations only (tagged too), and no unadjusted
-model (c(w|f)).
+Built by external sort within a memory budget
+(:mod:`snm_core.model.layouts.trie_build`), the arrays written in order.  About as
+many bytes a link as KenLM's trie (benchmarks/README.md, "Trie and small layouts");
+n-gram configurations only (tagged too), and no unadjusted model (c(w|f)).
 """
+
+import os
 
 import numpy as np
 
+from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
-from snm_core.model.layouts.ngram_trie import Trie, TrieScoring, order_starts, write_arrays
-from snm_core.model.layouts.npy import load_checked
+from snm_core.model.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
+from snm_core.model.layouts.npy import NpyWriter, load_checked
+from snm_core.model.layouts.sorted_runs import SortedRuns
+from snm_core.model.layouts.trie_build import SCRATCH, ExternalTrie
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
 TRIE_LAYOUT = "trie-3"
@@ -43,40 +49,123 @@ def _smallest(types, largest, field):
 
 
 def build_trie(model_dir, manifest, directory, memory=None, progress=None):
-    """Write the trie layout of a model into the local ``directory``; returns the
-    compact manifest.  ``memory`` (bytes of working memory) and ``progress`` (a pass's
-    :class:`~snm_core.io.progress.Progress`): :func:`snm_core.model.compact.build_resources`."""
-    from snm_core.model.layouts import trie_kernels  # numba: loaded by building and scoring only
-    trie = Trie.of_model(model_dir, manifest, "trie")
-    if max(len(k) for k in trie.keys) > np.iinfo(np.uint32).max:
-        raise SnmInputError(f"{model_dir}: an order with 2**32 entries or more: too many for "
-                            "the trie layout; use --layout hashed")
-    starts_by_order, m_star = [], []  # per order (of each tag): of the contexts below it
-    for p, entries_of_order in enumerate(trie.keys):
-        contexts, starts, ends = trie.context_runs(p)
-        n_contexts = trie.contexts(p)
-        # Where each context's entries start (one record more: the last one's end); a
-        # context without entries starts (and ends) where the next one with entries does.
-        start = np.full(n_contexts + 1, len(entries_of_order), dtype=np.int64)
-        start[contexts] = starts
-        starts_by_order.append(np.minimum.accumulate(start[::-1])[::-1])
-        sums = np.zeros(n_contexts + 1)  # the extra record's M* is never read
-        sums[contexts] = trie_kernels.run_sums(trie.values[p].astype(np.float64), starts, ends)
-        m_star.append(sums)
-    distinct, index = np.unique(np.concatenate(m_star), return_inverse=True)
-    context_type = _smallest(CONTEXT_TYPES, len(distinct) - 1, "m_star")
-    contexts = np.empty(len(index), dtype=context_type)
-    contexts["start"] = np.concatenate(starts_by_order)
-    contexts["m_star"] = index
+    """Write the trie layout of a model into the local ``directory`` within ``memory``
+    bytes of working memory (default: :func:`~snm_core.model.layouts.trie_build.default_memory`),
+    the trie built by external sort (:mod:`snm_core.model.layouts.trie_build`; its
+    ``progress``); returns the compact manifest."""
+    trie = ExternalTrie.build(model_dir, manifest, "trie", os.path.join(directory, SCRATCH),
+                              memory, progress)
+    try:
+        if max(trie.counts) > np.iinfo(np.uint32).max:
+            raise SnmInputError(f"{model_dir}: an order with 2**32 entries or more: too many "
+                                "for the trie layout; use --layout hashed")
+        return _write_trie(trie, manifest, directory)
+    finally:
+        trie.remove()
+
+
+def _write_trie(trie, manifest, directory):
+    """The arrays, in order: each order's entries, and each context's record (where its
+    entries start, the index of its M*, the float64 sum of their values, among the
+    distinct M* sorted: an external sort of (M*, place))."""
+    from snm_core.model.layouts import trie_build_kernels  # numba: loaded by building only
+
+    chunk = trie.plan.chunk_entries
     entry_type = _smallest(ENTRY_TYPES, trie.radix - 1, "word")
-    entries = np.empty(sum(len(k) for k in trie.keys), dtype=entry_type)
-    entries["word"] = np.concatenate([k % trie.radix for k in trie.keys])
-    entries["value"] = np.concatenate(trie.values)
-    arrays = {"entries": entries, "order_entries": order_starts(trie.keys),
-              "contexts": contexts, "order_contexts": order_starts(starts_by_order),
-              "m_star_values": distinct,
-              "word_rank": trie.rank, "seen_words": trie.seen}
-    return write_arrays(arrays, directory, manifest, TRIE_LAYOUT, trie, {})
+    entries = NpyWriter(os.path.join(directory, "entries.npy"), entry_type, trie.total)
+    starts_path = os.path.join(trie.directory, "starts")
+    records = trie.plan.records(2) // 2  # half the budget: a chunk of entries is held too
+    n_contexts = [trie.contexts(p) + 1 for p in range(len(trie.counts))]
+    m_stars = SortedRuns(os.path.join(trie.directory, "m_star"), 2, {}, records, records,
+                         sum(n_contexts))
+    out_start, out_sum = np.empty(chunk, np.int64), np.empty(chunk)
+    place = 0
+    with open(starts_path, "wb") as starts:
+
+        def emit(k):
+            nonlocal place
+            out_start[:k].astype(np.uint32).tofile(starts)
+            m_stars.add(np.stack([out_sum[:k].view(np.uint64),
+                                  np.arange(place, place + k, dtype=np.uint64)], axis=1), {})
+            place += k
+
+        for p in range(len(trie.counts)):
+            last = trie.contexts(p)
+            c, open_start, open_sum, base = 0, -1, 0.0, 0
+            for context, values in _contexts_then_end(trie, p, chunk, entries, entry_type):
+                i, k = 0, chunk
+                while k == chunk:
+                    i, c, open_start, open_sum, k = trie_build_kernels.context_records(
+                        context, values, i, base, c, last, open_start, open_sum, out_start,
+                        out_sum)
+                    emit(k)
+                base += len(context)
+            out_start[0], out_sum[0] = trie.counts[p], 0.0  # the extra record
+            emit(1)
+    entries_bytes = entries.close()
+    m_stars.finish()
+    distinct, ranks_path = _rank_m_stars(m_stars, trie.directory, directory)
+    context_type = _smallest(CONTEXT_TYPES, distinct - 1, "m_star")
+    contexts = NpyWriter(os.path.join(directory, "contexts.npy"), context_type, place)
+    run_starts = m_stars.starts()
+    for run in range(m_stars.runs):
+        first, n = int(run_starts[run]), m_stars.sizes[run]
+        record = np.empty(n, context_type)
+        record["start"] = np.fromfile(starts_path, np.uint32, n, offset=4 * first)
+        where = m_stars.read_run(run, "keys")[:, 1].astype(np.int64) - first
+        record["m_star"][where] = np.fromfile(ranks_path, np.uint32, n, offset=4 * first)
+        contexts.append(record)
+    m_stars.remove()
+    nbytes = entries_bytes + contexts.close() + 8 * distinct
+    small = {"order_entries": order_starts(trie.counts),
+             "order_contexts": order_starts(n_contexts),
+             "word_rank": trie.rank, "seen_words": trie.seen}
+    for name, array in small.items():
+        storage.write_npy(array, os.path.join(directory, name + ".npy"))
+    nbytes += sum(a.nbytes for a in small.values())
+    return compact_manifest(TRIE_FILES, nbytes, manifest, TRIE_LAYOUT, trie, {})
+
+
+def _contexts_then_end(trie, p, chunk, entries, entry_type):
+    """Each chunk of position p's entries as ``(contexts, values)``, the entries written to
+    ``entries`` on the way; then one entry past the last context, which closes every
+    context left."""
+    for keys, values in trie.entries(p, chunk):
+        record = np.empty(len(keys), entry_type)
+        record["word"] = keys % trie.radix
+        record["value"] = values
+        entries.append(record)
+        yield keys // trie.radix, values
+    yield np.array([trie.contexts(p)], np.int64), np.zeros(1, np.float32)
+
+
+def _rank_m_stars(m_stars, scratch, directory):
+    """Write the distinct M* in order to ``m_star_values.npy``, and each context's index
+    among them, by place, to a scratch file; returns ``(distinct, that file)``."""
+    writer = NpyWriter(os.path.join(directory, "m_star_values.npy"), np.float64)
+    path = os.path.join(scratch, "m_star_ranks")
+    run_starts = m_stars.starts()
+    distinct, previous = 0, None
+    with open(path, "wb") as ranks:
+        for part in m_stars.partitions():
+            value = part["keys"][:, 0]
+            if not len(value):
+                continue
+            new = np.empty(len(value), bool)
+            new[0] = previous is None or value[0] != previous
+            new[1:] = value[1:] != value[:-1]
+            writer.append(value[new].view(np.float64))
+            rank = np.empty(len(value), np.uint32)
+            rank[part["order"]] = distinct + np.cumsum(new) - 1
+            distinct += int(np.count_nonzero(new))
+            previous = value[-1]
+            at = 0
+            for run, lo, hi in part["slices"]:
+                ranks.seek(4 * int(run_starts[run] + lo))
+                rank[at:at + hi - lo].tofile(ranks)
+                at += hi - lo
+    writer.close()
+    return distinct, path
 
 
 def load_trie(compact_dir, compact, vocabulary_size, mmap=True):
