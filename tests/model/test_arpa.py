@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from support import messages
 
 from snm.cli import main
 from snm_core.model.compact import load_model
@@ -59,9 +60,10 @@ def test_a_full_disk_is_one_line_and_leaves_no_file(tagged, exported, tmp_path):
                            str(tagged[0]), "--out", str(out), "--scratch", str(tmp_path)],
                           capture_output=True, text=True, check=False, preexec_fn=limit)
     assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("snm export-arpa: failed: writing ")
-    assert proc.stderr.rstrip().endswith("the file size limit was reached (ulimit -f)")
+    error = messages(proc.stderr)
+    assert len(error) == 1, proc.stderr
+    assert error[0].startswith("snm export-arpa: failed: writing ")
+    assert error[0].endswith("the file size limit was reached (ulimit -f)")
     assert os.listdir(tmp_path) in ([], ["out"]) and not out.exists()
     assert not out.parent.exists() or os.listdir(out.parent) == []
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from support import messages
 from support.checkpoints import wait_for
 from support.runs import assert_same_run, train_argv
 
@@ -108,9 +109,10 @@ def test_a_full_disk_in_count_is_one_line_and_leaves_no_manifest(corpus, tmp_pat
                "--num_buckets", "4", "--shuffle", "beam", "--out", str(out),
                limit_file_bytes=20_000)
     assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"snm count: failed: count: writing {out}/")
-    assert proc.stderr.rstrip().endswith("the file size limit was reached (ulimit -f)")
+    error = messages(proc.stderr)
+    assert len(error) == 1, proc.stderr
+    assert error[0].startswith(f"snm count: failed: count: writing {out}/")
+    assert error[0].endswith("the file size limit was reached (ulimit -f)")
     assert not (out / "manifest.json").exists()
     assert not (out / "_scratch").exists()
     assert not [n for n in os.listdir(out) if n.endswith(".tmp")]  # nothing half-written
@@ -123,8 +125,9 @@ def test_a_full_disk_in_fit_leaves_the_earlier_stages_and_names_the_stage(corpus
     out = tmp_path / "run"
     proc = snm("train", *train_argv(corpus, out), limit_file_bytes=4_000_000)
     assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"snm train: failed: fit: writing {out}/fit/theta.npy: ")
+    error = messages(proc.stderr)
+    assert len(error) == 1, proc.stderr
+    assert error[0].startswith(f"snm train: failed: fit: writing {out}/fit/theta.npy: ")
     for stage in ("vocab", "count", "join"):
         assert (out / stage / "manifest.json").exists()
     assert not (out / "fit" / "manifest.json").exists()

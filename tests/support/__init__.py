@@ -20,3 +20,10 @@ import os
 #: The tests folder and the repository.
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TESTS)
+
+
+def messages(stderr):
+    """The lines of a command's standard error that are not progress: a slow machine may
+    log a progress line (``snm.progress``, every few seconds off a terminal) before an
+    error, and the error must still be one line."""
+    return [line for line in stderr.splitlines() if not line.startswith("INFO:snm.progress:")]

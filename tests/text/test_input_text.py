@@ -22,6 +22,7 @@ import sys
 import numpy as np
 import pyarrow.compute as pc
 import pytest
+from support import messages
 from support.compiled import speedups
 
 from snm.cli import main
@@ -260,8 +261,9 @@ def test_fake_gz_is_one_line_error_and_exit_2(tmp_path, odd_model, capsys):
     proc = subprocess.run([sys.executable, "-m", "snm", "eval", "--model", str(odd_model),
                            str(fake)], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"snm eval: error: {fake}: cannot decompress it after line 0")
+    error = messages(proc.stderr)
+    assert len(error) == 1, proc.stderr
+    assert error[0].startswith(f"snm eval: error: {fake}: cannot decompress it after line 0")
     status, out, err = run(capsys, "score", "--model", str(odd_model), str(fake))
     assert (status, out) == (2, "")
     assert err.count("\n") == 1 and f"{fake}: cannot decompress" in err
@@ -271,8 +273,9 @@ def test_fake_gz_is_one_line_error_and_exit_2(tmp_path, odd_model, capsys):
                            "--min_count", "1", "--train", str(fake), "--out",
                            str(tmp_path / "counts")], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"snm count: error: {fake}: cannot decompress it after line 0")
+    error = messages(proc.stderr)
+    assert len(error) == 1, proc.stderr
+    assert error[0].startswith(f"snm count: error: {fake}: cannot decompress it after line 0")
     assert not (tmp_path / "counts" / "manifest.json").exists()
 
 
