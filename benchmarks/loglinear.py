@@ -18,6 +18,16 @@ KenLM's interpolated KN (``lmplz --discount_fallback``) is from
 (``snm train --config`` an n-gram file of that order).  Writes
 benchmarks/plots/loglinear_kernel100k.png.
 
+``optimum``: Figure 2 (a) and (b) at the penalised optimum: each penalty fitted by the
+full-batch accelerated proximal gradient (:mod:`snm_core.loglinear.apg`, FISTA with
+backtracking and restart, the exact O(pairs) objective, the exact prox) until its
+certificate (P times the largest proximal-gradient residual, in training occurrences) is
+below ``--tol`` or ``--max_iterations``; per order, penalty and alpha a lambda path,
+strongest first, each warm-started from the last; lambda and alpha chosen on dev.  Every
+fit is a row (its certificate, iterations, seconds an iteration, the prox's share);
+writes benchmarks/plots/loglinear_optimum_kernel100k.png.  KN by order from
+reference.md (lmplz is not installed here).
+
 ``kernel``: full kernel 5-gram, ``snm train --family loglinear`` against ``snm train``
 (SNM) on the same files: test perplexity, fit seconds, seconds an epoch (one pass over
 the 3.3M training words), peak RSS and bytes per parameter, model size on disk.
@@ -112,6 +122,93 @@ def figure2(orders, penalties, optimizer, work):
             rows.append(snm_row(order, work))
             print(rows[-1], flush=True)
     return rows
+
+
+#: --what optimum: lambda paths (strongest first) and alphas; the paper's best alphas
+#: are 1.1 (wt2) and 0.85 (wtinf), 2 is the best of wl2 at its L-BFGS-B optimum.
+LAMS_OPTIMUM = {"l2": (2e-6, 1e-6, 5e-7), "l1": (1.6e-5, 8e-6, 4e-6),
+                "t2": (1.6e-5, 8e-6, 4e-6), "tinf": (1.6e-5, 8e-6, 4e-6)}
+ALPHAS_OPTIMUM = {"wl2": (2.0,), "wl1": (1.4,), "wt2": (1.1, 1.4), "wtinf": (0.85, 1.4)}
+
+
+def optimum(orders, penalties, tol, max_iterations, work):
+    """Every penalty at its optimum by APG; one row per fit, ``best`` marking dev's choice."""
+    import numpy as np
+
+    from snm_core.loglinear import apg
+    from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
+
+    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
+
+    def read(name):
+        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
+            return tokenize(f.read().splitlines(), vocab)[0]
+
+    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    rows = []
+    progress_path = os.path.join(work, "optimum-progress.jsonl")
+    for order in orders:
+        model, active, target = prepare(train, order, len(vocab))
+        own = np.bincount(model.pair_of(deepest_nodes(active), target),
+                          minlength=model.num_pairs).astype(np.float64)
+        del active, target
+        dev_pos, test_pos = positions(model, dev, order), positions(model, test, order)
+        for penalty in penalties:
+            fits = []
+            for alpha in ALPHAS_OPTIMUM.get(penalty, (1.0,)):
+                model.weight = np.zeros(model.num_pairs)
+                for lam in LAMS_OPTIMUM[penalty.lstrip("w")]:
+                    result = apg.minimise(model, own, penalty, lam, alpha, tol=tol,
+                                          max_iterations=max_iterations)
+                    model.weight = result.weight
+                    row = {"order": order, "penalty": penalty, "lam": lam, "alpha": alpha,
+                           "dev_ppl": round(model.perplexity(*dev_pos), 3),
+                           "test_ppl": round(model.perplexity(*test_pos), 3),
+                           "kn_test_ppl": KN.get(order), "objective": result.objective,
+                           "certificate": float(f"{result.certificate:.3g}"),
+                           "converged": bool(result.converged),
+                           "iterations": result.iterations, "restarts": result.restarts,
+                           "evaluations": result.evaluations,
+                           "seconds": round(result.seconds, 1),
+                           "ms_per_iteration": round(
+                               1e3 * result.seconds / max(result.iterations, 1), 1),
+                           "prox_share": round(result.prox_seconds / result.seconds, 3),
+                           "pairs": model.num_pairs,
+                           "nonzero": int(np.count_nonzero(result.weight)), "best": False}
+                    fits.append(row)
+                    print(row, flush=True)
+                    with open(progress_path, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+            min(fits, key=lambda r: r["dev_ppl"])["best"] = True
+            rows += fits
+    return rows
+
+
+def plot_optimum(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in PENALTIES:
+        best = sorted((r["order"], r["test_ppl"]) for r in rows
+                      if r["penalty"] == name and r["best"])
+        if best:
+            axis = bx if name.startswith("w") else ax
+            axis.plot(*zip(*best), "o-", label=name, markersize=4)
+    for axis, title in ((ax, "(a) unweighted"), (bx, "(b) weighted")):
+        kn = sorted((o, p) for o, p in KN.items() if any(r["order"] == o for r in rows))
+        axis.plot(*zip(*kn), "k--", label="KN (lmplz)")
+        axis.set_xlabel("order")
+        axis.set_ylabel("test perplexity")
+        axis.set_title(f"kernel-100k at the penalised optimum (APG): {title}")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def snm_row(order, work):
@@ -214,7 +311,11 @@ def _size(directory):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("figure2", "kernel"))
+    parser.add_argument("what", choices=("figure2", "optimum", "kernel"))
+    parser.add_argument("--tol", type=float, default=0.1,
+                        help="optimum: the APG certificate to reach")
+    parser.add_argument("--max_iterations", type=int, default=1500,
+                        help="optimum: most APG iterations a fit")
     parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
     parser.add_argument("--penalties", default=",".join(PENALTIES))
     parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
@@ -236,6 +337,15 @@ def main(argv=None):
         if args.optimizer != "lbfgs":
             plot(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                     "loglinear_kernel100k.png"))
+    elif args.what == "optimum":
+        rows = optimum([int(o) for o in args.orders.split(",")], args.penalties.split(","),
+                       args.tol, args.max_iterations, work)
+        print_table(rows, ["order", "penalty", "lam", "alpha", "dev_ppl", "test_ppl",
+                           "kn_test_ppl", "certificate", "iterations", "seconds",
+                           "ms_per_iteration", "prox_share", "best"])
+        record("loglinear-optimum", rows)
+        plot_optimum(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                        "loglinear_optimum_kernel100k.png"))
     else:
         rows = kernel(args.penalty, args.lam, args.alpha, args.optimizer, work)
         print_table(rows, ["model", "test_ppl", "kn5_test_ppl", "fit_seconds",

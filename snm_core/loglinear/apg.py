@@ -13,8 +13,9 @@ Iteration (Beck & Teboulle 2009, FISTA with backtracking)::
 
 with two safeguards: η grows by ``grow`` after each iteration (the local
 curvature is far below the global bound away from the start), and adaptive
-restart (O'Donoghue & Candès 2015): the momentum is dropped (t = 1, y⁺ = x⁺)
-when it points uphill, ⟨y − x⁺, x⁺ − x⟩ > 0, or F rose.
+restart (O'Donoghue & Candès 2015, the gradient scheme: no extra evaluation of
+Ω): the momentum is dropped (t = 1, y⁺ = x⁺) when it points uphill,
+⟨y − x⁺, x⁺ − x⟩ > 0.
 
 Certificate.  The proximal-gradient mapping G_η(y) = (y − x⁺)/η is zero
 exactly at the optimum (y = prox(y − η∇f(y)) is the optimality condition of
@@ -124,36 +125,44 @@ def minimise(model, own, penalty, lam, alpha=1.0, tol=1e-3, max_iterations=5000,
                                  "finite near the current weights")
 
     x = np.maximum(np.asarray(model.weight, np.float64), 0.0)
-    f_x, _ = smooth(x, 0)
-    F_x = total(x, f_x)
+    f_x = None
     y, t, eta = x, 1.0, float(step)
     f_y, g_y = smooth(y, 1)
     restarts, iterations, certificate = 0, 0, np.inf
+
+    def certify(w):
+        """(P · max |G_η(w)|, f(w), ∇f(w)): the certificate at ``w`` itself."""
+        nonlocal eta
+        f_w, g_w = smooth(w, 1)
+        new, _, eta = step_from(w, f_w, g_w, eta)
+        return positions * float(np.abs(w - new).max(initial=0.0)) / eta, f_w, g_w
+
     while iterations < max_iterations:
         iterations += 1
         new, f_new, eta = step_from(y, f_y, g_y, eta)
-        certificate = positions * float(np.abs(y - new).max(initial=0.0)) / eta
-        F_new = total(new, f_new)
-        if F_new > F_x or (y - new) @ (new - x) > 0:
+        at_y = positions * float(np.abs(y - new).max(initial=0.0)) / eta
+        if (y - new) @ (new - x) > 0:
             restarts += 1
             t, y = 1.0, new
         else:
             t_new = (1.0 + np.sqrt(1.0 + 4.0 * t * t)) / 2.0
             y = new + ((t - 1.0) / t_new) * (new - x)
             t = t_new
-        x, F_x = new, F_new
-        if certificate < tol:
-            break
+        x, f_x = new, f_new
+        if at_y < tol:  # the loop's certificate is at y: confirm it at x
+            certificate, f_x, g_x = certify(x)
+            if certificate < tol:
+                break
+            t, y, f_y, g_y = 1.0, x, f_x, g_x  # not yet: go on from x, no momentum
+            continue
         if every and callback is not None and iterations % every == 0 and \
-                callback(iterations, x, certificate):
+                callback(iterations, x, at_y):
             break
         f_y, g_y = smooth(y, 1)
         eta *= grow
-    # The certificate at the returned weights themselves (the loop's is at y).
-    f_x, g_x = smooth(x, 1)
-    new, _, eta = step_from(x, f_x, g_x, eta)
-    certificate = positions * float(np.abs(x - new).max(initial=0.0)) / eta
-    return APGResult(weight=x, objective=F_x, certificate=certificate,
+    if not certificate < tol:  # stopped by the iteration limit or the callback
+        certificate, f_x, _ = certify(x)
+    return APGResult(weight=x, objective=total(x, f_x), certificate=certificate,
                      iterations=iterations, evaluations=evaluations, restarts=restarts,
                      seconds=time.perf_counter() - start, prox_seconds=prox_seconds,
                      converged=certificate < tol, step=eta)
