@@ -127,8 +127,12 @@ def figure2(orders, penalties, optimizer, work):
 #: --what optimum: lambda paths (strongest first) and alphas; the paper's best alphas
 #: are 1.1 (wt2) and 0.85 (wtinf), 2 is the best of wl2 at its L-BFGS-B optimum.
 LAMS_OPTIMUM = {"l2": (2e-6, 1e-6, 5e-7), "l1": (1.6e-5, 8e-6, 4e-6),
-                "t2": (1.6e-5, 8e-6, 4e-6), "tinf": (1.6e-5, 8e-6, 4e-6)}
-ALPHAS_OPTIMUM = {"wl2": (2.0,), "wl1": (1.4,), "wt2": (1.1, 1.4), "wtinf": (0.85, 1.4)}
+                "t2": (2e-6, 1e-6, 5e-7), "tinf": (2e-6, 1e-6, 5e-7)}
+ALPHAS_OPTIMUM = {"wl2": (2.0,), "wl1": (1.4,), "wt2": (1.1, 1.4), "wtinf": (0.85, 1.1)}
+#: Where every lambda path starts: the wl2 optimum (lambda 5e-7, alpha 2; L-BFGS-B, seconds),
+#: close to the others' optima for the rare pairs that a first-order method moves slowly.
+#: The problems are convex: the start changes the iterations, not the optimum.
+START = ("wl2", 5e-7, 2.0)
 
 
 def optimum(orders, penalties, tol, max_iterations, work):
@@ -137,6 +141,7 @@ def optimum(orders, penalties, tol, max_iterations, work):
 
     from snm_core.loglinear import apg
     from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.loglinear.optimizers import fit
     from snm_core.text.tokenize import tokenize
     from snm_core.text.vocab import Vocabulary
 
@@ -153,36 +158,43 @@ def optimum(orders, penalties, tol, max_iterations, work):
         model, active, target = prepare(train, order, len(vocab))
         own = np.bincount(model.pair_of(deepest_nodes(active), target),
                           minlength=model.num_pairs).astype(np.float64)
-        del active, target
         dev_pos, test_pos = positions(model, dev, order), positions(model, test, order)
-        for penalty in penalties:
-            fits = []
-            for alpha in ALPHAS_OPTIMUM.get(penalty, (1.0,)):
-                model.weight = np.zeros(model.num_pairs)
-                for lam in LAMS_OPTIMUM[penalty.lstrip("w")]:
-                    result = apg.minimise(model, own, penalty, lam, alpha, tol=tol,
-                                          max_iterations=max_iterations)
-                    model.weight = result.weight
-                    row = {"order": order, "penalty": penalty, "lam": lam, "alpha": alpha,
-                           "dev_ppl": round(model.perplexity(*dev_pos), 3),
-                           "test_ppl": round(model.perplexity(*test_pos), 3),
-                           "kn_test_ppl": KN.get(order), "objective": result.objective,
-                           "certificate": float(f"{result.certificate:.3g}"),
-                           "converged": bool(result.converged),
-                           "iterations": result.iterations, "restarts": result.restarts,
-                           "evaluations": result.evaluations,
-                           "seconds": round(result.seconds, 1),
-                           "ms_per_iteration": round(
-                               1e3 * result.seconds / max(result.iterations, 1), 1),
-                           "prox_share": round(result.prox_seconds / result.seconds, 3),
-                           "pairs": model.num_pairs,
-                           "nonzero": int(np.count_nonzero(result.weight)), "best": False}
-                    fits.append(row)
-                    print(row, flush=True)
-                    with open(progress_path, "a") as f:
-                        f.write(json.dumps(row) + "\n")
-            min(fits, key=lambda r: r["dev_ppl"])["best"] = True
-            rows += fits
+        began = time.perf_counter()
+        fit(model, active, target, START[0], lam=START[1], alpha=START[2], epochs=100,
+            optimizer="lbfgs")
+        start = model.weight.copy()
+        print(f"order {order}: start {START} dev {model.perplexity(*dev_pos):.3f} in "
+              f"{time.perf_counter() - began:.1f} s", flush=True)
+        del active, target
+        for penalty, alpha in [(p, a) for a_index in range(2) for p in penalties
+                               for a in ALPHAS_OPTIMUM.get(p, (1.0,))[a_index:a_index + 1]]:
+            # every penalty's first alpha, then the second ones
+            model.weight = start.copy()
+            for lam in LAMS_OPTIMUM[penalty.lstrip("w")]:
+                result = apg.minimise(model, own, penalty, lam, alpha, tol=tol,
+                                      max_iterations=max_iterations)
+                model.weight = result.weight
+                row = {"order": order, "penalty": penalty, "lam": lam, "alpha": alpha,
+                       "dev_ppl": round(model.perplexity(*dev_pos), 3),
+                       "test_ppl": round(model.perplexity(*test_pos), 3),
+                       "kn_test_ppl": KN.get(order), "objective": result.objective,
+                       "certificate": float(f"{result.certificate:.3g}"),
+                       "converged": bool(result.converged),
+                       "iterations": result.iterations, "restarts": result.restarts,
+                       "evaluations": result.evaluations,
+                       "seconds": round(result.seconds, 1),
+                       "ms_per_iteration": round(
+                           1e3 * result.seconds / max(result.iterations, 1), 1),
+                       "prox_share": round(result.prox_seconds / result.seconds, 3),
+                       "pairs": model.num_pairs,
+                       "nonzero": int(np.count_nonzero(result.weight)), "best": False}
+                rows.append(row)
+                print(row, flush=True)
+                with open(progress_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+        for penalty in penalties:  # dev's choice of lambda and alpha
+            mine = [r for r in rows if r["order"] == order and r["penalty"] == penalty]
+            min(mine, key=lambda r: r["dev_ppl"])["best"] = True
     return rows
 
 
