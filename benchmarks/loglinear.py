@@ -174,7 +174,7 @@ def optimum(orders, penalties, tol, max_iterations, work):
                 result = apg.minimise(model, own, penalty, lam, alpha, tol=tol,
                                       max_iterations=max_iterations)
                 model.weight = result.weight
-                row = {"order": order, "penalty": penalty, "lam": lam, "alpha": alpha,
+                row = {"order": order, "penalty": penalty, "lam": lam, "alpha": alpha, "metric": "word",
                        "dev_ppl": round(model.perplexity(*dev_pos), 3),
                        "test_ppl": round(model.perplexity(*test_pos), 3),
                        "kn_test_ppl": KN.get(order), "objective": result.objective,

@@ -118,3 +118,14 @@ def test_fit_with_apg_runs_to_the_certificate_and_keeps_its_weights():
     assert result.converged and result.certificate < 1e-4
     np.testing.assert_array_equal(model.weight, result.weight)  # not the best held-out
     assert len(model.fit_log) >= 1
+
+
+@pytest.mark.parametrize("penalty,alpha", [("wl2", 1.4), ("tinf", 1.0)])
+def test_the_per_word_metric_and_the_scalar_step_reach_the_same_optimum(penalty, alpha):
+    model, active, target = _small(sentences=100)
+    own = own_counts(model, active, target)
+    word = apg.minimise(model, own, penalty, 2e-3, alpha, tol=1e-6, metric="word")
+    scalar = apg.minimise(model, own, penalty, 2e-3, alpha, tol=1e-6, metric="scalar")
+    assert word.converged and scalar.converged
+    assert word.objective == pytest.approx(scalar.objective, rel=1e-9)
+    np.testing.assert_allclose(word.weight, scalar.weight, atol=1e-3)
