@@ -28,6 +28,10 @@ fit is a row (its certificate, iterations, seconds an iteration, the prox's shar
 writes benchmarks/plots/loglinear_optimum_kernel100k.png.  KN by order from
 reference.md (lmplz is not installed here).
 
+``long``: one penalty's lambda path as in ``optimum`` (``--orders`` one order,
+``--penalty``, ``--alpha``, ``--lam`` the path), its last lambda run for ``--max_iterations``
+with dev and test perplexity every 250 iterations.
+
 ``kernel``: full kernel 5-gram, ``snm train --family loglinear`` against ``snm train``
 (SNM) on the same files: test perplexity, fit seconds, seconds an epoch (one pass over
 the 3.3M training words), peak RSS and bytes per parameter, model size on disk.
@@ -198,6 +202,57 @@ def optimum(orders, penalties, tol, max_iterations, work):
     return rows
 
 
+def long_fit(order, penalty, alpha, lams, max_iterations, work):
+    """One lambda path from the wl2 start (as ``optimum``), the last lambda run for
+    ``max_iterations`` with dev and test perplexity every 250 iterations: how far the
+    600-iteration rows of ``optimum`` are from where APG goes."""
+    import numpy as np
+
+    from snm_core.loglinear import apg
+    from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.loglinear.optimizers import fit
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
+
+    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
+
+    def read(name):
+        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
+            return tokenize(f.read().splitlines(), vocab)[0]
+
+    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    model, active, target = prepare(train, order, len(vocab))
+    own = np.bincount(model.pair_of(deepest_nodes(active), target),
+                      minlength=model.num_pairs).astype(np.float64)
+    dev_pos, test_pos = positions(model, dev, order), positions(model, test, order)
+    fit(model, active, target, START[0], lam=START[1], alpha=START[2], epochs=100,
+        optimizer="lbfgs")
+    rows = []
+    for index, lam in enumerate(lams):
+        last = index == len(lams) - 1
+
+        def every(iteration, weight, certificate):
+            kept, model.weight = model.weight, weight
+            rows.append({"order": order, "penalty": penalty, "alpha": alpha, "lam": lam,
+                         "iteration": iteration, "certificate_at_y": round(certificate, 4),
+                         "dev_ppl": round(model.perplexity(*dev_pos), 3),
+                         "test_ppl": round(model.perplexity(*test_pos), 3)})
+            print(rows[-1], flush=True)
+            model.weight = kept
+
+        result = apg.minimise(model, own, penalty, lam, alpha, tol=0.01,
+                              max_iterations=max_iterations if last else 600,
+                              every=250 if last else None, callback=every)
+        model.weight = result.weight
+        rows.append({"order": order, "penalty": penalty, "alpha": alpha, "lam": lam,
+                     "iteration": result.iterations, "certificate": result.certificate,
+                     "objective": result.objective, "seconds": round(result.seconds, 1),
+                     "dev_ppl": round(model.perplexity(*dev_pos), 3),
+                     "test_ppl": round(model.perplexity(*test_pos), 3), "final": True})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def plot_optimum(rows, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -323,7 +378,7 @@ def _size(directory):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("figure2", "optimum", "kernel"))
+    parser.add_argument("what", choices=("figure2", "optimum", "long", "kernel"))
     parser.add_argument("--tol", type=float, default=0.1,
                         help="optimum: the APG certificate to reach")
     parser.add_argument("--max_iterations", type=int, default=600,
@@ -352,6 +407,10 @@ def main(argv=None):
         if args.optimizer != "lbfgs":
             plot(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                     "loglinear_kernel100k.png"))
+    elif args.what == "long":
+        rows = long_fit(int(args.orders), args.penalty, float(args.alpha or 1.0),
+                        [float(v) for v in args.lam.split(",")], args.max_iterations, work)
+        record("loglinear-optimum-long", rows)
     elif args.what == "optimum" and args.replot:
         from benchmarks.common import RESULTS
         with open(RESULTS, encoding="utf-8") as f:
