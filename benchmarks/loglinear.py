@@ -139,7 +139,7 @@ ALPHAS_OPTIMUM = {"wl2": (2.0,), "wl1": (1.4,), "wt2": (1.1, 1.4), "wtinf": (0.8
 START = ("wl2", 5e-7, 2.0)
 
 
-def optimum(orders, penalties, tol, max_iterations, work):
+def optimum(orders, penalties, tol, max_iterations, work, lams=None, alphas=None):
     """Every penalty at its optimum by APG; one row per fit, ``best`` marking dev's choice."""
     import numpy as np
 
@@ -171,10 +171,11 @@ def optimum(orders, penalties, tol, max_iterations, work):
               f"{time.perf_counter() - began:.1f} s", flush=True)
         del active, target
         for penalty, alpha in [(p, a) for a_index in range(2) for p in penalties
-                               for a in ALPHAS_OPTIMUM.get(p, (1.0,))[a_index:a_index + 1]]:
+                               for a in (alphas if alphas and p.startswith("w") else
+                                         ALPHAS_OPTIMUM.get(p, (1.0,)))[a_index:a_index + 1]]:
             # every penalty's first alpha, then the second ones
             model.weight = start.copy()
-            for lam in LAMS_OPTIMUM[penalty.lstrip("w")]:
+            for lam in lams or LAMS_OPTIMUM[penalty.lstrip("w")]:
                 result = apg.minimise(model, own, penalty, lam, alpha, tol=tol,
                                       max_iterations=max_iterations)
                 model.weight = result.weight
@@ -389,8 +390,10 @@ def main(argv=None):
     parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
     parser.add_argument("--penalties", default=",".join(PENALTIES))
     parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
-    parser.add_argument("--lam", default="1e-7", help="kernel: the lambda grid (comma-separated)")
-    parser.add_argument("--alpha", help="kernel: the alpha grid of a weighted penalty")
+    parser.add_argument("--lam", help="kernel: the lambda grid (comma-separated, default "
+                        "1e-7); optimum: the lambda path of every penalty instead of its own")
+    parser.add_argument("--alpha", help="kernel: the alpha grid of a weighted penalty; "
+                        "optimum: the alphas of every weighted penalty instead of its own")
     parser.add_argument("--optimizer", default="adagrad",
                         help="snm train's --optimizer; figure2 with lbfgs: the separable "
                              "penalties at their penalised optimum (wider lambda grids)")
@@ -419,7 +422,9 @@ def main(argv=None):
                                         "loglinear_optimum_kernel100k.png"))
     elif args.what == "optimum":
         rows = optimum([int(o) for o in args.orders.split(",")], args.penalties.split(","),
-                       args.tol, args.max_iterations, work)
+                       args.tol, args.max_iterations, work,
+                       lams=[float(v) for v in args.lam.split(",")] if args.lam else None,
+                       alphas=[float(v) for v in args.alpha.split(",")] if args.alpha else None)
         print_table(rows, ["order", "penalty", "lam", "alpha", "dev_ppl", "test_ppl",
                            "kn_test_ppl", "certificate", "iterations", "seconds",
                            "ms_per_iteration", "prox_share", "best"])
@@ -427,7 +432,7 @@ def main(argv=None):
         plot_optimum(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                         "loglinear_optimum_kernel100k.png"))
     else:
-        rows = kernel(args.penalty, args.lam, args.alpha, args.optimizer, work)
+        rows = kernel(args.penalty, args.lam or "1e-7", args.alpha, args.optimizer, work)
         print_table(rows, ["model", "test_ppl", "kn5_test_ppl", "fit_seconds",
                            "seconds_per_epoch", "train_seconds", "peak_rss_mib",
                            "bytes_per_parameter", "parameters", "model_mb"])
