@@ -260,9 +260,13 @@ def plot_optimum(rows, path):
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    chosen = {}  # dev's choice per order and penalty, over all the runs given
+    for r in rows:
+        key = (r["order"], r["penalty"])
+        if key not in chosen or r["dev_ppl"] < chosen[key]["dev_ppl"]:
+            chosen[key] = r
     for name in PENALTIES:
-        best = sorted((r["order"], r["test_ppl"]) for r in rows
-                      if r["penalty"] == name and r["best"])
+        best = sorted((order, r["test_ppl"]) for (order, p), r in chosen.items() if p == name)
         if best:
             axis = bx if name.startswith("w") else ax
             axis.plot(*zip(*best), "o-", label=name, markersize=4)
