@@ -264,7 +264,8 @@ class LogLinearOptions:
             raise SnmInputError("--lam and --alpha must be >= 0")
         if self.optimizer == "lbfgs" and self.penalty.lstrip("w") not in ("l2", "l1"):
             raise SnmInputError(f"--optimizer lbfgs takes the penalties that are smooth on "
-                                f"W >= 0 (l2 l1 wl2 wl1); for {self.penalty} use adagrad")
+                                f"W >= 0 (l2 l1 wl2 wl1); for {self.penalty} use apg (its optimum) "
+                                f"or adagrad")
         if self.epochs < 1 or self.batches_per_epoch < 1 or self.step <= 0:
             raise SnmInputError("--epochs and --batches_per_epoch must be >= 1, --step > 0")
         if not self.tol > 0:

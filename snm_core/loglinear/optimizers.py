@@ -245,7 +245,7 @@ def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log):
     kind, weighted = penalties._check_penalty(penalty, alpha)
     if kind not in ("l2", "l1"):
         raise ValueError(f"optimizer lbfgs takes the separable penalties (l2 l1 wl2 wl1: "
-                         f"smooth on W >= 0); {penalty} is not smooth, use adagrad")
+                         f"smooth on W >= 0); {penalty} is not smooth, use apg")
     depth_weight = penalties._depth_weights(model.pair_depth,
                                             float(alpha) if weighted else 1.0)
     curvature = 2.0 * lam * depth_weight if kind == "l2" else 0.0
