@@ -18,6 +18,20 @@ KenLM's interpolated KN (``lmplz --discount_fallback``) is from
 (``snm train --config`` an n-gram file of that order).  Writes
 benchmarks/plots/loglinear_kernel100k.png.
 
+``optimum``: Figure 2 (a) and (b) at the penalised optimum: each penalty fitted by the
+full-batch accelerated proximal gradient (:mod:`snm_core.loglinear.apg`, FISTA with
+backtracking and restart, the exact O(pairs) objective, the exact prox) until its
+certificate (P times the largest proximal-gradient residual, in training occurrences) is
+below ``--tol`` or ``--max_iterations``; per order, penalty and alpha a lambda path,
+strongest first, each warm-started from the last; lambda and alpha chosen on dev.  Every
+fit is a row (its certificate, iterations, seconds an iteration, the prox's share);
+writes benchmarks/plots/loglinear_optimum_kernel100k.png.  KN by order from
+reference.md (lmplz is not installed here).
+
+``long``: one penalty's lambda path as in ``optimum`` (``--orders`` one order,
+``--penalty``, ``--alpha``, ``--lam`` the path), its last lambda run for ``--max_iterations``
+with dev and test perplexity every 250 iterations.
+
 ``kernel``: full kernel 5-gram, ``snm train --family loglinear`` against ``snm train``
 (SNM) on the same files: test perplexity, fit seconds, seconds an epoch (one pass over
 the 3.3M training words), peak RSS and bytes per parameter, model size on disk.
@@ -112,6 +126,161 @@ def figure2(orders, penalties, optimizer, work):
             rows.append(snm_row(order, work))
             print(rows[-1], flush=True)
     return rows
+
+
+#: --what optimum: lambda paths (strongest first) and alphas; the paper's best alphas
+#: are 1.1 (wt2) and 0.85 (wtinf), 2 is the best of wl2 at its L-BFGS-B optimum.
+LAMS_OPTIMUM = {"l2": (2e-6, 1e-6, 5e-7), "l1": (1.6e-5, 8e-6, 4e-6),
+                "t2": (1.6e-5, 8e-6, 4e-6), "tinf": (1.6e-5, 8e-6, 4e-6)}
+ALPHAS_OPTIMUM = {"wl2": (2.0,), "wl1": (1.4,), "wt2": (1.1, 1.4), "wtinf": (0.85, 1.1)}
+#: Where every lambda path starts: the wl2 optimum (lambda 5e-7, alpha 2; L-BFGS-B, seconds),
+#: close to the others' optima for the rare pairs that a first-order method moves slowly.
+#: The problems are convex: the start changes the iterations, not the optimum.
+START = ("wl2", 5e-7, 2.0)
+
+
+def optimum(orders, penalties, tol, max_iterations, work, lams=None, alphas=None):
+    """Every penalty at its optimum by APG; one row per fit, ``best`` marking dev's choice."""
+    import numpy as np
+
+    from snm_core.loglinear import apg
+    from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.loglinear.optimizers import fit
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
+
+    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
+
+    def read(name):
+        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
+            return tokenize(f.read().splitlines(), vocab)[0]
+
+    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    rows = []
+    progress_path = os.path.join(work, "optimum-progress.jsonl")
+    for order in orders:
+        model, active, target = prepare(train, order, len(vocab))
+        own = np.bincount(model.pair_of(deepest_nodes(active), target),
+                          minlength=model.num_pairs).astype(np.float64)
+        dev_pos, test_pos = positions(model, dev, order), positions(model, test, order)
+        began = time.perf_counter()
+        fit(model, active, target, START[0], lam=START[1], alpha=START[2], epochs=100,
+            optimizer="lbfgs")
+        start = model.weight.copy()
+        print(f"order {order}: start {START} dev {model.perplexity(*dev_pos):.3f} in "
+              f"{time.perf_counter() - began:.1f} s", flush=True)
+        del active, target
+        for penalty, alpha in [(p, a) for a_index in range(2) for p in penalties
+                               for a in (alphas if alphas and p.startswith("w") else
+                                         ALPHAS_OPTIMUM.get(p, (1.0,)))[a_index:a_index + 1]]:
+            # every penalty's first alpha, then the second ones
+            model.weight = start.copy()
+            for lam in lams or LAMS_OPTIMUM[penalty.lstrip("w")]:
+                result = apg.minimise(model, own, penalty, lam, alpha, tol=tol,
+                                      max_iterations=max_iterations)
+                model.weight = result.weight
+                row = {"order": order, "penalty": penalty, "lam": lam, "alpha": alpha, "metric": "word",
+                       "dev_ppl": round(model.perplexity(*dev_pos), 3),
+                       "test_ppl": round(model.perplexity(*test_pos), 3),
+                       "kn_test_ppl": KN.get(order), "objective": result.objective,
+                       "certificate": float(f"{result.certificate:.3g}"),
+                       "converged": bool(result.converged),
+                       "iterations": result.iterations, "restarts": result.restarts,
+                       "evaluations": result.evaluations,
+                       "seconds": round(result.seconds, 1),
+                       "ms_per_iteration": round(
+                           1e3 * result.seconds / max(result.iterations, 1), 1),
+                       "prox_share": round(result.prox_seconds / result.seconds, 3),
+                       "pairs": model.num_pairs,
+                       "nonzero": int(np.count_nonzero(result.weight)), "best": False}
+                rows.append(row)
+                print(row, flush=True)
+                with open(progress_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+        for penalty in penalties:  # dev's choice of lambda and alpha
+            mine = [r for r in rows if r["order"] == order and r["penalty"] == penalty]
+            min(mine, key=lambda r: r["dev_ppl"])["best"] = True
+    return rows
+
+
+def long_fit(order, penalty, alpha, lams, max_iterations, work):
+    """One lambda path from the wl2 start (as ``optimum``), the last lambda run for
+    ``max_iterations`` with dev and test perplexity every 250 iterations: how far the
+    600-iteration rows of ``optimum`` are from where APG goes."""
+    import numpy as np
+
+    from snm_core.loglinear import apg
+    from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.loglinear.optimizers import fit
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
+
+    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
+
+    def read(name):
+        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
+            return tokenize(f.read().splitlines(), vocab)[0]
+
+    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    model, active, target = prepare(train, order, len(vocab))
+    own = np.bincount(model.pair_of(deepest_nodes(active), target),
+                      minlength=model.num_pairs).astype(np.float64)
+    dev_pos, test_pos = positions(model, dev, order), positions(model, test, order)
+    fit(model, active, target, START[0], lam=START[1], alpha=START[2], epochs=100,
+        optimizer="lbfgs")
+    rows = []
+    for index, lam in enumerate(lams):
+        last = index == len(lams) - 1
+
+        def every(iteration, weight, certificate):
+            kept, model.weight = model.weight, weight
+            rows.append({"order": order, "penalty": penalty, "alpha": alpha, "lam": lam,
+                         "iteration": iteration, "certificate_at_y": round(certificate, 4),
+                         "dev_ppl": round(model.perplexity(*dev_pos), 3),
+                         "test_ppl": round(model.perplexity(*test_pos), 3)})
+            print(rows[-1], flush=True)
+            model.weight = kept
+
+        result = apg.minimise(model, own, penalty, lam, alpha, tol=0.01,
+                              max_iterations=max_iterations if last else 600,
+                              every=250 if last else None, callback=every)
+        model.weight = result.weight
+        rows.append({"order": order, "penalty": penalty, "alpha": alpha, "lam": lam,
+                     "iteration": result.iterations, "certificate": result.certificate,
+                     "objective": result.objective, "seconds": round(result.seconds, 1),
+                     "dev_ppl": round(model.perplexity(*dev_pos), 3),
+                     "test_ppl": round(model.perplexity(*test_pos), 3), "final": True})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def plot_optimum(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    chosen = {}  # dev's choice per order and penalty, over all the runs given
+    for r in rows:
+        key = (r["order"], r["penalty"])
+        if key not in chosen or r["dev_ppl"] < chosen[key]["dev_ppl"]:
+            chosen[key] = r
+    for name in PENALTIES:
+        best = sorted((order, r["test_ppl"]) for (order, p), r in chosen.items() if p == name)
+        if best:
+            axis = bx if name.startswith("w") else ax
+            axis.plot(*zip(*best), "o-", label=name, markersize=4)
+    for axis, title in ((ax, "(a) unweighted"), (bx, "(b) weighted")):
+        kn = sorted((o, p) for o, p in KN.items() if any(r["order"] == o for r in rows))
+        axis.plot(*zip(*kn), "k--", label="KN (lmplz)")
+        axis.set_xlabel("order")
+        axis.set_ylabel("test perplexity")
+        axis.set_title(f"kernel-100k at the penalised optimum (APG): {title}")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def snm_row(order, work):
@@ -214,12 +383,21 @@ def _size(directory):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("figure2", "kernel"))
+    parser.add_argument("what", choices=("figure2", "optimum", "long", "kernel"))
+    parser.add_argument("--tol", type=float, default=0.1,
+                        help="optimum: the APG certificate to reach")
+    parser.add_argument("--max_iterations", type=int, default=600,
+                        help="optimum: most APG iterations a fit")
+    parser.add_argument("--replot", action="store_true",
+                        help="optimum: only redraw its plot from every optimum row in "
+                             "benchmarks/results.jsonl (the orders run one at a time)")
     parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
     parser.add_argument("--penalties", default=",".join(PENALTIES))
     parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
-    parser.add_argument("--lam", default="1e-7", help="kernel: the lambda grid (comma-separated)")
-    parser.add_argument("--alpha", help="kernel: the alpha grid of a weighted penalty")
+    parser.add_argument("--lam", help="kernel: the lambda grid (comma-separated, default "
+                        "1e-7); optimum: the lambda path of every penalty instead of its own")
+    parser.add_argument("--alpha", help="kernel: the alpha grid of a weighted penalty; "
+                        "optimum: the alphas of every weighted penalty instead of its own")
     parser.add_argument("--optimizer", default="adagrad",
                         help="snm train's --optimizer; figure2 with lbfgs: the separable "
                              "penalties at their penalised optimum (wider lambda grids)")
@@ -236,8 +414,29 @@ def main(argv=None):
         if args.optimizer != "lbfgs":
             plot(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                     "loglinear_kernel100k.png"))
+    elif args.what == "long":
+        rows = long_fit(int(args.orders), args.penalty, float(args.alpha or 1.0),
+                        [float(v) for v in args.lam.split(",")], args.max_iterations, work)
+        record("loglinear-optimum-long", rows)
+    elif args.what == "optimum" and args.replot:
+        from benchmarks.common import RESULTS
+        with open(RESULTS, encoding="utf-8") as f:
+            rows = [row for row in map(json.loads, f) if row["benchmark"] == "loglinear-optimum"]
+        plot_optimum(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                        "loglinear_optimum_kernel100k.png"))
+    elif args.what == "optimum":
+        rows = optimum([int(o) for o in args.orders.split(",")], args.penalties.split(","),
+                       args.tol, args.max_iterations, work,
+                       lams=[float(v) for v in args.lam.split(",")] if args.lam else None,
+                       alphas=[float(v) for v in args.alpha.split(",")] if args.alpha else None)
+        print_table(rows, ["order", "penalty", "lam", "alpha", "dev_ppl", "test_ppl",
+                           "kn_test_ppl", "certificate", "iterations", "seconds",
+                           "ms_per_iteration", "prox_share", "best"])
+        record("loglinear-optimum", rows)
+        plot_optimum(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                        "loglinear_optimum_kernel100k.png"))
     else:
-        rows = kernel(args.penalty, args.lam, args.alpha, args.optimizer, work)
+        rows = kernel(args.penalty, args.lam or "1e-7", args.alpha, args.optimizer, work)
         print_table(rows, ["model", "test_ppl", "kn5_test_ppl", "fit_seconds",
                            "seconds_per_epoch", "train_seconds", "peak_rss_mib",
                            "bytes_per_parameter", "parameters", "model_mb"])

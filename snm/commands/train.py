@@ -91,11 +91,16 @@ def main(argv=None):
     family.add_argument("--alpha", type=_floats, default=None, metavar="A[,A..]",
                         help="depth weight(s) of wl2 wl1 wt2 wtinf (default 1.4, the best of "
                              "0.7 and 1.4 on kernel-100k: deeper suffixes penalised more)")
-    family.add_argument("--optimizer", choices=("adagrad", "fista", "pgd", "lbfgs"),
+    family.add_argument("--optimizer", choices=("adagrad", "fista", "pgd", "lbfgs", "apg"),
                         default="adagrad",
                         help="stochastic proximal gradient variant (default %(default)s), or "
-                             "lbfgs: full-batch L-BFGS-B to the penalised optimum, for l2 l1 "
-                             "wl2 wl1 (an epoch is then 10 iterations)")
+                             "to the penalised optimum, full batch: lbfgs (L-BFGS-B, for l2 l1 "
+                             "wl2 wl1; an epoch is 10 iterations) or apg (accelerated "
+                             "proximal gradient, any penalty, until its certificate is below "
+                             "--tol; an epoch is 50 iterations)")
+    family.add_argument("--tol", type=float, default=LogLinearOptions.tol,
+                        help="apg: stop when no pair's proximal-gradient residual exceeds this "
+                             "fraction of one training occurrence (default %(default)s)")
     family.add_argument("--batches_per_epoch", type=int, default=25)
     family.add_argument("--step", type=float, default=1.0, help="base step size")
     flags, beam_args = arguments.parse(parser, argv, beam=True)
@@ -127,7 +132,7 @@ def _loglinear_options(args):
     return LogLinearOptions(penalty=args.penalty, lams=args.lam, alphas=alphas,
                             optimizer=args.optimizer, epochs=epochs,
                             batches_per_epoch=args.batches_per_epoch, step=args.step,
-                            patience=args.patience, seed=args.seed)
+                            patience=args.patience, seed=args.seed, tol=args.tol)
 
 
 def _plan(args, beam_args):

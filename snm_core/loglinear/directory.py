@@ -251,6 +251,7 @@ class LogLinearOptions:
     step: float = 1.0
     patience: int = 2
     seed: int = 0
+    tol: float = 1e-2
 
     def __post_init__(self):
         if self.penalty not in penalties.PENALTIES:
@@ -263,9 +264,12 @@ class LogLinearOptions:
             raise SnmInputError("--lam and --alpha must be >= 0")
         if self.optimizer == "lbfgs" and self.penalty.lstrip("w") not in ("l2", "l1"):
             raise SnmInputError(f"--optimizer lbfgs takes the penalties that are smooth on "
-                                f"W >= 0 (l2 l1 wl2 wl1); for {self.penalty} use adagrad")
+                                f"W >= 0 (l2 l1 wl2 wl1); for {self.penalty} use apg (its optimum) "
+                                f"or adagrad")
         if self.epochs < 1 or self.batches_per_epoch < 1 or self.step <= 0:
             raise SnmInputError("--epochs and --batches_per_epoch must be >= 1, --step > 0")
+        if not self.tol > 0:
+            raise SnmInputError("--tol (the apg optimality certificate) must be > 0")
 
 
 def train(count_dir, heldout_path, out_dir, options, say=print):
@@ -323,18 +327,26 @@ def select(model, position_pairs, dev, options, say=print):
                 say(f"    epoch {epoch + 1}: held-out perplexity {np.exp(held_out):.2f} "
                     f"({time.perf_counter() - start:.1f} s)")
 
+            at_optimum = options.optimizer == "apg"  # runs to its certificate, no early stop
             fit(model, None, None, options.penalty, lam, alpha, epochs=options.epochs,
                 batch_size=max(1, -(-len(position_pairs) // options.batches_per_epoch)),
                 step=options.step, seed=options.seed, optimizer=options.optimizer,
-                dev=dev, patience=options.patience, gradient="tree",
-                position_pairs=position_pairs, callback=progress)
-            held = min(loss for _, loss in model.fit_log)  # the kept weights'
+                dev=dev, patience=None if at_optimum else options.patience, gradient="tree",
+                position_pairs=position_pairs, callback=progress, tol=options.tol)
+            # the kept weights': the last (apg) or the best held-out ones
+            held = model.fit_log[-1][1] if at_optimum else min(
+                loss for _, loss in model.fit_log)
             trial = {"lam": lam, "alpha": alpha, "heldout_perplexity": float(np.exp(held)),
                      "epochs": len(model.fit_log), "seconds": round(time.perf_counter() - start, 2)}
+            if at_optimum:
+                result = model.fit_result
+                trial.update(iterations=result.iterations, certificate=result.certificate,
+                             converged=bool(result.converged), objective=result.objective)
             trials.append(trial)
             say(f"  lambda {lam:g} alpha {alpha:g}: held-out perplexity "
                 f"{trial['heldout_perplexity']:.2f} after {trial['epochs']} epoch(s), "
-                f"{trial['seconds']:.1f} s")
+                f"{trial['seconds']:.1f} s"
+                + (f"; APG {model.fit_result.summary()}" if at_optimum else ""))
             if best is None or trial["heldout_perplexity"] < best["heldout_perplexity"]:
                 best, best_weight = trial, model.weight.copy()
     model.weight = best_weight

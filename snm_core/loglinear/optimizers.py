@@ -26,6 +26,12 @@ give a constant step.  This is ``optimizer="pgd"``; two more are offered:
     with L = 1/``step``.  With ``mu = 0`` (default) the step 1/ρ = ``step`` is
     *fixed*; with μ > 0 it *decreases* (ρ grows like μ/δ, δ ~ 4/t²).
 
+Two full-batch optimisers go to the penalised optimum instead: ``"lbfgs"``
+(L-BFGS-B, the separable penalties only) and ``"apg"`` (FISTA with
+backtracking and restart, every penalty, :mod:`snm_core.loglinear.apg`; it
+stops at its optimality certificate, ``tol``, and returns the weights there,
+not the best held-out ones: held-out losses are only logged).
+
 Early stopping: with ``dev`` positions given, the held-out loss is computed
 after every epoch; the best weights are kept and the fit stops when it has
 not improved for ``patience`` epochs.
@@ -38,14 +44,17 @@ from snm_core.loglinear.model import deepest_nodes, totals_from_own_counts
 
 #: L-BFGS-B iterations per "epoch" of ``fit(optimizer="lbfgs")`` (held-out check, callback).
 LBFGS_EPOCH = 10
+#: APG iterations per "epoch" of ``fit(optimizer="apg")`` (held-out check, callback).
+APG_EPOCH = 50
 
 
 class _EpochLog:
     """What ``fit`` does at the end of an epoch, whatever the optimiser: the held-out
     loss into ``model.fit_log``, the best weights kept, the callback, early stopping."""
 
-    def __init__(self, model, dev, patience, callback):
+    def __init__(self, model, dev, patience, callback, keep_best=True):
         self.model, self.patience, self.callback = model, patience, callback
+        self.keep_best = keep_best
         if dev is not None:
             dev = (np.ascontiguousarray(dev[0], np.int64), np.asarray(dev[1], np.int64))
         self.dev = dev
@@ -71,14 +80,15 @@ class _EpochLog:
 
     def finish(self):
         """The model with the best held-out weights (the last ones without held-out)."""
-        if self.dev is not None:
+        if self.dev is not None and self.keep_best:
             self.model.weight = self.best_weight
         return self.model
 
 
 def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batch_size=1000,
         step=10.0, backtrack=True, grow=1.25, seed=0, callback=None, optimizer="pgd",
-        eps=1e-8, mu=0.0, dev=None, patience=None, gradient="positions", position_pairs=None):
+        eps=1e-8, mu=0.0, dev=None, patience=None, gradient="positions", position_pairs=None,
+        tol=1e-2):
     """Mini-batch proximal gradient on (1/P) Σ NLL + λ Ω(W), W >= 0; updates ``model.weight``.
 
     Parameters
@@ -105,8 +115,9 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     seed : int
     callback : callable(epoch, model), optional
         Called after each epoch (``model.weight`` the current weights).
-    optimizer : {"pgd", "adagrad", "fista"}
-        See the module docstring.
+    optimizer : {"pgd", "adagrad", "fista", "lbfgs", "apg"}
+        See the module docstring.  For lbfgs an epoch is :data:`LBFGS_EPOCH`
+        iterations, for apg :data:`APG_EPOCH`.
     eps : float
         adagrad: ε.
     mu : float >= 0
@@ -132,10 +143,12 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     Returns
     -------
     model : LogLinearModel
-        The same object; ``model.fit_log`` lists (epoch, held-out loss or None).
+        The same object; ``model.fit_log`` lists (epoch, held-out loss or None);
+        with apg, ``model.fit_result`` is its :class:`snm_core.loglinear.apg.APGResult`.
     """
-    if optimizer not in ("pgd", "adagrad", "fista", "lbfgs"):
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose pgd, adagrad, fista or lbfgs")
+    if optimizer not in ("pgd", "adagrad", "fista", "lbfgs", "apg"):
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose pgd, adagrad, fista, lbfgs "
+                         f"or apg")
     if gradient not in ("positions", "tree"):
         raise ValueError(f"unknown gradient {gradient!r}; choose positions or tree")
     forest = model.forest()
@@ -147,12 +160,17 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
         active = np.ascontiguousarray(active, np.int64)
         target = np.asarray(target, np.int64)
         num_positions = len(target)
-        if gradient == "tree" or optimizer == "lbfgs":
+        if gradient == "tree" or optimizer in ("lbfgs", "apg"):
             position_pair = model.pair_of(deepest_nodes(active), target)
-    log = _EpochLog(model, dev, patience, callback)
+    at_optimum = optimizer == "apg"  # held-out only logged: no early stop, no best kept
+    log = _EpochLog(model, dev, None if at_optimum else patience, callback,
+                    keep_best=not at_optimum)
     if optimizer == "lbfgs":
         own = np.bincount(position_pair, minlength=model.num_pairs).astype(np.float64)
         return _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log)
+    if optimizer == "apg":
+        own = np.bincount(position_pair, minlength=model.num_pairs).astype(np.float64)
+        return _fit_apg(model, own, penalty, lam, alpha, epochs, step, tol, log)
 
     def batch_loss_grad(rows, weight):
         if gradient == "tree":
@@ -227,7 +245,7 @@ def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log):
     kind, weighted = penalties._check_penalty(penalty, alpha)
     if kind not in ("l2", "l1"):
         raise ValueError(f"optimizer lbfgs takes the separable penalties (l2 l1 wl2 wl1: "
-                         f"smooth on W >= 0); {penalty} is not smooth, use adagrad")
+                         f"smooth on W >= 0); {penalty} is not smooth, use apg")
     depth_weight = penalties._depth_weights(model.pair_depth,
                                             float(alpha) if weighted else 1.0)
     curvature = 2.0 * lam * depth_weight if kind == "l2" else 0.0
@@ -255,6 +273,27 @@ def _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log):
                       options={"maxiter": epochs * LBFGS_EPOCH, "maxcor": 10})
     if iterations % LBFGS_EPOCH:  # converged within an epoch: its end is still recorded
         log.end_epoch(result.x / scale)
+    return log.finish()
+
+
+def _fit_apg(model, own, penalty, lam, alpha, epochs, step, tol, log):
+    """Full-batch FISTA to the certificate ``tol`` (``fit``'s ``optimizer="apg"``)."""
+    from snm_core.loglinear import apg
+
+    logged = 0
+
+    def every_epoch(iteration, weight, certificate):
+        nonlocal logged
+        logged = iteration
+        return log.end_epoch(weight)
+
+    result = apg.minimise(model, own, penalty, lam, alpha, tol=tol,
+                          max_iterations=epochs * APG_EPOCH, step=step,
+                          every=APG_EPOCH, callback=every_epoch)
+    if logged != result.iterations:
+        log.end_epoch(result.weight)
+    model.weight = result.weight
+    model.fit_result = result
     return log.finish()
 
 

@@ -133,3 +133,19 @@ def test_a_damaged_model_array_is_one_line_naming_it(run, tmp_path, capsys):
     assert cli.main(["eval", "--model", str(copy), run["test"]]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "pair_weight.npy" in err
+
+
+def test_train_with_apg_reports_its_certificate(tmp_path, capsys):
+    from snm_core.text import synthetic
+
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), num_train=300,
+                                              num_dev=50, num_test=50, seed=7)
+    out = tmp_path / "run"
+    assert train_main(["--family", "loglinear", "--penalty", "tinf", "--config", "3gram",
+                       "--train", train, "--heldout", dev, "--test", test, "--out", str(out),
+                       "--lam", "1e-4", "--optimizer", "apg", "--tol", "1e-3",
+                       "--epochs", "40", "--num_buckets", "2"]) == 0
+    assert "certificate" in capsys.readouterr().out
+    with open(out / "loglinear" / "manifest.json") as f:
+        trial, = json.load(f)["trials"]
+    assert trial["converged"] and trial["certificate"] < 1e-3
