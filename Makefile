@@ -23,7 +23,7 @@ demo: $(STAMP)
 		--heldout $(DEMO)/corpus/dev.txt --test $(DEMO)/corpus/test.txt --out $(DEMO)/run
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) $(DEMO) *.egg-info

@@ -37,8 +37,10 @@ setup(
         # apache-beam[dask]: Beam's DaskRunner and dask/distributed, whose scheduler and
         # worker processes the cluster tests start on localhost.
         # pygtrie: what pyctcdecode needs besides numpy (see the Makefile).
-        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "moto[server]>=5", "apache-beam[dask]",
-                 "boto3>=1.35", "pygtrie>=2.1"],
+        # pytest-xdist: the suite keeps one core busy on average (most of its time is
+        # subprocesses starting and small pipelines), so two workers use both.
+        "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "kenlm", "moto[server]>=5",
+                 "apache-beam[dask]", "boto3>=1.35", "pygtrie>=2.1"],
         # snm.decoding: pyctcdecode's CTC beam search with any SNM.  Its metadata asks for
         # numpy < 2, which it runs without: the Makefile installs it with --no-deps, so that
         # the tests run on the numpy everything else installs.
