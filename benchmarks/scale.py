@@ -294,7 +294,11 @@ def stages(args):
         def step(toolkit, name, cmd, disk, **extra):
             log = os.path.join(run, f"{toolkit}-{name}.log")
             print(f"--- {label(words)} {toolkit} {name}", flush=True)
-            seconds, rss, disk_peak = measured(cmd, log, disk, env=environment())
+            try:
+                seconds, rss, disk_peak = measured(cmd, log, disk, env=environment())
+            except SystemExit:
+                record("scale", rows)  # the steps that ran are kept
+                raise
             row = {"step": "stages", "corpus": label(words), "words": words,
                    "toolkit": toolkit, "stage": name, "seconds": round(seconds, 2),
                    "peak_rss_mib": round(rss, 1), "peak_disk_bytes": disk_peak,
@@ -357,6 +361,9 @@ def stages(args):
         os.makedirs(tmp)
         lmplz = step("kenlm", "lmplz", ["bash", "-c", " ".join(
             ["cat", *shards, "|", kenlm_binary("lmplz"), "-o", "5", "-S", memory, "-T", tmp,
+             # sampled text from a closed vocabulary may have no word seen once, which
+             # the 1-gram discounts need (lmplz stops at 100M words without it)
+             "--discount_fallback",
              ">", kenlm_arpa])], [kenlm_arpa, tmp])
         lmplz["ngrams"] = arpa_ngrams(kenlm_arpa)
         binary = os.path.join(run, "kn5.trie")
