@@ -32,7 +32,7 @@ def main():
     memory_budget.configure_process("single")  # as snm compact's build does
     manifest = manifests.Model.read(args.model)
     memory = (memory_budget.MemoryBudget.parse(args.memory).bytes if args.memory
-              else trie_build.default_memory())
+              else memory_budget.MemoryBudget.parse().working())
     print(f"memory {memory_budget.format_bytes(memory)}: "
           f"{trie_build.model_plan(args.model, manifest, args.layout, memory)}")
     os.makedirs(args.out)

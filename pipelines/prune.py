@@ -353,7 +353,7 @@ def prune_backoff(options, manifest, beam_args=()):
     workers = running.workers_per_process(beam_args)
     budget.require("prune", {"the process": PROCESS_BYTES,
                              "a partition a worker": workers * backoff.MIN_MEMORY})
-    working = budget.left({"the process": PROCESS_BYTES})
+    working = budget.working()
     job = PruneJob.plan(options.model, manifest, scratch, working, workers)
     runs = []
 

@@ -160,6 +160,11 @@ class MemoryBudget:
         fixed ``parts`` (``{what: bytes}``) are held."""
         return self.bytes - sum(parts.values())
 
+    def working(self):
+        """What a stage's data may use: the budget less the process's own
+        (:data:`PROCESS_BYTES`: the interpreter, numpy, pyarrow)."""
+        return self.left({"the process": PROCESS_BYTES})
+
     def require(self, stage, parts):
         """Raise :class:`SnmInputError` unless the fixed ``parts`` fit: one line saying what
         they are and what to give."""

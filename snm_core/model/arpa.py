@@ -85,8 +85,7 @@ def export_arpa(model_dir, out_path, memory=None, scratch=None, threads=None, sa
     vocab = Vocabulary.load(storage.join(model_dir, "vocab.txt"))
     check_vocabulary(vocab)
     with tempfile.TemporaryDirectory(prefix="snm-arpa-", dir=scratch) as work:
-        job = ArpaJob.plan(model_dir, manifest, work,
-                           budget.left({"the process": PROCESS_BYTES}), threads)
+        job = ArpaJob.plan(model_dir, manifest, work, budget.working(), threads)
         say(f"export-arpa: {manifest['totals']['links']:,} links, {job.order}-grams, in "
             f"{job.partitions} partition(s) of the back-off form")
         facts = run_locally(job, stage="export-arpa: back-off form", threads=threads)

@@ -70,7 +70,7 @@ def build_resources(manifest, layout, budget=None, progress=None):
     # plan (trie_build.plan) checks it before any work.
     parts = hashed_build.memory_parts(manifest) if layout == "hashed" else {}
     budget.require(f"compact ({layout})", {"the process": memory.PROCESS_BYTES, **parts})
-    return {"memory": budget.left({"the process": memory.PROCESS_BYTES}),
+    return {"memory": budget.working(),
             "progress": progress or pass_progress(layout)}
 
 

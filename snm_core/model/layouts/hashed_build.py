@@ -30,8 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from snm_core.fit import kernels
-from snm_core.io import memory, storage, tables
+from snm_core.io import storage, tables
 from snm_core.io.arrays import group_rows
+from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT, SHARED,
                                            EntryTableWriter, link_key_mask)
@@ -147,7 +148,7 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     (default: with keys cut short) puts every link in the collisions.
     """
     if memory is None:
-        memory = memory_default()
+        memory = MemoryBudget.parse().working()
     progress = progress or (lambda what, total=None, unit="link":
                             Progress(f"compact hashed: {what}", total=total, unit=unit))
     n_features, n_links = manifest["totals"]["features"], manifest["totals"]["links"]
@@ -261,8 +262,3 @@ def _collisions(model_dir, buckets, shared_keys, partition, mask, progress):
     collisions = np.concatenate(found + [np.zeros(0, COLLISION)])
     return collisions[np.lexsort((collisions["word"], collisions["feature"],
                                   collisions["key"]))]
-
-
-def memory_default():
-    """Working memory of the default budget: it less the process's."""
-    return memory.MemoryBudget.parse().left({"the process": memory.PROCESS_BYTES})

@@ -172,7 +172,8 @@ def _frequencies(trie, p, chunk, n_levels):
 
 def build_small(model_dir, manifest, directory, memory=None, progress=None):
     """Write the small layout of a model into the local ``directory`` within ``memory``
-    bytes of working memory (default: :func:`~snm_core.model.layouts.trie_build.default_memory`),
+    bytes of working memory (default: the default budget's
+    :meth:`~snm_core.io.memory.MemoryBudget.working`),
     the trie built by external sort (:mod:`snm_core.model.layouts.trie_build`; its
     ``progress``); returns the compact manifest."""
     trie = ExternalTrie.build(model_dir, manifest, "small", os.path.join(directory, SCRATCH),

@@ -50,7 +50,8 @@ def _smallest(types, largest, field):
 
 def build_trie(model_dir, manifest, directory, memory=None, progress=None):
     """Write the trie layout of a model into the local ``directory`` within ``memory``
-    bytes of working memory (default: :func:`~snm_core.model.layouts.trie_build.default_memory`),
+    bytes of working memory (default: the default budget's
+    :meth:`~snm_core.io.memory.MemoryBudget.working`),
     the trie built by external sort (:mod:`snm_core.model.layouts.trie_build`; its
     ``progress``); returns the compact manifest."""
     trie = ExternalTrie.build(model_dir, manifest, "trie", os.path.join(directory, SCRATCH),

@@ -59,12 +59,6 @@ PROGRESS_PASSES = 2
 MIN_RECORDS = 1024
 
 
-def default_memory():
-    """The default working memory: the default budget less the process's own."""
-    budget = memory_budget.MemoryBudget.parse(None)
-    return budget.left({"the process": memory_budget.PROCESS_BYTES})
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Sizes from a memory budget: records a sorted run and a partition, links a chunk
@@ -114,11 +108,12 @@ def plan(memory, radix, width, where, layout):
 
 def model_plan(model_dir, manifest, layout, memory=None):
     """The :class:`Plan` of building a model's trie within ``memory`` bytes of working
-    memory (default :func:`default_memory`)."""
+    memory (default the default budget's :meth:`~snm_core.io.memory.MemoryBudget.working`)."""
     radix = int(manifest["vocabulary_size"])
     width = key_shape(radix, ngram_span(manifest, model_dir, layout)[1] + 1,
                       len(manifest["tags"]))[2]
-    return plan(default_memory() if memory is None else int(memory), radix, width, model_dir,
+    return plan(memory_budget.MemoryBudget.parse().working() if memory is None
+                else int(memory), radix, width, model_dir,
                 layout)
 
 
@@ -150,7 +145,7 @@ class ExternalTrie:
     def build(cls, model_dir, manifest, layout, scratch, memory=None, progress=None):
         """The trie of a model directory (its ``manifest``), built in the local directory
         ``scratch`` within ``memory`` bytes of working memory (default
-        :func:`default_memory`); ``progress`` (:class:`snm_core.io.progress.Progress`)
+        the default budget's :meth:`~snm_core.io.memory.MemoryBudget.working`); ``progress`` (:class:`snm_core.io.progress.Progress`)
         advances by every link :data:`PROGRESS_PASSES` times, in the scan and in the
         stream."""
         min_n, max_n = ngram_span(manifest, model_dir, layout)
