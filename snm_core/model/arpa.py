@@ -29,7 +29,7 @@ from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, set_thresholds
 from snm_core.io.partitions import partition_of
-from snm_core.model.arpa_kernels import assemble_lines
+from snm_core.model.arpa_kernels import assemble_lines, distinct_ids
 from snm_core.io.progress import Progress
 from snm_core.model.backoff import (
     MIN_MEMORY,
@@ -257,9 +257,9 @@ def format_lines(vocab_text, words, log_prob, backoff):
     size += int(np.diff(vocab_start)[words].sum())
     backoff_ids, text, text_start = np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(1)
     if backoff is not None:  # by bits, so that -0 and 0 stay apart
-        bits, backoff_ids = np.unique(np.asarray(backoff, np.float32).view(np.uint32),
-                                      return_inverse=True)
-        text_start, text = string_buffers(pc.cast(pa.array(bits.view(np.float32)),
+        bits = np.ascontiguousarray(backoff, np.float32).view(np.uint32)
+        backoff_ids, first = distinct_ids(bits)
+        text_start, text = string_buffers(pc.cast(pa.array(bits[first].view(np.float32)),
                                                   pa.string()))
         size += int(np.diff(text_start)[backoff_ids].sum()) + len(words)
     out = np.empty(size, np.uint8)
