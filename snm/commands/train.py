@@ -94,13 +94,15 @@ def main(argv=None):
     family.add_argument("--alpha", type=_floats, default=None, metavar="A[,A..]",
                         help="depth weight(s) of wl2 wl1 wt2 wtinf (depth d weighted "
                              "alpha^d; default with --optimizer auto: "
-                             + ", ".join(f"{p} {a[0]:g}" for p, a in path.ALPHAS.items())
+                             + ", ".join(f"{p} {','.join(f'{v:g}' for v in a)}"
+                                         for p, a in path.ALPHAS.items())
                              + "; otherwise 1.4)")
     family.add_argument("--optimizer", choices=("auto", "adagrad", "fista", "pgd", "lbfgs",
                                                 "apg"),
                         default="auto",
-                        help="auto (default): start at the interpolated absolute-discount "
-                             "model, then accelerated proximal gradient along a "
+                        help="auto (default): start at the interpolated modified "
+                             "Kneser-Ney model of the counts (exactly), then accelerated "
+                             "proximal gradient along a "
                              "warm-started lambda path, strongest first, for at most "
                              f"{path.ITERATIONS} iterations a lambda, keeping the best "
                              "held-out iterate and stopping when held-out perplexity turns "
@@ -113,9 +115,9 @@ def main(argv=None):
     family.add_argument("--time_budget", type=float, default=path.DEFAULT_SECONDS,
                         metavar="SECONDS",
                         help="--optimizer auto: seconds for choosing lambda and alpha "
-                             "(default %(default)g; loading the counts comes on top: about "
-                             "30 s on full kernel, 3.3M words); the best weights seen when "
-                             "it is spent are kept")
+                             "(default %(default)g; counting, loading the counts and eval "
+                             "come on top: about 40 s on full kernel, 3.3M words); the best "
+                             "weights seen when it is spent are kept")
     family.add_argument("--tol", type=float, default=LogLinearOptions.tol,
                         help="apg: stop when no pair's proximal-gradient residual exceeds this "
                              "fraction of one training occurrence (default %(default)s)")
