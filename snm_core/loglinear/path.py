@@ -42,7 +42,7 @@ LAM_SCALES = (0.8, 0.4, 0.2, 0.1)
 ALPHAS = {"wt2": (1.1, 1.4), "wtinf": (0.85, 1.1), "wl2": (1.4, 2.0), "wl1": (1.4, 2.0)}
 #: APG iterations a λ at most, and between held-out checks.
 ITERATIONS = 60
-EVERY = 10
+EVERY = 5
 #: Held-out checks without a new best before a λ's fit stops (its best iterate kept).
 PATIENCE = 2
 
