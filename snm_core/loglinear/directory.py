@@ -336,6 +336,9 @@ def select(model, position_pairs, dev, options, say=print):
     trials : list of dict
         Every trial, in the order fitted.
     """
+    if options.optimizer == "auto":
+        raise ValueError("select fits the named optimizers' grids; optimizer auto is "
+                         "snm_core.loglinear.path.choose (as train() does)")
     lams = options.lams or tuple(scale / len(position_pairs) for scale in LAM_SCALES)
     best, best_weight, trials = None, None, []
     for alpha in options.alphas:
