@@ -108,7 +108,7 @@ def figure2(orders, penalties, optimizer, work):
                     patience=None, alphas=ALPHAS_LBFGS if penalty.startswith("w") else (1.0,))
             else:
                 options = LogLinearOptions(
-                    penalty=penalty, lams=LAMS[kind],
+                    penalty=penalty, lams=LAMS[kind], optimizer="adagrad",
                     alphas=ALPHAS if penalty.startswith("w") else (1.0,), epochs=20)
             start = time.perf_counter()
             best, _ = select(model, pairs, dev_pos, options, say=lambda line: None)

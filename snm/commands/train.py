@@ -19,7 +19,8 @@ Stages, each in its own directory under ``--out`` (the table is
 
 With ``--family loglinear`` (a log-linear model with a tree-structured
 penalty, Nelakanti et al. 2013, on the same counts) the stages are vocab,
-count, loglinear (``loglinear/``: λ and α chosen on --heldout) and eval.
+count, loglinear (``loglinear/``: λ and α chosen on --heldout, by default within
+``--time_budget`` seconds, 600 unless given) and eval.
 
 A stage is skipped when its complete output (its manifest) exists and was
 made from the same inputs and settings (``stages.json``).  So a killed run
@@ -41,7 +42,7 @@ from snm_core.count.budget import DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.runlock import run_lock
-from snm_core.loglinear import penalties
+from snm_core.loglinear import path, penalties
 from snm_core.loglinear.directory import LogLinearOptions
 from snm_core.model.layouts import ngram_trie
 from snm_core.stages import manifests
@@ -86,18 +87,37 @@ def main(argv=None):
                         help="the penalty (default %(default)s); w* weight depth d by alpha^d")
     family.add_argument("--lam", type=_floats, default=None, metavar="L[,L..]",
                         help="penalty strength(s) lambda; each is fitted and the best on "
-                             "--heldout kept (default: 0.1, 0.3 and 1 over the number of "
-                             "training words and sentence ends)")
+                             "--heldout kept (default: with --optimizer auto "
+                             f"{', '.join(f'{s:g}' for s in path.LAM_SCALES)}, otherwise "
+                             "0.1, 0.3 and 1, over the number of training words and "
+                             "sentence ends)")
     family.add_argument("--alpha", type=_floats, default=None, metavar="A[,A..]",
-                        help="depth weight(s) of wl2 wl1 wt2 wtinf (default 1.4, the best of "
-                             "0.7 and 1.4 on kernel-100k: deeper suffixes penalised more)")
-    family.add_argument("--optimizer", choices=("adagrad", "fista", "pgd", "lbfgs", "apg"),
-                        default="adagrad",
-                        help="stochastic proximal gradient variant (default %(default)s), or "
-                             "to the penalised optimum, full batch: lbfgs (L-BFGS-B, for l2 l1 "
-                             "wl2 wl1; an epoch is 10 iterations) or apg (accelerated "
-                             "proximal gradient, any penalty, until its certificate is below "
-                             "--tol; an epoch is 50 iterations)")
+                        help="depth weight(s) of wl2 wl1 wt2 wtinf (depth d weighted "
+                             "alpha^d; default with --optimizer auto: "
+                             + ", ".join(f"{p} {','.join(f'{v:g}' for v in a)}"
+                                         for p, a in path.ALPHAS.items())
+                             + "; otherwise 1.4)")
+    family.add_argument("--optimizer", choices=("auto", "adagrad", "fista", "pgd", "lbfgs",
+                                                "apg"),
+                        default="auto",
+                        help="auto (default): start at the interpolated modified "
+                             "Kneser-Ney model of the counts (exactly), then accelerated "
+                             "proximal gradient along a "
+                             "warm-started lambda path, strongest first, for at most "
+                             f"{path.ITERATIONS} iterations a lambda, keeping the best "
+                             "held-out iterate and stopping when held-out perplexity turns "
+                             "up or --time_budget is spent.  Or a stochastic proximal "
+                             "gradient variant (adagrad, fista, pgd; early stopping on "
+                             "--heldout), or to the penalised optimum, full batch: lbfgs "
+                             "(L-BFGS-B, for l2 l1 wl2 wl1; an epoch is 10 iterations) or "
+                             "apg (accelerated proximal gradient, any penalty, until its "
+                             "certificate is below --tol; an epoch is 50 iterations)")
+    family.add_argument("--time_budget", type=float, default=path.DEFAULT_SECONDS,
+                        metavar="SECONDS",
+                        help="--optimizer auto: seconds for choosing lambda and alpha "
+                             "(default %(default)g; counting, loading the counts and eval "
+                             "come on top: about 40 s on full kernel, 3.3M words); the best "
+                             "weights seen when it is spent are kept")
     family.add_argument("--tol", type=float, default=LogLinearOptions.tol,
                         help="apg: stop when no pair's proximal-gradient residual exceeds this "
                              "fraction of one training occurrence (default %(default)s)")
@@ -126,13 +146,12 @@ def _floats(text):
 
 
 def _loglinear_options(args):
-    weighted = args.penalty.startswith("w")
-    alphas = args.alpha if args.alpha is not None else ((1.4,) if weighted else (1.0,))
     epochs = args.epochs if isinstance(args.epochs, int) else LogLinearOptions.epochs
-    return LogLinearOptions(penalty=args.penalty, lams=args.lam, alphas=alphas,
+    return LogLinearOptions(penalty=args.penalty, lams=args.lam, alphas=args.alpha,
                             optimizer=args.optimizer, epochs=epochs,
                             batches_per_epoch=args.batches_per_epoch, step=args.step,
-                            patience=args.patience, seed=args.seed, tol=args.tol)
+                            patience=args.patience, seed=args.seed, tol=args.tol,
+                            seconds=args.time_budget)
 
 
 def _plan(args, beam_args):

@@ -35,7 +35,7 @@ from snm_core.io import storage, tables
 from snm_core.io.arrays import padded_lists
 from snm_core.io.errors import SnmInputError
 from snm_core.io.textfile import read_lines
-from snm_core.loglinear import penalties
+from snm_core.loglinear import path, penalties
 from snm_core.loglinear.model import (
     ContextTree,
     LogLinearModel,
@@ -233,31 +233,41 @@ class LogLinearScorer(LineScoring, StateScoring):
 
 @dataclasses.dataclass
 class LogLinearOptions:
-    """How ``snm train --family loglinear`` fits (see :func:`snm_core.loglinear.optimizers.fit`).
+    """How ``snm train --family loglinear`` fits.
 
-    ``lams`` and ``alphas`` are grids: every pair is fitted and the one with
-    the lowest held-out loss kept (α only matters to the weighted penalties).
-    ``lams`` None: :data:`LAM_SCALES` over the number of training positions P
-    (λ multiplies the *mean* loss, so its best value falls like 1/P: about
-    0.4/P for t2 on both kernel-100k and kernel).
+    ``optimizer`` "auto" (the default): :func:`snm_core.loglinear.path.choose`,
+    a warm-started λ path by APG from the interpolated absolute-discount model,
+    λ (``lams``, default :data:`snm_core.loglinear.path.LAM_SCALES` over P) and
+    α (``alphas``, default :data:`snm_core.loglinear.path.ALPHAS`) chosen on
+    held-out data within ``seconds``.  Any other optimizer:
+    :func:`snm_core.loglinear.optimizers.fit` for every pair of the grids
+    ``lams`` and ``alphas`` (:func:`select`), the one with the lowest held-out
+    loss kept; ``lams`` None: :data:`LAM_SCALES` over the number of training
+    positions P (λ multiplies the *mean* loss, so its best value falls like
+    1/P), ``alphas`` None: 1.4 (1 for the unweighted penalties).
     """
 
     penalty: str = "t2"
     lams: tuple = None
-    alphas: tuple = (1.0,)
-    optimizer: str = "adagrad"
+    alphas: tuple = None
+    optimizer: str = "auto"
     epochs: int = 30
     batches_per_epoch: int = 25
     step: float = 1.0
     patience: int = 2
     seed: int = 0
     tol: float = 1e-2
+    seconds: float = path.DEFAULT_SECONDS
 
     def __post_init__(self):
         if self.penalty not in penalties.PENALTIES:
             raise SnmInputError(f"unknown penalty {self.penalty!r}; choose one of "
                                 f"{' '.join(penalties.PENALTIES)}")
-        if not self.penalty.startswith("w") and tuple(self.alphas) != (1.0,):
+        if self.alphas is None:
+            self.alphas = path.ALPHAS.get(self.penalty, (1.0,)) if self.optimizer == "auto" \
+                else ((1.4,) if self.penalty.startswith("w") else (1.0,))
+        self.alphas = tuple(self.alphas)
+        if not self.penalty.startswith("w") and self.alphas != (1.0,):
             raise SnmInputError(f"--alpha weights the depths of wl2 wl1 wt2 wtinf; penalty "
                                 f"{self.penalty} takes none")
         if any(lam < 0 for lam in self.lams or ()) or any(a < 0 for a in self.alphas):
@@ -270,6 +280,8 @@ class LogLinearOptions:
             raise SnmInputError("--epochs and --batches_per_epoch must be >= 1, --step > 0")
         if not self.tol > 0:
             raise SnmInputError("--tol (the apg optimality certificate) must be > 0")
+        if not self.seconds > 0:
+            raise SnmInputError("--time_budget must be > 0 seconds")
 
 
 def train(count_dir, heldout_path, out_dir, options, say=print):
@@ -282,8 +294,17 @@ def train(count_dir, heldout_path, out_dir, options, say=print):
     dev = (model.tree.active(history), target)
     # One entry per training position: the pair of its whole history and target (all
     # the tree gradient needs of it); P int64 values, not the (P, N) active nodes.
-    pair_of_position = np.repeat(np.arange(model.num_pairs), own.astype(np.int64))
-    best, trials = select(model, pair_of_position, dev, options, say)
+    if options.optimizer == "auto":
+        positions = max(float(own.sum()), 1.0)
+        say(f"  choosing lambda and alpha on {heldout_path} within {options.seconds:g} s "
+            f"(APG along a warm-started lambda path; --time_budget)")
+        best, trials = path.choose(
+            model, own, dev, options.penalty, alphas=options.alphas,
+            lam_scales=tuple(lam * positions for lam in options.lams) if options.lams
+            else path.LAM_SCALES, seconds=options.seconds, say=say)
+    else:
+        pair_of_position = np.repeat(np.arange(model.num_pairs), own.astype(np.int64))
+        best, trials = select(model, pair_of_position, dev, options, say)
     info = {"order": order, "config": checked.manifest["config"], "penalty": options.penalty,
             "lam": best["lam"], "alpha": best["alpha"],
             "heldout_perplexity": best["heldout_perplexity"], "trials": trials,
@@ -315,6 +336,9 @@ def select(model, position_pairs, dev, options, say=print):
     trials : list of dict
         Every trial, in the order fitted.
     """
+    if options.optimizer == "auto":
+        raise ValueError("select fits the named optimizers' grids; optimizer auto is "
+                         "snm_core.loglinear.path.choose (as train() does)")
     lams = options.lams or tuple(scale / len(position_pairs) for scale in LAM_SCALES)
     best, best_weight, trials = None, None, []
     for alpha in options.alphas:

@@ -91,9 +91,10 @@ def test_eval_reports_one_model_and_refuses_unadjusted(run, capsys):
     assert list(report) == ["loglinear"] and math.isclose(report["loglinear"]["perplexity"],
                                                           saved["loglinear"]["perplexity"])
     manifest = json.loads((run["model"] / "manifest.json").read_text())
-    assert [t["lam"] for t in manifest["trials"]] == [1e-4, 1e-5]
-    assert manifest["heldout_perplexity"] == min(t["heldout_perplexity"]
-                                                 for t in manifest["trials"])
+    start, *fits = manifest["trials"]  # the default: the Kneser-Ney start, then the path
+    assert start["start"] == "kneser-ney" and start["lam"] is None
+    assert [t["lam"] for t in fits] == pytest.approx([1e-4, 1e-5])
+    assert manifest["heldout_perplexity"] == min(t["heldout_perplexity"] for t in fits)
     assert cli.main(["eval", "--model", str(run["model"]), run["test"], "--unadjusted"]) == 2
     assert "no unadjusted form" in capsys.readouterr().err
 
