@@ -236,7 +236,7 @@ class LogLinearOptions:
     """How ``snm train --family loglinear`` fits.
 
     ``optimizer`` "auto" (the default): :func:`snm_core.loglinear.path.choose`,
-    a warm-started λ path by APG from the interpolated absolute-discount model,
+    a warm-started λ path by APG from the interpolated modified Kneser-Ney model,
     λ (``lams``, default :data:`snm_core.loglinear.path.LAM_SCALES` over P) and
     α (``alphas``, default :data:`snm_core.loglinear.path.ALPHAS`) chosen on
     held-out data within ``seconds``.  Any other optimizer:
