@@ -301,8 +301,10 @@ class Runner:
         memory.release_memory()  # what the stage left in the allocators, before the next
         seconds = round(time.perf_counter() - start, 3)
         summary = stage.describe(plan)
+        # the largest process's peak so far: a stage whose figure is above the one
+        # before it set the run's peak (what --memory must cover)
         self.state[stage.name] = {"signature": signature, "seconds": seconds,
-                                  "summary": summary}
+                                  "summary": summary, "peak_rss_mib": round(peak_rss_mib())}
         storage.write_json(self.state, self.state_path)
         self.rows.append((stage.name, "ran", seconds, summary))
         print(f"=== {number}/{total} {stage.name}: {summary} ({seconds:.1f} s) ===",
@@ -314,6 +316,11 @@ class Runner:
         for name, status, seconds, text in self.rows:
             shown = "-" if seconds is None else f"{seconds:.1f}"
             print(f"{name:<7} {status:<8} {shown:>9}  {text}")
-        peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
-        print(f"peak RSS of one process: {peak:,.0f} MiB")
+        print(f"peak RSS of one process: {peak_rss_mib():,.0f} MiB")
+
+
+def peak_rss_mib():
+    """The peak RSS of this process or of its largest finished child (Beam's
+    workers), MiB."""
+    return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024

@@ -37,6 +37,10 @@ def test_killed_run_resumes_to_the_same_model(corpus, capsys):
     out = capsys.readouterr().out
     assert "== snm train summary ==" in out
     assert (root / "whole" / "heldout_perplexity.png").stat().st_size > 1000
+    # Each stage records the run's peak RSS so far: the stage where it rises set it.
+    state = json.loads((root / "whole" / "stages.json").read_text())
+    peaks = [state[name]["peak_rss_mib"] for name in ("count", "join", "fit", "apply", "eval")]
+    assert peaks == sorted(peaks) and peaks[0] > 50
 
     # Kill a second run as soon as its count stage is complete (recorded in
     # stages.json once the count's manifest is written), i.e. during join.
