@@ -29,7 +29,7 @@ from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, set_thresholds
 from snm_core.io.partitions import partition_of
-from snm_core.model.arpa_kernels import assemble_lines, distinct_ids
+from snm_core.model.arpa_kernels import assemble_lines
 from snm_core.io.progress import Progress
 from snm_core.model.backoff import (
     MIN_MEMORY,
@@ -41,9 +41,10 @@ from snm_core.model.backoff import (
     plain_extractor,
     run_locally,
 )
+from snm_core.model.backoff_kernels import group_rows
 from snm_core.stages.validation import validate_directory
 from snm_core.text.config import parse_config
-from snm_core.text.hashing import link_key
+from snm_core.text.hashing import fmix64_steps, link_key
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 
 ARPA_MARKERS = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
@@ -258,7 +259,8 @@ def format_lines(vocab_text, words, log_prob, backoff):
     backoff_ids, text, text_start = np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(1)
     if backoff is not None:  # by bits, so that -0 and 0 stay apart
         bits = np.ascontiguousarray(backoff, np.float32).view(np.uint32)
-        backoff_ids, first = distinct_ids(bits)
+        # grouped by a hash table (the bits mixed: a bijection), not np.unique's sort
+        backoff_ids, first = group_rows(fmix64_steps(bits.astype(np.uint64)))
         text_start, text = string_buffers(pc.cast(pa.array(bits[first].view(np.float32)),
                                                   pa.string()))
         size += int(np.diff(text_start)[backoff_ids].sum()) + len(words)

@@ -3,7 +3,6 @@ formatted.  pyarrow's element-wise string joins took ~0.7 us a 5-gram line, more
 half of an export's time; this loop takes ~0.17 us."""
 
 import numba
-import numpy as np
 
 TAB, SPACE, NEWLINE = 9, 32, 10
 
@@ -43,32 +42,3 @@ def assemble_lines(words, vocab, vocab_start, prob, prob_start, backoff_ids, bac
             pos += 1
     return pos
 
-
-@numba.njit(nogil=True, cache=True)
-def distinct_ids(bits):
-    """``(id of each row, first row of each id)`` for uint32 values, ids numbered in the
-    order of their first rows: what ``np.unique(return_inverse=True)`` gives, by a hash
-    table rather than a sort (a section's back-offs are mostly repeats of a few)."""
-    table_bits = 4
-    while (1 << table_bits) < 2 * len(bits):
-        table_bits += 1
-    shift = np.uint64(64 - table_bits)
-    table = np.full(1 << table_bits, -1, np.int64)
-    ids = np.empty(len(bits), np.int64)
-    first = np.empty(len(bits), np.int64)
-    count = 0
-    for i in range(len(bits)):
-        slot = (np.uint64(bits[i]) * np.uint64(0x9E3779B97F4A7C15)) >> shift
-        while True:
-            d = table[slot]
-            if d < 0:
-                table[slot] = count
-                first[count] = i
-                ids[i] = count
-                count += 1
-                break
-            if bits[first[d]] == bits[i]:
-                ids[i] = d
-                break
-            slot = (slot + np.uint64(1)) & np.uint64((1 << table_bits) - 1)
-    return ids, first[:count]
