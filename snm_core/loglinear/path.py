@@ -190,9 +190,8 @@ def choose(model, own, dev, penalty, alphas=None, lam_scales=LAM_SCALES,
                 check(result.iterations, result.weight)
             # the next λ starts from the best held-out weights of this path so far, the
             # start's included, not from this fit's last iterate: the fits stop far short
-            # of their optima, and the last iterate has drifted (full kernel, wt2: λP 0.4
-            # from the Kneser-Ney start dev 72.49 after 25 iterations, from λP 0.8's last
-            # iterate 72.89 after 50)
+            # of their optima, and the last iterate has drifted (benchmarks/README.md,
+            # "Defaults")
             if trial["heldout_perplexity"] < path_best:
                 path_best, weight = trial["heldout_perplexity"], kept["weight"]
             trial.update(iterations=result.iterations, certificate=result.certificate,

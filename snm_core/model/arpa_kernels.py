@@ -41,4 +41,3 @@ def assemble_lines(words, vocab, vocab_start, prob, prob_start, backoff_ids, bac
             out[pos] = NEWLINE
             pos += 1
     return pos
-
