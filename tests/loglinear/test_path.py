@@ -1,7 +1,7 @@
-"""The defaults of the log-linear family (snm_core.loglinear.path): the discounted start,
+"""The defaults of the log-linear family (snm_core.loglinear.path): the Kneser-Ney start,
 the warm-started λ path, the time budget.
 
-Oracles: the interpolated absolute-discount model recomputed here from n-gram
+Oracles: interpolated modified Kneser-Ney recomputed here from n-gram
 counts in dictionaries (not the pair arrays the code uses); λ chosen by the path
 against λs fitted separately, each from W = 0 to a tight certificate.
 """
