@@ -316,9 +316,12 @@ def stages(args):
             "--heldout", paths["dev"], "--test", paths["test"], "--out", snm_run,
             "--memory", memory, *MODE), [snm_run])
         links = read_json(os.path.join(snm_run, "model", "manifest.json"))["totals"]["links"]
+        only = set(args.only.split(","))
         stages_json = read_json(os.path.join(snm_run, "stages.json"))
         train.update(links=links, stage_seconds={k: v["seconds"] for k, v in
                                                  stages_json.items()},
+                     stage_peak_rss_mib={k: v.get("peak_rss_mib") for k, v in
+                                         stages_json.items()},
                      test_perplexity=read_json(os.path.join(snm_run, "eval.json"))
                      ["adjusted"]["perplexity"])
         model_out = os.path.join(snm_run, "model")
@@ -326,22 +329,26 @@ def stages(args):
             for name in ("count", "join"):
                 shutil.rmtree(os.path.join(snm_run, name), ignore_errors=True)
         pruned = os.path.join(run, "pruned")
-        step("snm", "prune", snm("prune", "--model", model_out, "--out", pruned,
-                                 "--target_links", str(links // 10), "--memory", memory, *MODE),
-             [pruned], target_links=links // 10)
+        if "prune" in only:
+            step("snm", "prune", snm("prune", "--model", model_out, "--out", pruned,
+                                     "--target_links", str(links // 10), "--memory", memory,
+                                     *MODE), [pruned], target_links=links // 10)
         arpa, arpa_scratch = os.path.join(run, "snm.arpa"), os.path.join(run, "arpa-scratch")
-        os.makedirs(arpa_scratch)
-        step("snm", "export-arpa", snm("export-arpa", "--model", model_out, "--out", arpa,
-                                       "--memory", memory, "--scratch", arpa_scratch),
-             [arpa, arpa_scratch])  # its joins' scratch counted with its output
-        step("snm", "compact", snm("compact", "--model", model_out, "--layout", "trie",
-                                   "--memory", memory), [os.path.join(model_out, "compact")])
-        ev = step("snm", "eval", snm("eval", "--model", model_out, paths["test"], "--json"),
-                  [])
-        with open(os.path.join(run, "snm-eval.log"), encoding="utf-8") as f:
-            ev["test_perplexity"] = json.loads(f.read().strip().splitlines()[-1])[
-                "adjusted"]["perplexity"]
-        if args.check_arpa:
+        if "export-arpa" in only:
+            os.makedirs(arpa_scratch)
+            step("snm", "export-arpa", snm("export-arpa", "--model", model_out, "--out", arpa,
+                                           "--memory", memory, "--scratch", arpa_scratch),
+                 [arpa, arpa_scratch])  # its joins' scratch counted with its output
+        if "compact" in only:
+            step("snm", "compact", snm("compact", "--model", model_out, "--layout", "trie",
+                                       "--memory", memory), [os.path.join(model_out, "compact")])
+        if "eval" in only:
+            ev = step("snm", "eval", snm("eval", "--model", model_out, paths["test"], "--json"),
+                      [])
+            with open(os.path.join(run, "snm-eval.log"), encoding="utf-8") as f:
+                ev["test_perplexity"] = json.loads(f.read().strip().splitlines()[-1])[
+                    "adjusted"]["perplexity"]
+        if args.check_arpa and {"export-arpa", "eval"} <= only:
             import kenlm
             lm = kenlm.Model(arpa)
             logprob, n = 0.0, 0
@@ -359,6 +366,9 @@ def stages(args):
                 shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else (
                     os.remove(path) if os.path.exists(path) else None)
 
+        if "lmplz" not in only:
+            finish(args, run, rows, text_bytes, None)
+            continue
         kenlm_arpa, tmp = os.path.join(run, "kn5.arpa"), os.path.join(run, "lmplz-tmp")
         os.makedirs(tmp)
         lmplz = step("kenlm", "lmplz", ["bash", "-c", " ".join(
@@ -377,17 +387,20 @@ def stages(args):
             for line in f:
                 if line.startswith("Perplexity including OOVs:"):
                     query["test_perplexity"] = float(line.split()[-1])
-        if not args.keep:
-            shutil.rmtree(run)
-        by = {(r["toolkit"], r["stage"]): r for r in rows}
-        for row in rows:
-            row["text_bytes"] = text_bytes
-        by[("snm", "train")]["vs_lmplz"] = round(train["seconds"] / lmplz["seconds"], 3)
-        by[("snm", "export-arpa")]["vs_lmplz"] = round(
-            by[("snm", "export-arpa")]["seconds"] / lmplz["seconds"], 3)
-        print_table(rows, ["corpus", "toolkit", "stage", "seconds", "peak_rss_mib",
-                           "peak_disk_bytes", "vs_lmplz", "test_perplexity"])
-        record("scale", rows)
+        finish(args, run, rows, text_bytes, lmplz)
+
+
+def finish(args, run, rows, text_bytes, lmplz):
+    """One corpus's rows: the ratios to lmplz's seconds, the table, results.jsonl."""
+    if not args.keep:
+        shutil.rmtree(run)
+    for row in rows:
+        row["text_bytes"] = text_bytes
+        if lmplz and row["toolkit"] == "snm" and row["stage"] in ("train", "export-arpa"):
+            row["vs_lmplz"] = round(row["seconds"] / lmplz["seconds"], 3)
+    print_table(rows, ["corpus", "toolkit", "stage", "seconds", "peak_rss_mib",
+                       "peak_disk_bytes", "vs_lmplz", "test_perplexity"])
+    record("scale", rows)
 
 
 def report(args):
@@ -469,6 +482,10 @@ def main(argv=None):
                         help="stages: keep every output (default: each deleted once read)")
     parser.add_argument("--check_arpa", action="store_true",
                         help="stages: score the test text with the kenlm module on the export")
+    parser.add_argument("--only", default="train,prune,export-arpa,compact,eval,lmplz",
+                        help="stages: the steps to run (default all: %(default)s; train "
+                             "always runs, build_binary and query with lmplz); e.g. "
+                             "train,lmplz for train's time ratio alone")
     args = parser.parse_args(argv)
     for step in args.steps:
         print(f"=== {step} ===", flush=True)
