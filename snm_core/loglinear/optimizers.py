@@ -165,11 +165,10 @@ def fit(model, active, target, penalty="t2", lam=1e-4, alpha=1.0, epochs=5, batc
     at_optimum = optimizer == "apg"  # held-out only logged: no early stop, no best kept
     log = _EpochLog(model, dev, None if at_optimum else patience, callback,
                     keep_best=not at_optimum)
-    if optimizer == "lbfgs":
+    if optimizer in ("lbfgs", "apg"):  # full batch: the own counts hold the whole objective
         own = np.bincount(position_pair, minlength=model.num_pairs).astype(np.float64)
-        return _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log)
-    if optimizer == "apg":
-        own = np.bincount(position_pair, minlength=model.num_pairs).astype(np.float64)
+        if optimizer == "lbfgs":
+            return _fit_lbfgs(model, own, penalty, lam, alpha, epochs, log)
         return _fit_apg(model, own, penalty, lam, alpha, epochs, step, tol, log)
 
     def batch_loss_grad(rows, weight):
