@@ -28,6 +28,24 @@ def corpus(*parts):
     return path
 
 
+def tokenized_corpus(name, files):
+    """``(vocabulary, [sentences of each file])`` of a corpus in ../shared/corpora, tokenized
+    with its vocab.txt (``.gz`` files read compressed)."""
+    import gzip
+
+    from snm_core.text.tokenize import tokenize
+    from snm_core.text.vocab import Vocabulary
+
+    vocab = Vocabulary.load(corpus(name, "vocab.txt"))
+
+    def read(file):
+        opener = gzip.open if file.endswith(".gz") else open
+        with opener(corpus(name, file), "rt", encoding="utf-8") as f:
+            return tokenize(f.read().splitlines(), vocab)[0]
+
+    return vocab, [read(file) for file in files]
+
+
 def arpa_ngrams(path):
     """Total n-gram count from an ARPA file's \\data\\ header."""
     total = 0

@@ -47,9 +47,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (WORK, corpus, print_table, record,  # noqa: E402
+                               run_measured, tokenized_corpus)
 
 ORDERS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 12)
+#: The kernel-100k files every mode reads (vocab.txt beside them).
+SPLITS = ("train.txt", "dev.txt", "test.txt")
 #: ../shared/benchmarks/reference.md, "kernel-100k": lmplz -o N --discount_fallback.
 KN = {2: 115.44, 3: 100.06, 4: 98.03, 5: 97.53, 6: 97.49, 7: 97.50, 8: 97.51, 9: 97.52,
       10: 97.40, 12: 97.39}
@@ -83,16 +86,8 @@ def figure2(orders, penalties, optimizer, work):
 
     from snm_core.loglinear.directory import LogLinearOptions, select
     from snm_core.loglinear.model import deepest_nodes, positions, prepare
-    from snm_core.text.tokenize import tokenize
-    from snm_core.text.vocab import Vocabulary
 
-    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
-
-    def read(name):
-        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
-            return tokenize(f.read().splitlines(), vocab)[0]
-
-    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    vocab, (train, dev, test) = tokenized_corpus("kernel-100k", SPLITS)
     rows = []
     for order in orders:
         model, active, target = prepare(train, order, len(vocab))
@@ -144,24 +139,15 @@ def optimum(orders, penalties, tol, max_iterations, work, lams=None, alphas=None
     import numpy as np
 
     from snm_core.loglinear import apg
-    from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.loglinear.model import own_counts, positions, prepare
     from snm_core.loglinear.optimizers import fit
-    from snm_core.text.tokenize import tokenize
-    from snm_core.text.vocab import Vocabulary
 
-    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
-
-    def read(name):
-        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
-            return tokenize(f.read().splitlines(), vocab)[0]
-
-    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    vocab, (train, dev, test) = tokenized_corpus("kernel-100k", SPLITS)
     rows = []
     progress_path = os.path.join(work, "optimum-progress.jsonl")
     for order in orders:
         model, active, target = prepare(train, order, len(vocab))
-        own = np.bincount(model.pair_of(deepest_nodes(active), target),
-                          minlength=model.num_pairs).astype(np.float64)
+        own = own_counts(model, active, target)
         dev_pos, test_pos = positions(model, dev, order), positions(model, test, order)
         began = time.perf_counter()
         fit(model, active, target, START[0], lam=START[1], alpha=START[2], epochs=100,
@@ -207,24 +193,13 @@ def long_fit(order, penalty, alpha, lams, max_iterations, work):
     """One lambda path from the wl2 start (as ``optimum``), the last lambda run for
     ``max_iterations`` with dev and test perplexity every 250 iterations: how far the
     600-iteration rows of ``optimum`` are from where APG goes."""
-    import numpy as np
-
     from snm_core.loglinear import apg
-    from snm_core.loglinear.model import deepest_nodes, positions, prepare
+    from snm_core.loglinear.model import own_counts, positions, prepare
     from snm_core.loglinear.optimizers import fit
-    from snm_core.text.tokenize import tokenize
-    from snm_core.text.vocab import Vocabulary
 
-    vocab = Vocabulary.load(corpus("kernel-100k", "vocab.txt"))
-
-    def read(name):
-        with open(corpus("kernel-100k", name), encoding="utf-8") as f:
-            return tokenize(f.read().splitlines(), vocab)[0]
-
-    train, dev, test = read("train.txt"), read("dev.txt"), read("test.txt")
+    vocab, (train, dev, test) = tokenized_corpus("kernel-100k", SPLITS)
     model, active, target = prepare(train, order, len(vocab))
-    own = np.bincount(model.pair_of(deepest_nodes(active), target),
-                      minlength=model.num_pairs).astype(np.float64)
+    own = own_counts(model, active, target)
     dev_pos, test_pos = positions(model, dev, order), positions(model, test, order)
     fit(model, active, target, START[0], lam=START[1], alpha=START[2], epochs=100,
         optimizer="lbfgs")

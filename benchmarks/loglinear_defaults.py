@@ -23,7 +23,6 @@ Both print a table and append to benchmarks/results.jsonl.
 """
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -31,7 +30,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (WORK, corpus, print_table, record,  # noqa: E402
+                               run_measured, tokenized_corpus)
 
 
 def defaults(name, penalty, config, time_budget, work):
@@ -70,27 +70,16 @@ def defaults(name, penalty, config, time_budget, work):
 
 def sweep(name, order, penalty, alpha, scales, max_iterations, every):
     """Each lambda from the Kneser-Ney start, dev and test every ``every`` iterations."""
-    import numpy as np
-
     from snm_core.loglinear import apg, path
-    from snm_core.loglinear.model import deepest_nodes, positions, prepare
-    from snm_core.text.tokenize import tokenize
-    from snm_core.text.vocab import Vocabulary
-
-    vocab = Vocabulary.load(corpus(name, "vocab.txt"))
-
-    def read(file):
-        opener = gzip.open if file.endswith(".gz") else open
-        with opener(corpus(name, file), "rt", encoding="utf-8") as f:
-            return tokenize(f.read().splitlines(), vocab)[0]
+    from snm_core.loglinear.model import own_counts, positions, prepare
 
     began = time.perf_counter()
-    train = read("train.txt.gz" if name == "kernel" else "train.txt")
+    vocab, (train, dev, test) = tokenized_corpus(
+        name, ("train.txt.gz" if name == "kernel" else "train.txt", "dev.txt", "test.txt"))
     model, active, target = prepare(train, order, len(vocab))
-    own = np.bincount(model.pair_of(deepest_nodes(active), target),
-                      minlength=model.num_pairs).astype(np.float64)
+    own = own_counts(model, active, target)
     del active, target, train
-    dev, test = positions(model, read("dev.txt"), order), positions(model, read("test.txt"), order)
+    dev, test = positions(model, dev, order), positions(model, test, order)
     start = path.kneser_ney_start(model, own)
     model.weight = start
     print(f"{name} order {order}: {model.num_pairs:,} pairs, loaded in "
