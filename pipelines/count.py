@@ -50,10 +50,6 @@ from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
-#: Links a worker holds before it emits them (about 45 bytes a pending link):
-#: about one 512 KiB batch of 5-gram links.  Holding more saves little, since
-#: sums across batches are left to the merge.
-DEFAULT_FLUSH_LINKS = 250_000
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
               "marker_tokens", "events", "feature_occurrences")
 
@@ -414,7 +410,7 @@ class CountOptions:
     min_count: Optional[int] = None
     add_to: Optional[str] = None
     num_buckets: Optional[int] = None  # None: from the memory budget (plan_memory)
-    flush_links: int = DEFAULT_FLUSH_LINKS
+    flush_links: Optional[int] = None  # None: from the buckets (plan_memory)
     shuffle: str = "files"
     scratch: Optional[str] = None
     reference: bool = False
@@ -426,7 +422,7 @@ class CountOptions:
         running.absolute_paths(self, "out", "vocab", "add_to", "scratch")
         if self.num_buckets is not None and not 1 <= self.num_buckets <= 65536:
             raise SnmInputError("--num_buckets must be between 1 and 65536")
-        if self.flush_links < 1:
+        if self.flush_links is not None and self.flush_links < 1:
             raise SnmInputError("--flush_links must be at least 1")
         MemoryBudget.parse(self.memory)
         if self.min_count is not None and self.min_count < 1:
@@ -460,10 +456,11 @@ def run(args, beam_args=()):
         args = dataclasses.replace(args, num_buckets=previous.num_buckets)
     files = training_sources.expand_sources(sources, tags)
     training_sources.check_has_words(files)
-    args = dataclasses.replace(args, num_buckets=plan_memory(
+    plan = plan_memory(
         MemoryBudget.parse(args.memory), running.workers_per_process(beam_args),
         training_sources.estimate_words(files), FeatureExtractor(config).occurrences_per_event,
-        args.flush_links, args.num_buckets, fixed_buckets=bool(args.add_to)))
+        args.flush_links, args.num_buckets, fixed_buckets=bool(args.add_to))
+    args = dataclasses.replace(args, num_buckets=plan.num_buckets, flush_links=plan.flush_links)
     if not args.add_to:
         vocab = load_vocabulary(args, beam_args, sources)
 

@@ -3,7 +3,7 @@
 from pipelines import count as stage
 from pipelines.shuffle import MODES
 from snm.commands import arguments
-from snm_core.count.budget import DEFAULT_NUM_BUCKETS
+from snm_core.count.budget import DEFAULT_NUM_BUCKETS, FLUSH_LINKS_PER_BUCKET, MIN_FLUSH_LINKS
 
 
 def main(argv=None):
@@ -26,8 +26,10 @@ def main(argv=None):
                              "(default: what the memory budget needs, at least "
                              f"{DEFAULT_NUM_BUCKETS})")
     arguments.memory_argument(parser)
-    parser.add_argument("--flush_links", type=int, default=stage.DEFAULT_FLUSH_LINKS,
-                        help="links a worker holds before emitting them (default %(default)s)")
+    parser.add_argument("--flush_links", type=int,
+                        help="links a worker holds before emitting them (default: "
+                             f"{FLUSH_LINKS_PER_BUCKET} a bucket, at least {MIN_FLUSH_LINKS:,}, "
+                             "within a sixteenth of the memory budget)")
     parser.add_argument("--shuffle", choices=MODES, default="files",
                         help="how partial counts reach their bucket: 'files' (scratch "
                              "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")

@@ -8,16 +8,29 @@ first two are fixed; :func:`plan_memory` checks them against the budget and size
 buckets from the rest.
 """
 
+import dataclasses
+
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, format_bytes, round_up
 
 #: Key ranges: a bucket's merge holds ~100 bytes per partial link it sums, so
 #: more buckets mean less memory a worker, for a little more time (one shuffle
-#: element per bucket pair for the continuation counts).  The memory budget
-#: raises it with the corpus (:func:`plan_memory`); never fewer than this.
+#: element per bucket pair for the continuation counts).  The corpus and the
+#: memory budget raise it (:func:`plan_memory`); never fewer than this.
 DEFAULT_NUM_BUCKETS = 64
+#: Feature occurrences of the corpus a bucket gets at most: its merge then holds about
+#: the same whatever the corpus (~800 MB a worker) and its sorts stay small (a sort's
+#: cost per row grows with the rows: cache and TLB misses).  64 buckets up to ~100M
+#: words of 5-gram text.
+BUCKET_OCCURRENCES = 8_000_000
 #: Feature occurrences of one type extracted at once (an upper bound: events x windows).
 MAX_OCCURRENCES_PER_CHUNK = 2_000_000
+#: The default ``--flush_links``: about one 512 KiB batch of 5-gram links, and more with
+#: more buckets, so that a flush's part for one bucket stays a few thousand rows (every
+#: part is a write and a shuffle element); capped to bound the buffer.
+MIN_FLUSH_LINKS = 250_000
+FLUSH_LINKS_PER_BUCKET = 4096
+MAX_FLUSH_LINKS = 4_000_000
 #: What a worker holds, in bytes: a pending link of its flush buffer, a feature
 #: occurrence of the chunk it extracts (its keys, sort and partial arrays), a partial
 #: link of the bucket it merges.
@@ -26,26 +39,45 @@ OCCURRENCE_BYTES = 35
 MERGE_PARTIAL_BYTES = 100
 
 
-def plan_memory(budget, workers, words, occurrences_per_event, flush_links, num_buckets=None,
-                fixed_buckets=False):
-    """The count's buckets within the memory budget, checked before any work.
+@dataclasses.dataclass(frozen=True)
+class CountPlan:
+    """The count's sizes: key-range buckets, and the links a worker holds before a flush."""
+
+    num_buckets: int
+    flush_links: int
+
+
+def default_flush_links(num_buckets):
+    return min(max(MIN_FLUSH_LINKS, FLUSH_LINKS_PER_BUCKET * num_buckets), MAX_FLUSH_LINKS)
+
+
+def plan_memory(budget, workers, words, occurrences_per_event, flush_links=None,
+                num_buckets=None, fixed_buckets=False):
+    """The count's buckets and flush size within the memory budget, checked before any work.
 
     A process holds, per worker: a chunk's feature occurrences being extracted, its flush
     buffer, and the bucket it merges.  The first two are fixed; a bucket's merge holds
     its partial links, at most the corpus's feature occurrences (``words`` x
-    ``occurrences_per_event``) over the buckets.  Returns the number of buckets: the given
-    one (checked), else the fewest that fit, and never fewer than
-    :data:`DEFAULT_NUM_BUCKETS` (``fixed_buckets``: an ``--add_to``'s, checked only).
+    ``occurrences_per_event``) over the buckets.  The buckets: the given ones (checked;
+    ``fixed_buckets``: an ``--add_to``'s), else enough that a bucket gets at most
+    :data:`BUCKET_OCCURRENCES` and its merge fits, never fewer than
+    :data:`DEFAULT_NUM_BUCKETS`.  ``flush_links`` None: :func:`default_flush_links`.
     """
+    occurrences = words * occurrences_per_event
+    merging = workers * occurrences * MERGE_PARTIAL_BYTES
+    buckets = num_buckets or int(min(max(DEFAULT_NUM_BUCKETS,
+                                         -(-occurrences // BUCKET_OCCURRENCES)), 65536))
+    # The default flush buffers take at most a sixteenth of the budget.
+    flush = flush_links or max(1, min(default_flush_links(buckets), budget.working() // (
+        16 * workers * PENDING_LINK_BYTES)))
     fixed = {"the process": PROCESS_BYTES,
              "extraction": workers * MAX_OCCURRENCES_PER_CHUNK * OCCURRENCE_BYTES,
-             "flush buffers": workers * flush_links * PENDING_LINK_BYTES}
+             "flush buffers": workers * flush * PENDING_LINK_BYTES}
     budget.require("count", fixed)
-    merging = workers * words * occurrences_per_event * MERGE_PARTIAL_BYTES
     need = max(1, -(-merging // max(budget.left(fixed), 1)))
     if num_buckets is None:
-        return int(min(max(DEFAULT_NUM_BUCKETS, need), 65536))
-    if num_buckets < need:
+        buckets = int(min(max(buckets, need), 65536))
+    if num_buckets is not None and num_buckets < need:
         advice = "re-count from scratch or give --memory" if fixed_buckets else \
             f"give --num_buckets {need} (or leave it out) or --memory"
         raise SnmInputError(
@@ -53,4 +85,4 @@ def plan_memory(budget, workers, words, occurrences_per_event, flush_links, num_
             f"at once (about {words:,} words of text x {occurrences_per_event} feature "
             f"occurrences a word, {workers} worker(s)), over the budget {budget}; {advice} "
             f"{round_up(sum(fixed.values()) + merging // num_buckets)}")
-    return num_buckets
+    return CountPlan(buckets, flush)

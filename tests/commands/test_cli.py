@@ -186,12 +186,18 @@ def test_the_count_s_buckets_grow_with_the_text_within_the_budget():
     from snm_core.count.budget import DEFAULT_NUM_BUCKETS, plan_memory
     from snm_core.io.errors import SnmInputError
     from snm_core.io.memory import MemoryBudget
-    small, big = MemoryBudget.parse("1G"), MemoryBudget.parse("8G")
-    assert plan_memory(big, 2, 3_300_000, 5, 250_000) == DEFAULT_NUM_BUCKETS
-    buckets = plan_memory(big, 2, 2_000_000_000, 5, 250_000)
-    assert buckets > DEFAULT_NUM_BUCKETS
-    merging = 2 * 2_000_000_000 * 5 * 100 // buckets
+    small, big, huge = (MemoryBudget.parse(size) for size in ("1G", "8G", "200G"))
+    assert plan_memory(big, 2, 3_300_000, 5).num_buckets == DEFAULT_NUM_BUCKETS
+    plan = plan_memory(big, 2, 2_000_000_000, 5, 250_000)
+    assert plan.num_buckets > DEFAULT_NUM_BUCKETS and plan.flush_links == 250_000
+    merging = 2 * 2_000_000_000 * 5 * 100 // plan.num_buckets
     assert merging <= big.bytes - 200 * 2 ** 20 - 2 * 70_000_000 - 2 * 250_000 * 45
-    assert plan_memory(small, 2, 2_000_000_000, 5, 250_000) > buckets
+    assert plan_memory(small, 2, 2_000_000_000, 5).num_buckets > plan.num_buckets
     with pytest.raises(SnmInputError, match="give --num_buckets"):
         plan_memory(small, 2, 500_000_000, 5, 250_000, num_buckets=64)
+    # However large the budget, a bucket's merge stays the same size as the text grows
+    # (a flat peak), and each flush sends a few thousand links a bucket.
+    for words in (500_000_000, 1_000_000_000, 2_000_000_000):
+        plan = plan_memory(huge, 2, words, 5)
+        assert 7_000_000 <= words * 5 / plan.num_buckets <= 8_000_000
+        assert 2_000 <= plan.flush_links / plan.num_buckets <= 8_000
