@@ -98,9 +98,14 @@ class ExtractLinkPartials(beam.DoFn):
         self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
                               // self.extractor.max_windows_per_type)
         self.progress = running.worker_progress("count: text read", "line")
+        # Type ids (tag-major) of the features with no context words: their links are
+        # summed over the shard (counting.ShardSums).
+        self.context_free = np.array([t.num_words == 0 for t in self.extractor.feature_types]
+                                     * len(self.extractor.tags))
 
     def process(self, shard):
         links, features, pending = [], [], 0
+        shard_sums = counting.ShardSums(len(self.vocab))
         stats = {"shards": [shard.name]}
         for batch in self.reader.batches(shard):
             self.progress.update(len(batch.lines))
@@ -113,6 +118,10 @@ class ExtractLinkPartials(beam.DoFn):
                     batch_links, batch_features = counting.batch_partials(events)
                     losscheck.add_totals(batch_stats,
                                          {"feature_occurrences": events.num_pairs})
+                    if len(batch_features["feature"]) == 1 and \
+                            self.context_free[batch_features["type"][0]]:
+                        shard_sums.add(batch_links, batch_features)
+                        continue
                     links.append(batch_links)
                     features.append(batch_features)
                     pending += len(batch_links["feature"])
@@ -123,7 +132,8 @@ class ExtractLinkPartials(beam.DoFn):
             for name, value in batch_stats.items():
                 self.counters[name].inc(value)
             losscheck.add_totals(stats, batch_stats)
-        yield from self._send(links, features)
+        summed_links, summed_features = shard_sums.partials()
+        yield from self._send(links + summed_links, features + summed_features)
         yield 0, ("stats", stats)
         running.release_memory()
 

@@ -83,6 +83,40 @@ def batch_partials(events):
     return links, features
 
 
+class ShardSums:
+    """The links of one-key features summed over a whole shard, not sent batch by batch.
+
+    A feature with no context words (the empty context: one key per tag) is followed by
+    every word, so each batch's partial holds a row for nearly every distinct word, and
+    all of them go to the one bucket of that key: sent per batch, that bucket's merge
+    grows as batches x words, with the corpus.  Summed here in a dense array over the
+    vocabulary, a shard sends one row per word.
+    """
+
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+        self.sums = {}  # feature key -> (features partial of one row, counts by word)
+
+    def add(self, links, features):
+        """Sum a batch partial of one feature (``features`` has one row) into the shard's."""
+        key = int(features["feature"][0])
+        if key not in self.sums:
+            self.sums[key] = (features, np.zeros(self.vocab_size, np.int64))
+        self.sums[key][1][links["word"]] += links["count"]  # words are distinct in a partial
+
+    def partials(self):
+        """The sums as ``(links partials, features partials)``, one pair per key, sorted as
+        :func:`batch_partials` sorts; the sums start again."""
+        links, features = [], []
+        for key, (feature_row, counts) in sorted(self.sums.items()):
+            words = np.flatnonzero(counts)
+            links.append({"feature": np.full(len(words), key, np.uint64),
+                          "word": words.astype(np.int32), "count": counts[words]})
+            features.append(feature_row)
+        self.sums = {}
+        return links, features
+
+
 def concat_partials(parts):
     """Concatenate partial dicts column by column (None for an empty list; one part
     is returned as a new dict of the same arrays, not copied)."""
