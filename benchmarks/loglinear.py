@@ -371,7 +371,8 @@ def main(argv=None):
                         help="optimum: most APG iterations a fit")
     parser.add_argument("--replot", action="store_true",
                         help="optimum: only redraw its plot from every optimum row in "
-                             "benchmarks/results.jsonl (the orders run one at a time)")
+                             "benchmarks/results.jsonl (the orders run one at a time), with "
+                             "the separable penalties' figure2 --optimizer lbfgs rows and SNM")
     parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
     parser.add_argument("--penalties", default=",".join(PENALTIES))
     parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
