@@ -238,19 +238,25 @@ def plot_optimum(rows, path):
     chosen = {}  # dev's choice per order and penalty, over all the runs given
     for r in rows:
         key = (r["order"], r["penalty"])
-        if key not in chosen or r["dev_ppl"] < chosen[key]["dev_ppl"]:
+        if r["penalty"] == "snm":  # no dev figure: the latest run of that order
+            chosen[key] = r
+        elif key not in chosen or r["dev_ppl"] < chosen[key]["dev_ppl"]:
             chosen[key] = r
     for name in PENALTIES:
         best = sorted((order, r["test_ppl"]) for (order, p), r in chosen.items() if p == name)
         if best:
             axis = bx if name.startswith("w") else ax
             axis.plot(*zip(*best), "o-", label=name, markersize=4)
+    snm_points = sorted((order, r["test_ppl"]) for (order, p), r in chosen.items()
+                        if p == "snm")
     for axis, title in ((ax, "(a) unweighted"), (bx, "(b) weighted")):
         kn = sorted((o, p) for o, p in KN.items() if any(r["order"] == o for r in rows))
         axis.plot(*zip(*kn), "k--", label="KN (lmplz)")
+        if snm_points:
+            axis.plot(*zip(*snm_points), "k:", label="SNM")
         axis.set_xlabel("order")
         axis.set_ylabel("test perplexity")
-        axis.set_title(f"kernel-100k at the penalised optimum (APG): {title}")
+        axis.set_title(f"kernel-100k at the penalised optimum: {title}")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     fig.tight_layout()
@@ -365,7 +371,8 @@ def main(argv=None):
                         help="optimum: most APG iterations a fit")
     parser.add_argument("--replot", action="store_true",
                         help="optimum: only redraw its plot from every optimum row in "
-                             "benchmarks/results.jsonl (the orders run one at a time)")
+                             "benchmarks/results.jsonl (the orders run one at a time), with "
+                             "the separable penalties' figure2 --optimizer lbfgs rows and SNM")
     parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
     parser.add_argument("--penalties", default=",".join(PENALTIES))
     parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
@@ -396,7 +403,12 @@ def main(argv=None):
     elif args.what == "optimum" and args.replot:
         from benchmarks.common import RESULTS
         with open(RESULTS, encoding="utf-8") as f:
-            rows = [row for row in map(json.loads, f) if row["benchmark"] == "loglinear-optimum"]
+            # the tree penalties by APG, the separable ones at their L-BFGS-B optimum
+            # (figure2 --optimizer lbfgs), SNM by order (figure2's AdaGrad runs)
+            rows = [row for row in map(json.loads, f)
+                    if row["benchmark"] == "loglinear-optimum"
+                    or (row["benchmark"] == "loglinear-figure2"
+                        and (row.get("optimizer") == "lbfgs" or row["penalty"] == "snm"))]
         plot_optimum(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                         "loglinear_optimum_kernel100k.png"))
     elif args.what == "optimum":
