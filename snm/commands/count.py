@@ -3,7 +3,8 @@
 from pipelines import count as stage
 from pipelines.shuffle import MODES
 from snm.commands import arguments
-from snm_core.count.budget import DEFAULT_NUM_BUCKETS, FLUSH_LINKS_PER_BUCKET, MIN_FLUSH_LINKS
+from snm_core.count.budget import (BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS,
+                                   FLUSH_LINKS_PER_BUCKET, MIN_FLUSH_LINKS)
 
 
 def main(argv=None):
@@ -23,7 +24,8 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output directory (a count/ directory)")
     parser.add_argument("--num_buckets", type=int,
                         help="key-range buckets = output files = shuffle parallelism "
-                             "(default: what the memory budget needs, at least "
+                             f"(default: one per {BUCKET_OCCURRENCES:,} feature occurrences of "
+                             "the text, more if the memory budget needs them, at least "
                              f"{DEFAULT_NUM_BUCKETS})")
     arguments.memory_argument(parser)
     parser.add_argument("--flush_links", type=int,

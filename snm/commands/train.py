@@ -38,7 +38,7 @@ from pipelines.count import vocab_file
 from snm import chain
 from snm.commands import arguments
 from snm.commands.fit import add_fit_args, options_from
-from snm_core.count.budget import DEFAULT_NUM_BUCKETS
+from snm_core.count.budget import BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.runlock import run_lock
@@ -70,8 +70,10 @@ def main(argv=None):
                         help="keep the sources' tags in the features (corpus-tagged SNM); "
                              "without it the sources are pooled")
     parser.add_argument("--num_buckets", type=int,
-                        help="the count's key-range buckets (default: what the memory budget "
-                             f"needs, at least {DEFAULT_NUM_BUCKETS})")
+                        help="the count's key-range buckets "
+                             f"(default: one per {BUCKET_OCCURRENCES:,} feature occurrences of "
+                             "the text, more if the memory budget needs them, at least "
+                             f"{DEFAULT_NUM_BUCKETS})")
     arguments.memory_argument(parser)
     parser.add_argument("--force", action="store_true", help="redo every stage")
     parser.add_argument("--prune_to", type=int, metavar="LINKS",
