@@ -38,7 +38,7 @@ from pipelines import count_directory, reading, runners, running, training_sourc
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
 from snm_core.count import counting
-from snm_core.count.budget import MAX_OCCURRENCES_PER_CHUNK, plan_memory
+from snm_core.count.budget import MAX_OCCURRENCES_PER_CHUNK, MERGE_CHUNK_ROWS, plan_memory
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
@@ -157,11 +157,12 @@ class MergeBucket(beam.DoFn):
     (see :func:`snm_core.count.counting.extension_keys`), and the stats.
     """
 
-    def __init__(self, settings, out, num_buckets, shuffle):
+    def __init__(self, settings, out, num_buckets, shuffle, merge_rows):
         self.settings = settings
         self.out = out
         self.num_buckets = num_buckets
         self.shuffle = shuffle
+        self.merge_rows = merge_rows
         self.features_counter = running.counter("features")
 
     def setup(self):
@@ -179,13 +180,15 @@ class MergeBucket(beam.DoFn):
                 yield bucket, ("stats", payload)
             else:
                 payloads.append(payload)
-        # One group of columns at a time, each read straight into its
-        # concatenation: the links are summed before the features are read.
-        links = counting.merge_links(
-            [self.shuffle.receive_group(payloads, "links")] if payloads else [])
-        features, collisions = counting.merge_features(
-            [self.shuffle.receive_group(payloads, "features")] if payloads else [], links,
-            len(self.extractor.feature_types))
+        # A chunk of parts at a time (a bucket may hold a frequent feature's partials
+        # of every batch); in a chunk, one group of columns at a time, each read
+        # straight into its concatenation: the links are summed before the features
+        # are read.
+        bounds = counting.chunk_bounds([self.shuffle.rows(p, "links") for p in payloads],
+                                       self.merge_rows)
+        links, features, collisions = counting.merge_bucket_chunks(
+            [payloads[start:stop] for start, stop in zip(bounds, bounds[1:])],
+            self.shuffle.receive_group, len(self.extractor.feature_types))
         self.shuffle.release(payloads)  # this bucket's parts, read
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
@@ -280,11 +283,14 @@ class CountLinks(beam.PTransform):
     num_buckets, flush_links, batch_bytes : int
     shuffle : ArrayShuffle, see :mod:`pipelines.shuffle`
     reference : bool, use the per-occurrence ``CombinePerKey`` path
+    add_to : str, a count directory whose buckets are merged with the new counts
+    merge_rows : int, partial links a bucket's merge reads at once
     """
 
     def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
-                 reference=False, add_to=None):
+                 reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS):
         super().__init__()
+        self.merge_rows = merge_rows
         self.settings, self.out = settings, out
         self.num_buckets, self.flush_links = num_buckets, flush_links
         self.batch_bytes = batch_bytes
@@ -309,7 +315,8 @@ class CountLinks(beam.PTransform):
         return (partials
                 | "GroupByBucket" >> beam.GroupByKey()
                 | "MergeBuckets" >> beam.ParDo(MergeBucket(self.settings, self.out,
-                                                           self.num_buckets, self.shuffle))
+                                                           self.num_buckets, self.shuffle,
+                                                           self.merge_rows))
                 | "GroupByLinkBucket" >> beam.GroupByKey()
                 | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle)))
 
@@ -491,7 +498,7 @@ def run(args, beam_args=()):
                                      args.batch_bytes,
                                      ArrayShuffle(args.shuffle, scratch,
                                                   release=runners.kind(p.options) == "local"),
-                                     args.reference, args.add_to)
+                                     args.reference, args.add_to, plan.merge_rows)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
                                                   sources, [s.name for s in shards], scratch,

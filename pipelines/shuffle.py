@@ -193,6 +193,12 @@ class ArrayShuffle:
         groups = dict.fromkeys(entry[0] for entry in payload[1])
         return {group: self.receive_group([payload], group) for group in groups}
 
+    def rows(self, payload, group):
+        """Rows of the ``group`` columns of a payload's part."""
+        if self.mode == "beam":
+            return _rows(payload[group])
+        return next((shape[0] for g, _, _, shape, _ in payload[1] if g == group), 0)
+
     def receive_group(self, payloads, group):
         """The ``group`` columns of many parts, each concatenated in payload order.
 

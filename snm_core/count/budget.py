@@ -23,6 +23,10 @@ DEFAULT_NUM_BUCKETS = 64
 #: cost per row grows with the rows: cache and TLB misses).  64 buckets up to ~100M
 #: words of 5-gram text.
 BUCKET_OCCURRENCES = 8_000_000
+#: Partial links a merge reads at once (:func:`snm_core.count.counting.merge_bucket_chunks`):
+#: a bucket holding a frequent feature's partials of every batch gets more than its
+#: share of the corpus, and more as the corpus grows.
+MERGE_CHUNK_ROWS = 6_000_000
 #: Feature occurrences of one type extracted at once (an upper bound: events x windows).
 MAX_OCCURRENCES_PER_CHUNK = 2_000_000
 #: The default ``--flush_links``: about one 512 KiB batch of 5-gram links, and more with
@@ -41,10 +45,12 @@ MERGE_PARTIAL_BYTES = 100
 
 @dataclasses.dataclass(frozen=True)
 class CountPlan:
-    """The count's sizes: key-range buckets, and the links a worker holds before a flush."""
+    """The count's sizes: key-range buckets, the links a worker holds before a flush, and
+    the partial links a bucket's merge reads at once."""
 
     num_buckets: int
     flush_links: int
+    merge_rows: int
 
 
 def default_flush_links(num_buckets):
@@ -62,6 +68,8 @@ def plan_memory(budget, workers, words, occurrences_per_event, flush_links=None,
     ``fixed_buckets``: an ``--add_to``'s), else enough that a bucket gets at most
     :data:`BUCKET_OCCURRENCES` and its merge fits, never fewer than
     :data:`DEFAULT_NUM_BUCKETS`.  ``flush_links`` None: :func:`default_flush_links`.
+    A merge reads at most :data:`MERGE_CHUNK_ROWS` partial links at once, fewer if the
+    budget needs.
     """
     occurrences = words * occurrences_per_event
     merging = workers * occurrences * MERGE_PARTIAL_BYTES
@@ -85,4 +93,6 @@ def plan_memory(budget, workers, words, occurrences_per_event, flush_links=None,
             f"at once (about {words:,} words of text x {occurrences_per_event} feature "
             f"occurrences a word, {workers} worker(s)), over the budget {budget}; {advice} "
             f"{round_up(sum(fixed.values()) + merging // num_buckets)}")
-    return CountPlan(buckets, flush)
+    merge_rows = min(MERGE_CHUNK_ROWS, max(1, budget.left(fixed) // (
+        workers * MERGE_PARTIAL_BYTES)))
+    return CountPlan(buckets, flush, merge_rows)

@@ -9,8 +9,9 @@ outputs around (DESIGN.md, "Speed"):
    partials of many batches and sends one part per bucket (the concatenation
    of its slices).
 3. :func:`merge_links` then :func:`merge_features` (together
-   :func:`merge_bucket`): sum all partials of one bucket and produce its final
-   tables, sorted, with C(f,*) and the diversity of each feature.
+   :func:`merge_bucket`; :func:`merge_bucket_chunks` a chunk of partials at a
+   time): sum all partials of one bucket and produce its final tables, sorted,
+   with C(f,*) and the diversity of each feature.
 4. :func:`extension_keys` then :func:`add_continuation`: every link of a type
    that extends a shorter one (an n-gram of the (n-1)-gram) names the link it
    extends; the names are shuffled to that link's bucket and counted there
@@ -231,6 +232,39 @@ def merge_links(link_parts):
                      "count": count.astype(np.int64)})
 
 
+def merge_bucket_chunks(chunks, read, num_feature_types):
+    """:func:`merge_bucket` of a bucket whose partials are read a chunk at a time.
+
+    A bucket holding a frequent feature (a context like "the" or ``<s>``, followed by
+    thousands of words) gets that feature's partial links of every batch, so its share
+    of the corpus grows with the corpus, not with the buckets.  Read in chunks (each
+    summed into the sums so far), its merge holds one chunk and the bucket's summed
+    links, whatever the corpus.  With one chunk this is :func:`merge_bucket`.
+
+    Parameters
+    ----------
+    chunks : iterable of chunks of partials, in order
+    read : ``read(chunk, group)`` -> the chunk's ``"links"`` or ``"features"`` partial,
+        its parts concatenated
+    num_feature_types : int
+    """
+    links = features = None
+    collisions = 0
+    for chunk in chunks:
+        parts = [read(chunk, "links")]
+        if links is not None:  # the sums so far: first, as their parts came first
+            parts.insert(0, {name: links[name].to_numpy() for name in links.column_names})
+        links = merge_links(parts)
+        parts = [read(chunk, "features")]
+        if features is not None:
+            parts.insert(0, features)
+        features, found = distinct_features(parts)
+        collisions += found
+    if links is None:
+        return merge_bucket([], [], num_feature_types)
+    return links, feature_table(features, links, num_feature_types), collisions
+
+
 def merge_features(feature_parts, links, num_feature_types):
     """One bucket's feature table from its features partials and its merged links.
 
@@ -241,13 +275,16 @@ def merge_features(feature_parts, links, num_feature_types):
     """
     if not feature_parts:
         return tables.FEATURES.empty_table(), 0
-    feature = links["feature"].to_numpy()
-    count = links["count"].to_numpy()
-    row_starts = run_starts(feature)
-    row_keys = feature[row_starts]
-    row_count = np.add.reduceat(count, row_starts)
-    diversity = np.diff(np.r_[row_starts, len(feature)])
+    features, collisions = distinct_features(feature_parts)
+    return feature_table(features, links, num_feature_types), collisions
 
+
+def distinct_features(feature_parts):
+    """Features partials -> one row per key (its first occurrence), sorted by key.
+
+    Returns ``(features partial, collisions)``: the number of rows that share a key
+    with the row before them but name another feature.  ``feature_parts`` is emptied.
+    """
     feats = concat_partials(feature_parts)
     feature_parts.clear()
     by_key, keys = stable_argsort(feats["feature"], return_sorted=True)
@@ -261,10 +298,24 @@ def merge_features(feature_parts, links, num_feature_types):
     for col in range(words.shape[1]):
         differs |= words[1:, col] != words[:-1, col]
     collisions = int(np.count_nonzero(differs & ~new_key[1:]))
-    if not np.array_equal(keys[new_key], row_keys):
+    first = np.flatnonzero(new_key)
+    return {"feature": keys[first], "type": types[first],
+            "words": take_rows(words, first)}, collisions
+
+
+def feature_table(features, links, num_feature_types):
+    """The feature table of a bucket's distinct features (:func:`distinct_features`) and
+    its merged links: C(f,*) and the diversity of each feature from the links."""
+    feature = links["feature"].to_numpy()
+    count = links["count"].to_numpy()
+    row_starts = run_starts(feature)
+    row_keys = feature[row_starts]
+    row_count = np.add.reduceat(count, row_starts)
+    diversity = np.diff(np.r_[row_starts, len(feature)])
+    if not np.array_equal(features["feature"], row_keys):
         raise ValueError("feature rows and link rows disagree: every feature must have links")
-    type_id = types[new_key].astype(np.int64)
-    words = take_rows(words, np.flatnonzero(new_key))
+    type_id = features["type"].astype(np.int64)
+    words = features["words"]
     # Padding (-1) is at the end of each row, so the non-negative values in
     # row order are each row's words, oldest first.
     lengths = np.zeros(len(words), dtype=np.int32)
@@ -274,7 +325,7 @@ def merge_features(feature_parts, links, num_feature_types):
     np.cumsum(lengths, out=offsets[1:])
     flat = words.ravel()
     words_list = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[flat >= 0]))
-    feature_table = pa.table({
+    return pa.table({
         "feature": row_keys,
         "tag": (type_id // num_feature_types).astype(np.int16),
         "type": (type_id % num_feature_types).astype(np.int16),
@@ -282,7 +333,25 @@ def merge_features(feature_parts, links, num_feature_types):
         "diversity": diversity.astype(np.int64),
         "words": words_list,
     }, schema=tables.FEATURES)
-    return feature_table, collisions
+
+
+def chunk_bounds(rows, max_rows):
+    """Consecutive parts of ``rows`` rows each in runs of at most ``max_rows`` (a part
+    larger than that is a run alone), each ending once it has about an equal share.
+
+    Returns the runs' bounds: run ``i`` is parts ``bounds[i]:bounds[i + 1]``.
+    """
+    total = int(sum(rows))
+    share = -(-total // max(1, -(-total // max(1, max_rows))))  # total / runs, rounded up
+    bounds, held = [0], 0
+    for i, n in enumerate(rows):
+        if held and (held + n > max_rows or held >= share):
+            bounds.append(i)
+            held = 0
+        held += n
+    if len(rows):
+        bounds.append(len(rows))
+    return bounds
 
 
 # --- continuation counts ------------------------------------------------------------------

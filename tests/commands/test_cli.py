@@ -183,7 +183,7 @@ def test_a_memory_budget_too_small_is_one_line_saying_what_to_give(tmp_path, cap
 def test_the_count_s_buckets_grow_with_the_text_within_the_budget():
     import pytest
 
-    from snm_core.count.budget import DEFAULT_NUM_BUCKETS, plan_memory
+    from snm_core.count.budget import DEFAULT_NUM_BUCKETS, MERGE_CHUNK_ROWS, plan_memory
     from snm_core.io.errors import SnmInputError
     from snm_core.io.memory import MemoryBudget
     small, big, huge = (MemoryBudget.parse(size) for size in ("1G", "8G", "200G"))
@@ -193,6 +193,10 @@ def test_the_count_s_buckets_grow_with_the_text_within_the_budget():
     merging = 2 * 2_000_000_000 * 5 * 100 // plan.num_buckets
     assert merging <= big.bytes - 200 * 2 ** 20 - 2 * 70_000_000 - 2 * 250_000 * 45
     assert plan_memory(small, 2, 2_000_000_000, 5).num_buckets > plan.num_buckets
+    # A merge reads a bounded chunk of partials, smaller when the budget needs it.
+    assert plan.merge_rows == MERGE_CHUNK_ROWS
+    tight = plan_memory(small, 2, 2_000_000_000, 5)
+    assert 2 * tight.merge_rows * 100 <= small.bytes - 200 * 2 ** 20 - 2 * 70_000_000
     with pytest.raises(SnmInputError, match="give --num_buckets"):
         plan_memory(small, 2, 500_000_000, 5, 250_000, num_buckets=64)
     # However large the budget, a bucket's merge stays the same size as the text grows

@@ -1,0 +1,75 @@
+"""A bucket merged a chunk of partials at a time: the same tables as summing them all."""
+
+import collections
+
+import numpy as np
+
+from snm_core.count.counting import chunk_bounds, merge_bucket, merge_bucket_chunks
+
+NUM_TYPES = 3
+
+
+def _identity(key):
+    """A feature's type and words, made from its key (so every key names one feature)."""
+    return key % NUM_TYPES, [key % 7, key % 5, -1, -1]
+
+
+def _partials(rng, parts):
+    """Random parts of (feature, word) occurrences, one frequent feature in every part,
+    each summed and sorted as the count's batches are; and the occurrences counted."""
+    occurrences, link_parts, feature_parts = collections.Counter(), [], []
+    for _ in range(parts):
+        features = np.r_[rng.integers(1, 400, 300), np.full(200, 2 ** 63 + 11)]
+        words = rng.integers(0, 60, len(features))
+        occurrences.update(zip(features.tolist(), words.tolist()))
+        pairs = collections.Counter(zip(features.tolist(), words.tolist()))
+        keys = sorted(pairs)
+        link_parts.append({"feature": np.array([f for f, _ in keys], np.uint64),
+                           "word": np.array([w for _, w in keys], np.int32),
+                           "count": np.array([pairs[k] for k in keys], np.int64)})
+        distinct = sorted({f for f, _ in keys})
+        feature_parts.append({
+            "feature": np.array(distinct, np.uint64),
+            "type": np.array([_identity(f)[0] for f in distinct], np.int32),
+            "words": np.array([_identity(f)[1] for f in distinct], np.int32)})
+    return occurrences, link_parts, feature_parts
+
+
+def test_a_bucket_merged_in_chunks_sums_every_part():
+    occurrences, link_parts, feature_parts = _partials(np.random.default_rng(5), 23)
+    rows = [len(p["feature"]) for p in link_parts]
+    bounds = chunk_bounds(rows, sum(rows) // 4)
+    assert len(bounds) - 1 >= 4  # the test merges several chunks
+
+    def read(chunk, group):
+        parts = [(link_parts if group == "links" else feature_parts)[i] for i in chunk]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+    links, features, collisions = merge_bucket_chunks(
+        [range(start, stop) for start, stop in zip(bounds, bounds[1:])], read, NUM_TYPES)
+    expected = sorted(occurrences.items())
+    assert list(zip(links["feature"].to_pylist(), links["word"].to_pylist())) == \
+        [k for k, _ in expected]
+    assert links["count"].to_pylist() == [c for _, c in expected]
+    by_feature = collections.defaultdict(list)
+    for (f, _), c in expected:
+        by_feature[f].append(c)
+    assert features["feature"].to_pylist() == sorted(by_feature)
+    assert features["count"].to_pylist() == [sum(by_feature[f]) for f in sorted(by_feature)]
+    assert features["diversity"].to_pylist() == [len(by_feature[f]) for f in sorted(by_feature)]
+    assert features["type"].to_pylist() == [_identity(f)[0] for f in sorted(by_feature)]
+    assert features["words"].to_pylist() == \
+        [[w for w in _identity(f)[1] if w >= 0] for f in sorted(by_feature)]
+    assert collisions == 0
+    whole = merge_bucket(list(link_parts), list(feature_parts), NUM_TYPES)
+    assert whole[0].equals(links) and whole[1].equals(features)
+
+
+def test_chunks_are_consecutive_runs_of_about_equal_rows_within_the_limit():
+    rows = [5, 1, 7, 3, 3, 9, 2, 40, 4, 1]
+    bounds = chunk_bounds(rows, 20)
+    assert bounds[0] == 0 and bounds[-1] == len(rows) and bounds == sorted(set(bounds))
+    for start, stop in zip(bounds, bounds[1:]):
+        assert sum(rows[start:stop]) <= 20 or stop - start == 1  # 40 is a run alone
+    assert chunk_bounds(rows, 1000) == [0, len(rows)]
+    assert chunk_bounds([], 10) == [0]
