@@ -121,7 +121,9 @@ class Timer:
 
 
 def _tree_rss_kib(root_pid):
-    """Summed RSS (KiB) of a process and all its descendants (processes, not threads)."""
+    """Summed RSS and anonymous RSS (KiB) of a process and all its descendants
+    (processes, not threads).  The anonymous part is the memory the processes own;
+    the rest is pages of mapped files (a model being scored), which the kernel can drop."""
     children = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -132,7 +134,7 @@ def _tree_rss_kib(root_pid):
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    total, stack = 0, [root_pid]
+    total, anonymous, stack = 0, 0, [root_pid]
     while stack:
         pid = stack.pop()
         stack += children.get(pid, [])
@@ -141,9 +143,11 @@ def _tree_rss_kib(root_pid):
                 for line in f:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1])
+                    elif line.startswith("RssAnon:"):
+                        anonymous += int(line.split()[1])
         except OSError:
             pass
-    return total
+    return total, anonymous
 
 
 def _tree_bytes(directory):
@@ -158,13 +162,15 @@ def _tree_bytes(directory):
     return total
 
 
-def run_measured(cmd, env=None, log=None, disk=None):
+def run_measured(cmd, env=None, log=None, disk=None, anonymous=None):
     """Run ``cmd``; return wall seconds and its peak RSS (MiB), and with ``disk`` (a
     directory) the peak bytes of the files under it, sampled as the RSS is.
 
     The peak is the larger of the process's own (its kernel high-water mark,
     from wait4: exact for one process) and the summed RSS of the whole
     process tree sampled every 50 ms (for a runner and its worker processes).
+    ``anonymous``, a dict, gets ``peak_anon_mib``: the sampled peak of the tree's
+    anonymous RSS (without the mapped files' pages).
     """
     import threading
 
@@ -173,12 +179,13 @@ def run_measured(cmd, env=None, log=None, disk=None):
         os.makedirs(os.path.dirname(log), exist_ok=True)
     out = open(log, "w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    peak, disk_peak = [0], [0]
+    peak, anon_peak, disk_peak = [0], [0], [0]
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+            rss, anon = _tree_rss_kib(proc.pid)
+            peak[0], anon_peak[0] = max(peak[0], rss), max(anon_peak[0], anon)
             if disk:
                 disk_peak[0] = max(disk_peak[0], _tree_bytes(disk))
             done.wait(0.05)
@@ -196,6 +203,8 @@ def run_measured(cmd, env=None, log=None, disk=None):
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}"
                          + (f"; see {log}" if log else ""))
     rss = max(peak[0], usage.ru_maxrss) / 1024
+    if anonymous is not None:
+        anonymous["peak_anon_mib"] = anon_peak[0] / 1024
     return (seconds, rss, disk_peak[0]) if disk else (seconds, rss)
 
 

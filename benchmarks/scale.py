@@ -20,8 +20,9 @@ Steps (each skips what it finds done, so a run picks up where the last stopped):
   vocabulary, ``--memory``), ``snm prune --target_links`` a tenth of the links,
   ``snm export-arpa``, ``snm compact --layout trie``, ``snm eval``; then KenLM on the same
   text: ``lmplz -o 5 -S`` the same budget, ``build_binary trie``, ``query``.  Per stage:
-  wall seconds, the peak RSS of its process tree, the peak disk of what it writes
-  (sampled every 2 s); ``vs_lmplz`` for train and export.  Each output is deleted once
+  wall seconds, the peak RSS of its process tree and the peak of its anonymous part
+  (``peak_anon_mib``: without the pages of mapped files, such as the model eval scores),
+  the peak disk of what it writes (sampled every 2 s); ``vs_lmplz`` for train and export.  Each output is deleted once
   the next step has read it, unless ``--keep``; ``--check_arpa`` scores the test text
   with the kenlm module on the export (KenLM's perplexity against ``snm eval``'s).
 * ``sampler``: ``snm sample`` of ``--words`` into a scratch directory on one thread
@@ -244,9 +245,9 @@ def dir_bytes(path):
     return total
 
 
-def measured(cmd, log, disk_paths, env=None):
+def measured(cmd, log, disk_paths, env=None, anonymous=None):
     """``run_measured`` with the peak disk of ``disk_paths`` sampled every 2 s:
-    ``(seconds, peak RSS MiB, peak disk bytes)``."""
+    ``(seconds, peak RSS MiB, peak disk bytes)``; ``anonymous`` as ``run_measured``'s."""
     import threading
 
     peak, done = [0], threading.Event()
@@ -259,7 +260,7 @@ def measured(cmd, log, disk_paths, env=None):
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        seconds, rss = run_measured(cmd, env=env, log=log)
+        seconds, rss = run_measured(cmd, env=env, log=log, anonymous=anonymous)
     finally:
         done.set()
         sampler.join()
@@ -294,14 +295,18 @@ def stages(args):
         def step(toolkit, name, cmd, disk, **extra):
             log = os.path.join(run, f"{toolkit}-{name}.log")
             print(f"--- {label(words)} {toolkit} {name}", flush=True)
+            anonymous = {}
             try:
-                seconds, rss, disk_peak = measured(cmd, log, disk, env=environment())
+                seconds, rss, disk_peak = measured(cmd, log, disk, env=environment(),
+                                                   anonymous=anonymous)
             except SystemExit:
                 record("scale", rows)  # the steps that ran are kept
                 raise
             row = {"step": "stages", "corpus": label(words), "words": words,
                    "toolkit": toolkit, "stage": name, "seconds": round(seconds, 2),
-                   "peak_rss_mib": round(rss, 1), "peak_disk_bytes": disk_peak,
+                   "peak_rss_mib": round(rss, 1),
+                   "peak_anon_mib": round(anonymous["peak_anon_mib"], 1),
+                   "peak_disk_bytes": disk_peak,
                    "memory": memory, **extra}
             rows.append(row)
             with open(log, encoding="utf-8", errors="replace") as f:
@@ -399,7 +404,7 @@ def finish(args, run, rows, text_bytes, lmplz):
         if lmplz and row["toolkit"] == "snm" and row["stage"] in ("train", "export-arpa"):
             row["vs_lmplz"] = round(row["seconds"] / lmplz["seconds"], 3)
     print_table(rows, ["corpus", "toolkit", "stage", "seconds", "peak_rss_mib",
-                       "peak_disk_bytes", "vs_lmplz", "test_perplexity"])
+                       "peak_anon_mib", "peak_disk_bytes", "vs_lmplz", "test_perplexity"])
     record("scale", rows)
 
 
