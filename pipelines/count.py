@@ -200,9 +200,11 @@ class MergeBucket(beam.DoFn):
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
         parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
                                                               self.parents)
-        payloads = self.shuffle.send_cut({"extensions": [counting.cut_by_bucket(
-            {"feature": parent_feature, "link": parent_link}, self.num_buckets)]},
-            by_bucket=True)
+        # Cut by the parent feature's bucket; only the link keys travel.
+        names, bounds = counting.cut_by_bucket({"feature": parent_feature, "link": parent_link},
+                                               self.num_buckets)
+        payloads = self.shuffle.send_cut({"extensions": [({"link": names["link"]}, bounds)]},
+                                         by_bucket=True)
         for target, payload in payloads.items():
             yield target, ("extensions", payload)
 
@@ -211,12 +213,14 @@ class MergeBucket(beam.DoFn):
 
 
 class WriteLinks(beam.DoFn):
-    """``(bucket, parts)`` -> the bucket's links file with continuation counts; yields totals."""
+    """``(bucket, parts)`` -> the bucket's links file with continuation counts (the names
+    read ``merge_rows`` at a time at most); yields totals."""
 
-    def __init__(self, out, num_buckets, shuffle):
+    def __init__(self, out, num_buckets, shuffle, merge_rows):
         self.out = out
         self.num_buckets = num_buckets
         self.shuffle = shuffle
+        self.merge_rows = merge_rows
         self.links_counter = running.counter("links")
 
     def setup(self):
@@ -235,11 +239,14 @@ class WriteLinks(beam.DoFn):
                 links = pa.table(self.shuffle.receive(payload)["links"])
             else:
                 extensions.append(payload)
-        read = extensions + ([links_payload] if links_payload is not None else [])
-        extensions = self.shuffle.receive_group(extensions, "extensions")
-        self.shuffle.release(read)
-        links = counting.add_continuation(
-            links, extensions["link"] if extensions else np.zeros(0, np.uint64))
+        # The names a chunk at a time: the empty context's bucket is named by every link
+        # of the 1-word contexts.
+        bounds = counting.chunk_bounds([self.shuffle.rows(p, "extensions") for p in extensions],
+                                       self.merge_rows)
+        links = counting.add_continuation(links, (
+            self.shuffle.receive_group(extensions[start:stop], "extensions")["link"]
+            for start, stop in zip(bounds, bounds[1:])))
+        self.shuffle.release(extensions + ([links_payload] if links_payload is not None else []))
         storage.write_parquet(links.cast(tables.LINKS), storage.join(
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))
         self.links_counter.inc(links.num_rows)
@@ -318,7 +325,8 @@ class CountLinks(beam.PTransform):
                                                            self.num_buckets, self.shuffle,
                                                            self.merge_rows))
                 | "GroupByLinkBucket" >> beam.GroupByKey()
-                | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle)))
+                | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle,
+                                                        self.merge_rows)))
 
 
 def _previous_counts(args, config, tags):

@@ -419,15 +419,28 @@ def extension_keys(features, links, extractor, parents):
 
 
 def add_continuation(links, extension_link_keys):
-    """``links`` with a ``continuation`` column: how many extension keys name each link."""
-    feature = links["feature"].to_numpy()
-    own = hashing.link_key(feature, links["word"].to_numpy())
-    ext = np.sort(extension_link_keys)
-    starts = run_starts(ext)
-    named, times = ext[starts], np.diff(np.r_[starts, len(ext)])
+    """``links`` with a ``continuation`` column: how many extension keys name each link.
+
+    ``extension_link_keys``: an array of keys, or an iterable of such arrays (chunks of
+    one bucket's names, counted one at a time: a bucket holding the empty context is
+    named by every link of the 1-word contexts, more as the corpus grows).
+    """
+    if isinstance(extension_link_keys, np.ndarray):
+        extension_link_keys = [extension_link_keys]
+    own = hashing.link_key(links["feature"].to_numpy(), links["word"].to_numpy())
+    order, own = stable_argsort(own, return_sorted=True)
+    starts = run_starts(own)
+    distinct = own[starts]
+    named_times = np.zeros(len(distinct), dtype=np.int64)
+    for keys in extension_link_keys:
+        ext = np.sort(keys)
+        ext_starts = run_starts(ext)
+        named, times = ext[ext_starts], np.diff(np.r_[ext_starts, len(ext)])
+        if not len(named) or not len(distinct):
+            continue
+        at = np.minimum(np.searchsorted(distinct, named), len(distinct) - 1)
+        found = distinct[at] == named  # names of no link are not counted
+        named_times[at[found]] += times[found]
     counts = np.zeros(len(own), dtype=np.int64)
-    if len(named):
-        order, own = stable_argsort(own, return_sorted=True)  # sorted queries: fewer misses
-        at = np.minimum(np.searchsorted(named, own), len(named) - 1)
-        counts[order] = np.where(named[at] == own, times[at], 0)
+    counts[order] = np.repeat(named_times, np.diff(np.r_[starts, len(own)]))
     return links.append_column("continuation", pa.array(counts))

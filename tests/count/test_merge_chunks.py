@@ -73,3 +73,24 @@ def test_chunks_are_consecutive_runs_of_about_equal_rows_within_the_limit():
         assert sum(rows[start:stop]) <= 20 or stop - start == 1  # 40 is a run alone
     assert chunk_bounds(rows, 1000) == [0, len(rows)]
     assert chunk_bounds([], 10) == [0]
+
+
+def test_continuation_counts_names_read_in_chunks():
+    import pyarrow as pa
+
+    from snm_core.count.counting import add_continuation
+    from snm_core.text.hashing import link_key
+    rng = np.random.default_rng(8)
+    feature = np.sort(rng.integers(1, 2 ** 63, 300, dtype=np.uint64)).repeat(3)
+    word = np.tile(np.arange(3, dtype=np.int32), 300)
+    links = pa.table({"feature": feature, "word": word, "count": np.ones(900, np.int64)})
+    own = link_key(feature, word)
+    # names of links, many of a few (the empty context's), and names of no link
+    names = np.r_[rng.choice(own, 5000), np.repeat(own[:4], 700),
+                  rng.integers(0, 2 ** 63, 50, dtype=np.uint64)]
+    rng.shuffle(names)
+    named = collections.Counter(names.tolist())
+    counted = add_continuation(links, (names[i:i + 613] for i in range(0, len(names), 613)))
+    assert counted["continuation"].to_pylist() == [named[k] for k in own.tolist()]
+    assert counted["continuation"].to_pylist() == \
+        add_continuation(links, names)["continuation"].to_pylist()
