@@ -184,11 +184,10 @@ class MergeBucket(beam.DoFn):
         # of every batch); in a chunk, one group of columns at a time, each read
         # straight into its concatenation: the links are summed before the features
         # are read.
-        bounds = counting.chunk_bounds([self.shuffle.rows(p, "links") for p in payloads],
-                                       self.merge_rows)
         links, features, collisions = counting.merge_bucket_chunks(
-            [payloads[start:stop] for start, stop in zip(bounds, bounds[1:])],
-            self.shuffle.receive_group, len(self.extractor.feature_types))
+            [self.shuffle.rows(p, "links") for p in payloads],
+            lambda start, stop, group: self.shuffle.receive_group(payloads[start:stop], group),
+            len(self.extractor.feature_types), self.merge_rows)
         self.shuffle.release(payloads)  # this bucket's parts, read
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))

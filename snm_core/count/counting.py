@@ -232,34 +232,42 @@ def merge_links(link_parts):
                      "count": count.astype(np.int64)})
 
 
-def merge_bucket_chunks(chunks, read, num_feature_types):
+def merge_bucket_chunks(rows, read, num_feature_types, max_rows):
     """:func:`merge_bucket` of a bucket whose partials are read a chunk at a time.
 
     A bucket holding a frequent feature (a context like "the" or ``<s>``, followed by
     thousands of words) gets that feature's partial links of every batch, so its share
-    of the corpus grows with the corpus, not with the buckets.  Read in chunks (each
-    summed into the sums so far), its merge holds one chunk and the bucket's summed
-    links, whatever the corpus.  With one chunk this is :func:`merge_bucket`.
+    of the corpus grows with the corpus, not with the buckets.  Read in chunks, each
+    summed with the sums so far, its merge sums at most ``max_rows`` rows at once (the
+    sums so far and a chunk's; a part larger than what is left is read alone),
+    whatever the corpus.  With one chunk this is :func:`merge_bucket`.
 
     Parameters
     ----------
-    chunks : iterable of chunks of partials, in order
-    read : ``read(chunk, group)`` -> the chunk's ``"links"`` or ``"features"`` partial,
-        its parts concatenated
+    rows : list of int, the partial links of each part, in order
+    read : ``read(start, stop, group)`` -> the ``"links"`` or ``"features"`` partial of
+        parts ``start:stop``, concatenated
     num_feature_types : int
+    max_rows : int
     """
     links = features = None
-    collisions = 0
-    for chunk in chunks:
-        parts = [read(chunk, "links")]
+    collisions = start = 0
+    while start < len(rows):
+        held = links.num_rows if links is not None else 0
+        stop, reading = start + 1, rows[start]
+        while stop < len(rows) and held + reading + rows[stop] <= max_rows:
+            reading += rows[stop]
+            stop += 1
+        parts = [read(start, stop, "links")]
         if links is not None:  # the sums so far: first, as their parts came first
             parts.insert(0, {name: links[name].to_numpy() for name in links.column_names})
         links = merge_links(parts)
-        parts = [read(chunk, "features")]
+        parts = [read(start, stop, "features")]
         if features is not None:
             parts.insert(0, features)
         features, found = distinct_features(parts)
         collisions += found
+        start = stop
     if links is None:
         return merge_bucket([], [], num_feature_types)
     return links, feature_table(features, links, num_feature_types), collisions

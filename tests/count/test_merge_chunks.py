@@ -38,15 +38,20 @@ def _partials(rng, parts):
 def test_a_bucket_merged_in_chunks_sums_every_part():
     occurrences, link_parts, feature_parts = _partials(np.random.default_rng(5), 23)
     rows = [len(p["feature"]) for p in link_parts]
-    bounds = chunk_bounds(rows, sum(rows) // 4)
-    assert len(bounds) - 1 >= 4  # the test merges several chunks
+    reads = []
 
-    def read(chunk, group):
-        parts = [(link_parts if group == "links" else feature_parts)[i] for i in chunk]
+    def read(start, stop, group):
+        reads.append((start, stop))
+        parts = (link_parts if group == "links" else feature_parts)[start:stop]
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
-    links, features, collisions = merge_bucket_chunks(
-        [range(start, stop) for start, stop in zip(bounds, bounds[1:])], read, NUM_TYPES)
+    max_rows = sum(rows) // 3
+    links, features, collisions = merge_bucket_chunks(rows, read, NUM_TYPES, max_rows)
+    chunks = reads[::2]
+    assert len(chunks) >= 4  # the test merges several chunks, every part once, in order
+    assert [start for start, _ in chunks] == [0] + [stop for _, stop in chunks[:-1]]
+    assert chunks[-1][1] == len(rows)
+    assert max(sum(rows[start:stop]) for start, stop in chunks) <= max_rows
     expected = sorted(occurrences.items())
     assert list(zip(links["feature"].to_pylist(), links["word"].to_pylist())) == \
         [k for k, _ in expected]
