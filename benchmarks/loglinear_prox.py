@@ -1,7 +1,7 @@
 """The T-inf prox: the k-best heap (Algorithm 4) against the plain random pivot (Algorithm 3).
 
     python benchmarks/loglinear.py prox-speed [--orders 3,5,8,12] [--repeats 5]
-                                              [--iterations 20]
+                                              [--iterations 50]
 
 On kernel-100k at each order: the pair forest of the log-linear model (one suffix trie
 of contexts per target word, :meth:`snm_core.loglinear.model.LogLinearModel.forest`),
@@ -13,7 +13,9 @@ On that input, one tinf prox of the whole forest (one column of ``pairs`` entrie
 by each method, alternating, best of ``--repeats``: on the trie (what APG runs), and
 on the collapsed forest (the paper's suffix tree, counts > 1) with the input's value
 at each path's top; the t2 prox (Algorithm 2) of the same input beside them.  The
-two methods must agree to 1e-9.  Prints a table and appends ``loglinear-prox`` rows
+two methods must agree to 1e-9.  And the APG run itself with each method (its
+milliseconds an iteration and the prox's share; the objectives it reaches differ
+by rounding).  Prints a table and appends ``loglinear-prox`` rows
 to benchmarks/results.jsonl.
 """
 
@@ -33,23 +35,24 @@ def _best(calls, repeats):
     return best
 
 
-def captured_prox_input(model, own, lam, iterations):
-    """(parent, radius, u) of the last tinf prox that ``iterations`` APG iterations call."""
+def apg_with(model, own, lam, iterations, tinf):
+    """``iterations`` APG iterations of tinf with ``tinf`` as the prox kernel: (the
+    APGResult, (parent, radius, u) of its last prox call)."""
     from snm_core.loglinear import apg, penalties
 
     real = penalties._prox_tinf
     seen = {}
 
-    def capture(parent, count, radius, u, out):
-        seen.update(parent=parent, radius=radius.copy(), u=u.copy())
-        return real(parent, count, radius, u, out)
+    def capture(parent, count, radius, u, out):  # APG makes radius and u afresh each call
+        seen.update(parent=parent, radius=radius, u=u)
+        return tinf(parent, count, radius, u, out)
 
     penalties._prox_tinf = capture
     try:
-        apg.minimise(model, own, "tinf", lam, tol=0.0, max_iterations=iterations)
+        result = apg.minimise(model, own, "tinf", lam, tol=0.0, max_iterations=iterations)
     finally:
         penalties._prox_tinf = real
-    return seen["parent"], seen["radius"], seen["u"]
+    return result, (seen["parent"], seen["radius"], seen["u"])
 
 
 def time_one(parent, count, radius, u, repeats):
@@ -75,9 +78,10 @@ def prox_speed(orders, lam, iterations, repeats, splits, start):
     ``start`` the (penalty, lambda, alpha) of the L-BFGS-B start."""
     from benchmarks.common import tokenized_corpus
     from snm_core.loglinear.model import own_counts, prepare
+    from snm_core.loglinear import penalties
     from snm_core.loglinear.optimizers import fit
     from snm_core.loglinear.penalties import SuffixTree
-    from snm_core.loglinear.tinf_pivot import preorder
+    from snm_core.loglinear.tinf_pivot import preorder, prox_tinf_pivot
 
     vocab, (train, *_) = tokenized_corpus("kernel-100k", splits)
     rows = []
@@ -87,7 +91,15 @@ def prox_speed(orders, lam, iterations, repeats, splits, start):
         fit(model, active, target, start[0], lam=start[1], alpha=start[2], epochs=100,
             optimizer="lbfgs")
         del active, target
-        parent, radius, u = captured_prox_input(model, own, lam, iterations)
+        start_weight = model.weight.copy()
+        by_heap, (parent, radius, u) = apg_with(model, own, lam, iterations,
+                                                penalties._prox_tinf)
+        model.weight = start_weight
+        by_pivot, _ = apg_with(model, own, lam, iterations, prox_tinf_pivot)
+        apg_ms = {name: round(1e3 * result.seconds / result.iterations, 1)
+                  for name, result in (("heap", by_heap), ("pivot", by_pivot))}
+        apg_share = {name: round(result.prox_seconds / result.seconds, 3)
+                     for name, result in (("heap", by_heap), ("pivot", by_pivot))}
         forest = SuffixTree(parent, model.forest().depth)
         collapsed = forest.collapse()
         top = collapsed.top
@@ -109,5 +121,11 @@ def prox_speed(orders, lam, iterations, repeats, splits, start):
                          "t2_ms": round(t2_s * 1e3, 2),
                          "pivot_over_heap": round(pivot_s / heap_s, 2),
                          "max_difference": difference, "repeats": repeats})
+            if tree == "trie":  # APG runs on the trie
+                rows[-1].update(apg_ms_heap=apg_ms["heap"], apg_ms_pivot=apg_ms["pivot"],
+                                apg_prox_share_heap=apg_share["heap"],
+                                apg_prox_share_pivot=apg_share["pivot"],
+                                apg_objective_difference=abs(by_heap.objective
+                                                             - by_pivot.objective))
             print(rows[-1], flush=True)
     return rows
