@@ -77,7 +77,10 @@ merges its children's heaps, pops entries while the threshold of the popped
 ones, τ = (S − κ)/C, is below the next value, and pushes the popped ones back
 as one entry (τ, C).  Each node adds at most two entries, so there are at most
 2n pops: O(n log n).  The paper merges Fibonacci heaps; leftist heaps are used
-here (O(log n) merge, arrays only).
+here (O(log n) merge, arrays only).  The plain alternative, its Algorithm 3 (a
+random-pivot projection of every whole subtree, O(n · depth)), is
+:mod:`snm_core.loglinear.tinf_pivot` (``method="pivot"``); on the pair forests of
+kernel-100k it is the faster of the two (benchmarks/README.md, "T-inf prox").
 
 The collapsed tree (Propositions 1-2)
 -------------------------------------
