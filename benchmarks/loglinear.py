@@ -4,6 +4,8 @@
                                            [--optimizer lbfgs --penalties l2,l1,wl2,wl1]
     python benchmarks/loglinear.py kernel [--penalty t2] [--lam 1e-7] [--alpha 1.4]
                                           [--optimizer adagrad]
+    python benchmarks/loglinear.py prox-speed [--orders 3,5,8,12] [--lam 8e-6]
+                                              [--iterations 50] [--repeats 5]
 
 ``figure2``: the paper's Figure 2 on ../shared/corpora/kernel-100k (100K-word train,
 dev.txt for lambda and alpha, 20K-word test, its 5,224-word vocab.txt).  For each order
@@ -31,6 +33,10 @@ reference.md (lmplz is not installed here).
 ``long``: one penalty's lambda path as in ``optimum`` (``--orders`` one order,
 ``--penalty``, ``--alpha``, ``--lam`` the path), its last lambda run for ``--max_iterations``
 with dev and test perplexity every 250 iterations.
+
+``prox-speed``: one T-inf prox of the pair forest by the k-best heap (Algorithm 4) and by
+the plain random pivot (Algorithm 3), on a real APG step's input, orders 3, 5, 8, 12
+(:mod:`benchmarks.loglinear_prox`).
 
 ``kernel``: full kernel 5-gram, ``snm train --family loglinear`` against ``snm train``
 (SNM) on the same files: test perplexity, fit seconds, seconds an epoch (one pass over
@@ -365,7 +371,7 @@ def _size(directory):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("figure2", "optimum", "long", "kernel"))
+    parser.add_argument("what", choices=("figure2", "optimum", "long", "kernel", "prox-speed"))
     parser.add_argument("--tol", type=float, default=0.1,
                         help="optimum: the APG certificate to reach")
     parser.add_argument("--max_iterations", type=int, default=600,
@@ -374,10 +380,15 @@ def main(argv=None):
                         help="optimum: only redraw its plot from every optimum row in "
                              "benchmarks/results.jsonl (the orders run one at a time), with "
                              "the separable penalties' figure2 --optimizer lbfgs rows and SNM")
-    parser.add_argument("--orders", default=",".join(map(str, ORDERS)))
+    parser.add_argument("--orders", help="default 2-12; prox-speed: 3,5,8,12")
+    parser.add_argument("--iterations", type=int, default=50,
+                        help="prox-speed: APG iterations before the prox input is taken")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="prox-speed: timings of each method, the best kept")
     parser.add_argument("--penalties", default=",".join(PENALTIES))
     parser.add_argument("--penalty", default="t2", help="kernel: the log-linear penalty")
-    parser.add_argument("--lam", help="kernel: the lambda grid (comma-separated, default "
+    parser.add_argument("--lam", help="prox-speed: the tinf lambda (default 8e-6); "
+                        "kernel: the lambda grid (comma-separated, default "
                         "1e-7); optimum: the lambda path of every penalty instead of its own")
     parser.add_argument("--alpha", help="kernel: the alpha grid of a weighted penalty; "
                         "optimum: the alphas of every weighted penalty instead of its own")
@@ -385,6 +396,8 @@ def main(argv=None):
                         help="snm train's --optimizer; figure2 with lbfgs: the separable "
                              "penalties at their penalised optimum (wider lambda grids)")
     args = parser.parse_args(argv)
+    if args.orders is None:
+        args.orders = "3,5,8,12" if args.what == "prox-speed" else ",".join(map(str, ORDERS))
     work = os.path.join(WORK, "loglinear")
     os.makedirs(work, exist_ok=True)
     if args.what == "figure2":
@@ -423,6 +436,14 @@ def main(argv=None):
         record("loglinear-optimum", rows)
         plot_optimum(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                         "loglinear_optimum_kernel100k.png"))
+    elif args.what == "prox-speed":
+        from benchmarks.loglinear_prox import prox_speed
+        rows = prox_speed([int(o) for o in args.orders.split(",")], float(args.lam or 8e-6),
+                          args.iterations, args.repeats, SPLITS, START)
+        print_table(rows, ["order", "tree", "nodes", "subtree_sum", "heap_ms", "pivot_ms",
+                           "pivot_over_heap", "t2_ms", "input_nonzero", "output_nonzero",
+                           "apg_ms_heap", "apg_ms_pivot"])
+        record("loglinear-prox", rows)
     else:
         rows = kernel(args.penalty, args.lam or "1e-7", args.alpha, args.optimizer, work)
         print_table(rows, ["model", "test_ppl", "kn5_test_ppl", "fit_seconds",

@@ -77,7 +77,10 @@ merges its children's heaps, pops entries while the threshold of the popped
 ones, τ = (S − κ)/C, is below the next value, and pushes the popped ones back
 as one entry (τ, C).  Each node adds at most two entries, so there are at most
 2n pops: O(n log n).  The paper merges Fibonacci heaps; leftist heaps are used
-here (O(log n) merge, arrays only).
+here (O(log n) merge, arrays only).  The plain alternative, its Algorithm 3 (a
+random-pivot projection of every whole subtree, O(n · depth)), is
+:mod:`snm_core.loglinear.tinf_pivot` (``method="pivot"``); on the pair forests of
+kernel-100k it is the faster of the two (benchmarks/README.md, "T-inf prox").
 
 The collapsed tree (Propositions 1-2)
 -------------------------------------
@@ -111,6 +114,8 @@ beside this file; importing this module loads numba (memory a process, see
 
 import numba
 import numpy as np
+
+from snm_core.loglinear.tinf_pivot import prox_tinf_pivot
 
 #: The penalty names, as the command line takes them.
 PENALTIES = ("l2", "l1", "t2", "tinf", "wl2", "wl1", "wt2", "wtinf")
@@ -379,7 +384,7 @@ def value(penalty, tree, x, alpha=1.0):
     return float(result[0]) if vector else result
 
 
-def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True):
+def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True, method="heap"):
     """The proximal operator argmin_x ½‖x − v‖² + λΩ(x) [+ the constraint x >= 0].
 
     Parameters
@@ -397,6 +402,10 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True):
         Depth weight α of the weighted penalties; must be 1.0 for the others.
     nonnegative : bool, default True
         Constrain x >= 0 (the paper's W >= 0).
+    method : {"heap", "pivot"}, default "heap"
+        tinf/wtinf only: the k-best heap (Algorithm 4), or the plain random-pivot
+        projection of every subtree (Algorithm 3, :mod:`snm_core.loglinear.tinf_pivot`),
+        slower; the same result to rounding.
 
     Returns
     -------
@@ -405,7 +414,8 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True):
     Notes
     -----
     l2, l1: O(n).  t2, wt2: Algorithm 2, O(n) (one upward, one downward pass).
-    tinf, wtinf: Algorithm 4 with leftist heaps, O(n log n) per column.
+    tinf, wtinf: Algorithm 4 with leftist heaps, O(n log n) per column; with
+    ``method="pivot"`` Algorithm 3, O(Σ subtree sizes) = O(n · depth) expected.
 
     Zeros stay zero (and, with ``nonnegative``, so do negative entries).  The
     tree penalties zero whole subtrees: a node whose group step zeroes it has
@@ -423,6 +433,8 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True):
     [1.0, 2.0]
     """
     kind, weighted = _check_penalty(penalty, alpha)
+    if method not in ("heap", "pivot"):
+        raise ValueError(f"unknown tinf prox method {method!r}; choose heap or pivot")
     lam = float(lam)
     if not (np.isfinite(lam) and lam >= 0):
         raise ValueError(f"lam must be a finite number >= 0, got {lam}")
@@ -450,6 +462,8 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True):
         x = np.empty_like(u)
         if kind == "t2":
             _prox_t2(tree.parent, radius, u, x)
+        elif method == "pivot":
+            prox_tinf_pivot(tree.parent, count, radius, u, x)
         else:
             _prox_tinf(tree.parent, count, radius, u, x)
     if not nonnegative:

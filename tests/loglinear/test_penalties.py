@@ -192,16 +192,17 @@ def test_prox_equals_an_interior_point_solution(data, forest, lam, alpha, nonneg
     parent, depth = forest
     tree = SuffixTree(parent, depth)
     v = data.draw(vectors(len(parent)))
-    for penalty in NORM_PENALTIES:
+    for penalty, method in [(p, "heap") for p in NORM_PENALTIES] + [("tinf", "pivot"),
+                                                                    ("wtinf", "pivot")]:
         a = alpha if penalty.startswith("w") else 1.0
         groups, weights, p = groups_and_weights(penalty, parent, depth, a)
-        x = prox(penalty, tree, v, lam, a, nonnegative)
+        x = prox(penalty, tree, v, lam, a, nonnegative, method=method)
         oracle = barrier_oracle(v, lam, groups, weights, p, nonnegative)
         # The oracle is within ~1e-8 of the optimal objective, so within ~1.5e-4 of
         # the optimum (1-strong convexity; in practice ~1e-6); an exact prox is no worse.
-        assert np.allclose(x, oracle, atol=1e-4), (penalty, x, oracle)
+        assert np.allclose(x, oracle, atol=1e-4), (penalty, method, x, oracle)
         mine = objective(v, x, lam, groups, weights, p)
-        assert mine <= objective(v, oracle, lam, groups, weights, p) + 1e-12, penalty
+        assert mine <= objective(v, oracle, lam, groups, weights, p) + 1e-12, (penalty, method)
         if nonnegative:
             assert (x >= 0).all()
 
@@ -437,6 +438,8 @@ def test_errors_say_what_to_change():
         prox("t2", tree, [1.0, 1.0], -1.0)
     with pytest.raises(ValueError, match=r"expected shape \(2,\) or \(2, k\)"):
         prox("t2", tree, [1.0, 1.0, 1.0], 0.1)
+    with pytest.raises(ValueError, match="choose heap or pivot"):
+        prox("tinf", tree, [1.0, 1.0], 0.1, method="sort")
     with pytest.raises(ValueError, match="parent must come before its child"):
         SuffixTree([1, -1], [1, 0])
     with pytest.raises(ValueError, match="depth"):
@@ -458,11 +461,13 @@ def test_tree_proxes_on_a_larger_tree():
     rng = np.random.default_rng(5)
     tree = SuffixTree.from_contexts([tuple(rng.integers(0, 3, 5)) for _ in range(8)])
     v = np.round(rng.exponential(size=tree.size), 1)  # ties included
-    for penalty, a in (("tinf", 1.0), ("wtinf", 0.85), ("t2", 1.0), ("wt2", 1.1)):
+    for penalty, a, method in (("tinf", 1.0, "heap"), ("wtinf", 0.85, "heap"),
+                               ("t2", 1.0, "heap"), ("wt2", 1.1, "heap"),
+                               ("tinf", 1.0, "pivot"), ("wtinf", 0.85, "pivot")):
         groups, weights, p = groups_and_weights(penalty, tree.parent, tree.depth, a)
-        x = prox(penalty, tree, v, 0.7, a)
+        x = prox(penalty, tree, v, 0.7, a, method=method)
         oracle = barrier_oracle(v, 0.7, groups, weights, p, True)
-        assert np.allclose(x, oracle, atol=1e-4), penalty
+        assert np.allclose(x, oracle, atol=1e-4), (penalty, method)
         assert objective(v, x, 0.7, groups, weights, p) \
-            <= objective(v, oracle, 0.7, groups, weights, p) + 1e-12, penalty
+            <= objective(v, oracle, 0.7, groups, weights, p) + 1e-12, (penalty, method)
 
