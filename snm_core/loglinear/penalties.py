@@ -384,7 +384,13 @@ def value(penalty, tree, x, alpha=1.0):
     return float(result[0]) if vector else result
 
 
-def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True, method="heap"):
+#: The pivot prox reads every subtree whole (~20 ns an entry), the heap prox each node a
+#: few times (~190 ns a node; benchmarks/README.md, "T-inf prox"): the pivot is the faster
+#: while the subtrees' sizes sum to less than about this many times the nodes.
+PIVOT_MAX_SUBTREE_RATIO = 8
+
+
+def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True, method="auto"):
     """The proximal operator argmin_x ½‖x − v‖² + λΩ(x) [+ the constraint x >= 0].
 
     Parameters
@@ -402,10 +408,12 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True, method="heap"):
         Depth weight α of the weighted penalties; must be 1.0 for the others.
     nonnegative : bool, default True
         Constrain x >= 0 (the paper's W >= 0).
-    method : {"heap", "pivot"}, default "heap"
+    method : {"auto", "heap", "pivot"}, default "auto"
         tinf/wtinf only: the k-best heap (Algorithm 4), or the plain random-pivot
-        projection of every subtree (Algorithm 3, :mod:`snm_core.loglinear.tinf_pivot`),
-        slower; the same result to rounding.
+        projection of every subtree (Algorithm 3, :mod:`snm_core.loglinear.tinf_pivot`);
+        the same result to rounding.  ``"auto"``: the pivot on shallow trees (the
+        subtrees' sizes summing to at most :data:`PIVOT_MAX_SUBTREE_RATIO` times the
+        nodes, as in the n-gram pair forests), else the heap.
 
     Returns
     -------
@@ -433,8 +441,8 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True, method="heap"):
     [1.0, 2.0]
     """
     kind, weighted = _check_penalty(penalty, alpha)
-    if method not in ("heap", "pivot"):
-        raise ValueError(f"unknown tinf prox method {method!r}; choose heap or pivot")
+    if method not in ("auto", "heap", "pivot"):
+        raise ValueError(f"unknown tinf prox method {method!r}; choose auto, heap or pivot")
     lam = float(lam)
     if not (np.isfinite(lam) and lam >= 0):
         raise ValueError(f"lam must be a finite number >= 0, got {lam}")
@@ -462,13 +470,26 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True, method="heap"):
         x = np.empty_like(u)
         if kind == "t2":
             _prox_t2(tree.parent, radius, u, x)
-        elif method == "pivot":
+        elif method == "pivot" or (method == "auto" and _shallow(tree)):
             prox_tinf_pivot(tree.parent, count, radius, u, x)
         else:
             _prox_tinf(tree.parent, count, radius, u, x)
     if not nonnegative:
         x *= np.sign(values)
     return x.reshape(shape).astype(out_dtype, copy=False)
+
+
+def _shallow(tree):
+    """Whether the subtrees' sizes sum to at most PIVOT_MAX_SUBTREE_RATIO times the nodes
+    (each node counted once per ancestor and itself); cached on the tree."""
+    if not hasattr(tree, "_shallow"):
+        parent, has_parent = tree.parent, tree.parent >= 0
+        lineage = np.ones(len(parent), np.int64)  # the node and its ancestors
+        # exact up to the ratio + 1 (a lineage grows by one a pass), capped beyond
+        for _ in range(PIVOT_MAX_SUBTREE_RATIO):
+            lineage = np.where(has_parent, 1 + lineage[np.maximum(parent, 0)], 1)
+        tree._shallow = bool(lineage.sum() <= PIVOT_MAX_SUBTREE_RATIO * max(len(parent), 1))
+    return tree._shallow
 
 
 # --- checks and weights --------------------------------------------------------------------------

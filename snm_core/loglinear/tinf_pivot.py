@@ -16,8 +16,9 @@ a column.
 This is the baseline that the k-best heap (:func:`snm_core.loglinear.penalties._prox_tinf`,
 Algorithm 4, O(n log n)) replaces; :func:`snm_core.loglinear.penalties.prox` runs it
 with ``method="pivot"``, and ``benchmarks/loglinear.py prox-speed`` times the two.
-The pivots come from a fixed-seed generator, so the result, including its
-rounding, does not vary from run to run.
+The pivots come from a fixed-seed generator, restarted for each column, so the
+result, including its rounding, does not vary from run to run nor with the
+other columns.
 """
 
 import numba
@@ -114,8 +115,8 @@ def prox_tinf_pivot(parent, count, radius, u, out):
         end[pos[i]] = pos[i] + size[i]
     value = np.empty(n)  # scratch for one group's positive entries
     weight = np.empty(n)
-    state = np.int64(_SEED)
     for c in range(k):
+        state = np.int64(_SEED)  # each column from the seed: columns are independent
         for i in range(n):
             w[pos[i]] = u[i, c]
         for j in range(n - 1, -1, -1):  # reverse pre-order: descendants first

@@ -438,7 +438,7 @@ def test_errors_say_what_to_change():
         prox("t2", tree, [1.0, 1.0], -1.0)
     with pytest.raises(ValueError, match=r"expected shape \(2,\) or \(2, k\)"):
         prox("t2", tree, [1.0, 1.0, 1.0], 0.1)
-    with pytest.raises(ValueError, match="choose heap or pivot"):
+    with pytest.raises(ValueError, match="choose auto, heap or pivot"):
         prox("tinf", tree, [1.0, 1.0], 0.1, method="sort")
     with pytest.raises(ValueError, match="parent must come before its child"):
         SuffixTree([1, -1], [1, 0])

@@ -90,5 +90,17 @@ def test_pivot_is_deterministic_and_handles_edge_cases():
     assert prox("tinf", empty, np.zeros(0), 1.0, method="pivot").shape == (0,)
     chain = SuffixTree([-1, 0], [0, 1])  # the worked example of test_penalties
     assert np.allclose(prox("tinf", chain, [1.0, 4.0], 1.0, method="pivot"), [1.0, 2.0])
-    with pytest.raises(ValueError, match="choose heap or pivot"):
+    with pytest.raises(ValueError, match="choose auto, heap or pivot"):
         prox("tinf", chain, [1.0, 4.0], 1.0, method="bisect")
+
+
+def test_auto_takes_the_pivot_on_shallow_trees_and_the_heap_on_deep_ones():
+    from snm_core.loglinear.penalties import _shallow
+    star = SuffixTree(np.r_[-1, np.zeros(50, np.int64)], np.r_[0, np.ones(50, np.int64)])
+    chain = SuffixTree(np.arange(-1, 49), np.arange(50))
+    assert _shallow(star) and not _shallow(chain)
+    rng = np.random.default_rng(1)
+    for tree in (star, chain):
+        v = rng.random(tree.size) * 3
+        expected = prox("tinf", tree, v, 0.4, method="heap")
+        np.testing.assert_allclose(prox("tinf", tree, v, 0.4), expected, rtol=0, atol=1e-12)
