@@ -40,18 +40,19 @@ def apg_with(model, own, lam, iterations, tinf):
     APGResult, (parent, radius, u) of its last prox call)."""
     from snm_core.loglinear import apg, penalties
 
-    real = penalties._prox_tinf
+    real = penalties._prox_tinf, penalties.prox_tinf_pivot
     seen = {}
 
     def capture(parent, count, radius, u, out):  # APG makes radius and u afresh each call
         seen.update(parent=parent, radius=radius, u=u)
         return tinf(parent, count, radius, u, out)
 
-    penalties._prox_tinf = capture
+    # both kernels replaced: whichever prox's method="auto" picks, ``tinf`` runs
+    penalties._prox_tinf = penalties.prox_tinf_pivot = capture
     try:
         result = apg.minimise(model, own, "tinf", lam, tol=0.0, max_iterations=iterations)
     finally:
-        penalties._prox_tinf = real
+        penalties._prox_tinf, penalties.prox_tinf_pivot = real
     return result, (seen["parent"], seen["radius"], seen["u"])
 
 
