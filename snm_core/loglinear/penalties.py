@@ -115,7 +115,7 @@ beside this file; importing this module loads numba (memory a process, see
 import numba
 import numpy as np
 
-from snm_core.loglinear.tinf_pivot import prox_tinf_pivot
+from snm_core.loglinear.tinf_pivot import preorder, prox_tinf_pivot
 
 #: The penalty names, as the command line takes them.
 PENALTIES = ("l2", "l1", "t2", "tinf", "wl2", "wl1", "wt2", "wtinf")
@@ -481,14 +481,10 @@ def prox(penalty, tree, v, lam, alpha=1.0, nonnegative=True, method="auto"):
 
 def _shallow(tree):
     """Whether the subtrees' sizes sum to at most PIVOT_MAX_SUBTREE_RATIO times the nodes
-    (each node counted once per ancestor and itself); cached on the tree."""
+    (the pivot prox's work, as ``prox-speed`` reports it); cached on the tree."""
     if not hasattr(tree, "_shallow"):
-        parent, has_parent = tree.parent, tree.parent >= 0
-        lineage = np.ones(len(parent), np.int64)  # the node and its ancestors
-        # exact up to the ratio + 1 (a lineage grows by one a pass), capped beyond
-        for _ in range(PIVOT_MAX_SUBTREE_RATIO):
-            lineage = np.where(has_parent, 1 + lineage[np.maximum(parent, 0)], 1)
-        tree._shallow = bool(lineage.sum() <= PIVOT_MAX_SUBTREE_RATIO * max(len(parent), 1))
+        _, size = preorder(tree.parent)
+        tree._shallow = bool(size.sum() <= PIVOT_MAX_SUBTREE_RATIO * max(tree.size, 1))
     return tree._shallow
 
 
