@@ -345,15 +345,13 @@ def feature_table(features, links, num_feature_types):
 
 def chunk_bounds(rows, max_rows):
     """Consecutive parts of ``rows`` rows each in runs of at most ``max_rows`` (a part
-    larger than that is a run alone), each ending once it has about an equal share.
+    larger than that is a run alone).
 
     Returns the runs' bounds: run ``i`` is parts ``bounds[i]:bounds[i + 1]``.
     """
-    total = int(sum(rows))
-    share = -(-total // max(1, -(-total // max(1, max_rows))))  # total / runs, rounded up
     bounds, held = [0], 0
     for i, n in enumerate(rows):
-        if held and (held + n > max_rows or held >= share):
+        if held and held + n > max_rows:
             bounds.append(i)
             held = 0
         held += n

@@ -70,7 +70,7 @@ def test_a_bucket_merged_in_chunks_sums_every_part():
     assert whole[0].equals(links) and whole[1].equals(features)
 
 
-def test_chunks_are_consecutive_runs_of_about_equal_rows_within_the_limit():
+def test_chunks_are_consecutive_runs_within_the_limit():
     rows = [5, 1, 7, 3, 3, 9, 2, 40, 4, 1]
     bounds = chunk_bounds(rows, 20)
     assert bounds[0] == 0 and bounds[-1] == len(rows) and bounds == sorted(set(bounds))
