@@ -168,24 +168,6 @@ def cut_by_bucket(partial, num_buckets):
     return {k: v[order] for k, v in partial.items()}, bounds
 
 
-def sort_by_feature_and_word(feature, word):
-    """Permutation that sorts rows by (feature, word).
-
-    Two stable sorts (:func:`snm_core.io.arrays.stable_argsort`) instead of the
-    much slower ``np.lexsort``: sort by feature, number the runs of
-    equal features, then sort by (run number, word) packed into one int64 (as
-    few bits as the largest word needs, so the index fits beside them).
-    """
-    by_feature, f = stable_argsort(feature, return_sorted=True)
-    run = np.zeros(len(f), dtype=np.int64)
-    if len(f):
-        np.cumsum(f[1:] != f[:-1], out=run[1:])
-    word = word[by_feature].astype(np.int64)
-    word_bits = int(word.max()).bit_length() if len(word) else 0
-    packed = (run << np.int64(word_bits)) | word
-    return by_feature[stable_argsort(packed)]
-
-
 def merge_bucket(link_parts, feature_parts, num_feature_types):
     """Final tables of one bucket from all its partials: :func:`merge_links` then
     :func:`merge_features`.
@@ -212,24 +194,41 @@ def merge_links(link_parts):
 
     ``link_parts`` is a list of links partials; it is emptied (the arrays are
     copied, so the parts can go: a bucket's peak memory).
+
+    Two stable sorts (:func:`snm_core.io.arrays.stable_argsort`) instead of the much
+    slower ``np.lexsort``: by feature, then by (feature's run number, word) packed
+    into one int64.  Rows are gathered at random only once, by the first sort: the
+    second moves them only within a feature's run, and its sorted values are the
+    (run, word) pairs themselves.
     """
     if not link_parts:
         return _COUNTED_LINKS.empty_table()
     parts = concat_partials(link_parts)
     link_parts.clear()
-    order = sort_by_feature_and_word(parts["feature"], parts["word"])
-    feature = parts.pop("feature")[order]
-    word = parts.pop("word")[order]
-    count = parts.pop("count")[order]
-    del order
-    new_link = np.empty(len(feature), dtype=bool)
-    new_link[:1] = True
-    np.not_equal(feature[1:], feature[:-1], out=new_link[1:])
-    new_link[1:] |= word[1:] != word[:-1]
-    starts = np.flatnonzero(new_link)
-    feature, word, count = feature[starts], word[starts], np.add.reduceat(count, starts)
-    return pa.table({"feature": feature, "word": word.astype(np.int32),
-                     "count": count.astype(np.int64)})
+    by_feature, feature = stable_argsort(parts.pop("feature"), return_sorted=True)
+    word = parts.pop("word")[by_feature].astype(np.int64)
+    count = parts.pop("count")[by_feature]
+    del by_feature
+    new_feature = np.empty(len(feature), dtype=bool)
+    new_feature[:1] = True
+    np.not_equal(feature[1:], feature[:-1], out=new_feature[1:])
+    run = np.cumsum(new_feature) - 1
+    distinct = feature[new_feature]
+    del feature, new_feature
+    word_bits = int(word.max()).bit_length() if len(word) else 0
+    run <<= np.int64(word_bits)
+    run |= word
+    del word
+    by_word, packed = stable_argsort(run, return_sorted=True)
+    del run
+    count = count[by_word]  # within runs: nearly in place
+    del by_word
+    starts = run_starts(packed)
+    packed = packed[starts]
+    return pa.table({"feature": distinct[packed >> np.int64(word_bits)],
+                     "word": (packed & np.int64((1 << word_bits) - 1)).astype(np.int32),
+                     "count": np.add.reduceat(count, starts).astype(np.int64)
+                     if len(count) else count.astype(np.int64)})
 
 
 def merge_bucket_chunks(rows, read, num_feature_types, max_rows):

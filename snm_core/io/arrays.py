@@ -64,11 +64,15 @@ def stable_argsort(values, return_sorted=False):
     packed <<= np.uint64(index_bits)
     packed |= np.arange(n, dtype=np.uint64)
     packed.sort()
-    kept = packed >> np.uint64(index_bits) if dropped else None
+    kept = packed >> np.uint64(index_bits) if dropped or return_sorted else None
     packed &= np.uint64((1 << index_bits) - 1)
     order = packed.view(np.int64)
     if not (dropped or return_sorted):
         return order
+    if not dropped:  # the values are in the sorted bits: no gather at random
+        kept += np.asarray(base, np.uint64)
+        return order, kept.view(values.dtype) if values.dtype.itemsize == 8 \
+            else kept.astype(values.dtype)
     ordered = values[order]
     if dropped:
         same = kept[1:] == kept[:-1]
