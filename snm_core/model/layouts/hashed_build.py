@@ -53,22 +53,23 @@ MIN_PARTITION_LINKS = 1 << 12
 #: records, keys, the radix sort's order and work arrays, the sorted records: ~80
 #: bytes a link) and the sorted one being written; a scatter slice needs less.
 PARTITION_LINK_BYTES = 2 * 80 + 16
-#: Memory a link of the bucket being read (its matrix columns and share of the
-#: feature rows and their ends, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram).
-BUCKET_LINK_BYTES = 48
+#: Memory a link of a bucket being read (its matrix columns and share of the feature
+#: rows and their ends, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram; its records,
+#: feature rows and words: 28).  Two are held: one scattered while the next is read.
+BUCKET_LINK_BYTES = 2 * (48 + 28)
 
 
 def memory_parts(manifest):
-    """The fixed parts of the build's working memory (``{what: bytes}``): a model bucket
-    as read and the smallest partitions."""
+    """The fixed parts of the build's working memory (``{what: bytes}``): two model
+    buckets as read and the smallest partitions."""
     bucket = manifest["totals"]["links"] / max(manifest.get("num_buckets") or 1, 1)
-    return {"a model bucket as read": int(bucket * BUCKET_LINK_BYTES),
+    return {"two model buckets as read": int(bucket * BUCKET_LINK_BYTES),
             "the smallest sort partitions": MIN_PARTITION_LINKS * PARTITION_LINK_BYTES}
 
 
 def partition_links(manifest, working):
     """Links of a sort partition within ``working`` bytes (:func:`memory_parts` held)."""
-    left = working - memory_parts(manifest)["a model bucket as read"]
+    left = working - memory_parts(manifest)["two model buckets as read"]
     return int(min(MAX_PARTITION_LINKS, max(MIN_PARTITION_LINKS, left // PARTITION_LINK_BYTES)))
 
 
@@ -130,6 +131,15 @@ def _bucket_slices(model_dir, name, slice_links, mask, columns=("word", "m", "co
     return feats, slices()
 
 
+def _bucket_records(model_dir, name, slice_links, mask, empty_types):
+    """One bucket read for the scatter: ``(feature keys, M_f*, slices)``, each slice
+    ``(RECORD array, the words of its links of the empty context)``."""
+    feats, slices = _bucket_slices(model_dir, name, slice_links, mask)
+    empty = np.isin(feats["type"].to_numpy(), empty_types)
+    return (feats["feature"].to_numpy(), feats["m_star"].to_numpy(),
+            [(records, words[empty[rows]]) for rows, records, words in slices])
+
+
 def _sort_partition(path, work):
     """A scratch partition's records sorted by key (the file is removed)."""
     records = np.fromfile(path, dtype=RECORD)
@@ -166,15 +176,23 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
     scatter = Scatter(paths, 64 - levels[0], levels[0])
-    with progress("scatter", n_links) as shown:
-        for name in buckets:
-            feats, slices = _bucket_slices(model_dir, name, partition, mask)
-            feature_table.add(feats["feature"].to_numpy(), feats["m_star"].to_numpy())
-            empty = np.isin(feats["type"].to_numpy(), empty_types)
-            for rows, records, words in slices:
+    # The next bucket is read and hashed on another thread (Parquet's reads and numpy's
+    # loops release the GIL) while this one is scattered.
+    with ThreadPoolExecutor(1) as reader, progress("scatter", n_links) as shown:
+        read = [reader.submit(_bucket_records, model_dir, name, partition, mask, empty_types)
+                for name in buckets[:1]]
+        for i in range(len(buckets)):
+            if i + 1 < len(buckets):
+                read.append(reader.submit(_bucket_records, model_dir, buckets[i + 1],
+                                          partition, mask, empty_types))
+            keys, m_star, slices = read[i].result()
+            read[i] = None
+            feature_table.add(keys, m_star)
+            for records, empty_words in slices:
                 scatter.add(records)
-                seen[words[empty[rows]]] = True
+                seen[empty_words] = True
                 shown.update(len(records))
+            del keys, m_star, slices
     scatter.close()
     sizes = feature_table.finish()
 
