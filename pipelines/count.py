@@ -11,7 +11,7 @@ vocabulary (``--vocab FILE``, or built first with ``--min_count N`` into
 :mod:`snm_core.io.tables`: ``links-*.parquet``, ``features-*.parquet``,
 ``vocab.txt`` and ``manifest.json`` (last).
 
-How it is fast (DESIGN.md, "Speed"): lines are read in ~0.5 MB batches; each batch
+How it is fast (DESIGN.md, "Speed"): lines are read in 4 MiB batches; each batch
 is tokenised, its features extracted and its links summed with numpy, one
 feature type at a time (no Python work per token or per link); a worker holds
 the sums until
@@ -38,12 +38,16 @@ from pipelines import count_directory, reading, runners, running, training_sourc
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
 from snm_core.count import counting
-from snm_core.count.budget import MAX_OCCURRENCES_PER_CHUNK, MERGE_CHUNK_ROWS, plan_memory
+from snm_core.count.budget import (
+    COUNT_BATCH_BYTES,
+    MAX_OCCURRENCES_PER_CHUNK,
+    MERGE_CHUNK_ROWS,
+    plan_memory,
+)
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
-from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 from snm_core.stages import manifests
 from snm_core.text.config import load_config, parse_config
 from snm_core.text.features import FeatureExtractor
@@ -438,7 +442,7 @@ class CountOptions:
     shuffle: str = "files"
     scratch: Optional[str] = None
     reference: bool = False
-    batch_bytes: int = DEFAULT_BATCH_BYTES
+    batch_bytes: int = COUNT_BATCH_BYTES
     memory: Optional[str] = None  # --memory; None: the default budget
 
     def __post_init__(self):

@@ -51,12 +51,12 @@ def config_arguments(parser):
                             "target): --config Ngram")
 
 
-def source_arguments(parser):
-    """``--train [TAG=]GLOB ...`` and ``--batch_bytes``."""
+def source_arguments(parser, batch_bytes=DEFAULT_BATCH_BYTES):
+    """``--train [TAG=]GLOB ...`` and ``--batch_bytes`` (default ``batch_bytes``)."""
     parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
                         help="training text (one sentence a line, plain or .gz); repeat "
                              "for several sources, each with its own TAG")
-    parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
+    parser.add_argument("--batch_bytes", type=int, default=batch_bytes,
                         help="text per numpy batch (default %(default)s)")
 
 

@@ -3,14 +3,14 @@
 from pipelines import count as stage
 from pipelines.shuffle import MODES
 from snm.commands import arguments
-from snm_core.count.budget import (BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS,
+from snm_core.count.budget import (BUCKET_OCCURRENCES, COUNT_BATCH_BYTES, DEFAULT_NUM_BUCKETS,
                                    FLUSH_LINKS_PER_BUCKET, MIN_FLUSH_LINKS)
 
 
 def main(argv=None):
     parser = arguments.parser("count", stage.__doc__, beam=True)
     arguments.config_arguments(parser)
-    arguments.source_arguments(parser)
+    arguments.source_arguments(parser, COUNT_BATCH_BYTES)
     parser.add_argument("--add_to", metavar="DIR",
                         help="an existing count directory: count only the new --train files "
                              "and write the sum of both to --out (same config, vocabulary "
