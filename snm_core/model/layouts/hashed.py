@@ -244,7 +244,7 @@ class SlotIndexWriter:
         if offsets.max(initial=0) > np.iinfo(np.uint16).max:
             raise SnmInputError("a block of the compact index holds more than 65,535 keys: "
                                 "the keys are not hashes; please report this")
-        self.blocks.append(block[:, 0])
+        self.blocks.append(block[:, 0].copy())  # a view would keep every slot's start
         offsets = offsets.astype(np.uint16).ravel()
         if self.out is None:
             self.kept.append(offsets)
