@@ -34,9 +34,10 @@ MAX_OCCURRENCES_PER_CHUNK = 2_000_000
 #: links an occurrence at 512 KiB, 0.54 at 4 MiB), so the scratch and the merges get
 #: fewer rows; a batch's chunks stay within MAX_OCCURRENCES_PER_CHUNK.
 COUNT_BATCH_BYTES = 4 << 20
-#: The default ``--flush_links``: about one 512 KiB batch of 5-gram links, and more with
-#: more buckets, so that a flush's part for one bucket stays a few thousand rows (every
-#: part is a write and a shuffle element); capped to bound the buffer.
+#: The default ``--flush_links``: the links of about 512 KiB of 5-gram text (a 4 MiB
+#: batch is sent in several flushes, each after a feature type), and more with more
+#: buckets, so that a flush's part for one bucket stays a few thousand rows (every part
+#: is a write and a shuffle element); capped to bound the buffer.
 MIN_FLUSH_LINKS = 250_000
 FLUSH_LINKS_PER_BUCKET = 4096
 MAX_FLUSH_LINKS = 4_000_000
