@@ -22,6 +22,7 @@ M, c) go to ``link_collisions``.  The arrays depend on nothing but the model:
 not on the partitions, the passes or the memory.
 """
 
+import functools
 import math
 import os
 import shutil
@@ -178,21 +179,18 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     scatter = Scatter(paths, 64 - levels[0], levels[0])
     # The next bucket is read and hashed on another thread (Parquet's reads and numpy's
     # loops release the GIL) while this one is scattered.
+    read = functools.partial(_bucket_records, model_dir, slice_links=partition, mask=mask,
+                             empty_types=empty_types)
     with ThreadPoolExecutor(1) as reader, progress("scatter", n_links) as shown:
-        read = [reader.submit(_bucket_records, model_dir, name, partition, mask, empty_types)
-                for name in buckets[:1]]
+        ahead = reader.submit(read, buckets[0]) if buckets else None
         for i in range(len(buckets)):
-            if i + 1 < len(buckets):
-                read.append(reader.submit(_bucket_records, model_dir, buckets[i + 1],
-                                          partition, mask, empty_types))
-            keys, m_star, slices = read[i].result()
-            read[i] = None
+            keys, m_star, slices = ahead.result()  # the bucket before is let go here
+            ahead = reader.submit(read, buckets[i + 1]) if i + 1 < len(buckets) else None
             feature_table.add(keys, m_star)
             for records, empty_words in slices:
                 scatter.add(records)
                 seen[empty_words] = True
                 shown.update(len(records))
-            del keys, m_star, slices
     scatter.close()
     sizes = feature_table.finish()
 
