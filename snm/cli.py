@@ -93,6 +93,9 @@ def main(argv=None):
         return 2
     try:
         configure_logging()
+        # Before any thread starts: the threads a Beam runner starts share the heaps.
+        from snm_core.io.memory import limit_arenas
+        limit_arenas()
         module = importlib.import_module(f"snm.commands.{COMMANDS[command]}")
         return module.main(rest) or 0
     except KeyboardInterrupt as e:
