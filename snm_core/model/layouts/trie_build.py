@@ -57,6 +57,11 @@ SCRATCH = "trie.tmp"
 PROGRESS_PASSES = 2
 #: The least working memory: a run or a partition of this many records.
 MIN_RECORDS = 1024
+#: Records of a run, a partition or a sort at most, and entries of a layout's chunk,
+#: whatever the budget: larger ones build no faster (kernel's trie was as fast in runs
+#: of 622K records as in one of 7.3M), and a budget's worth of them made the build's
+#: peak grow with the model until the budget (benchmarks/README.md, "Every stage").
+MAX_RECORDS = 1 << 23
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +77,7 @@ class Plan:
 
     def records(self, width):
         """Records of a sort of keys of ``width`` words that the budget holds."""
-        return max(MIN_RECORDS, self.sort_memory // record_bytes(width))
+        return min(MAX_RECORDS, max(MIN_RECORDS, self.sort_memory // record_bytes(width)))
 
 
 def record_bytes(width):
@@ -100,10 +105,11 @@ def plan(memory, radix, width, where, layout):
             f"arrays {memory_budget.format_bytes(fixed)}, and the smallest sort run); give "
             f"--memory {memory_budget.round_up(need + memory_budget.PROCESS_BYTES)} or more")
     left = memory - fixed
-    records = max(MIN_RECORDS, left // record)
+    records = min(MAX_RECORDS, max(MIN_RECORDS, left // record))
     return Plan(run_records=records, partition_records=records,
                 scan_links=max(MIN_RECORDS, records // 8),
-                chunk_entries=max(MIN_RECORDS, left // ENTRY_BYTES), sort_memory=left)
+                chunk_entries=min(MAX_RECORDS, max(MIN_RECORDS, left // ENTRY_BYTES)),
+                sort_memory=left)
 
 
 def model_plan(model_dir, manifest, layout, memory=None):

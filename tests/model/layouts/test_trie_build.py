@@ -70,6 +70,19 @@ def test_external_build_is_the_in_memory_build_at_any_budget(tagged_ngram_model,
     check_build(model_dir, layout, tmp_path / "tiny", tiny_memory(model_dir, monkeypatch, 256))
 
 
+@pytest.mark.parametrize("layout", ["trie", "small"])
+def test_a_large_budget_builds_in_capped_runs(ngram_model, layout, tmp_path, monkeypatch):
+    """Runs, partitions and chunks stop growing at MAX_RECORDS whatever the budget, so the
+    build's memory stops growing with the model; the arrays are the same."""
+    model_dir, _ = ngram_model
+    manifest = manifests.Model.read(str(model_dir))
+    monkeypatch.setattr(trie_build, "MAX_RECORDS", 2048)
+    sizes = trie_build.model_plan(str(model_dir), manifest, layout, 64 << 30)
+    assert sizes.run_records == sizes.chunk_entries == sizes.records(2) == 2048
+    assert sizes.run_records * 4 < manifest["totals"]["links"]
+    check_build(model_dir, layout, tmp_path / "capped", 64 << 30)
+
+
 def test_small_blocks_and_escapes_across_chunks(ngram_model, tmp_path, monkeypatch):
     """Blocks of 4 entries and escapes for every step and gap of 2 or more, in chunks of
     64 entries (a chunk ends inside a context's run, a code's escapes in every chunk)."""
