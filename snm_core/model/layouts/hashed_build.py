@@ -55,9 +55,10 @@ MIN_PARTITION_LINKS = 1 << 12
 #: bytes a link) and the sorted one being written; a scatter slice needs less.
 PARTITION_LINK_BYTES = 2 * 80 + 16
 #: Memory a link of a bucket being read (its matrix columns and share of the feature
-#: rows and their ends, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram; its records,
-#: feature rows and words: 28).  Two are held: one scattered while the next is read.
-BUCKET_LINK_BYTES = 2 * (48 + 28)
+#: rows, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram; its feature row: 4; its
+#: records, feature rows and words: 28).  Two are held: one scattered while the next is
+#: read.
+BUCKET_LINK_BYTES = 2 * (48 + 4 + 28)
 
 
 def memory_parts(manifest):
@@ -117,13 +118,14 @@ def _bucket_slices(model_dir, name, slice_links, mask, columns=("word", "m", "co
     matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
                                tables.MATRIX, list(columns))
     keys, counts = feats["feature"].to_numpy(), feats["count"].to_numpy()
-    ends = np.cumsum(feats["diversity"].to_numpy())
+    # Each link's feature row, from the features' diversities (its links follow them).
+    feature_rows = np.repeat(np.arange(len(keys), dtype=np.int32), feats["diversity"].to_numpy())
     word, m, count = (matrix[c].to_numpy() for c in columns)
 
     def slices():
         for lo in range(0, len(word), slice_links):
             hi = min(lo + slice_links, len(word))
-            rows = np.searchsorted(ends, np.arange(lo, hi), side="right")
+            rows = feature_rows[lo:hi]
             records = np.empty(hi - lo, RECORD)
             records["key"] = link_key(keys[rows], word[lo:hi]) & mask
             records["m"] = m[lo:hi]
