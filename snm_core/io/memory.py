@@ -7,6 +7,7 @@
 """
 
 import ctypes
+import os
 
 import pyarrow as pa
 
@@ -76,10 +77,7 @@ def limit_arenas(override_environment=False):
     """At most :data:`ARENAS` glibc heaps in this process from now on (threads that have
     one keep it); ``MALLOC_ARENA_MAX`` in the environment wins unless
     ``override_environment``."""
-    import os
-
-    if LIBC is not None and hasattr(LIBC, "mallopt") and (
-            override_environment or "MALLOC_ARENA_MAX" not in os.environ):
+    if _may_set(("MALLOC_ARENA_MAX",), override_environment):
         LIBC.mallopt(M_ARENA_MAX, ARENAS)
 
 
@@ -89,12 +87,16 @@ def set_thresholds(mmap_threshold, trim_threshold, override_environment=False):
     ``trim_threshold`` is given back.  ``MALLOC_MMAP_THRESHOLD_`` or
     ``MALLOC_TRIM_THRESHOLD_`` in the environment win, unless
     ``override_environment``."""
-    import os
-
-    if LIBC is not None and hasattr(LIBC, "mallopt") and (override_environment or not any(
-            name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))):
+    if _may_set(("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"), override_environment):
         LIBC.mallopt(M_MMAP_THRESHOLD, mmap_threshold)
         LIBC.mallopt(M_TRIM_THRESHOLD, trim_threshold)
+
+
+def _may_set(variables, override_environment):
+    """Whether a glibc setting is ours to make: glibc is there, and none of its
+    environment ``variables`` is set (or ``override_environment``)."""
+    return LIBC is not None and hasattr(LIBC, "mallopt") and (
+        override_environment or not any(name in os.environ for name in variables))
 
 
 # --- one budget ---------------------------------------------------------------------------
@@ -111,8 +113,6 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def physical_memory():
     """Bytes of physical memory of this machine."""
-    import os
-
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

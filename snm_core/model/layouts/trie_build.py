@@ -77,7 +77,7 @@ class Plan:
 
     def records(self, width):
         """Records of a sort of keys of ``width`` words that the budget holds."""
-        return min(MAX_RECORDS, max(MIN_RECORDS, self.sort_memory // record_bytes(width)))
+        return _records(self.sort_memory // record_bytes(width))
 
 
 def record_bytes(width):
@@ -105,11 +105,15 @@ def plan(memory, radix, width, where, layout):
             f"arrays {memory_budget.format_bytes(fixed)}, and the smallest sort run); give "
             f"--memory {memory_budget.round_up(need + memory_budget.PROCESS_BYTES)} or more")
     left = memory - fixed
-    records = min(MAX_RECORDS, max(MIN_RECORDS, left // record))
+    records = _records(left // record)
     return Plan(run_records=records, partition_records=records,
                 scan_links=max(MIN_RECORDS, records // 8),
-                chunk_entries=min(MAX_RECORDS, max(MIN_RECORDS, left // ENTRY_BYTES)),
-                sort_memory=left)
+                chunk_entries=_records(left // ENTRY_BYTES), sort_memory=left)
+
+
+def _records(fit):
+    """``fit`` records (or entries), kept within MIN_RECORDS and MAX_RECORDS."""
+    return min(MAX_RECORDS, max(MIN_RECORDS, fit))
 
 
 def model_plan(model_dir, manifest, layout, memory=None):
