@@ -325,10 +325,15 @@ class PruneBackoffBucket(beam.DoFn):
                "features": kept_features.num_rows, "lowest_kept": facts["lowest_kept"]}
 
 
-def _save(results, path, combine):
+def _save_arrays(arrays, path):
     buffer = io.BytesIO()
-    np.savez(buffer, *combine(results))
+    np.savez(buffer, *arrays)
     storage.write_bytes(buffer.getvalue(), path)
+
+
+def _load_arrays(path):
+    with np.load(io.BytesIO(storage.read_bytes(path))) as saved:
+        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
 def _sum_histograms(results):
@@ -361,16 +366,25 @@ def prune_backoff(options, manifest, beam_args=()):
         runs.append(running.run_pipeline(beam_args, build, "prune", shared_paths=[options.out]))
 
     def collect(name, step, combine):
-        """``step(partition)`` on every partition, the results combined in this process."""
-        path = storage.join(scratch, f"{name}.npz")
+        """``step(partition)`` on every partition, the results combined in this process.
+
+        Each partition's arrays go to a scratch file of their own, never through the
+        runner: a runner buffers, pickles and groups elements, several copies of
+        what the selection gathers."""
+        directory = storage.join(scratch, name)
         run(lambda p: (
             p | "Partitions" >> beam.Create(range(job.partitions))
-            | name.capitalize() >> beam.Map(step)
-            | "Save" >> running.CallOnce(_save, path, combine)))
-        with np.load(io.BytesIO(storage.read_bytes(path))) as saved:
-            return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+            | name.capitalize() >> beam.Map(lambda q: _save_arrays(
+                step(q), storage.join(directory, f"{q:05d}.npz")))))
+        results = [_load_arrays(storage.join(directory, f"{q:05d}.npz"))
+                   for q in range(job.partitions)]
+        storage.remove_tree(directory)
+        return combine(results)
 
     prune_lib.start_output(options.model, options.out)
+    if storage.exists(scratch):  # a killed run's: the run lock says none is live
+        print(f"snm prune: removing {scratch}, left by a run that did not finish")
+        storage.remove_tree(scratch)
     started = time.monotonic()
     try:
         totals_path = storage.join(scratch, "totals.json")
