@@ -94,17 +94,19 @@ def check_layout(manifest, model_dir, layout):
 def _build(model_dir, manifest, layout, directory, resources, options):
     """Write ``compact/`` in ``layout`` into the local ``directory``, its manifest last;
     returns the compact manifest."""
-    memory.configure_process("single")  # its 20-50 MB temporaries given back when freed
-    if layout == "hashed":
-        return hashed_build.build_hashed(model_dir, manifest, directory, **resources, **options)
-    builder = small.build_small if layout == "small" else trie.build_trie
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-    links = int(manifest["totals"]["links"]) * trie_build.PROGRESS_PASSES
-    with resources["progress"]("n-grams by external sort", links) as shown:
-        compact = builder(model_dir, manifest, directory, memory=resources["memory"],
-                          progress=shown, **options)
-    return compact.write(directory)
+    memory.configure_process("single")
+    with memory.kept_heap("single"):  # a partition's arrays reused, not zeroed afresh
+        if layout == "hashed":
+            return hashed_build.build_hashed(model_dir, manifest, directory, **resources,
+                                             **options)
+        builder = small.build_small if layout == "small" else trie.build_trie
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory)
+        links = int(manifest["totals"]["links"]) * trie_build.PROGRESS_PASSES
+        with resources["progress"]("n-grams by external sort", links) as shown:
+            compact = builder(model_dir, manifest, directory, memory=resources["memory"],
+                              progress=shown, **options)
+        return compact.write(directory)
 
 
 def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
