@@ -1,48 +1,56 @@
-"""glibc's heap settings of a build (``memory.kept_heap``), seen through mallinfo2."""
+"""glibc's heap settings of a build (``memory.kept_heap``), seen through mallinfo2.
 
-import ctypes
+Each check runs in a fresh interpreter: in a process with a history, glibc may serve a
+large block from free heap memory left by earlier work, mapped or not."""
 
-import numpy as np
+import os
+import subprocess
+import sys
+
 import pytest
 
 from snm_core.io import memory
 
-BLOCK = 64 << 20  # above any mmap threshold glibc would pick by itself
+CHECK = """
+import ctypes
+import numpy as np
+from snm_core.io import memory
 
-
-class _MallInfo2(ctypes.Structure):
+class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
         "fordblks", "keepcost")]
 
+memory.LIBC.mallinfo2.restype = MallInfo2
 
-def _mapped_bytes():
-    """Bytes glibc holds in blocks mapped on their own (``hblkhd``)."""
-    mallinfo2 = getattr(memory.LIBC, "mallinfo2", None) if memory.LIBC else None
-    if mallinfo2 is None:
-        pytest.skip("needs glibc 2.33 or later (mallinfo2)")
-    mallinfo2.restype = _MallInfo2
-    return mallinfo2().hblkhd
-
-
-def _maps_a_large_block():
-    before = _mapped_bytes()
-    block = np.ones(BLOCK, np.uint8)
-    mapped = _mapped_bytes() - before >= BLOCK
+def maps_a_large_block():  # 64 MiB: above any mmap threshold glibc picks by itself
+    before = memory.LIBC.mallinfo2().hblkhd
+    block = np.ones(64 << 20, np.uint8)
+    mapped = memory.LIBC.mallinfo2().hblkhd - before >= 64 << 20
     del block
     return mapped
 
-
-def test_a_build_takes_large_blocks_from_the_heap_and_then_maps_them_again(monkeypatch):
-    for name in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"):
-        monkeypatch.delenv(name, raising=False)
-    assert _maps_a_large_block()
-    with memory.kept_heap("single"):
-        assert not _maps_a_large_block()  # reused from the heap, not zeroed afresh
-    assert _maps_a_large_block()
+outside = maps_a_large_block()
+with memory.kept_heap("single"):
+    inside = maps_a_large_block()
+print(outside, inside, maps_a_large_block())
+"""
 
 
-def test_the_environment_keeps_glibc_as_it_is(monkeypatch):
-    monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")
-    with memory.kept_heap("single"):
-        assert _maps_a_large_block()
+def _mapped(environment):
+    if memory.LIBC is None or not hasattr(memory.LIBC, "mallinfo2"):
+        pytest.skip("needs glibc 2.33 or later (mallinfo2)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")}
+    result = subprocess.run([sys.executable, "-c", CHECK], env={**env, **environment},
+                            capture_output=True, text=True, check=True)
+    return result.stdout.split()
+
+
+def test_a_build_takes_large_blocks_from_the_heap_and_then_maps_them_again():
+    # before, inside (reused from the heap, not zeroed afresh), after
+    assert _mapped({}) == ["True", "False", "True"]
+
+
+def test_the_environment_keeps_glibc_as_it_is():
+    assert _mapped({"MALLOC_MMAP_MAX_": "65536"}) == ["True", "True", "True"]
