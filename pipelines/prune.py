@@ -372,12 +372,14 @@ def prune_backoff(options, manifest, beam_args=()):
         runner: a runner buffers, pickles and groups elements, several copies of
         what the selection gathers."""
         directory = storage.join(scratch, name)
+
+        def path(partition):
+            return storage.join(directory, f"{partition:05d}.npz")
+
         run(lambda p: (
             p | "Partitions" >> beam.Create(range(job.partitions))
-            | name.capitalize() >> beam.Map(lambda q: _save_arrays(
-                step(q), storage.join(directory, f"{q:05d}.npz")))))
-        results = [_load_arrays(storage.join(directory, f"{q:05d}.npz"))
-                   for q in range(job.partitions)]
+            | name.capitalize() >> beam.Map(lambda q: _save_arrays(step(q), path(q)))))
+        results = [_load_arrays(path(q)) for q in range(job.partitions)]
         storage.remove_tree(directory)
         return combine(results)
 
