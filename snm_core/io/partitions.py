@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.io import storage
+from snm_core.io.partition_kernels import group_bounds, scatter_by_group
 from snm_core.text.hashing import bucket_of
 
 
@@ -24,6 +25,15 @@ def partition_of(keys, partitions):
     """Partition (key range) of each uint64 key: uint16 array, shape (n,) (numpy sorts
     16-bit integers by radix, 4x faster than 64-bit ones)."""
     return bucket_of(np.asarray(keys, np.uint64), partitions).astype(np.uint16)
+
+
+def by_group(columns, group, groups):
+    """``(columns in group order, bounds)``: ``columns`` (dict of equal-length numpy
+    arrays) reordered stably by ``group`` (int array, each row's group, < ``groups``),
+    group g's rows at ``bounds[g]:bounds[g + 1]``."""
+    bounds = group_bounds(group, groups)
+    return {name: scatter_by_group(np.asarray(values), group, bounds)
+            for name, values in columns.items()}, bounds
 
 
 class PartitionedWriter:
@@ -52,10 +62,7 @@ class PartitionedWriter:
         """Write ``columns`` (dict of equal-length numpy arrays) cut by ``partition``
         (int array, shape (n,), each row's partition, < 2 ** 16): one batch per
         partition, in partition order, rows in their input order."""
-        partition = np.asarray(partition, np.uint16)
-        order = np.argsort(partition, kind="stable")
-        self.write_sorted({name: np.asarray(values)[order] for name, values in columns.items()},
-                          np.searchsorted(partition[order], np.arange(self.partitions + 1)))
+        self.write_sorted(*by_group(columns, np.asarray(partition, np.uint16), self.partitions))
 
     def write_sorted(self, columns, bounds):
         """Write ``columns`` whose rows are in partition order, partition p's

@@ -29,7 +29,7 @@ from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, kept_heap
 from snm_core.io.partitions import partition_of
-from snm_core.model.arpa_kernels import assemble_lines
+from snm_core.model.arpa_kernels import SLACK, assemble_lines
 from snm_core.io.progress import Progress
 from snm_core.model.backoff import (
     MIN_MEMORY,
@@ -41,10 +41,9 @@ from snm_core.model.backoff import (
     plain_extractor,
     run_locally,
 )
-from snm_core.model.backoff_kernels import group_rows
 from snm_core.stages.validation import validate_directory
 from snm_core.text.config import parse_config
-from snm_core.text.hashing import fmix64_steps, link_key
+from snm_core.text.hashing import link_key
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 
 ARPA_MARKERS = {BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
@@ -251,29 +250,27 @@ class ArpaWriter:
 def format_lines(vocab_text, words, log_prob, backoff):
     """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
     form, pyarrow's) as one uint8 array; ``vocab_text`` the vocabulary's
-    :func:`~snm_core.io.arrays.string_buffers`.  Back-offs repeat (0 for every
-    n-gram that is no context): each distinct one is formatted once."""
+    :func:`~snm_core.io.arrays.string_buffers`.  A back-off of +0 (every n-gram that
+    is no context) is written ``0`` without formatting; -0 stays ``-0``."""
     prob_start, prob = string_buffers(pc.cast(pa.array(np.asarray(log_prob, np.float32)),
                                               pa.string()))
     size = int(prob_start[-1] - prob_start[0]) + len(words) * (words.shape[1] + 1)
     vocab_start, vocab = vocab_text
     size += int(np.diff(vocab_start)[words].sum())
-    backoff_ids, text, text_start = np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(1)
+    bits, text, text_start = np.zeros(0, np.uint32), np.zeros(0, np.uint8), np.zeros(1)
     if backoff is not None:  # by bits, so that -0 and 0 stay apart
         bits = np.ascontiguousarray(backoff, np.float32).view(np.uint32)
-        # grouped by a hash table (the bits mixed: a bijection), not np.unique's sort
-        backoff_ids, first = group_rows(fmix64_steps(bits.astype(np.uint64)))
-        text_start, text = string_buffers(pc.cast(pa.array(bits[first].view(np.float32)),
-                                                  pa.string()))
-        size += int(np.diff(text_start)[backoff_ids].sum()) + len(words)
-    out = np.empty(size, np.uint8)
+        zero = bits == 0
+        text_start, text = string_buffers(pc.cast(pa.array(
+            bits[~zero].view(np.float32)), pa.string()))
+        size += int(text_start[-1] - text_start[0]) + int(zero.sum()) + len(words)
+    out = np.empty(size + SLACK, np.uint8)
     written = assemble_lines(np.ascontiguousarray(words, np.int64), vocab,
                              vocab_start.astype(np.int64), prob, prob_start.astype(np.int64),
-                             backoff_ids.astype(np.int64), text, text_start.astype(np.int64),
-                             out)
+                             bits, text, text_start.astype(np.int64), out)
     if written != size:
         raise AssertionError(f"{written} bytes of ARPA lines written, {size} expected")
-    return out
+    return out[:size]
 
 
 def write_sections(out_path, vocab, sections):

@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.io.partitions import PartitionedWriter, partition_of, read_partition
+from snm_core.io.partitions import PartitionedWriter, by_group, partition_of, read_partition
 from snm_core.io.progress import Progress
 from snm_core.model import backoff_kernels
 from snm_core.text import hashing
@@ -256,13 +256,10 @@ class BackoffJob:
 
     def _write_by_length(self, out, table, offset, lengths, keys, columns):
         """Rows of every length k into ``table{k + offset}``, cut by the partition of
-        ``keys``: one stable sort on (length, partition) for all of them."""
+        ``keys``: one stable cut by (length, partition) for all of them."""
         group = (lengths * self.partitions + partition_of(keys, self.partitions)).astype(
             np.uint16 if self.order * self.partitions < 1 << 16 else np.int64)
-        order = np.argsort(group, kind="stable")  # 16 bits: a radix sort
-        group = group[order]
-        bounds = np.searchsorted(group, np.arange(self.order * self.partitions + 1))
-        ordered = {name: np.asarray(values)[order] for name, values in columns.items()}
+        ordered, bounds = by_group(columns, group, self.order * self.partitions)
         for k in range(self.order):
             rows = slice(bounds[k * self.partitions], bounds[(k + 1) * self.partitions])
             n = k + offset

@@ -106,25 +106,64 @@ def group_rows(keys):
     return group, first[:groups]
 
 
+#: ``find`` cuts its keys into chunks of about 2^CHUNK_BITS, each chunk's table a few
+#: hundred KiB (within a core's cache), by the key bits from CUT_SHIFT up: above the
+#: table's own (the low bits) and below the partitions' (the high bits).
+CHUNK_BITS, CUT_SHIFT = 14, np.uint64(24)
+
+
+@numba.njit(nogil=True, cache=True)
+def _cut(values, chunks):
+    """``(values by chunk, their positions, bounds)``: stable, chunk c's at
+    ``bounds[c]:bounds[c + 1]``."""
+    mask = np.uint64(chunks - 1)
+    bounds = np.zeros(chunks + 1, np.int64)
+    for v in values:
+        bounds[((v >> CUT_SHIFT) & mask) + 1] += 1
+    for c in range(chunks):
+        bounds[c + 1] += bounds[c]
+    cursor = bounds[:-1].copy()
+    out = np.empty(len(values), np.uint64)
+    position = np.empty(len(values), np.int64)
+    for i in range(len(values)):
+        c = (values[i] >> CUT_SHIFT) & mask
+        out[cursor[c]] = values[i]
+        position[cursor[c]] = i
+        cursor[c] += 1
+    return out, position, bounds
+
+
 @numba.njit(nogil=True, cache=True)
 def find(keys, queries):
-    """Position of each query in ``keys`` (distinct), -1 where absent: int64."""
-    mask = np.uint64((1 << _table_bits(len(keys))) - 1)
-    table = np.full(int(mask) + 1, EMPTY, np.int64)
-    for i in range(len(keys)):
-        slot = keys[i] & mask
-        while table[slot] != EMPTY:
-            slot = (slot + np.uint64(1)) & mask
-        table[slot] = i
+    """Position of each query in ``keys`` (distinct), -1 where absent: int64.
+
+    A table of every key would miss the cache at every probe; with keys and queries
+    cut by chunk first, each chunk's table stays in the cache."""
+    chunks = 1 << max(0, _table_bits(len(keys)) - 1 - CHUNK_BITS)
+    keys, rows, key_bounds = _cut(keys, chunks)
+    queries, position, query_bounds = _cut(queries, chunks)
+    largest = 0
+    for c in range(chunks):
+        largest = max(largest, key_bounds[c + 1] - key_bounds[c])
+    table = np.empty(1 << _table_bits(largest), np.int64)
     found = np.empty(len(queries), np.int64)
-    for j in range(len(queries)):
-        slot = queries[j] & mask
-        found[j] = EMPTY
-        while table[slot] != EMPTY:
-            if keys[table[slot]] == queries[j]:
-                found[j] = table[slot]
-                break
-            slot = (slot + np.uint64(1)) & mask
+    for c in range(chunks):
+        mask = np.uint64((1 << _table_bits(key_bounds[c + 1] - key_bounds[c])) - 1)
+        table[:int(mask) + 1] = EMPTY
+        for i in range(key_bounds[c], key_bounds[c + 1]):
+            slot = keys[i] & mask
+            while table[slot] != EMPTY:
+                slot = (slot + _ONE) & mask
+            table[slot] = i
+        for j in range(query_bounds[c], query_bounds[c + 1]):
+            slot = queries[j] & mask
+            row = EMPTY
+            while table[slot] != EMPTY:
+                if keys[table[slot]] == queries[j]:
+                    row = rows[table[slot]]
+                    break
+                slot = (slot + _ONE) & mask
+            found[position[j]] = row
     return found
 
 
