@@ -29,7 +29,7 @@ from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, kept_heap
 from snm_core.io.partitions import partition_of
-from snm_core.model.arpa_kernels import SLACK, assemble_lines
+from snm_core.model.arpa_kernels import SLACK, assemble_lines, gram_words
 from snm_core.io.progress import Progress
 from snm_core.model.backoff import (
     MIN_MEMORY,
@@ -118,12 +118,9 @@ class ArpaJob(BackoffJob):
         return super().scan_tables() + [f"words{n}" for n in range(1, self.order + 1)]
 
     def scan_links(self, out, links, words):
-        context_words = words[links["of"]].astype(np.int32)
-        columns = {"key": links["key"]}
-        for j in range(self.order):  # word j of an n-gram: a context word, then its word
-            columns[f"w{j}"] = np.where(links["length"] == j, links["word"],
-                                        context_words[:, min(j, words.shape[1] - 1)])
-        self._write_by_length(out, "words", 1, links["length"], links["key"], columns)
+        grams = gram_words(words, links["of"], links["length"], links["word"], self.order)
+        self._write_by_length(out, "words", 1, links["length"], links["key"], {
+            "key": links["key"], **{f"w{j}": grams[j] for j in range(self.order)}})
 
     def entry_columns(self, n, entries, contexts, facts):
         return {"key": entries["key"], "log_prob": np.log10(entries["n"] / contexts["z"]),

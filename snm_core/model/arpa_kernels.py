@@ -1,5 +1,5 @@
-"""The ARPA text's assembly loop, compiled (numba, no GIL): lines from strings already
-formatted.
+"""The ARPA text's loops, compiled (numba, no GIL): each link's words, and the lines
+from strings already formatted.
 
 A string of at most 16 bytes is copied as one fixed 16-byte block (one unaligned move,
 no loop over its bytes) and the position then advanced by its true length; the output
@@ -7,6 +7,7 @@ has :data:`SLACK` bytes past the lines for the last block's overhang.
 """
 
 import numba
+import numpy as np
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -14,6 +15,19 @@ from numba.extending import intrinsic
 TAB, SPACE, NEWLINE, ZERO = 9, 32, 10, 48
 #: Bytes a string is copied by at once, and the output's room past its lines.
 SLACK = 16
+
+
+@numba.njit(nogil=True, cache=True)
+def gram_words(words, of, lengths, word, order):
+    """Word j of each link's n-gram, int32 (order, links): its context's words
+    (``words[of]``, oldest first, padded), then at j = its context's length its own
+    ``word``; past that, any word (no n-gram of that length reads it)."""
+    grams = np.empty((order, len(of)), np.int32)
+    last = words.shape[1] - 1
+    for i in range(len(of)):
+        for j in range(order):
+            grams[j, i] = word[i] if j == lengths[i] else words[of[i], min(j, last)]
+    return grams
 
 
 @intrinsic
