@@ -90,4 +90,3 @@ def assemble_lines(words, vocab, vocab_start, prob, prob_start, backoff_bits, ba
             out[pos] = NEWLINE
             pos += 1
     return pos
-
