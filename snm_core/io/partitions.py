@@ -30,7 +30,9 @@ def partition_of(keys, partitions):
 def by_group(columns, group, groups):
     """``(columns in group order, bounds)``: ``columns`` (dict of equal-length numpy
     arrays) reordered stably by ``group`` (int array, each row's group, < ``groups``),
-    group g's rows at ``bounds[g]:bounds[g + 1]``."""
+    group g's rows at ``bounds[g]:bounds[g + 1]``.  The rows themselves, where
+    :func:`snm_core.io.arrays.group_rows` gives the order to take them in (a gather
+    a column, at random)."""
     bounds = group_bounds(group, groups)
     return {name: scatter_by_group(np.asarray(values), group, bounds)
             for name, values in columns.items()}, bounds
