@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from snm_core.io import direct as direct_io
 from snm_core.io.errors import RESOURCE_ERRNOS, SnmInputError, SnmStageError
 
 #: Parquet compression for the columns that are compressed at all (zstd: much
@@ -276,9 +277,11 @@ def open_output(path):
 
 
 @contextlib.contextmanager
-def atomic_output(path):
+def atomic_output(path, direct=False):
     """A binary file open for writing whose content appears at ``path`` only when
     the block completes; a full disk is an :class:`SnmStageError` naming ``path``.
+    ``direct``: a local file is written around the page cache
+    (:mod:`snm_core.io.direct`, for scratch tables read once).
 
     Locally: a temporary name in the same directory, then a rename.  Remotely: one
     stream to ``path`` itself (an object store shows the object when the upload
@@ -292,20 +295,19 @@ def atomic_output(path):
     ``AbortIncompleteMultipartUpload``, removes them).
     """
     with resource_errors(path), (_remote_output(path) if is_remote(path)
-                                 else _local_atomic_output(path)) as f:
+                                 else _local_atomic_output(path, direct)) as f:
         yield f
 
 
 @contextlib.contextmanager
-def _local_atomic_output(path):
+def _local_atomic_output(path, direct=False):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     # Not mkstemp, whose 0600 would keep the finished file from the user's group and
     # services on a shared mount: the user's umask decides, as for any file they write.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with direct_io.open_writer(tmp, direct) as f:
             yield f
         os.replace(tmp, path)
     except BaseException:

@@ -194,7 +194,7 @@ class ArpaWriter:
         self.order = self.written = 0
 
     def __enter__(self):
-        self._output = storage.atomic_output(self.out_path)
+        self._output = storage.atomic_output(self.out_path, direct=True)
         self._raw = self._file = self._output.__enter__()
         if self.out_path.endswith(".gz"):
             from isal import igzip
