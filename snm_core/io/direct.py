@@ -1,17 +1,15 @@
-"""Local scratch files written and read around the page cache (``O_DIRECT``).
+"""Local files written around the page cache (``O_DIRECT``): a large output that
+this process never reads back (an ARPA file).
 
-A scratch table is written once and read once, and at scale it is larger than the
-memory: caching it buys nothing.  Through the page cache every byte is still copied
-into a page the kernel allocates for it, and where fresh pages are dear (a virtual
-machine whose hypervisor takes freed pages back) that costs more system time than
-the work itself.  Direct I/O moves the bytes between the disk and the process's own
-buffers, which its heap reuses.
+Through the page cache every byte is copied into a page the kernel allocates for
+it, which costs several times the copy itself, all of it on the writing thread.
+Direct I/O hands the disk the process's own buffers (which its heap reuses), and
+the writes are made on an I/O thread while the next bytes are made.
 
 ``O_DIRECT`` asks that offsets, lengths and buffers be aligned to the device's
 block: a writer gathers its bytes in an aligned buffer and writes whole blocks,
-padding the last and cutting the file back to its length; a reader reads the
-aligned blocks around each range.  A file system that refuses ``O_DIRECT``
-(``EINVAL`` when it is set) gets the same files through the page cache.
+padding the last and cutting the file back to its length.  A file system that
+refuses ``O_DIRECT`` (``EINVAL`` when it is set) gets a buffered file.
 """
 
 import collections
@@ -29,9 +27,9 @@ BLOCK = 4096
 #: The bytes a writer gathers before each write to the disk; it holds at most two
 #: such buffers, one filling and one being written.
 STAGING_BYTES = 1 << 20
-#: The disk's reads and writes are made on these threads, so that the threads that
-#: compute do not wait for them (a direct write returns when the disk has the bytes).
-IO_THREADS = 4
+#: The disk's writes are made on these threads, so that the threads that compute do
+#: not wait for them (a direct write returns when the disk has the bytes).
+IO_THREADS = 2
 _io_pool = concurrent.futures.ThreadPoolExecutor(IO_THREADS, thread_name_prefix="snm-io")
 
 

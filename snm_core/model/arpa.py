@@ -123,7 +123,8 @@ class ArpaJob(BackoffJob):
             "key": links["key"], **{f"w{j}": grams[j] for j in range(self.order)}})
 
     def entry_columns(self, n, entries, contexts, facts):
-        return {"key": entries["key"], "log_prob": np.log10(entries["n"] / contexts["z"]),
+        return {"key": entries["key"],  # float32, as the line has it
+                "log_prob": np.log10(entries["n"] / contexts["z"]).astype(np.float32),
                 **({"n": entries["n"]} if n < self.order else {})}
 
 

@@ -243,8 +243,8 @@ class BackoffJob:
                 keys, suffix, own_entry = backoff_kernels.ngram_keys(
                     words, lengths, plain.type_salts, hashing.SEQUENCE_SEED)
                 self._write_by_length(out, "ctx", 0, lengths, suffix, {
-                    "key": keys, "suffix": suffix, "entry": own_entry,
-                    "s": features["m_star"], "c": features["count"]})
+                    "key": keys, "suffix": suffix, "entry": own_entry, "s": features["m_star"],
+                    **({"c": features["count"]} if "c" in self.context_carried else {})})
                 of_link = np.repeat(np.arange(len(lengths)), features["diversity"])
                 word = matrix["word"]
                 link_lengths = lengths[of_link]
@@ -290,7 +290,8 @@ class BackoffJob:
         """Z of the contexts of length n - 1 and N of the entries of order n."""
         k = n - 1
         ctx = self.read(f"ctx{k}", partition, scanned=True)
-        first, copies, s, c = group_sums(ctx["key"], ctx["s"], ctx["c"])
+        first, copies, s, *c = group_sums(ctx["key"], ctx["s"], *(
+            [ctx["c"]] if "c" in ctx else []))  # C(h,*) only where it is carried
         keys, own_entry, suffix = (ctx[name][first] for name in ("key", "entry", "suffix"))
         del ctx
         if k == 0:
@@ -306,9 +307,10 @@ class BackoffJob:
             z = s + z_suffix
             if self.backoffs:
                 self.write(f"bo{k}", partition,
-                           {"key": own_entry, "backoff": np.log10(z_suffix / z)}, own_entry)
+                           {"key": own_entry,  # float32, as the ARPA file has it
+                            "backoff": np.log10(z_suffix / z).astype(np.float32)}, own_entry)
         self.write(f"z{k}", partition, {name: values for name, values in (
-            ("key", keys), ("z", z), ("c", c), ("entry", own_entry))
+            ("key", keys), ("z", z), ("c", c[0] if c else None), ("entry", own_entry))
             if name in self.context_carried}, keys)
         contexts = {f"contexts{k}": len(keys), f"context_rows{k}": int(copies.sum())}
         del keys, own_entry, suffix, z, s, c
