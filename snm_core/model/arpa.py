@@ -29,7 +29,7 @@ from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, kept_heap
 from snm_core.io.partitions import partition_of
-from snm_core.model.arpa_kernels import SLACK, assemble_lines, gram_words
+from snm_core.model.arpa_kernels import SLACK, assemble_lines, gram_words, words_bytes
 from snm_core.io.progress import Progress
 from snm_core.model.backoff import (
     MIN_MEMORY,
@@ -103,7 +103,8 @@ def _export(model_dir, out_path, working, scratch, threads, say):
                          unit="n-gram") as progress:
             arpa.write(*arpa.lines(*extras))
             for n, lines, text in ordered_map(
-                    pool, lambda part: arpa.lines(*_section_part(job, *part)), parts, threads):
+                    pool, lambda part: arpa.table_lines(*_section_part(job, *part)), parts,
+                    threads):
                 arpa.write(n, lines, text)
                 progress.update(lines)
     say(f"wrote {out_path}: " + ", ".join(f"{n}-grams {c:,}" for n, c in counts.items()))
@@ -129,21 +130,23 @@ class ArpaJob(BackoffJob):
 
 
 def _section_part(job, n, partition):
-    """``(n, words, log10 probabilities, back-offs or None)`` of the n-grams of one
-    partition, in key order."""
-    entries = job.read(f"entry{n}", partition)
+    """``(n, word columns, rows, log10 probabilities, back-offs or None)`` of the
+    n-grams of one partition, in key order: n-gram i's words are row ``rows[i]`` of
+    the columns (int32 (n, R))."""
+    entries = job.read(f"entry{n}", partition, ["key", "log_prob"])
     order = stable_argsort(entries["key"])
+    keys = entries["key"][order]
     grams = job.read(f"words{n}", partition, scanned=True)  # tag copies: any, they agree
-    found = lookup(grams["key"], entries["key"][order])
-    if np.any(found < 0):
+    rows = lookup(grams["key"], keys)
+    if np.any(rows < 0):
         raise AssertionError(f"{n}-grams without their words in partition {partition}")
-    words = np.stack([grams[f"w{j}"][found] for j in range(n)], axis=1)
+    columns = np.stack([grams[f"w{j}"] for j in range(n)])
     backoff = None
     if n < job.order:
         weights = job.read(f"bo{n}", partition)
-        found = lookup(weights["key"], entries["key"][order])
-        backoff = np.where(found >= 0, weights["backoff"][np.maximum(found, 0)], 0.0)
-    return n, words, entries["log_prob"][order], backoff
+        found = lookup(weights["key"], keys)
+        backoff = np.where(found >= 0, weights["backoff"][np.maximum(found, 0)], 0)
+    return n, columns, rows, entries["log_prob"][order], backoff
 
 
 def _unigram_extras(job):
@@ -209,8 +212,15 @@ class ArpaWriter:
         """``(n, k, text)``: k lines of order ``n`` formatted (any thread may call it):
         ``words`` int (k, n) (oldest first), ``log_prob`` (k,), ``backoff`` (k,) or None
         (the highest order)."""
-        text = format_lines(self.vocab_text, words, log_prob, backoff) if len(words) else b""
-        return n, len(words), text
+        words = np.asarray(words)
+        return self.table_lines(n, words.T, np.arange(len(words)), log_prob, backoff)
+
+    def table_lines(self, n, columns, rows, log_prob, backoff):
+        """:meth:`lines` whose words are rows ``rows`` of a table's word ``columns``
+        (int (n, R))."""
+        text = (format_table_lines(self.vocab_text, columns, rows, log_prob, backoff)
+                if len(rows) else b"")
+        return n, len(rows), text
 
     def write(self, n, lines, text):
         """Write ``lines`` lines of order ``n`` formatted by :meth:`lines` (orders
@@ -248,24 +258,34 @@ class ArpaWriter:
 def format_lines(vocab_text, words, log_prob, backoff):
     """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
     form, pyarrow's) as one uint8 array; ``vocab_text`` the vocabulary's
-    :func:`~snm_core.io.arrays.string_buffers`.  A back-off of +0 (every n-gram that
-    is no context) is written ``0`` without formatting; -0 stays ``-0``."""
+    :func:`~snm_core.io.arrays.string_buffers`, ``words`` int (k, n), oldest first.
+    A back-off of +0 (every n-gram that is no context) is written ``0`` without
+    formatting; -0 stays ``-0``."""
+    words = np.asarray(words)
+    return format_table_lines(vocab_text, words.T, np.arange(len(words)), log_prob, backoff)
+
+
+def format_table_lines(vocab_text, columns, rows, log_prob, backoff):
+    """:func:`format_lines` of the words of rows ``rows`` of a table's word
+    ``columns`` (int (n, R)), gathered as the lines are made."""
     prob_start, prob = string_buffers(pc.cast(pa.array(np.asarray(log_prob, np.float32)),
                                               pa.string()))
-    size = int(prob_start[-1] - prob_start[0]) + len(words) * (words.shape[1] + 1)
     vocab_start, vocab = vocab_text
-    size += int(np.diff(vocab_start)[words].sum())
+    vocab_start = vocab_start.astype(np.int64)
+    rows = np.asarray(rows, np.int64)
+    size = (int(prob_start[-1] - prob_start[0]) + len(rows) * (columns.shape[0] + 1)
+            + words_bytes(columns, rows, vocab_start))
     bits, text, text_start = np.zeros(0, np.uint32), np.zeros(0, np.uint8), np.zeros(1)
     if backoff is not None:  # by bits, so that -0 and 0 stay apart
         bits = np.ascontiguousarray(backoff, np.float32).view(np.uint32)
         zero = bits == 0
         text_start, text = string_buffers(pc.cast(pa.array(
             bits[~zero].view(np.float32)), pa.string()))
-        size += int(text_start[-1] - text_start[0]) + int(zero.sum()) + len(words)
+        size += int(text_start[-1] - text_start[0]) + int(zero.sum()) + len(rows)
     out = np.empty(size + SLACK, np.uint8)
-    written = assemble_lines(np.ascontiguousarray(words, np.int64), vocab,
-                             vocab_start.astype(np.int64), prob, prob_start.astype(np.int64),
-                             bits, text, text_start.astype(np.int64), out)
+    written = assemble_lines(columns, rows, vocab, vocab_start, prob,
+                             prob_start.astype(np.int64), bits, text,
+                             text_start.astype(np.int64), out)
     if written != size:
         raise AssertionError(f"{written} bytes of ARPA lines written, {size} expected")
     return out[:size]

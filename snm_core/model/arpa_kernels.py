@@ -56,26 +56,46 @@ def _put(out, pos, source, start, end):
 
 
 @numba.njit(nogil=True, cache=True)
-def assemble_lines(words, vocab, vocab_start, prob, prob_start, backoff_bits, backoff,
-                   backoff_start, out):
-    """Write line i = ``prob[i] TAB words[i] joined by SPACE [TAB backoff] NEWLINE`` into
-    ``out`` (uint8, the lines' size plus :data:`SLACK`); returns the bytes of the lines.
+def words_bytes(columns, rows, vocab_start):
+    """The bytes of the words of the lines ``rows`` of ``columns`` (int (n, R): word j
+    of row r at ``[j, r]``), without separators: one pass over the rows, then one
+    look-up a line."""
+    n, table_rows = columns.shape
+    row_bytes = np.zeros(table_rows, np.int64)
+    for j in range(n):
+        for r in range(table_rows):
+            w = columns[j, r]
+            row_bytes[r] += vocab_start[w + 1] - vocab_start[w]
+    total = 0
+    for i in range(len(rows)):
+        total += row_bytes[rows[i]]
+    return total
 
-    ``vocab``/``vocab_start``: the words' UTF-8 bytes and offsets (word w is
-    ``vocab[vocab_start[w]:vocab_start[w + 1]]``), likewise ``prob`` (line i's).
-    ``backoff_bits``: each line's float32 back-off as its bits (empty: no back-off
-    column); +0 is written ``0``, and the others are ``backoff``'s strings in turn
-    (one a line whose bits are not 0)."""
+
+@numba.njit(nogil=True, cache=True)
+def assemble_lines(columns, rows, vocab, vocab_start, prob, prob_start, backoff_bits,
+                   backoff, backoff_start, out):
+    """Write line i = ``prob[i] TAB words TAB backoff NEWLINE`` (no back-off column
+    when ``backoff_bits`` is empty) into ``out`` (uint8, the lines' size plus
+    :data:`SLACK`); returns the bytes of the lines.
+
+    The words of line i are row ``rows[i]`` of ``columns`` (int (n, R), oldest
+    first), joined by SPACE.  ``vocab``/``vocab_start``: the words' UTF-8 bytes and
+    offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``), likewise
+    ``prob`` (line i's).  ``backoff_bits``: each line's float32 back-off as its bits;
+    +0 is written ``0``, and the others are ``backoff``'s strings in turn (one a line
+    whose bits are not 0)."""
     pos = 0
-    lines, n = words.shape
+    n = columns.shape[0]
     with_backoff = len(backoff_bits) > 0
     formatted = 0
-    for i in range(lines):
+    for i in range(len(rows)):
         pos = _put(out, pos, prob, prob_start[i], prob_start[i + 1])
         out[pos] = TAB
         pos += 1
+        r = rows[i]
         for j in range(n):
-            w = words[i, j]
+            w = columns[j, r]
             pos = _put(out, pos, vocab, vocab_start[w], vocab_start[w + 1])
             out[pos] = SPACE if j < n - 1 else (TAB if with_backoff else NEWLINE)
             pos += 1
