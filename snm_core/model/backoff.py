@@ -50,7 +50,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import math
-import os
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +57,6 @@ import pyarrow.parquet as pq
 
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.io.file_pool import FilePool
 from snm_core.io.partitions import PartitionedWriter, by_group, partition_of, read_partition
 from snm_core.io.progress import Progress
 from snm_core.model import backoff_kernels
@@ -173,12 +171,6 @@ class BackoffJob:
 
     # --- files -------------------------------------------------------------------
 
-    @property
-    def pool(self):
-        """The local scratch's pool of consumed files, written over by the next tables
-        (:mod:`snm_core.io.file_pool`); None for a remote scratch."""
-        return None if storage.is_remote(self.scratch) else FilePool(self.scratch)
-
     def path(self, table, producer):
         """The file of ``table`` (e.g. ``"z2"``) written by ``producer``."""
         return storage.join(self.scratch, table, f"{producer:05d}.arrow")
@@ -204,7 +196,7 @@ class BackoffJob:
         """``columns`` cut by the partition of ``keys`` (or by ``by``, each row's
         partition) into ``table``'s file of ``producer``."""
         partitions = partitions or self.partitions
-        with PartitionedWriter(self.path(table, producer), partitions, pool=self.pool) as out:
+        with PartitionedWriter(self.path(table, producer), partitions) as out:
             out.write(columns, partition_of(keys, partitions) if by is None else by)
 
     # --- steps -------------------------------------------------------------------
@@ -225,8 +217,8 @@ class BackoffJob:
         width = max(self.order - 1, 1)
         totals = {"features": 0, "links": 0, "context_count": 0}
         with contextlib.ExitStack() as stack:
-            out = {name: stack.enter_context(PartitionedWriter(
-                self.path(name, group), self.partitions, pool=self.pool))
+            out = {name: stack.enter_context(PartitionedWriter(self.path(name, group),
+                                                               self.partitions))
                    for name in self.scan_tables()}
             first = group * self.buckets_per_scan
             for bucket, first_feature, first_link, features, matrix in (
@@ -358,11 +350,7 @@ class BackoffJob:
         return [f"nent{n}"] + ([f"z{n - 1}"] if n == self.order else [])
 
     def remove(self, table):
-        """Delete a table no step reads any more (locally, into the pool)."""
-        if self.pool is None:
-            storage.remove_tree(storage.join(self.scratch, table))
-        else:
-            self.pool.release(os.path.join(self.scratch, table))
+        storage.remove_tree(storage.join(self.scratch, table))
 
     def entry_columns(self, n, entries, contexts, facts):
         """What ``entry{n}`` keeps of each entry (here its key and N, which ``suffix n + 1``
