@@ -12,8 +12,8 @@ section is written partition by partition: a partition's entries sorted by key, 
 that a section lists its n-grams in the order of their 64-bit keys whatever the
 budget.  A partition's lines are formatted at once (the numbers by pyarrow's casts,
 the lines by a compiled loop, :mod:`snm_core.model.arpa_kernels`) and written to the
-output as they are made: ``.gz`` compressed (isal), a remote file as one multipart
-upload.
+output as they are made: ``.gz`` compressed (isal), a local file around the page cache
+(:mod:`snm_core.io.direct`), a remote file as one multipart upload.
 """
 
 import concurrent.futures
