@@ -281,7 +281,7 @@ def atomic_output(path, direct=False):
     """A binary file open for writing whose content appears at ``path`` only when
     the block completes; a full disk is an :class:`SnmStageError` naming ``path``.
     ``direct``: a local file is written around the page cache
-    (:mod:`snm_core.io.direct`, for scratch tables read once).
+    (:mod:`snm_core.io.direct`, for a large output this process does not read back).
 
     Locally: a temporary name in the same directory, then a rename.  Remotely: one
     stream to ``path`` itself (an object store shows the object when the upload
