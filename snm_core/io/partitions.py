@@ -46,17 +46,20 @@ class PartitionedWriter:
     path : str, local or remote; written under a temporary name, renamed when closed
         (a retried producer replaces its file whole)
     partitions : int
+    pool : FilePool, optional: a local scratch's pool, whose files the file is written
+        over (:mod:`snm_core.io.file_pool`)
 
     Use as a context manager; a producer that writes nothing still leaves a file
     of ``partitions`` empty batches when ``schema`` is given.
     """
 
-    def __init__(self, path, partitions, schema=None):
-        self.path, self.partitions, self.schema = path, partitions, schema
+    def __init__(self, path, partitions, schema=None, pool=None):
+        self.path, self.partitions, self.schema, self.pool = path, partitions, schema, pool
         self._output = self._writer = None
 
     def __enter__(self):
-        self._output = storage.atomic_output(self.path)
+        self._output = (self.pool.atomic_output(self.path) if self.pool
+                        else storage.atomic_output(self.path))
         self._file = self._output.__enter__()
         return self
 

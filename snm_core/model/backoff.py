@@ -50,6 +50,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import math
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +58,7 @@ import pyarrow.parquet as pq
 
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
+from snm_core.io.file_pool import FilePool
 from snm_core.io.partitions import PartitionedWriter, by_group, partition_of, read_partition
 from snm_core.io.progress import Progress
 from snm_core.model import backoff_kernels
@@ -171,6 +173,13 @@ class BackoffJob:
 
     # --- files -------------------------------------------------------------------
 
+    @property
+    def pool(self):
+        """The local scratch's pool of consumed files, written over by the next step's
+        tables when the steps run in this process (:func:`run_locally`,
+        :mod:`snm_core.io.file_pool`); None for a remote scratch."""
+        return None if storage.is_remote(self.scratch) else FilePool(self.scratch)
+
     def path(self, table, producer):
         """The file of ``table`` (e.g. ``"z2"``) written by ``producer``."""
         return storage.join(self.scratch, table, f"{producer:05d}.arrow")
@@ -196,7 +205,7 @@ class BackoffJob:
         """``columns`` cut by the partition of ``keys`` (or by ``by``, each row's
         partition) into ``table``'s file of ``producer``."""
         partitions = partitions or self.partitions
-        with PartitionedWriter(self.path(table, producer), partitions) as out:
+        with PartitionedWriter(self.path(table, producer), partitions, pool=self.pool) as out:
             out.write(columns, partition_of(keys, partitions) if by is None else by)
 
     # --- steps -------------------------------------------------------------------
@@ -217,8 +226,8 @@ class BackoffJob:
         width = max(self.order - 1, 1)
         totals = {"features": 0, "links": 0, "context_count": 0}
         with contextlib.ExitStack() as stack:
-            out = {name: stack.enter_context(PartitionedWriter(self.path(name, group),
-                                                               self.partitions))
+            out = {name: stack.enter_context(PartitionedWriter(
+                self.path(name, group), self.partitions, pool=self.pool))
                    for name in self.scan_tables()}
             first = group * self.buckets_per_scan
             for bucket, first_feature, first_link, features, matrix in (
@@ -352,6 +361,19 @@ class BackoffJob:
     def remove(self, table):
         storage.remove_tree(storage.join(self.scratch, table))
 
+    def recycle(self, tables):
+        """After a step run in this process: the pooled files it did not write over
+        deleted, and ``tables`` (read for the last time) pooled for the next step to
+        write over; a remote scratch's tables deleted."""
+        pool = self.pool
+        if pool is None:
+            for table in tables:
+                self.remove(table)
+            return
+        pool.clear()
+        for table in tables:
+            pool.release(os.path.join(self.scratch, table))
+
     def entry_columns(self, n, entries, contexts, facts):
         """What ``entry{n}`` keeps of each entry (here its key and N, which ``suffix n + 1``
         reads); ``contexts``: its context's row of ``z{n - 1}``."""
@@ -452,7 +474,8 @@ def check_totals(stage, manifest, facts, order):
 def run_locally(job, steps=None, stage="back-off form", threads=1):
     """Run ``job``'s scan and ``steps`` (default all) in this process, ``threads``
     partitions at once, with progress as ``stage``; returns the totals.  Each step's
-    input files are deleted once no later step reads them."""
+    input files go to the scratch's pool once no later step reads them, and what the
+    next step does not write over is deleted when it ends."""
     steps = job.steps() if steps is None else steps
     with concurrent.futures.ThreadPoolExecutor(threads) as pool, \
             Progress(stage, total=job.scans + len(steps) * job.partitions,
@@ -475,8 +498,8 @@ def run_locally(job, steps=None, stage="back-off form", threads=1):
                 for d, message in send(partition, facts[partition], partial, job.partitions):
                     outbox.setdefault(d, []).append(message)
             inbox, producers = outbox, range(job.partitions)
-            for table in job.consumed(step):
-                job.remove(table)
+            job.recycle(job.consumed(step))
+        job.recycle([])
     return receive("back-off form", producers, inbox.get(0, []))
 
 
