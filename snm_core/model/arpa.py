@@ -10,10 +10,10 @@ The back-off form is computed by joins on disk within a memory budget
 (:class:`snm_core.model.backoff.BackoffJob`, run in this process), then each order's
 section is written partition by partition: a partition's entries sorted by key, so
 that a section lists its n-grams in the order of their 64-bit keys whatever the
-budget.  A partition's lines are formatted at once (the numbers by pyarrow's casts,
-the lines by a compiled loop, :mod:`snm_core.model.arpa_kernels`) and written to the
-output as they are made: ``.gz`` compressed (isal), a local file around the page cache
-(:mod:`snm_core.io.direct`), a remote file as one multipart upload.
+budget.  A partition's lines are formatted at once by a compiled loop
+(:mod:`snm_core.model.arpa_kernels`, the numbers by :mod:`snm_core.io.float_text`) and
+written to the output as they are made: ``.gz`` compressed (isal), a local file around
+the page cache (:mod:`snm_core.io.direct`), a remote file as one multipart upload.
 """
 
 import concurrent.futures
@@ -22,11 +22,11 @@ import tempfile
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from snm_core.io import storage
 from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
+from snm_core.io.float_text import MAX_CHARS
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, kept_heap
 from snm_core.io.partitions import partition_of
 from snm_core.model.arpa_kernels import SLACK, assemble_lines, gram_words, words_bytes
@@ -257,10 +257,9 @@ class ArpaWriter:
 
 def format_lines(vocab_text, words, log_prob, backoff):
     """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
-    form, pyarrow's) as one uint8 array; ``vocab_text`` the vocabulary's
-    :func:`~snm_core.io.arrays.string_buffers`, ``words`` int (k, n), oldest first.
-    A back-off of +0 (every n-gram that is no context) is written ``0`` without
-    formatting; -0 stays ``-0``."""
+    form, as pyarrow's cast writes it: :mod:`snm_core.io.float_text`) as one uint8
+    array; ``vocab_text`` the vocabulary's :func:`~snm_core.io.arrays.string_buffers`,
+    ``words`` int (k, n), oldest first.  A back-off of -0 stays ``-0``."""
     words = np.asarray(words)
     return format_table_lines(vocab_text, words.T, np.arange(len(words)), log_prob, backoff)
 
@@ -268,27 +267,18 @@ def format_lines(vocab_text, words, log_prob, backoff):
 def format_table_lines(vocab_text, columns, rows, log_prob, backoff):
     """:func:`format_lines` of the words of rows ``rows`` of a table's word
     ``columns`` (int (n, R)), gathered as the lines are made."""
-    prob_start, prob = string_buffers(pc.cast(pa.array(np.asarray(log_prob, np.float32)),
-                                              pa.string()))
     vocab_start, vocab = vocab_text
     vocab_start = vocab_start.astype(np.int64)
     rows = np.asarray(rows, np.int64)
-    size = (int(prob_start[-1] - prob_start[0]) + len(rows) * (columns.shape[0] + 1)
-            + words_bytes(columns, rows, vocab_start))
-    bits, text, text_start = np.zeros(0, np.uint32), np.zeros(0, np.uint8), np.zeros(1)
-    if backoff is not None:  # by bits, so that -0 and 0 stay apart
-        bits = np.ascontiguousarray(backoff, np.float32).view(np.uint32)
-        zero = bits == 0
-        text_start, text = string_buffers(pc.cast(pa.array(
-            bits[~zero].view(np.float32)), pa.string()))
-        size += int(text_start[-1] - text_start[0]) + int(zero.sum()) + len(rows)
-    out = np.empty(size + SLACK, np.uint8)
-    written = assemble_lines(columns, rows, vocab, vocab_start, prob,
-                             prob_start.astype(np.int64), bits, text,
-                             text_start.astype(np.int64), out)
-    if written != size:
-        raise AssertionError(f"{written} bytes of ARPA lines written, {size} expected")
-    return out[:size]
+    prob_bits = np.ascontiguousarray(log_prob, np.float32).view(np.uint32)
+    backoff_bits = (np.zeros(0, np.uint32) if backoff is None
+                    else np.ascontiguousarray(backoff, np.float32).view(np.uint32))
+    numbers = 1 if backoff is None else 2
+    room = (words_bytes(columns, rows, vocab_start)
+            + len(rows) * (columns.shape[0] + numbers * (1 + MAX_CHARS)) + SLACK)
+    out = np.empty(room, np.uint8)  # its pages past the lines are never touched
+    return out[:assemble_lines(columns, rows, vocab, vocab_start, prob_bits, backoff_bits,
+                               out)]
 
 
 def write_sections(out_path, vocab, sections):

@@ -1,5 +1,5 @@
 """The ARPA text's loops, compiled (numba, no GIL): each link's words, and the lines
-from strings already formatted.
+with their numbers.
 
 A string of at most 16 bytes is copied as one fixed 16-byte block (one unaligned move,
 no loop over its bytes) and the position then advanced by its true length; the output
@@ -12,7 +12,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-TAB, SPACE, NEWLINE, ZERO = 9, 32, 10, 48
+from snm_core.io.float_text import put_float32
+
+TAB, SPACE, NEWLINE = 9, 32, 10
 #: Bytes a string is copied by at once, and the output's room past its lines.
 SLACK = 16
 
@@ -73,24 +75,22 @@ def words_bytes(columns, rows, vocab_start):
 
 
 @numba.njit(nogil=True, cache=True)
-def assemble_lines(columns, rows, vocab, vocab_start, prob, prob_start, backoff_bits,
-                   backoff, backoff_start, out):
-    """Write line i = ``prob[i] TAB words TAB backoff NEWLINE`` (no back-off column
-    when ``backoff_bits`` is empty) into ``out`` (uint8, the lines' size plus
-    :data:`SLACK`); returns the bytes of the lines.
+def assemble_lines(columns, rows, vocab, vocab_start, prob_bits, backoff_bits, out):
+    """Write line i = ``prob TAB words TAB backoff NEWLINE`` (no back-off column when
+    ``backoff_bits`` is empty) into ``out`` (uint8, room for the lines with
+    :data:`~snm_core.io.float_text.MAX_CHARS` a number, plus :data:`SLACK`); returns
+    the bytes of the lines.
 
     The words of line i are row ``rows[i]`` of ``columns`` (int (n, R), oldest
-    first), joined by SPACE.  ``vocab``/``vocab_start``: the words' UTF-8 bytes and
-    offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``), likewise
-    ``prob`` (line i's).  ``backoff_bits``: each line's float32 back-off as its bits;
-    +0 is written ``0``, and the others are ``backoff``'s strings in turn (one a line
-    whose bits are not 0)."""
+    first), joined by SPACE; ``vocab``/``vocab_start``: the words' UTF-8 bytes and
+    offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``).  ``prob_bits``,
+    ``backoff_bits``: line i's float32 numbers as their bits, written in their
+    shortest form (:func:`~snm_core.io.float_text.put_float32`)."""
     pos = 0
     n = columns.shape[0]
     with_backoff = len(backoff_bits) > 0
-    formatted = 0
     for i in range(len(rows)):
-        pos = _put(out, pos, prob, prob_start[i], prob_start[i + 1])
+        pos = put_float32(out, pos, prob_bits[i])
         out[pos] = TAB
         pos += 1
         r = rows[i]
@@ -100,13 +100,7 @@ def assemble_lines(columns, rows, vocab, vocab_start, prob, prob_start, backoff_
             out[pos] = SPACE if j < n - 1 else (TAB if with_backoff else NEWLINE)
             pos += 1
         if with_backoff:
-            if backoff_bits[i] == 0:
-                out[pos] = ZERO
-                pos += 1
-            else:
-                pos = _put(out, pos, backoff, backoff_start[formatted],
-                           backoff_start[formatted + 1])
-                formatted += 1
+            pos = put_float32(out, pos, backoff_bits[i])
             out[pos] = NEWLINE
             pos += 1
     return pos
