@@ -63,22 +63,15 @@ class FilePool:
                 continue
         return False
 
-    @contextlib.contextmanager
     def atomic_output(self, path):
         """:func:`snm_core.io.storage.atomic_output` for a local ``path``, written
         over a pooled file where there is one."""
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
-        with storage.resource_errors(path):
-            if not self._claim(tmp):
-                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            try:
-                with open(tmp, "r+b") as f:
-                    yield f
-                    f.truncate()
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+        return storage.atomic_output(path, open_local=self._open_over)
+
+    @contextlib.contextmanager
+    def _open_over(self, tmp):
+        if not self._claim(tmp):
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        with open(tmp, "r+b") as f:
+            yield f
+            f.truncate()

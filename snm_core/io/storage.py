@@ -277,11 +277,13 @@ def open_output(path):
 
 
 @contextlib.contextmanager
-def atomic_output(path, direct=False):
+def atomic_output(path, direct=False, open_local=None):
     """A binary file open for writing whose content appears at ``path`` only when
     the block completes; a full disk is an :class:`SnmStageError` naming ``path``.
     ``direct``: a local file is written around the page cache
     (:mod:`snm_core.io.direct`, for a large output this process does not read back).
+    ``open_local``: how a local file's temporary name is opened, a context manager of
+    it yielding the file (a scratch's :class:`~snm_core.io.file_pool.FilePool`).
 
     Locally: a temporary name in the same directory, then a rename.  Remotely: one
     stream to ``path`` itself (an object store shows the object when the upload
@@ -294,24 +296,28 @@ def atomic_output(path, direct=False):
     keeps the parts of an unfinished upload until a bucket lifecycle rule,
     ``AbortIncompleteMultipartUpload``, removes them).
     """
-    with resource_errors(path), (_remote_output(path) if is_remote(path)
-                                 else _local_atomic_output(path, direct)) as f:
+    if is_remote(path):
+        output = _remote_output(path)
+    else:
+        output = _local_atomic_output(
+            path, open_local or (lambda tmp: direct_io.open_writer(tmp, direct)))
+    with resource_errors(path), output as f:
         yield f
 
 
 @contextlib.contextmanager
-def _local_atomic_output(path, direct=False):
+def _local_atomic_output(path, open_local):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     # Not mkstemp, whose 0600 would keep the finished file from the user's group and
     # services on a shared mount: the user's umask decides, as for any file they write.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with direct_io.open_writer(tmp, direct) as f:
+        with open_local(tmp) as f:
             yield f
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
 

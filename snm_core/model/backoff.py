@@ -133,6 +133,8 @@ class BackoffJob:
     chunk_links : int, links the scan holds at once
     buckets_per_scan : int, model buckets a scan reads in turn into one file (fewer,
         larger files for the steps to open)
+    pooled : bool, consumed tables are pooled to be written over (set by
+        :func:`run_locally`, whose steps run in this process)
     """
 
     model: str
@@ -143,6 +145,7 @@ class BackoffJob:
     partitions: int
     chunk_links: int
     buckets_per_scan: int = 1
+    pooled: bool = False
 
     #: What ``suffix n`` keeps of each entry and each context for ``context n``, and
     #: whether it writes the contexts' back-off weights (``bo{k}``, by their own entry).
@@ -177,8 +180,9 @@ class BackoffJob:
     def pool(self):
         """The local scratch's pool of consumed files, written over by the next step's
         tables when the steps run in this process (:func:`run_locally`,
-        :mod:`snm_core.io.file_pool`); None for a remote scratch."""
-        return None if storage.is_remote(self.scratch) else FilePool(self.scratch)
+        :mod:`snm_core.io.file_pool`); else, and for a remote scratch, None."""
+        return (FilePool(self.scratch) if self.pooled and not storage.is_remote(self.scratch)
+                else None)
 
     def path(self, table, producer):
         """The file of ``table`` (e.g. ``"z2"``) written by ``producer``."""
@@ -477,6 +481,7 @@ def run_locally(job, steps=None, stage="back-off form", threads=1):
     input files go to the scratch's pool once no later step reads them, and what the
     next step does not write over is deleted when it ends."""
     steps = job.steps() if steps is None else steps
+    job = dataclasses.replace(job, pooled=True)
     with concurrent.futures.ThreadPoolExecutor(threads) as pool, \
             Progress(stage, total=job.scans + len(steps) * job.partitions,
                      unit="part") as progress:
