@@ -29,7 +29,13 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.float_text import MAX_CHARS
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, kept_heap
 from snm_core.io.partitions import partition_of
-from snm_core.model.arpa_kernels import SLACK, assemble_lines, gram_words, words_bytes
+from snm_core.model.arpa_kernels import (
+    SLACK,
+    assemble_lines,
+    gather_words,
+    gram_words,
+    words_bytes,
+)
 from snm_core.io.progress import Progress
 from snm_core.model.backoff import (
     MIN_MEMORY,
@@ -103,7 +109,7 @@ def _export(model_dir, out_path, working, scratch, threads, say):
                          unit="n-gram") as progress:
             arpa.write(*arpa.lines(*extras))
             for n, lines, text in ordered_map(
-                    pool, lambda part: arpa.table_lines(*_section_part(job, *part)), parts,
+                    pool, lambda part: arpa.lines(*_section_part(job, *part)), parts,
                     threads):
                 arpa.write(n, lines, text)
                 progress.update(lines)
@@ -130,9 +136,8 @@ class ArpaJob(BackoffJob):
 
 
 def _section_part(job, n, partition):
-    """``(n, word columns, rows, log10 probabilities, back-offs or None)`` of the
-    n-grams of one partition, in key order: n-gram i's words are row ``rows[i]`` of
-    the columns (int32 (n, R))."""
+    """``(n, words, log10 probabilities, back-offs or None)`` of the n-grams of one
+    partition, in key order (``words`` int32 (k, n))."""
     entries = job.read(f"entry{n}", partition, ["key", "log_prob"])
     order = stable_argsort(entries["key"])
     keys = entries["key"][order]
@@ -140,13 +145,13 @@ def _section_part(job, n, partition):
     rows = lookup(grams["key"], keys)
     if np.any(rows < 0):
         raise AssertionError(f"{n}-grams without their words in partition {partition}")
-    columns = np.stack([grams[f"w{j}"] for j in range(n)])
+    words = gather_words(np.stack([grams[f"w{j}"] for j in range(n)]), rows)
     backoff = None
     if n < job.order:
         weights = job.read(f"bo{n}", partition)
         found = lookup(weights["key"], keys)
         backoff = np.where(found >= 0, weights["backoff"][np.maximum(found, 0)], 0)
-    return n, columns, rows, entries["log_prob"][order], backoff
+    return n, words, entries["log_prob"][order], backoff
 
 
 def _unigram_extras(job):
@@ -212,15 +217,8 @@ class ArpaWriter:
         """``(n, k, text)``: k lines of order ``n`` formatted (any thread may call it):
         ``words`` int (k, n) (oldest first), ``log_prob`` (k,), ``backoff`` (k,) or None
         (the highest order)."""
-        words = np.asarray(words)
-        return self.table_lines(n, words.T, np.arange(len(words)), log_prob, backoff)
-
-    def table_lines(self, n, columns, rows, log_prob, backoff):
-        """:meth:`lines` whose words are rows ``rows`` of a table's word ``columns``
-        (int (n, R))."""
-        text = (format_table_lines(self.vocab_text, columns, rows, log_prob, backoff)
-                if len(rows) else b"")
-        return n, len(rows), text
+        text = format_lines(self.vocab_text, words, log_prob, backoff) if len(words) else b""
+        return n, len(words), text
 
     def write(self, n, lines, text):
         """Write ``lines`` lines of order ``n`` formatted by :meth:`lines` (orders
@@ -260,25 +258,17 @@ def format_lines(vocab_text, words, log_prob, backoff):
     form, as pyarrow's cast writes it: :mod:`snm_core.io.float_text`) as one uint8
     array; ``vocab_text`` the vocabulary's :func:`~snm_core.io.arrays.string_buffers`,
     ``words`` int (k, n), oldest first.  A back-off of -0 stays ``-0``."""
-    words = np.asarray(words)
-    return format_table_lines(vocab_text, words.T, np.arange(len(words)), log_prob, backoff)
-
-
-def format_table_lines(vocab_text, columns, rows, log_prob, backoff):
-    """:func:`format_lines` of the words of rows ``rows`` of a table's word
-    ``columns`` (int (n, R)), gathered as the lines are made."""
     vocab_start, vocab = vocab_text
     vocab_start = vocab_start.astype(np.int64)
-    rows = np.asarray(rows, np.int64)
+    words = np.ascontiguousarray(words)
     prob_bits = np.ascontiguousarray(log_prob, np.float32).view(np.uint32)
     backoff_bits = (np.zeros(0, np.uint32) if backoff is None
                     else np.ascontiguousarray(backoff, np.float32).view(np.uint32))
     numbers = 1 if backoff is None else 2
-    room = (words_bytes(columns, rows, vocab_start)
-            + len(rows) * (columns.shape[0] + numbers * (1 + MAX_CHARS)) + SLACK)
+    room = (words_bytes(words, vocab_start)
+            + len(words) * (words.shape[1] + numbers * (1 + MAX_CHARS)) + SLACK)
     out = np.empty(room, np.uint8)  # its pages past the lines are never touched
-    return out[:assemble_lines(columns, rows, vocab, vocab_start, prob_bits, backoff_bits,
-                               out)]
+    return out[:assemble_lines(words, vocab, vocab_start, prob_bits, backoff_bits, out)]
 
 
 def write_sections(out_path, vocab, sections):

@@ -58,44 +58,52 @@ def _put(out, pos, source, start, end):
 
 
 @numba.njit(nogil=True, cache=True)
-def words_bytes(columns, rows, vocab_start):
-    """The bytes of the words of the lines ``rows`` of ``columns`` (int (n, R): word j
-    of row r at ``[j, r]``), without separators: one pass over the rows, then one
-    look-up a line."""
-    n, table_rows = columns.shape
-    row_bytes = np.zeros(table_rows, np.int64)
-    for j in range(n):
-        for r in range(table_rows):
-            w = columns[j, r]
-            row_bytes[r] += vocab_start[w + 1] - vocab_start[w]
-    total = 0
+def gather_words(columns, rows):
+    """Line i's words, row ``rows[i]`` of ``columns`` (int32 (n, R)), as int32 (k, n).
+
+    The reads are at random and independent of each other, so the processor has many
+    of them in flight; the lines are then made from memory read in order."""
+    n = columns.shape[0]
+    words = np.empty((len(rows), n), np.int32)
     for i in range(len(rows)):
-        total += row_bytes[rows[i]]
+        r = rows[i]
+        for j in range(n):
+            words[i, j] = columns[j, r]
+    return words
+
+
+@numba.njit(nogil=True, cache=True)
+def words_bytes(words, vocab_start):
+    """The bytes of the words of the lines (int (k, n)), without separators."""
+    total = 0
+    for i in range(words.shape[0]):
+        for j in range(words.shape[1]):
+            w = words[i, j]
+            total += vocab_start[w + 1] - vocab_start[w]
     return total
 
 
 @numba.njit(nogil=True, cache=True)
-def assemble_lines(columns, rows, vocab, vocab_start, prob_bits, backoff_bits, out):
+def assemble_lines(words, vocab, vocab_start, prob_bits, backoff_bits, out):
     """Write line i = ``prob TAB words TAB backoff NEWLINE`` (no back-off column when
     ``backoff_bits`` is empty) into ``out`` (uint8, room for the lines with
     :data:`~snm_core.io.float_text.MAX_CHARS` a number, plus :data:`SLACK`); returns
     the bytes of the lines.
 
-    The words of line i are row ``rows[i]`` of ``columns`` (int (n, R), oldest
-    first), joined by SPACE; ``vocab``/``vocab_start``: the words' UTF-8 bytes and
-    offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``).  ``prob_bits``,
-    ``backoff_bits``: line i's float32 numbers as their bits, written in their
-    shortest form (:func:`~snm_core.io.float_text.put_float32`)."""
+    The words of line i are ``words[i]`` (int (k, n), oldest first), joined by SPACE;
+    ``vocab``/``vocab_start``: the words' UTF-8 bytes and offsets (word w is
+    ``vocab[vocab_start[w]:vocab_start[w + 1]]``).  ``prob_bits``, ``backoff_bits``:
+    line i's float32 numbers as their bits, written in their shortest form
+    (:func:`~snm_core.io.float_text.put_float32`)."""
     pos = 0
-    n = columns.shape[0]
+    n = words.shape[1]
     with_backoff = len(backoff_bits) > 0
-    for i in range(len(rows)):
+    for i in range(words.shape[0]):
         pos = put_float32(out, pos, prob_bits[i])
         out[pos] = TAB
         pos += 1
-        r = rows[i]
         for j in range(n):
-            w = columns[j, r]
+            w = words[i, j]
             pos = _put(out, pos, vocab, vocab_start[w], vocab_start[w + 1])
             out[pos] = SPACE if j < n - 1 else (TAB if with_backoff else NEWLINE)
             pos += 1
