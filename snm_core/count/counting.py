@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.io import tables
+from snm_core.io.radix import sort_uint64
 from snm_core.io.arrays import (
     group_rows,
     padded_lists,
@@ -68,7 +69,7 @@ def batch_partials(events):
     run = np.cumsum(new_key) - 1
     packed = (run.astype(np.uint64) << np.uint64(_WORD_BITS)) | \
         events.target[events.event][order].astype(np.uint64)
-    packed.sort()
+    sort_uint64(packed)
     starts = run_starts(packed)
     unique = packed[starts]
     key_starts = np.flatnonzero(new_key)
@@ -438,7 +439,8 @@ def add_continuation(links, extension_link_keys):
     distinct = own[starts]
     named_times = np.zeros(len(distinct), dtype=np.int64)
     for keys in extension_link_keys:
-        ext = np.sort(keys)
+        ext = np.array(keys, np.uint64)
+        sort_uint64(ext)
         ext_starts = run_starts(ext)
         named, times = ext[ext_starts], np.diff(np.r_[ext_starts, len(ext)])
         if not len(named) or not len(distinct):

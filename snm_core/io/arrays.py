@@ -6,6 +6,8 @@
 
 import numpy as np
 
+from snm_core.io.radix import sort_uint64
+
 
 def sorted_distinct(values):
     """The distinct values of a 1-d array, sorted (``np.unique`` without its cost)."""
@@ -63,7 +65,7 @@ def stable_argsort(values, return_sorted=False):
         packed >>= np.uint64(dropped)
     packed <<= np.uint64(index_bits)
     packed |= np.arange(n, dtype=np.uint64)
-    packed.sort()
+    sort_uint64(packed)
     kept = packed >> np.uint64(index_bits) if dropped or return_sorted else None
     packed &= np.uint64((1 << index_bits) - 1)
     order = packed.view(np.int64)

@@ -68,3 +68,17 @@ def test_group_rows_gives_each_group_its_rows_in_order(num_groups):
     assert bounds[0] == 0 and bounds[-1] == len(ids)
     for g in np.unique(np.r_[ids[:50], 0, num_groups - 1]):
         np.testing.assert_array_equal(order[bounds[g]:bounds[g + 1]], np.flatnonzero(ids == g))
+
+
+@pytest.mark.parametrize("size", [0, 1, 1023, 1024, 5000, 300_000])
+@pytest.mark.parametrize("bits", [1, 11, 12, 33, 64])
+def test_radix_sort_is_numpys_sort(size, bits):
+    """Every width of value (passes skipped where all share a digit), either side of
+    the size below which numpy sorts."""
+    from snm_core.io.radix import sort_uint64
+    rng = np.random.default_rng(size + bits)
+    values = rng.integers(0, 2**64, size, dtype=np.uint64) >> np.uint64(64 - bits)
+    values[::7] |= np.uint64(1) << np.uint64(bits - 1)  # digits shared by many
+    ours = values.copy()
+    sort_uint64(ours)
+    np.testing.assert_array_equal(ours, np.sort(values))
