@@ -139,8 +139,7 @@ def _section_part(job, n, partition):
     """``(n, words, log10 probabilities, back-offs or None)`` of the n-grams of one
     partition, in key order (``words`` int32 (k, n))."""
     entries = job.read(f"entry{n}", partition, ["key", "log_prob"])
-    order = stable_argsort(entries["key"])
-    keys = entries["key"][order]
+    order, keys = stable_argsort(entries["key"], return_sorted=True)
     grams = job.read(f"words{n}", partition, scanned=True)  # tag copies: any, they agree
     rows = lookup(grams["key"], keys)
     if np.any(rows < 0):
