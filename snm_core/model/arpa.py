@@ -34,6 +34,7 @@ from snm_core.model.arpa_kernels import (
     assemble_lines,
     gather_words,
     gram_words,
+    word_cells,
     words_bytes,
 )
 from snm_core.io.progress import Progress
@@ -198,7 +199,7 @@ class ArpaWriter:
     def __init__(self, out_path, vocab, counts):
         self.out_path, self.counts = out_path, dict(counts)
         names = [ARPA_MARKERS.get(i, w) for i, w in enumerate(vocab.words)]
-        self.vocab_text = string_buffers(pa.array(names, pa.string()))
+        self.vocab_text = vocabulary_text(names)
         self.order = self.written = 0
 
     def __enter__(self):
@@ -252,13 +253,20 @@ class ArpaWriter:
         return False
 
 
+def vocabulary_text(names):
+    """The words' text for :func:`format_lines`: their UTF-8 offsets (int64) and bytes,
+    and their :func:`~snm_core.model.arpa_kernels.word_cells`."""
+    start, data = string_buffers(pa.array(names, pa.string()))
+    start = start.astype(np.int64)
+    return start, data, word_cells(data, start)
+
+
 def format_lines(vocab_text, words, log_prob, backoff):
     """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
     form, as pyarrow's cast writes it: :mod:`snm_core.io.float_text`) as one uint8
-    array; ``vocab_text`` the vocabulary's :func:`~snm_core.io.arrays.string_buffers`,
+    array; ``vocab_text`` the vocabulary's :func:`vocabulary_text`,
     ``words`` int (k, n), oldest first.  A back-off of -0 stays ``-0``."""
-    vocab_start, vocab = vocab_text
-    vocab_start = vocab_start.astype(np.int64)
+    vocab_start, vocab, cells = vocab_text
     words = np.ascontiguousarray(words)
     prob_bits = np.ascontiguousarray(log_prob, np.float32).view(np.uint32)
     backoff_bits = (np.zeros(0, np.uint32) if backoff is None
@@ -267,7 +275,8 @@ def format_lines(vocab_text, words, log_prob, backoff):
     room = (words_bytes(words, vocab_start)
             + len(words) * (words.shape[1] + numbers * (1 + MAX_CHARS)) + SLACK)
     out = np.empty(room, np.uint8)  # its pages past the lines are never touched
-    return out[:assemble_lines(words, vocab, vocab_start, prob_bits, backoff_bits, out)]
+    return out[:assemble_lines(words, cells, vocab, vocab_start, prob_bits, backoff_bits,
+                               out)]
 
 
 def write_sections(out_path, vocab, sections):

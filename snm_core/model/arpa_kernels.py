@@ -17,6 +17,9 @@ from snm_core.io.float_text import put_float32
 TAB, SPACE, NEWLINE = 9, 32, 10
 #: Bytes a string is copied by at once, and the output's room past its lines.
 SLACK = 16
+#: A word's cell: its bytes (when fewer than CELL), its length in the last byte.
+CELL = 16
+LONG = 255
 
 
 @numba.njit(nogil=True, cache=True)
@@ -58,6 +61,24 @@ def _put(out, pos, source, start, end):
 
 
 @numba.njit(nogil=True, cache=True)
+def word_cells(vocab, vocab_start):
+    """Each word's :data:`CELL` bytes (uint8 (V * CELL,)): a word of fewer bytes in
+    its cell, its length last; a longer one marked :data:`LONG`.  A line then reads
+    one cache line a word, not its offsets and its bytes apart."""
+    words = len(vocab_start) - 1
+    cells = np.zeros(words * CELL, np.uint8)
+    for w in range(words):
+        length = vocab_start[w + 1] - vocab_start[w]
+        if length < CELL:
+            for b in range(length):
+                cells[w * CELL + b] = vocab[vocab_start[w] + b]
+            cells[w * CELL + CELL - 1] = length
+        else:
+            cells[w * CELL + CELL - 1] = LONG
+    return cells
+
+
+@numba.njit(nogil=True, cache=True)
 def gather_words(columns, rows):
     """Line i's words, row ``rows[i]`` of ``columns`` (int32 (n, R)), as int32 (k, n).
 
@@ -84,15 +105,15 @@ def words_bytes(words, vocab_start):
 
 
 @numba.njit(nogil=True, cache=True)
-def assemble_lines(words, vocab, vocab_start, prob_bits, backoff_bits, out):
+def assemble_lines(words, cells, vocab, vocab_start, prob_bits, backoff_bits, out):
     """Write line i = ``prob TAB words TAB backoff NEWLINE`` (no back-off column when
     ``backoff_bits`` is empty) into ``out`` (uint8, room for the lines with
     :data:`~snm_core.io.float_text.MAX_CHARS` a number, plus :data:`SLACK`); returns
     the bytes of the lines.
 
     The words of line i are ``words[i]`` (int (k, n), oldest first), joined by SPACE;
-    ``vocab``/``vocab_start``: the words' UTF-8 bytes and offsets (word w is
-    ``vocab[vocab_start[w]:vocab_start[w + 1]]``).  ``prob_bits``, ``backoff_bits``:
+    ``cells``: the words' :func:`word_cells`, ``vocab``/``vocab_start``: their UTF-8
+    bytes and offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``).  ``prob_bits``, ``backoff_bits``:
     line i's float32 numbers as their bits, written in their shortest form
     (:func:`~snm_core.io.float_text.put_float32`)."""
     pos = 0
@@ -104,7 +125,12 @@ def assemble_lines(words, vocab, vocab_start, prob_bits, backoff_bits, out):
         pos += 1
         for j in range(n):
             w = words[i, j]
-            pos = _put(out, pos, vocab, vocab_start[w], vocab_start[w + 1])
+            length = cells[w * CELL + CELL - 1]
+            if length != LONG:
+                _move_block(out, pos, cells, w * CELL)
+                pos += length
+            else:
+                pos = _put(out, pos, vocab, vocab_start[w], vocab_start[w + 1])
             out[pos] = SPACE if j < n - 1 else (TAB if with_backoff else NEWLINE)
             pos += 1
         if with_backoff:
