@@ -6,7 +6,7 @@
 
 import numpy as np
 
-from snm_core.io.radix import sort_uint64
+from snm_core.io.radix import argsort_uint64
 
 
 def sorted_distinct(values):
@@ -28,20 +28,13 @@ def run_starts(values):
 
 
 def stable_argsort(values, return_sorted=False):
-    """The stable sorting permutation of non-negative integers (uint64 or int64), fast.
-
-    numpy sorts values with SIMD code (x86-simd-sort) but argsorts them several
-    times slower, and its stable argsort of 64-bit integers is a timsort.  So
-    each row's index goes into the low bits of its value (less the minimum),
-    and a value sort orders them by (value, index).  When value and index
-    together need more than 64 bits, the value's low bits are dropped; rows
-    that then share their kept bits but differ in value (for hashed keys,
-    about n**2 / 2**(65 - index bits - value bits) pairs) are found and each
-    such run re-sorted on its own.
+    """The stable sorting permutation of non-negative integers (uint64 or int64), fast:
+    a radix sort of each value carried with its row (:func:`snm_core.io.radix.argsort_uint64`;
+    numpy's stable argsort of 64-bit integers is a timsort).
 
     Parameters
     ----------
-    values : ndarray of uint64 or int64 (non-negative), shape (n,)
+    values : ndarray of non-negative integers, shape (n,)
 
     Returns
     -------
@@ -49,45 +42,16 @@ def stable_argsort(values, return_sorted=False):
         values keep their input order
     sorted_values : ndarray, shape (n,), ``values[order]`` (with ``return_sorted``)
     """
-    n = len(values)
-    if n == 0:
-        order = np.zeros(0, np.int64)
-        return (order, values[order]) if return_sorted else order
-    index_bits = max(1, (n - 1).bit_length())
-    if index_bits > 40:  # too few bits of the value left to group it
+    values = np.asarray(values)
+    if len(values) >= 1 << 32:
         order = np.argsort(values, kind="stable")
         return (order, values[order]) if return_sorted else order
-    base = values.min()
-    # Less the minimum: e.g. the top bits a bucket's keys share need no room.
-    packed = np.subtract(values, base, dtype=np.uint64, casting="unsafe")
-    dropped = max(0, int(packed.max()).bit_length() + index_bits - 64)
-    if dropped:
-        packed >>= np.uint64(dropped)
-    packed <<= np.uint64(index_bits)
-    packed |= np.arange(n, dtype=np.uint64)
-    sort_uint64(packed)
-    kept = packed >> np.uint64(index_bits) if dropped or return_sorted else None
-    packed &= np.uint64((1 << index_bits) - 1)
-    order = packed.view(np.int64)
-    if not (dropped or return_sorted):
+    wide = values.dtype.itemsize == 8  # else widened, a copy
+    order, ordered = argsort_uint64(np.ascontiguousarray(values).view(np.uint64) if wide
+                                    else values.astype(np.uint64))
+    if not return_sorted:
         return order
-    if not dropped:  # the values are in the sorted bits: no gather at random
-        kept += np.asarray(base, np.uint64)
-        return order, kept.view(values.dtype) if values.dtype.itemsize == 8 \
-            else kept.astype(values.dtype)
-    ordered = values[order]
-    if dropped:
-        same = kept[1:] == kept[:-1]
-        clashes = np.flatnonzero(same & (ordered[1:] != ordered[:-1]))
-        if len(clashes):
-            starts = np.flatnonzero(np.r_[True, ~same])  # runs of equal kept bits
-            ends = np.r_[starts[1:], n]
-            for run in np.unique(np.searchsorted(starts, clashes, side="right") - 1):
-                lo, hi = starts[run], ends[run]
-                fix = np.argsort(ordered[lo:hi], kind="stable")
-                order[lo:hi] = order[lo:hi][fix]
-                ordered[lo:hi] = ordered[lo:hi][fix]
-    return (order, ordered) if return_sorted else order
+    return order, ordered.view(values.dtype) if wide else ordered.astype(values.dtype)
 
 
 def group_rows(ids, num_groups):

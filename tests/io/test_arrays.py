@@ -72,13 +72,24 @@ def test_group_rows_gives_each_group_its_rows_in_order(num_groups):
 
 @pytest.mark.parametrize("size", [0, 1, 1023, 1024, 5000, 300_000])
 @pytest.mark.parametrize("bits", [1, 11, 12, 33, 64])
-def test_radix_sort_is_numpys_sort(size, bits):
+def test_radix_sorts_are_numpys(size, bits):
     """Every width of value (passes skipped where all share a digit), either side of
-    the size below which numpy sorts."""
-    from snm_core.io.radix import sort_uint64
+    the size below which numpy sorts; the argsort stable."""
+    from snm_core.io.radix import argsort_uint64, sort_uint64
     rng = np.random.default_rng(size + bits)
     values = rng.integers(0, 2**64, size, dtype=np.uint64) >> np.uint64(64 - bits)
     values[::7] |= np.uint64(1) << np.uint64(bits - 1)  # digits shared by many
+    values[::5] = values[::3][:len(values[::5])]  # repeats
     ours = values.copy()
     sort_uint64(ours)
     np.testing.assert_array_equal(ours, np.sort(values))
+    order, ordered = argsort_uint64(values)
+    np.testing.assert_array_equal(order, np.argsort(values, kind="stable"))
+    np.testing.assert_array_equal(ordered, ours)
+
+
+def test_stable_argsort_of_narrow_integers():
+    values = np.random.default_rng(5).integers(0, 50, 3000).astype(np.int32)
+    order, ordered = stable_argsort(values, return_sorted=True)
+    np.testing.assert_array_equal(order, np.argsort(values, kind="stable"))
+    assert ordered.dtype == np.int32 and np.array_equal(ordered, np.sort(values))
