@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.io import tables
-from snm_core.io.radix import sort_uint64
 from snm_core.io.arrays import (
     group_rows,
     padded_lists,
@@ -37,6 +36,7 @@ from snm_core.io.arrays import (
     take_rows,
     take_runs,
 )
+from snm_core.io.radix import sort_uint64
 from snm_core.text import hashing
 
 #: Bits of a packed (feature index, word) pair given to the word id.

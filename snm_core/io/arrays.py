@@ -28,9 +28,9 @@ def run_starts(values):
 
 
 def stable_argsort(values, return_sorted=False):
-    """The stable sorting permutation of non-negative integers (uint64 or int64), fast:
-    a radix sort of each value carried with its row (:func:`snm_core.io.radix.argsort_uint64`;
-    numpy's stable argsort of 64-bit integers is a timsort).
+    """The stable sorting permutation of non-negative integers, fast: a radix sort of
+    each value carried with its row (:func:`snm_core.io.radix.argsort_uint64`; numpy's
+    stable argsort of 64-bit integers is a timsort).
 
     Parameters
     ----------

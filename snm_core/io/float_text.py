@@ -6,7 +6,7 @@ to its exact value (ties to even): Ryu's method (Adams, PLDI 2018), two 64-bit
 multiplications by a power of five a number.  Arrow (double-conversion's
 ``ToShortestSingle``) lays them out as ``0.000001`` to ``999999999`` in positional
 form and past that as ``1e-7``, ``1.5e+10``; ``-0``, ``inf``, ``-inf``, ``nan``.
-Pyarrow's own cast costs about four times as much a number, and its strings must
+Pyarrow's own cast costs about 1.6 times as much a number, and its strings would
 then be copied into the lines.
 """
 

@@ -113,9 +113,9 @@ def assemble_lines(words, cells, vocab, vocab_start, prob_bits, backoff_bits, ou
 
     The words of line i are ``words[i]`` (int (k, n), oldest first), joined by SPACE;
     ``cells``: the words' :func:`word_cells`, ``vocab``/``vocab_start``: their UTF-8
-    bytes and offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``).  ``prob_bits``, ``backoff_bits``:
-    line i's float32 numbers as their bits, written in their shortest form
-    (:func:`~snm_core.io.float_text.put_float32`)."""
+    bytes and offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``).
+    ``prob_bits``, ``backoff_bits``: line i's float32 numbers as their bits, written
+    in their shortest form (:func:`~snm_core.io.float_text.put_float32`)."""
     pos = 0
     n = words.shape[1]
     with_backoff = len(backoff_bits) > 0
