@@ -46,47 +46,32 @@ def _starts(counts, p):
 
 
 @numba.njit(nogil=True, cache=True)
-def _sort(values):
-    n = len(values)
+def _radix_sort(keys, rows):
+    """Sort ``keys`` in place; ``rows`` (empty, or one a key) moved with them."""
+    n = len(keys)
+    carry = len(rows) > 0
     mask = np.uint64((1 << DIGIT_BITS) - 1)
-    counts = _digit_counts(values)
-    source, target = values, np.empty_like(values)
+    counts = _digit_counts(keys)
+    first = keys[0]
+    source, target = keys, np.empty_like(keys)
+    source_rows, target_rows = rows, np.empty_like(rows)
     for p in range(counts.shape[0]):
         shift = np.uint64(p * DIGIT_BITS)
-        if counts[p, (values[0] >> shift) & mask] == n:  # one digit: nothing moves
+        if counts[p, (first >> shift) & mask] == n:  # one digit: nothing moves
             continue
         start = _starts(counts, p)
         for i in range(n):
             value = source[i]
-            d = (value >> shift) & mask
-            target[start[d]] = value
-            start[d] += 1
+            at = start[(value >> shift) & mask]
+            target[at] = value
+            if carry:
+                target_rows[at] = source_rows[i]
+            start[(value >> shift) & mask] = at + 1
         source, target = target, source
-    if source is not values:
-        values[:] = source
-
-
-@numba.njit(nogil=True, cache=True)
-def _argsort(values):
-    n = len(values)
-    mask = np.uint64((1 << DIGIT_BITS) - 1)
-    counts = _digit_counts(values)
-    keys, other_keys = values.copy(), np.empty_like(values)
-    rows, other_rows = np.arange(n).astype(np.uint32), np.empty(n, np.uint32)
-    for p in range(counts.shape[0]):
-        shift = np.uint64(p * DIGIT_BITS)
-        if counts[p, (values[0] >> shift) & mask] == n:
-            continue
-        start = _starts(counts, p)
-        for i in range(n):
-            value = keys[i]
-            d = (value >> shift) & mask
-            other_keys[start[d]] = value
-            other_rows[start[d]] = rows[i]
-            start[d] += 1
-        keys, other_keys = other_keys, keys
-        rows, other_rows = other_rows, rows
-    return rows.astype(np.int64), keys
+        source_rows, target_rows = target_rows, source_rows
+    if source is not keys:
+        keys[:] = source
+        rows[:] = source_rows
 
 
 def sort_uint64(values):
@@ -94,7 +79,7 @@ def sort_uint64(values):
     if len(values) < SMALL:
         values.sort()
     else:
-        _sort(values)
+        _radix_sort(values, np.zeros(0, np.uint32))
 
 
 def argsort_uint64(values):
@@ -103,4 +88,6 @@ def argsort_uint64(values):
     if len(values) < SMALL:
         order = np.argsort(values, kind="stable")
         return order, values[order]
-    return _argsort(values)
+    keys, rows = values.copy(), np.arange(len(values), dtype=np.uint32)
+    _radix_sort(keys, rows)
+    return rows.astype(np.int64), keys
