@@ -54,6 +54,14 @@ def _pow5_factor(value):
     return count
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _drop_digit(vr, vp, vm):
+    """The three bounds less their last digit, and vr's last digit (unsigned division,
+    which compiles to a multiplication)."""
+    ten = np.uint64(10)
+    return vr // ten, vp // ten, vm // ten, vr % ten
+
+
 @numba.njit(nogil=True, cache=True)
 def shortest_digits(bits):
     """(digits, exponent): the shortest decimal ``digits * 10^exponent`` that reads
@@ -115,7 +123,6 @@ def shortest_digits(bits):
         elif q < 31:
             vr_trailing_zeros = (mv & ((1 << (q - 1)) - 1)) == 0
 
-    # The digits removed by unsigned division, which compiles to a multiplication.
     ten, zero = np.uint64(10), np.uint64(0)
     vr, vp, vm, last = np.uint64(vr), np.uint64(vp), np.uint64(vm), np.uint64(last_removed)
     removed = 0
@@ -124,18 +131,12 @@ def shortest_digits(bits):
     while vp // ten > vm // ten:
         vm_trailing_zeros = vm_trailing_zeros and vm % ten == zero
         vr_trailing_zeros = vr_trailing_zeros and last == zero
-        last = vr % ten
-        vr //= ten
-        vp //= ten
-        vm //= ten
+        vr, vp, vm, last = _drop_digit(vr, vp, vm)
         removed += 1
     if vm_trailing_zeros:
         while vm % ten == zero:
             vr_trailing_zeros = vr_trailing_zeros and last == zero
-            last = vr % ten
-            vr //= ten
-            vp //= ten
-            vm //= ten
+            vr, vp, vm, last = _drop_digit(vr, vp, vm)
             removed += 1
     if vr_trailing_zeros and last == np.uint64(5) and vr % np.uint64(2) == zero:
         last = np.uint64(4)  # exactly halfway: to even
