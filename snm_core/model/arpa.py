@@ -145,7 +145,7 @@ def _section_part(job, n, partition):
     rows = lookup(grams["key"], keys)
     if np.any(rows < 0):
         raise AssertionError(f"{n}-grams without their words in partition {partition}")
-    words = gather_words(np.stack([grams[f"w{j}"] for j in range(n)]), rows)
+    words = gather_words(tuple(grams[f"w{j}"] for j in range(n)), rows)
     backoff = None
     if n < job.order:
         weights = job.read(f"bo{n}", partition)

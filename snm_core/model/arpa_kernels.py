@@ -80,16 +80,17 @@ def word_cells(vocab, vocab_start):
 
 @numba.njit(nogil=True, cache=True)
 def gather_words(columns, rows):
-    """Line i's words, row ``rows[i]`` of ``columns`` (int32 (n, R)), as int32 (k, n).
+    """Line i's words, row ``rows[i]`` of ``columns`` (a tuple of n int32 arrays, word
+    j of every row), as int32 (k, n).
 
     The reads are at random and independent of each other, so the processor has many
     of them in flight; the lines are then made from memory read in order."""
-    n = columns.shape[0]
+    n = len(columns)
     words = np.empty((len(rows), n), np.int32)
     for i in range(len(rows)):
         r = rows[i]
         for j in range(n):
-            words[i, j] = columns[j, r]
+            words[i, j] = columns[j][r]
     return words
 
 
