@@ -46,7 +46,7 @@ def check_slice(first):
     if np.array_equal(offsets, theirs_offsets) and np.array_equal(data, theirs):
         return 0, [], longest
     ours = [bytes(data[offsets[i]:offsets[i + 1]]) for i in range(SLICE)]
-    wanted = pa.array(pc.cast(pa.array(values), pa.string())).to_pylist()
+    wanted = pc.cast(pa.array(values), pa.string()).to_pylist()
     bad = [i for i in range(SLICE) if ours[i].decode() != wanted[i]]
     return len(bad), [(hex(first + i), ours[i], wanted[i]) for i in bad[:5]], longest
 

@@ -11,15 +11,15 @@ def _cases():
     keys = rng.integers(0, 2**64, 5000, dtype=np.uint64)
     yield "hashed keys with repeats", np.concatenate([keys, keys[::3], keys[:10]])
     yield "small int64 values", rng.integers(0, 1000, 20000).astype(np.int64)
-    # Values that differ only in low bits the packing drops: the result must be
-    # checked and recomputed.
+    # Values that differ only in their top and lowest bits: the radix passes of the
+    # digits between are skipped.
     high = rng.integers(0, 4, 3000).astype(np.uint64) << np.uint64(62)
     yield "equal high bits", high | rng.integers(0, 8, 3000).astype(np.uint64)
-    # Keys of one bucket (a shared top) with so many rows that dropped bits
-    # leave hundreds of clashing runs to re-sort.
+    # Keys of one bucket (a shared top, whose digit passes are skipped), with many
+    # repeats that must keep their input order.
     bucket = np.uint64(5) << np.uint64(58)
     many = bucket | rng.integers(0, 2**40, 200000, dtype=np.uint64)
-    yield "many clashes", np.concatenate([many, many[:50000]])
+    yield "one bucket with repeats", np.concatenate([many, many[:50000]])
     yield "one value", np.array([5], np.uint64)
     yield "empty", np.zeros(0, np.uint64)
 

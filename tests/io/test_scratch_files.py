@@ -48,6 +48,8 @@ def test_a_file_system_without_direct_io_gets_buffered_files(tmp_path, monkeypat
         assert not isinstance(f, direct.DirectWriter)
         f.write(b"abc")
     assert (tmp_path / "f").read_bytes() == b"abc"
+
+
 def write_table(pool, directory, files):
     """A table: a directory of files (name -> bytes) written through ``pool``."""
     for name, data in files.items():
