@@ -11,8 +11,10 @@ from snm_core.fit.selection import (
     AUTO,
     DEFAULT_MAX_EPOCHS,
     PATIENCE,
+    PROBE_MARGIN,
     RACE_EPOCHS,
     RACE_MARGIN,
+    RACE_PROBE,
     SELECTIONS,
     FitOptions,
     fit_directory,
@@ -51,12 +53,17 @@ def add_fit_args(parser):
                        help="epochs without a better validation perplexity before a candidate "
                             "stops (default %(default)s)")
     group.add_argument("--selection", choices=SELECTIONS, default="race",
-                       help="race (default): one epoch each, those more than --race_margin "
-                            f"behind stop, after {RACE_EPOCHS} epochs only the leader goes on; "
-                            "each: every candidate trains until it stops improving")
+                       help="race (default): a probe on --race_probe of an epoch, then one "
+                            "epoch each, those more than --race_margin behind stop, after "
+                            f"{RACE_EPOCHS} epochs only the leader goes on; each: every "
+                            "candidate trains until it stops improving")
     group.add_argument("--race_margin", type=float, default=RACE_MARGIN,
                        help="relative validation perplexity behind the leader at which a "
                             "candidate stops racing (default %(default)s)")
+    group.add_argument("--race_probe", type=float, default=RACE_PROBE,
+                       help="share of an epoch every candidate trains on first; those more "
+                            f"than {PROBE_MARGIN:.0%} behind the best then stop (0: no probe; "
+                            "default %(default)s)")
     group.add_argument("--hash_size", type=int, default=metafeatures.DEFAULT_HASH_SIZE,
                        help="size of the hashed weight table (default %(default)s)")
     group.add_argument("--no_diversity", action="store_true",
@@ -84,7 +91,8 @@ def options_from(flags):
     return FitOptions(variants=variants, epochs=flags["epochs"], max_epochs=flags["max_epochs"],
                       validation_fraction=flags["validation_fraction"],
                       patience=flags["patience"], selection=flags["selection"],
-                      race_margin=flags["race_margin"], hash_size=flags["hash_size"],
+                      race_margin=flags["race_margin"],
+                      race_probe=flags["race_probe"], hash_size=flags["hash_size"],
                       diversity=not flags["no_diversity"],
                       continuation=not flags["no_continuation"], batch_size=flags["batch_size"],
                       gamma=flags["gamma"], delta0=flags["delta0"],

@@ -13,7 +13,11 @@ early stopping does): a share of the held-out sentences
 (``validation_fraction``, a fixed hash of each sentence's position) is held
 back, and the candidates train on the rest.
 
-* ``selection="race"`` (default): every candidate trains one epoch; those
+* ``selection="race"`` (default): first a probe, every candidate trained on
+  ``race_probe`` of the training share, those more than :data:`PROBE_MARGIN`
+  behind the best stop (successive halving's first rung: a variant that loses
+  by a wide margin is not trained a whole epoch); then the survivors, from
+  scratch, train one epoch each; those
   more than ``race_margin`` behind the best validation perplexity stop; after
   ``race_epochs`` epochs only the leader goes on, until validation perplexity
   has not improved for ``patience`` epochs (or ``max_epochs``).  The cost is
@@ -31,6 +35,8 @@ import dataclasses
 import json
 import time
 
+import numpy as np
+
 from snm_core.fit import kernels, trainer
 from snm_core.fit import metafeatures as mf
 from snm_core.fit.problem import VALIDATION_SHARE, load_join
@@ -46,6 +52,12 @@ DEFAULT_MAX_EPOCHS = 10
 RACE_MARGIN = 0.01
 #: Epochs after which only the leading candidate trains on.
 RACE_EPOCHS = 2
+#: The share of the training events the race's probe trains on (0: no probe).
+RACE_PROBE = 0.125
+#: After the probe, candidates this far behind the best stop: wider than
+#: RACE_MARGIN because a small share favours the variant with fewer weights
+#: (benchmarks/README.md, "The race's probe").
+PROBE_MARGIN = 0.02
 SELECTIONS = ("race", "each")
 #: The order candidates train in, each round: one compiled problem is held at a
 #: time, so the last one trained stays loaded for the next round and the final
@@ -69,6 +81,7 @@ class FitOptions:
     patience: int = PATIENCE
     selection: str = "race"
     race_margin: float = RACE_MARGIN
+    race_probe: float = RACE_PROBE
     hash_size: int = mf.DEFAULT_HASH_SIZE
     diversity: bool = True
     continuation: bool = True
@@ -101,6 +114,9 @@ class FitOptions:
                                 f"{kernels.MAX_THREADS}, got {self.threads}")
         if self.race_margin < 0:
             raise SnmInputError(f"race_margin must be >= 0, got {self.race_margin}")
+        if not 0 <= self.race_probe < 1:
+            raise SnmInputError(f"race_probe must be at least 0 (no probe) and below 1, got "
+                                f"{self.race_probe}")
         self.settings(0)  # batch_size, gamma, delta0, renormalize: checked there
         memory.MemoryBudget.parse(self.memory)
 
@@ -137,10 +153,12 @@ class Candidate:
     state: trainer.TrainState = None
     history: list = dataclasses.field(default_factory=list)
     stopped: str = None  # why it stopped, once it has
+    probe_perplexity: float = None  # validation perplexity after the race's probe
 
     @property
     def best(self):
-        return min(self.history, key=lambda h: h["valid_perplexity"])
+        """The epoch of lowest validation perplexity (None if stopped by the probe)."""
+        return min(self.history, key=lambda h: h["valid_perplexity"], default=None)
 
     def stalled(self, patience):
         return len(self.history) - 1 - self.best["epoch"] >= patience
@@ -157,8 +175,8 @@ class Selection:
         self.log_entries = log_entries
         self.split = None
 
-    def epoch(self, candidate):
-        """Train ``candidate`` one more epoch (or record epoch 0 on its first call)."""
+    def problem(self, candidate):
+        """``candidate``'s compiled problem; the (train, validation) split on the first call."""
         problem = self.problem_for(candidate.spec)
         if self.split is None:
             train_events, valid_events = problem.split_events(self.options.validation_fraction)
@@ -167,14 +185,49 @@ class Selection:
                     "the held-out set is too small to hold a share back; give --epochs N and a "
                     "single --variants VARIANT, or raise --validation_fraction")
             self.split = train_events, valid_events
+        return problem
 
+    def logger(self, candidate, run):
         def log(entry):
-            self.log_entries.append({"run": "select", "metafeatures": candidate.spec.variant,
+            self.log_entries.append({"run": run, "metafeatures": candidate.spec.variant,
                                      **entry})
-            self.say(f"  select {candidate.spec.variant:<14} epoch {entry['epoch']:>2}: "
-                     f"validation perplexity {entry['valid_perplexity']:.3f} "
-                     f"({entry['seconds']:.2f} s)")
+            trained = (f"epoch {entry['epoch']:>2}" if run == "select"
+                       else f"{self.options.race_probe:.1%} of an epoch")
+            self.say(f"  {run} {candidate.spec.variant:<14} {trained}: validation perplexity "
+                     f"{entry['valid_perplexity']:.3f} ({entry['seconds']:.2f} s)")
+        return log
 
+    def probe_events(self):
+        """The probe's training events: a ``race_probe`` share of the training share, drawn
+        by a generator the epochs' shuffles never use (they are seeded with epochs >= 1)."""
+        train_events = self.split[0]
+        size = max(1, round(len(train_events) * self.options.race_probe))
+        order = np.random.default_rng([self.options.seed, 0]).permutation(train_events)
+        return np.sort(order[:size])
+
+    def probe(self, candidates):
+        """Train each candidate one epoch on the probe's events; stop those more than
+        :data:`PROBE_MARGIN` behind the best.  The survivors start the race from scratch,
+        so their epochs are the ones a race without the probe trains."""
+        for candidate in candidates:
+            problem = self.problem(candidate)
+            settings = self.options.settings(1)
+            state = trainer.TrainState.start(problem, settings)
+            history = trainer.run_epochs(problem, settings, state, 1, self.probe_events(),
+                                         self.split[1], log=self.logger(candidate, "probe"),
+                                         train_metrics=False, evaluate_start=False)
+            candidate.probe_perplexity = history[-1]["valid_perplexity"]
+        best = min(candidates, key=lambda c: c.probe_perplexity)
+        for candidate in candidates:
+            behind = candidate.probe_perplexity / best.probe_perplexity - 1
+            if behind > PROBE_MARGIN:
+                candidate.stopped = (f"{behind:.1%} behind {best.spec.variant} after the probe "
+                                     f"({self.options.race_probe:.1%} of an epoch)")
+
+    def epoch(self, candidate):
+        """Train ``candidate`` one more epoch (or record epoch 0 on its first call)."""
+        problem = self.problem(candidate)
+        log = self.logger(candidate, "select")
         settings = self.options.settings(self.cap)
         if candidate.state is None:
             candidate.state = trainer.TrainState.start(problem, settings)
@@ -195,13 +248,15 @@ class Selection:
                     self.epoch(candidate)
                 candidate.state = None
             return
+        if self.options.race_probe and len(candidates) > 1:
+            self.probe(candidates)
         while True:
             running = [c for c in candidates if not c.stopped]
             if not running:
                 return
             for candidate in running:
                 self.epoch(candidate)
-            leader = min(candidates, key=lambda c: c.best["valid_perplexity"])
+            leader = best_candidate(candidates)
             for candidate in running:
                 if candidate is leader or candidate.stopped:
                     continue
@@ -213,6 +268,11 @@ class Selection:
             for candidate in candidates:
                 if candidate.stopped:
                     candidate.state = None  # not needed any more
+
+
+def best_candidate(candidates):
+    """The candidate with the lowest validation perplexity of any epoch."""
+    return min((c for c in candidates if c.history), key=lambda c: c.best["valid_perplexity"])
 
 
 #: What the fit holds, in bytes: a small-M link with its row and class (the lexicalized
@@ -268,7 +328,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
         select_started = time.perf_counter()
         Selection(problem_for, options, cap, say, log_entries).run(candidates)
         select_seconds = time.perf_counter() - select_started
-        winner = min(candidates, key=lambda c: c.best["valid_perplexity"])
+        winner = best_candidate(candidates)
         spec, epochs = winner.spec, winner.best["epoch"]
         if options.epochs != AUTO:
             epochs = int(options.epochs)
@@ -277,9 +337,10 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
                           f"({options.selection}), then retrained on all of them",
                   "validation_perplexity": winner.best["valid_perplexity"],
                   "candidates": {c.spec.variant: {
-                      "epochs": c.best["epoch"],
-                      "validation_perplexity": c.best["valid_perplexity"],
-                      "epochs_trained": len(c.history) - 1, "stopped": c.stopped}
+                      "epochs": c.best and c.best["epoch"],
+                      "validation_perplexity": c.best and c.best["valid_perplexity"],
+                      "probe_validation_perplexity": c.probe_perplexity,
+                      "epochs_trained": max(len(c.history) - 1, 0), "stopped": c.stopped}
                       for c in candidates}}
         for c in candidates:
             c.state = None

@@ -88,10 +88,12 @@ def evaluate(problem, theta, train_events, valid_events, train=True):
 
 
 def run_epochs(problem, settings, state, epochs, train_events, valid_events=None, log=None,
-               progress=None, stop=None, history=None, train_metrics=True):
+               progress=None, stop=None, history=None, train_metrics=True,
+               evaluate_start=True):
     """Train ``state`` for up to ``epochs`` more epochs (in place); returns the history.
 
-    ``train_metrics=False`` logs the validation figures only (see :func:`evaluate`).
+    ``train_metrics=False`` logs the validation figures only (see :func:`evaluate`);
+    ``evaluate_start=False`` leaves out epoch 0 (the figures before training).
 
     The events of epoch k are shuffled by a generator seeded with (seed, k), so
     a run continued from a saved state is the same as one run straight through.
@@ -106,7 +108,7 @@ def run_epochs(problem, settings, state, epochs, train_events, valid_events=None
         if log:
             log(entry)
 
-    if not history:
+    if not history and evaluate_start:
         record(0.0)
     grad = np.zeros(problem.num_params)
     for _ in range(epochs):
