@@ -32,14 +32,13 @@ import numpy as np
 
 from snm_core.fit import kernels
 from snm_core.io import storage, tables
-from snm_core.io.arrays import group_rows
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT, SHARED,
                                            EntryTableWriter, link_key_mask)
+from snm_core.model.layouts.hashed_build_kernels import fill_records, group_by_bits
 from snm_core.model.layouts.npy import NpyWriter
 from snm_core.stages import manifests
-from snm_core.text.hashing import link_key
 
 #: A link as the passes write it to scratch.
 RECORD = np.dtype([("key", "<u8"), ("m", "<f4"), ("c", "<f4")])
@@ -54,24 +53,27 @@ MIN_PARTITION_LINKS = 1 << 12
 #: records, keys, the radix sort's order and work arrays, the sorted records: ~80
 #: bytes a link) and the sorted one being written; a scatter slice needs less.
 PARTITION_LINK_BYTES = 2 * 80 + 16
+#: Buckets read ahead, each on its own thread, while one is scattered: reading is
+#: the pass's slowest part.
+READERS = 2
 #: Memory a link of a bucket being read (its matrix columns and share of the feature
 #: rows, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram; its feature row: 4; its
-#: records, feature rows and words: 28).  Two are held: one scattered while the next is
-#: read.
-BUCKET_LINK_BYTES = 2 * (48 + 4 + 28)
+#: records, feature rows and words: 28).  READERS + 1 are held: one scattered while
+#: the next ones are read.
+BUCKET_LINK_BYTES = (READERS + 1) * (48 + 4 + 28)
 
 
 def memory_parts(manifest):
     """The fixed parts of the build's working memory (``{what: bytes}``): two model
     buckets as read and the smallest partitions."""
     bucket = manifest["totals"]["links"] / max(manifest.get("num_buckets") or 1, 1)
-    return {"two model buckets as read": int(bucket * BUCKET_LINK_BYTES),
+    return {"model buckets as read": int(bucket * BUCKET_LINK_BYTES),
             "the smallest sort partitions": MIN_PARTITION_LINKS * PARTITION_LINK_BYTES}
 
 
 def partition_links(manifest, working):
     """Links of a sort partition within ``working`` bytes (:func:`memory_parts` held)."""
-    left = working - memory_parts(manifest)["two model buckets as read"]
+    left = working - memory_parts(manifest)["model buckets as read"]
     return int(min(MAX_PARTITION_LINKS, max(MIN_PARTITION_LINKS, left // PARTITION_LINK_BYTES)))
 
 
@@ -97,10 +99,11 @@ class Scatter:
         if self.bits == 0:
             self.files[0].write(memoryview(records).cast("B"))
             return
-        part = (records["key"] >> self.shift) & np.uint64((1 << self.bits) - 1)
-        order, bounds = group_rows(part.astype(np.int64), 1 << self.bits)
+        rows = records.view(np.uint64).reshape(-1, 2)
+        grouped = np.empty_like(rows)
+        bounds = group_by_bits(rows, self.shift, self.bits, grouped)
         # Buffered writes (ndarray.tofile makes a system call each: 20 us).
-        grouped = memoryview(records[order]).cast("B")
+        grouped = memoryview(grouped).cast("B")
         size = RECORD.itemsize
         for p in np.flatnonzero(np.diff(bounds)):
             self.files[p].write(grouped[bounds[p] * size:bounds[p + 1] * size])
@@ -127,9 +130,8 @@ def _bucket_slices(model_dir, name, slice_links, mask, columns=("word", "m", "co
             hi = min(lo + slice_links, len(word))
             rows = feature_rows[lo:hi]
             records = np.empty(hi - lo, RECORD)
-            records["key"] = link_key(keys[rows], word[lo:hi]) & mask
-            records["m"] = m[lo:hi]
-            records["c"] = count[lo:hi] / counts[rows]
+            fill_records(keys, counts, rows, word[lo:hi], m[lo:hi], count[lo:hi], mask,
+                         records["key"], records["m"], records["c"])
             yield rows, records, word[lo:hi]
     return feats, slices()
 
@@ -179,15 +181,17 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
     scatter = Scatter(paths, 64 - levels[0], levels[0])
-    # The next bucket is read and hashed on another thread (Parquet's reads and numpy's
-    # loops release the GIL) while this one is scattered.
+    # The next buckets are read and hashed on other threads (Parquet's reads and the
+    # compiled loops release the GIL) while this one is scattered.
     read = functools.partial(_bucket_records, model_dir, slice_links=partition, mask=mask,
                              empty_types=empty_types)
-    with ThreadPoolExecutor(1) as reader, progress("scatter", n_links) as shown:
-        ahead = reader.submit(read, buckets[0]) if buckets else None
+    with ThreadPoolExecutor(READERS) as reader, progress("scatter", n_links) as shown:
+        ahead = [reader.submit(read, name) for name in buckets[:READERS]]
         for i in range(len(buckets)):
-            keys, m_star, slices = ahead.result()  # the bucket before is let go here
-            ahead = reader.submit(read, buckets[i + 1]) if i + 1 < len(buckets) else None
+            keys, m_star, slices = ahead[i].result()
+            ahead[i] = None  # the bucket is let go once scattered
+            if i + READERS < len(buckets):
+                ahead.append(reader.submit(read, buckets[i + READERS]))
             feature_table.add(keys, m_star)
             for records, empty_words in slices:
                 scatter.add(records)

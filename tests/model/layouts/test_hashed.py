@@ -17,7 +17,7 @@ import snm
 from snm.cli import main
 from snm_core.io.progress import Progress
 from snm_core.model.compact import compile_model, load_model, read_model_tables
-from snm_core.model.layouts import hashed, hashed_build, hashed_kernels
+from snm_core.model.layouts import hashed, hashed_build, hashed_build_kernels, hashed_kernels
 from snm_core.model.layouts.hashed import EntryTable, EntryTableWriter, KeyIndex, table_bits
 from snm_core.text.hashing import link_key
 from snm_core.text.tokenize import tokenize
@@ -94,6 +94,40 @@ def test_compiled_link_key_equals_the_numpy_one():
     with speedups(False):  # hashing's numpy path, as counting computes it
         expected = link_key(keys, words)
     assert [int(hashed_kernels._link_key(k, w)) for k, w in zip(keys, words)] == expected.tolist()
+
+
+def test_build_records_equal_the_numpy_definitions():
+    """The scatter's records: the link key (numpy's hashing), M, and count / the
+    feature's count rounded as numpy's true division and cast to float32 round it."""
+    rng = np.random.default_rng(6)
+    feature_keys = rng.integers(0, 2 ** 64, size=50, dtype=np.uint64)
+    feature_counts = rng.integers(1, 10 ** 12, size=50)
+    rows = np.sort(rng.integers(0, 50, size=1000)).astype(np.int32)
+    words = rng.integers(0, 2 ** 31, size=1000).astype(np.int32)
+    m = rng.random(1000).astype(np.float32)
+    counts = rng.integers(1, 10 ** 6, size=1000)
+    mask = np.uint64(2 ** 40 - 1)
+    records = np.zeros(1000, hashed_build.RECORD)
+    hashed_build_kernels.fill_records(feature_keys, feature_counts, rows, words, m, counts, mask,
+                                      records["key"], records["m"], records["c"])
+    with speedups(False):
+        expected_keys = link_key(feature_keys[rows], words) & mask
+    assert records["key"].tolist() == expected_keys.tolist()
+    assert records["m"].tobytes() == m.tobytes()
+    assert records["c"].tobytes() == (counts / feature_counts[rows]).astype(np.float32).tobytes()
+
+
+@pytest.mark.parametrize("shift, bits", [(56, 8), (0, 3), (60, 4), (10, 0)])
+def test_records_grouped_by_key_bits_keep_their_order_in_each_group(shift, bits):
+    rng = np.random.default_rng(bits)
+    rows = rng.integers(0, 2 ** 64, size=(5000, 2), dtype=np.uint64)
+    rows[::7, 0] = rows[0, 0]  # repeats of one key, whose order must be kept
+    grouped = np.empty_like(rows)
+    bounds = hashed_build_kernels.group_by_bits(rows, np.uint64(shift), bits, grouped)
+    group = (rows[:, 0] >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+    order = np.argsort(group, kind="stable")
+    assert grouped.tolist() == rows[order].tolist()
+    assert bounds.tolist() == np.searchsorted(group[order], np.arange((1 << bits) + 1)).tolist()
 
 
 def copied(model_dir, tmp_path, name="model"):
