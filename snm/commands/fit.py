@@ -62,7 +62,7 @@ def add_fit_args(parser):
                             "candidate stops racing (default %(default)s)")
     group.add_argument("--race_probe", type=float, default=RACE_PROBE,
                        help="share of an epoch every candidate trains on first; those more "
-                            f"than {PROBE_MARGIN:.0%} behind the best then stop (0: no probe; "
+                            f"than {PROBE_MARGIN * 100:g}%% behind the best then stop (0: no probe; "
                             "default %(default)s)")
     group.add_argument("--hash_size", type=int, default=metafeatures.DEFAULT_HASH_SIZE,
                        help="size of the hashed weight table (default %(default)s)")
