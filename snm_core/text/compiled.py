@@ -5,8 +5,9 @@
 * Vocabulary lookup: :class:`WordTable`, a hash table of the words built once
   (``pyarrow.compute.index_in`` rebuilds its table on every call).
 
-Only scoring imports this module (through
-:mod:`snm_core.model.layouts.hashed_kernels`, or a trie layout); once it is
+Scoring imports this module (through
+:mod:`snm_core.model.layouts.hashed_kernels`, or a trie layout), as do sampling and
+the hashed layout's build (:mod:`snm_core.model.layouts.hashed_build_kernels`); once it is
 imported, ``hashing.mix64``/``combine`` and ``Vocabulary.ids`` use it (same
 results).  Counting and fitting do not load it: numba costs memory a process
 (the fit's own loops are C, ``_kernels.c``), and hashing is a sliver of a

@@ -64,8 +64,8 @@ BUCKET_LINK_BYTES = (READERS + 1) * (48 + 4 + 28)
 
 
 def memory_parts(manifest):
-    """The fixed parts of the build's working memory (``{what: bytes}``): two model
-    buckets as read and the smallest partitions."""
+    """The fixed parts of the build's working memory (``{what: bytes}``): the model
+    buckets as read (``READERS + 1``) and the smallest partitions."""
     bucket = manifest["totals"]["links"] / max(manifest.get("num_buckets") or 1, 1)
     return {"model buckets as read": int(bucket * BUCKET_LINK_BYTES),
             "the smallest sort partitions": MIN_PARTITION_LINKS * PARTITION_LINK_BYTES}
