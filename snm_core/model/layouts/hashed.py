@@ -126,15 +126,16 @@ class KeyIndexWriter:
     Parameters
     ----------
     n : int, the number of keys in all
-    out : NpyWriter, optional: the entries are written there as they are
-        filled, instead of kept (``finish`` then returns None)
+    out : NpyWriter or SlotIndexWriter, optional: the entries are given there as
+        they are filled, instead of kept (``finish`` then returns None)
     bits : int, optional: slot bits (default :func:`index_bits`)
+    dtype : optional: the starts' type (default int32 where the keys' number fits)
     """
 
-    def __init__(self, n, out=None, bits=None):
+    def __init__(self, n, out=None, bits=None, dtype=None):
         self.n, self.out = n, out
         self.bits = index_bits(n) if bits is None else bits
-        self.dtype = np.int32 if n < 2 ** 31 else np.int64
+        self.dtype = dtype or (np.int32 if n < 2 ** 31 else np.int64)
         self.done = self.next_slot = 0
         self.parts = []
 
@@ -150,7 +151,7 @@ class KeyIndexWriter:
             return np.concatenate(self.parts)
 
     def _emit(self, start):
-        start = start.astype(self.dtype)
+        start = start.astype(self.dtype, copy=False)
         if self.out is None:
             self.parts.append(start)
         else:
@@ -231,21 +232,29 @@ class SlotIndexWriter:
         self.pending = np.zeros(0, np.int64)
 
     def append(self, start):
-        self.pending = np.concatenate([self.pending, np.asarray(start, np.int64)])
-        whole = len(self.pending) >> SLOT_BLOCK_BITS << SLOT_BLOCK_BITS
+        start = np.asarray(start, np.int64)
+        size = 1 << SLOT_BLOCK_BITS
+        if len(self.pending):  # the block begun by the chunk before, completed first
+            head = np.concatenate([self.pending, start[:size - len(self.pending)]])
+            start = start[len(head) - len(self.pending):]
+            if len(head) < size:
+                self.pending = head
+                return
+            self._blocks(head)
+        whole = len(start) >> SLOT_BLOCK_BITS << SLOT_BLOCK_BITS
         if whole:
-            self._blocks(self.pending[:whole])
-            self.pending = self.pending[whole:]
+            self._blocks(start[:whole])
+        self.pending = start[whole:].copy()
 
     def _blocks(self, start):
         size = 1 << SLOT_BLOCK_BITS
         block = start.reshape(-1, size) if len(start) % size == 0 else start[None, :]
-        offsets = block - block[:, :1]
-        if offsets.max(initial=0) > np.iinfo(np.uint16).max:
+        # The starts do not decrease: a block's largest offset is its last.
+        if len(block) and (block[:, -1] - block[:, 0]).max() > np.iinfo(np.uint16).max:
             raise SnmInputError("a block of the compact index holds more than 65,535 keys: "
                                 "the keys are not hashes; please report this")
         self.blocks.append(block[:, 0].copy())  # a view would keep every slot's start
-        offsets = offsets.astype(np.uint16).ravel()
+        offsets = np.subtract(block, block[:, :1], dtype=np.uint16, casting="unsafe").ravel()
         if self.out is None:
             self.kept.append(offsets)
         else:
@@ -272,7 +281,7 @@ class EntryTableWriter:
         self.low = np.uint64(64 - self.bits - 32)  # the stored bits' lowest
         self.entries = self._output("entries", ENTRY, n)
         self.slots = SlotIndexWriter(self._output("index", np.uint16, (1 << self.bits) + 1))
-        self.index = KeyIndexWriter(n, self.slots, bits=self.bits)
+        self.index = KeyIndexWriter(n, self.slots, bits=self.bits, dtype=np.int64)
         self.overflow = []
         self.kept = []  # the entries, without a directory
         self.done = 0
