@@ -104,7 +104,8 @@ class JoinBucket(beam.DoFn):
         parts = list(grouped["heldout"])
         keys = sorted_distinct(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
         (paths,) = grouped["counts"]
-        features = storage.read_parquet(paths["features"])
+        # Not the features' words: a list column, the slowest to decode, small M keeps none.
+        features = storage.read_parquet(paths["features"], columns=list(small_m.FEATURE_COLUMNS))
         links = storage.read_parquet(paths["links"])
         rows = small_m.select_rows(features, links, keys)
         name = tables.bucket_file("small_m", bucket, self.num_buckets)

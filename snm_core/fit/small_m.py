@@ -28,6 +28,10 @@ def events_table(events, file_index, sentence_lines):
     }, schema=tables.EVENTS)
 
 
+#: The count's feature columns :func:`select_rows` reads.
+FEATURE_COLUMNS = ("feature", "tag", "type", "count", "diversity")
+
+
 def select_rows(features, links, keys):
     """The small-M rows: links of the features whose key is in ``keys``.
 
