@@ -27,8 +27,6 @@ from benchmarks.common import print_table, record, run_measured  # noqa: E402
 
 def rank_rows(join_dir, shares):
     """Validation perplexity of every variant after one epoch on each share."""
-    import numpy as np
-
     from snm_core.fit import selection, trainer
     from snm_core.fit.problem import load_join
 
@@ -37,10 +35,9 @@ def rank_rows(join_dir, shares):
     for spec in options.candidates():
         problem = load_join(join_dir, spec, None)[0]
         train_events, valid_events = problem.split_events(options.validation_fraction)
-        order = np.random.default_rng([options.seed, 0]).permutation(train_events)
         row = {"run": "rank", "join": join_dir, "variant": spec.variant}
         for share in shares:
-            events = np.sort(order[:max(1, round(len(train_events) * share))])
+            events = selection.probe_events(train_events, share, options.seed)
             state = trainer.TrainState.start(problem, options.settings(1))
             started = time.perf_counter()
             history = trainer.run_epochs(problem, options.settings(1), state, 1, events,

@@ -197,14 +197,6 @@ class Selection:
                      f"{entry['valid_perplexity']:.3f} ({entry['seconds']:.2f} s)")
         return log
 
-    def probe_events(self):
-        """The probe's training events: a ``race_probe`` share of the training share, drawn
-        by a generator the epochs' shuffles never use (they are seeded with epochs >= 1)."""
-        train_events = self.split[0]
-        size = max(1, round(len(train_events) * self.options.race_probe))
-        order = np.random.default_rng([self.options.seed, 0]).permutation(train_events)
-        return np.sort(order[:size])
-
     def probe(self, candidates):
         """Train each candidate one epoch on the probe's events; stop those more than
         :data:`PROBE_MARGIN` behind the best.  The survivors start the race from scratch,
@@ -213,7 +205,8 @@ class Selection:
             problem = self.problem(candidate)
             settings = self.options.settings(1)
             state = trainer.TrainState.start(problem, settings)
-            history = trainer.run_epochs(problem, settings, state, 1, self.probe_events(),
+            events = probe_events(self.split[0], self.options.race_probe, self.options.seed)
+            history = trainer.run_epochs(problem, settings, state, 1, events,
                                          self.split[1], log=self.logger(candidate, "probe"),
                                          train_metrics=False, evaluate_start=False)
             candidate.probe_perplexity = history[-1]["valid_perplexity"]
@@ -268,6 +261,14 @@ class Selection:
             for candidate in candidates:
                 if candidate.stopped:
                     candidate.state = None  # not needed any more
+
+
+def probe_events(train_events, share, seed):
+    """The probe's training events: ``share`` of ``train_events``, drawn by a generator
+    the epochs' shuffles never use (they are seeded with epochs >= 1)."""
+    size = max(1, round(len(train_events) * share))
+    order = np.random.default_rng([seed, 0]).permutation(train_events)
+    return np.sort(order[:size])
 
 
 def best_candidate(candidates):
