@@ -250,7 +250,7 @@ class SlotIndexWriter:
         size = 1 << SLOT_BLOCK_BITS
         block = start.reshape(-1, size) if len(start) % size == 0 else start[None, :]
         # The starts do not decrease: a block's largest offset is its last.
-        if len(block) and (block[:, -1] - block[:, 0]).max() > np.iinfo(np.uint16).max:
+        if len(start) and (block[:, -1] - block[:, 0]).max() > np.iinfo(np.uint16).max:
             raise SnmInputError("a block of the compact index holds more than 65,535 keys: "
                                 "the keys are not hashes; please report this")
         self.blocks.append(block[:, 0].copy())  # a view would keep every slot's start
