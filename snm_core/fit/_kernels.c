@@ -1131,31 +1131,86 @@ double batch_step(const Spec *s, const Problem *p, const Batch *b, float *theta,
 /* M_fw of every link and M_f* of every feature of one count bucket, rows
  * [lo, hi): links of row r are [link_ptr[r], link_ptr[r+1]); theta is the
  * dense hash_size table. */
+/* exp(A) of a link by everything A depends on without the feature's identity and the
+ * target among the meta-features (unlexicalized): the row's type, C(f,*) and
+ * diversity, the link's C(f,w) and continuation.  A few such tuples (counts of 1 for
+ * each type) make most links, so most links look their A up instead of summing
+ * ~20 weights read at random from theta. */
+enum { MEMO_BITS = 14 };
+typedef struct {
+    uint64_t type;
+    int64_t count, diversity, link_count, continuation;
+    double exp_a;
+} MemoEntry;
+
+static inline MemoEntry *memo_slot(MemoEntry *memo, uint64_t type, int64_t count,
+                                   int64_t diversity, int64_t link_count, int64_t cont) {
+    uint64_t h = type ^ ((uint64_t)count * 0x9E3779B97F4A7C15ULL)
+                 ^ ((uint64_t)diversity * 0xC2B2AE3D27D4EB4FULL)
+                 ^ ((uint64_t)link_count * 0x165667B19E3779F9ULL)
+                 ^ ((uint64_t)cont * 0x27D4EB2F165667C5ULL);
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    return memo + (h >> (64 - MEMO_BITS));
+}
+
 int64_t adjust_links(const Spec *s, const uint64_t *key, const uint64_t *type,
                      const int64_t *count, const int64_t *diversity, const int64_t *link_ptr,
                      const int32_t *word, const int64_t *link_count,
                      const int64_t *continuation, const float *theta, int64_t lo, int64_t hi,
                      float *m, double *m_star) {
     Entry L[MAX_L], e[MAX_ENTRIES];
+    MemoEntry *memo = NULL;
+    if (!s->feature_identity && !s->target) {
+        memo = malloc(sizeof(MemoEntry) << MEMO_BITS);
+        if (!memo)
+            return -1;
+        for (int64_t i = 0; i < (1 << MEMO_BITS); i++)
+            memo[i].count = -1; /* no C(f,*) is negative: an empty slot */
+    }
     for (int64_t r = lo; r < hi; r++) {
-        int n_l = feature_list(s, key[r], type[r], count[r], diversity[r], 1, L);
+        int n_l = -1; /* the row's list, made when a link first needs it */
         double a_row = 0.0;
-        for (int i = 0; i < n_l; i++)
-            a_row += theta[slot_of(L[i].h, s->hash_size)] * L[i].w;
         double total = (double)count[r], sum = 0.0;
+        /* Without target entries a link's A depends on it only through its count and
+         * continuation: most of a row's links repeat the previous link's pair. */
+        int64_t last_count = -1, last_cont = -1;
+        double exp_a = 0.0;
         for (int64_t l = link_ptr[r]; l < link_ptr[r + 1]; l++) {
             int64_t cont = continuation ? continuation[l] : 0;
-            int n = untargeted_entries(s, L, n_l, link_count[l], cont, 1, e);
-            n += targeted_entries(s, L, n_l, word[l], link_count[l], 1, e + n);
-            double a = a_row;
-            for (int i = 0; i < n; i++)
-                a += theta[slot_of(e[i].h, s->hash_size)] * e[i].w;
-            double value = link_count[l] / total * exp(a);
+            if (s->target || link_count[l] != last_count || cont != last_cont) {
+                MemoEntry *slot = memo ? memo_slot(memo, type[r], count[r], diversity[r],
+                                                   link_count[l], cont) : NULL;
+                if (slot && slot->count == count[r] && slot->type == type[r]
+                    && slot->diversity == diversity[r] && slot->link_count == link_count[l]
+                    && slot->continuation == cont) {
+                    exp_a = slot->exp_a;
+                } else {
+                    if (n_l < 0) {
+                        n_l = feature_list(s, key[r], type[r], count[r], diversity[r], 1, L);
+                        for (int i = 0; i < n_l; i++)
+                            a_row += theta[slot_of(L[i].h, s->hash_size)] * L[i].w;
+                    }
+                    int n = untargeted_entries(s, L, n_l, link_count[l], cont, 1, e);
+                    n += targeted_entries(s, L, n_l, word[l], link_count[l], 1, e + n);
+                    double a = a_row;
+                    for (int i = 0; i < n; i++)
+                        a += theta[slot_of(e[i].h, s->hash_size)] * e[i].w;
+                    exp_a = exp(a);
+                    if (slot)
+                        *slot = (MemoEntry){type[r], count[r], diversity[r], link_count[l],
+                                            cont, exp_a};
+                }
+                last_count = link_count[l];
+                last_cont = cont;
+            }
+            double value = link_count[l] / total * exp_a;
             m[l] = (float)value;
             sum += value;
         }
         m_star[r] = sum;
     }
+    free(memo);
     return 0;
 }
 

@@ -289,8 +289,9 @@ def adjust_links(spec, key, type_fingerprint, count, diversity, link_ptr, word, 
         raise ValueError(f"theta has {len(arrays[-1])} weights, the spec {spec.hash_size}")
     m = np.empty(len(arrays[5]), np.float32)
     m_star = np.empty(len(arrays[0]))
-    lib().adjust_links(ctypes.byref(Spec.of(spec)), *map(address, arrays), 0, len(arrays[0]),
-                       address(m), address(m_star))
+    if lib().adjust_links(ctypes.byref(Spec.of(spec)), *map(address, arrays), 0,
+                          len(arrays[0]), address(m), address(m_star)):
+        raise MemoryError("adjust_links: no memory for its table of exp(A)")
     return m, m_star
 
 

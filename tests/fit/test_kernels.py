@@ -58,6 +58,37 @@ def test_entries_equal_the_numpy_definition(params):
         assert np.allclose(a_weight, b_weight, rtol=1e-6)  # numpy keeps weights in float32
 
 
+@pytest.mark.parametrize("params", SPECS, ids=spec_name)
+def test_adjusted_links_equal_the_numpy_definition(params):
+    """M_fw and M_f* of the apply stage: rows that repeat a (type, count, diversity) and
+    links that repeat a (count, continuation) get what the definition gives each one,
+    with more distinct combinations than the kernel remembers at once."""
+    variant, diversity, continuation = params
+    spec = MetaFeatureSpec(variant, 1 << 12, diversity, continuation)
+    rng = np.random.default_rng(5)
+    n = 30000
+    key = rng.integers(0, 2 ** 63, n).astype(np.uint64)
+    type_fp = rng.choice(rng.integers(0, 2 ** 63, 4).astype(np.uint64), n)
+    feature_count = np.where(rng.random(n) < 0.5, 1, rng.integers(1, 3000, n))
+    diversity_count = np.where(rng.random(n) < 0.5, 1, rng.integers(1, 40, n))
+    per_row = rng.integers(1, 5, n)
+    ptr = np.r_[0, np.cumsum(per_row)]
+    links = ptr[-1]
+    word = rng.integers(0, 100, links).astype(np.int32)
+    link_count = np.where(rng.random(links) < 0.6, 1, rng.integers(1, 50, links))
+    continuation_count = np.where(rng.random(links) < 0.6, 1, rng.integers(0, 9, links))
+    theta = rng.normal(0, 0.3, spec.hash_size).astype(np.float32)
+    m, m_star = kernels.adjust_links(spec, key, type_fp, feature_count, diversity_count, ptr,
+                                     word, link_count, continuation_count, theta)
+    row_of_link = np.repeat(np.arange(n), per_row)
+    rows, units = mf.entries(spec, key, type_fp, feature_count, diversity_count, row_of_link,
+                             word, link_count, continuation_count)
+    expected = link_count / feature_count[row_of_link] * np.exp(
+        mf.adjustment(theta.astype(np.float64), rows, units, row_of_link))
+    np.testing.assert_allclose(m, expected, rtol=1e-5)
+    np.testing.assert_allclose(m_star, np.bincount(row_of_link, weights=expected), rtol=1e-5)
+
+
 def reference(small_m, events, spec, type_fingerprint, num_types, dense_theta):
     """By the numpy definition: M_f* of every feature, the held-out log-likelihood
     (events whose target no feature has seen left out) and the slots in use."""
