@@ -36,7 +36,7 @@ from snm_core.io.arrays import (
     take_rows,
     take_runs,
 )
-from snm_core.io.radix import sort_uint64
+from snm_core.io.radix import argsort_runs, sort_runs, sort_uint64
 from snm_core.text import hashing
 
 #: Bits of a packed (feature index, word) pair given to the word id.
@@ -69,7 +69,7 @@ def batch_partials(events):
     run = np.cumsum(new_key) - 1
     packed = (run.astype(np.uint64) << np.uint64(_WORD_BITS)) | \
         events.target[events.event][order].astype(np.uint64)
-    sort_uint64(packed)
+    sort_runs(packed, _WORD_BITS)  # in order by run already: each run's words sorted
     starts = run_starts(packed)
     unique = packed[starts]
     key_starts = np.flatnonzero(new_key)
@@ -196,11 +196,12 @@ def merge_links(link_parts):
     ``link_parts`` is a list of links partials; it is emptied (the arrays are
     copied, so the parts can go: a bucket's peak memory).
 
-    Two stable sorts (:func:`snm_core.io.arrays.stable_argsort`) instead of the much
-    slower ``np.lexsort``: by feature, then by (feature's run number, word) packed
-    into one int64.  Rows are gathered at random only once, by the first sort: the
-    second moves them only within a feature's run, and its sorted values are the
-    (run, word) pairs themselves.
+    Two stable sorts instead of the much slower ``np.lexsort``: by feature
+    (:func:`snm_core.io.arrays.stable_argsort`), then each feature's run by word
+    (:func:`snm_core.io.radix.argsort_runs` of (run number, word) packed into one
+    int64).  Rows are gathered at random only once, by the first sort: the second
+    moves them only within a feature's run, and its sorted values are the (run, word)
+    pairs themselves.
     """
     if not link_parts:
         return _COUNTED_LINKS.empty_table()
@@ -220,7 +221,8 @@ def merge_links(link_parts):
     run <<= np.int64(word_bits)
     run |= word
     del word
-    by_word, packed = stable_argsort(run, return_sorted=True)
+    by_word, packed = argsort_runs(run.view(np.uint64), word_bits)  # runs in order already
+    packed = packed.view(np.int64)
     del run
     count = count[by_word]  # within runs: nearly in place
     del by_word

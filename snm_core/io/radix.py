@@ -91,3 +91,55 @@ def argsort_uint64(values):
     keys, rows = values.copy(), np.arange(len(values), dtype=np.uint32)
     _radix_sort(keys, rows)
     return rows.astype(np.int64), keys
+
+
+#: Runs up to this long are sorted by insertion (most runs of a count's sorts hold a few
+#: values); longer ones by :func:`_radix_sort`, whose passes over the run's shared high
+#: digits are skipped.
+SHORT_RUN = 16
+
+
+@numba.njit(nogil=True, cache=True)
+def _sort_runs(values, rows, low_bits):
+    """Sort each run of ``values`` with equal bits above ``low_bits`` (the runs in
+    order already) in place, stably; ``rows`` (empty, or one a value) moved with them."""
+    n = len(values)
+    carry = len(rows) > 0
+    shift = np.uint64(low_bits)
+    lo = 0
+    while lo < n:
+        high = values[lo] >> shift
+        hi = lo + 1
+        while hi < n and (values[hi] >> shift) == high:
+            hi += 1
+        if hi - lo > SHORT_RUN:
+            _radix_sort(values[lo:hi], rows[lo:hi] if carry else rows)
+        else:
+            for i in range(lo + 1, hi):
+                value = values[i]
+                row = rows[i] if carry else 0
+                j = i
+                while j > lo and values[j - 1] > value:  # strict: equal values keep order
+                    values[j] = values[j - 1]
+                    if carry:
+                        rows[j] = rows[j - 1]
+                    j -= 1
+                values[j] = value
+                if carry:
+                    rows[j] = row
+        lo = hi
+
+
+def sort_runs(values, low_bits):
+    """Sort uint64 ``values`` in place when their bits above ``low_bits`` are already
+    in order (values packed as (run, item)): each run is sorted alone, as
+    :func:`sort_uint64` would sort the whole."""
+    _sort_runs(values, np.zeros(0, np.uint32), low_bits)
+
+
+def argsort_runs(values, low_bits):
+    """``(order, values[order])`` as :func:`argsort_uint64` gives them, for uint64
+    ``values`` whose bits above ``low_bits`` are already in order."""
+    keys, rows = values.copy(), np.arange(len(values), dtype=np.uint32)
+    _sort_runs(keys, rows, low_bits)
+    return rows.astype(np.int64), keys
