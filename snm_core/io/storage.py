@@ -448,13 +448,15 @@ def write_parquet(table, path):
       uncompressed.  Dictionary encoding + zstd, or zstd on the deltas, save a
       few bytes for much more writing time;
     * lists of feature keys (held-out events: hashes repeated across rows),
-      floats and strings: dictionary, zstd.
+      float64 (M_f*, repeated across features) and strings: dictionary, zstd;
+    * float32 (M_fw): zstd alone, 40% faster to write than with a dictionary, and
+      smaller (few values repeat within a bucket).
 
     A table with feature keys keeps min/max statistics for them only (a key
     range is the one filter they serve; the others cost writing time).
     """
     keyed = "feature" in table.column_names
-    delta, dictionary = [], []
+    delta, dictionary, plain = [], [], []
     for field in table.schema:
         if field.name == "feature":
             continue
@@ -463,11 +465,16 @@ def write_parquet(table, path):
         # Options name Parquet leaf columns: a list column's values are "<name>.list.element".
         leaf = f"{field.name}.list.element" if is_list else field.name
         is_key_list = is_list and pa.types.is_uint64(value_type)
-        (delta if pa.types.is_integer(value_type) and not is_key_list else dictionary).append(leaf)
+        if pa.types.is_integer(value_type) and not is_key_list:
+            delta.append(leaf)
+        elif pa.types.is_float32(value_type):
+            plain.append(leaf)
+        else:
+            dictionary.append(leaf)
     if keyed:
         delta.append("feature")
     compression = {c: "none" for c in delta}
-    compression.update({c: PARQUET_COMPRESSION for c in dictionary})
+    compression.update({c: PARQUET_COMPRESSION for c in dictionary + plain})
     with atomic_output(path) as f:
         pq.write_table(table, f, use_dictionary=dictionary, compression=compression,
                        column_encoding={c: "DELTA_BINARY_PACKED" for c in delta},
