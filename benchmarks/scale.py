@@ -24,7 +24,8 @@ Steps (each skips what it finds done, so a run picks up where the last stopped):
   (``peak_anon_mib``: without the pages of mapped files, such as the model eval scores),
   the peak disk of what it writes (sampled every 2 s); ``vs_lmplz`` for train and export.  Each output is deleted once
   the next step has read it, unless ``--keep``; ``--check_arpa`` scores the test text
-  with the kenlm module on the export (KenLM's perplexity against ``snm eval``'s).
+  with the kenlm module on the export (KenLM's perplexity against ``snm eval``'s);
+  ``--gzip_arpa`` exports ``snm.arpa.gz``.
 * ``sampler``: ``snm sample`` of ``--words`` into a scratch directory on one thread
   and on two (two shards each, so the text is the same), alternating, ``--repeats``
   rounds; the best of each, and their ratio.
@@ -292,16 +293,27 @@ def stages(args):
         memory = args.memory
         rows = []
 
-        def step(toolkit, name, cmd, disk, **extra):
+        def step(toolkit, name, cmd, disk, required=True, **extra):
+            """Run and measure one step; a step not ``required`` that fails (a full
+            disk, say) is a row with its error, and the next steps run."""
             log = os.path.join(run, f"{toolkit}-{name}.log")
             print(f"--- {label(words)} {toolkit} {name}", flush=True)
             anonymous = {}
             try:
                 seconds, rss, disk_peak = measured(cmd, log, disk, env=environment(),
                                                    anonymous=anonymous)
-            except SystemExit:
-                record("scale", rows)  # the steps that ran are kept
-                raise
+            except SystemExit as failure:
+                if required:
+                    record("scale", rows)  # the steps that ran are kept
+                    raise
+                with open(log, encoding="utf-8", errors="replace") as f:
+                    last = (f.read().strip().splitlines() or [""])[-1]
+                print(f"{failure}\n{last}", file=sys.stderr)
+                row = {"step": "stages", "corpus": label(words), "words": words,
+                       "toolkit": toolkit, "stage": name, "status": "failed",
+                       "error": last[-300:], "memory": memory, **extra}
+                rows.append(row)
+                return row
             row = {"step": "stages", "corpus": label(words), "words": words,
                    "toolkit": toolkit, "stage": name, "seconds": round(seconds, 2),
                    "peak_rss_mib": round(rss, 1),
@@ -337,13 +349,14 @@ def stages(args):
         if "prune" in only:
             step("snm", "prune", snm("prune", "--model", model_out, "--out", pruned,
                                      "--target_links", str(links // 10), "--memory", memory,
-                                     *MODE), [pruned], target_links=links // 10)
-        arpa, arpa_scratch = os.path.join(run, "snm.arpa"), os.path.join(run, "arpa-scratch")
+                                     *MODE), [pruned], required=False, target_links=links // 10)
+        arpa = os.path.join(run, "snm.arpa.gz" if args.gzip_arpa else "snm.arpa")
+        arpa_scratch = os.path.join(run, "arpa-scratch")
         if "export-arpa" in only:
             os.makedirs(arpa_scratch)
             step("snm", "export-arpa", snm("export-arpa", "--model", model_out, "--out", arpa,
                                            "--memory", memory, "--scratch", arpa_scratch),
-                 [arpa, arpa_scratch])  # its joins' scratch counted with its output
+                 [arpa, arpa_scratch], required=False)  # its joins' scratch counted with it
         if "compact" in only:
             step("snm", "compact", snm("compact", "--model", model_out, "--layout", "trie",
                                        "--memory", memory), [os.path.join(model_out, "compact")])
@@ -402,10 +415,12 @@ def finish(args, run, rows, text_bytes, lmplz):
         shutil.rmtree(run)
     for row in rows:
         row["text_bytes"] = text_bytes
-        if lmplz and row["toolkit"] == "snm" and row["stage"] in ("train", "export-arpa"):
+        if lmplz and row["toolkit"] == "snm" and row["stage"] in ("train", "export-arpa") \
+                and "seconds" in row:
             row["vs_lmplz"] = round(row["seconds"] / lmplz["seconds"], 3)
     print_table(rows, ["corpus", "toolkit", "stage", "seconds", "peak_rss_mib",
-                       "peak_anon_mib", "peak_disk_bytes", "vs_lmplz", "test_perplexity"])
+                       "peak_anon_mib", "peak_disk_bytes", "vs_lmplz", "test_perplexity",
+                       "status"])
     record("scale", rows)
 
 
@@ -420,7 +435,8 @@ def report(args):
 
     rows = [json.loads(line) for line in open(os.path.join(ROOT, "benchmarks",
                                                             "results.jsonl"))]
-    rows = [r for r in rows if r.get("benchmark") == "scale" and r.get("step") == "stages"]
+    rows = [r for r in rows if r.get("benchmark") == "scale" and r.get("step") == "stages"
+            and r.get("status") != "failed"]
     if not rows:
         raise SystemExit("no stages rows in results.jsonl: run the stages step first")
     latest = {}
@@ -488,6 +504,9 @@ def main(argv=None):
                         help="stages: keep every output (default: each deleted once read)")
     parser.add_argument("--check_arpa", action="store_true",
                         help="stages: score the test text with the kenlm module on the export")
+    parser.add_argument("--gzip_arpa", action="store_true",
+                        help="stages: export-arpa writes snm.arpa.gz (for a disk that cannot "
+                             "hold the plain text beside the model)")
     parser.add_argument("--only",
                         default="train,prune,export-arpa,compact,eval,lmplz,build_binary",
                         help="stages: the steps to run (default all: %(default)s; train "
