@@ -70,6 +70,8 @@ class AdjustBucket(beam.DoFn):
         paths = self.settings.bucket_paths(bucket)
         features = storage.read_parquet(paths["features"])
         links = storage.read_parquet(paths["links"])
+        for path in (paths["features"], paths["links"]):  # the model is what is read next
+            storage.drop_cached(path)
         matrix, model_features = adjust_bucket(
             features, links, self.theta, self.spec, self.type_salts, self.num_feature_types)
         num_buckets = self.settings.num_buckets

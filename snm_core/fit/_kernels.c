@@ -1128,9 +1128,6 @@ double batch_step(const Spec *s, const Problem *p, const Batch *b, float *theta,
 
 /* --- apply ----------------------------------------------------------------------------- */
 
-/* M_fw of every link and M_f* of every feature of one count bucket, rows
- * [lo, hi): links of row r are [link_ptr[r], link_ptr[r+1]); theta is the
- * dense hash_size table. */
 /* exp(A) of a link by everything A depends on without the feature's identity and the
  * target among the meta-features (unlexicalized): the row's type, C(f,*) and
  * diversity, the link's C(f,w) and continuation.  A few such tuples (counts of 1 for
@@ -1154,6 +1151,9 @@ static inline MemoEntry *memo_slot(MemoEntry *memo, uint64_t type, int64_t count
     return memo + (h >> (64 - MEMO_BITS));
 }
 
+/* M_fw of every link and M_f* of every feature of one count bucket, rows
+ * [lo, hi): links of row r are [link_ptr[r], link_ptr[r+1]); theta is the
+ * dense hash_size table.  Returns 0, or -1 if the table of exp(A) cannot be had. */
 int64_t adjust_links(const Spec *s, const uint64_t *key, const uint64_t *type,
                      const int64_t *count, const int64_t *diversity, const int64_t *link_ptr,
                      const int32_t *word, const int64_t *link_count,

@@ -501,6 +501,21 @@ def read_parquet(path, columns=None):
                             "damaged: re-run the stage that wrote it") from None
 
 
+def drop_cached(path):
+    """Let the page cache drop a local file this step has read for the last time
+    (nothing for a remote one).  The kernel keeps a page read twice (written by one
+    stage, read by the next) before a page written once: without this, the files a
+    stage consumed would push out the file it writes, which the next stage reads."""
+    if is_remote(path) or not hasattr(os, "posix_fadvise"):
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def remove_file(path):
     """Delete ``path`` if it exists."""
     if not is_remote(path):

@@ -116,10 +116,13 @@ class Scatter:
 def _bucket_slices(model_dir, name, slice_links, mask, columns=("word", "m", "count")):
     """``(features table, slices)`` of one bucket: slices of its link rows as ``(feature
     rows, RECORD array, words)``, at most ``slice_links`` each."""
-    feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
+    paths = [storage.join(model_dir, prefix + name[len("features-"):])
+             for prefix in ("features-", "matrix-")]
+    feats = tables.read_table(paths[0], tables.MODEL_FEATURES,
                               ["feature", "type", "count", "diversity", "m_star"])
-    matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
-                               tables.MATRIX, list(columns))
+    matrix = tables.read_table(paths[1], tables.MATRIX, list(columns))
+    for path in paths:  # compact/, written next, is what scoring reads
+        storage.drop_cached(path)
     keys, counts = feats["feature"].to_numpy(), feats["count"].to_numpy()
     # Each link's feature row, from the features' diversities (its links follow them).
     feature_rows = np.repeat(np.arange(len(keys), dtype=np.int32), feats["diversity"].to_numpy())
