@@ -96,7 +96,7 @@ def argsort_uint64(values):
 #: Runs up to this long are sorted by insertion (most runs of a count's sorts hold a few
 #: values); longer ones by :func:`_radix_sort`, whose passes over the run's shared high
 #: digits are skipped.
-SHORT_RUN = 16
+SHORT_RUN = 32
 
 
 @numba.njit(nogil=True, cache=True)
