@@ -387,6 +387,8 @@ def stages(args):
         if "lmplz" not in only:
             finish(args, run, rows, text_bytes, None)
             continue
+        if not args.keep:  # no later step reads snm's files: lmplz gets their disk
+            shutil.rmtree(snm_run, ignore_errors=True)
         kenlm_arpa, tmp = os.path.join(run, "kn5.arpa"), os.path.join(run, "lmplz-tmp")
         os.makedirs(tmp)
         lmplz = step("kenlm", "lmplz", ["bash", "-c", " ".join(
