@@ -298,6 +298,8 @@ def stages(args):
             disk, say) is a row with its error, and the next steps run."""
             log = os.path.join(run, f"{toolkit}-{name}.log")
             print(f"--- {label(words)} {toolkit} {name}", flush=True)
+            row = {"step": "stages", "corpus": label(words), "words": words,
+                   "toolkit": toolkit, "stage": name, "memory": memory, **extra}
             anonymous = {}
             try:
                 seconds, rss, disk_peak = measured(cmd, log, disk, env=environment(),
@@ -309,17 +311,12 @@ def stages(args):
                 with open(log, encoding="utf-8", errors="replace") as f:
                     last = (f.read().strip().splitlines() or [""])[-1]
                 print(f"{failure}\n{last}", file=sys.stderr)
-                row = {"step": "stages", "corpus": label(words), "words": words,
-                       "toolkit": toolkit, "stage": name, "status": "failed",
-                       "error": last[-300:], "memory": memory, **extra}
+                row.update(status="failed", error=last[-300:])
                 rows.append(row)
                 return row
-            row = {"step": "stages", "corpus": label(words), "words": words,
-                   "toolkit": toolkit, "stage": name, "seconds": round(seconds, 2),
-                   "peak_rss_mib": round(rss, 1),
-                   "peak_anon_mib": round(anonymous["peak_anon_mib"], 1),
-                   "peak_disk_bytes": disk_peak,
-                   "memory": memory, **extra}
+            row.update(seconds=round(seconds, 2), peak_rss_mib=round(rss, 1),
+                       peak_anon_mib=round(anonymous["peak_anon_mib"], 1),
+                       peak_disk_bytes=disk_peak)
             rows.append(row)
             with open(log, encoding="utf-8", errors="replace") as f:
                 tail = f.read()[-3000:]
