@@ -54,6 +54,7 @@ import pyarrow as pa
 from snm_core.fit import kernels
 from snm_core.io.arrays import sorted_distinct
 from snm_core.io.errors import SnmInputError
+from snm_core.io.threads import ordered_map
 from snm_core.stages import manifests
 from snm_core.text import hashing
 from snm_core.text.features import FeatureExtractor
@@ -194,9 +195,10 @@ class AdjustmentProblem:
                                        "class_mult")}
         pair_index, pair_rows, pair_ranks = [], [], []
         n_rows = n_classes = 0
-        for table in small_m_tables:
-            if table.num_rows == 0:
-                continue
+
+        def compile_bucket(table):
+            """A bucket's rows and classes, and the event pairs of its features (their
+            rows local to the bucket)."""
             rows, classes, unit_rank = self._compile_bucket(table, num_feature_types)
             # Event features that fall in this bucket's key range.
             keys = rows["key"]
@@ -213,16 +215,23 @@ class AdjustmentProblem:
             packed = (local_row.astype(np.int64) << 32) | target
             lpos = np.minimum(np.searchsorted(packed_links, packed), len(packed_links) - 1)
             found = packed_links[lpos] == packed
+            ranks = np.where(found, unit_rank[lpos], -1).astype(np.int32)
+            return rows, classes, pairs, local_row, ranks
+
+        # Buckets compiled on the threads (numpy's sorts and searches release the GIL),
+        # joined in key order.
+        compiled = ordered_map(self._thread_pool(), compile_bucket,
+                               (t for t in small_m_tables if t.num_rows), self.threads)
+        for rows, classes, pairs, local_row, ranks in compiled:
             pair_index.append(pairs)
             pair_rows.append((local_row + n_rows).astype(np.int32))
-            pair_ranks.append(np.where(found, unit_rank[lpos], -1).astype(np.int32))
-            del packed_links, packed, unit_rank
+            pair_ranks.append(ranks)
             for name, values in rows.items():
                 parts[name].append(values)
             parts["class_ptr"][-1] = parts["class_ptr"][-1][:-1] + n_classes
             for name, values in classes.items():
                 parts["class_" + name].append(values)
-            n_rows += len(keys)
+            n_rows += len(rows["key"])
             n_classes += len(classes["count"])
 
         def cat(name, dtype):
@@ -398,15 +407,18 @@ class AdjustmentProblem:
 
     # --- running the loops ------------------------------------------------------------
 
+    def _thread_pool(self):
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fit")
+        return self._pool
+
     def _run(self, function, calls):
         """``function(*args)`` for each args tuple, on the thread pool; checks the status."""
         if len(calls) == 1:
             results = [function(*calls[0])]
         else:
-            with self._pool_lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fit")
-            results = [f.result() for f in [self._pool.submit(function, *args)
+            results = [f.result() for f in [self._thread_pool().submit(function, *args)
                                             for args in calls]]
         if any(results):
             raise RuntimeError(f"{function.__name__} failed ({results})")

@@ -38,13 +38,13 @@ from snm_core.model.arpa_kernels import (
     words_bytes,
 )
 from snm_core.io.progress import Progress
+from snm_core.io.threads import ordered_map
 from snm_core.model.backoff import (
     MIN_MEMORY,
     BackoffJob,
     check_totals,
     context_keys,
     lookup,
-    ordered_map,
     plain_extractor,
     run_locally,
 )

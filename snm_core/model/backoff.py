@@ -45,7 +45,6 @@ pass small messages (:func:`send`, :func:`receive`) carrying totals, and each
 checks that every producer of its input reported once.
 """
 
-import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -506,15 +505,3 @@ def run_locally(job, steps=None, stage="back-off form", threads=1):
             job.recycle(job.consumed(step))
         job.recycle([])
     return receive("back-off form", producers, inbox.get(0, []))
-
-
-def ordered_map(pool, fn, items, ahead):
-    """``fn`` of each item on ``pool``, results in order, at most ``ahead`` computed
-    before they are taken."""
-    pending = collections.deque()
-    for item in items:
-        pending.append(pool.submit(fn, item))
-        if len(pending) > ahead:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
