@@ -44,6 +44,7 @@ scatters them into the ``hash_size`` table that the apply stage reads.
 
 import ctypes
 import dataclasses
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -137,8 +138,8 @@ def load_join(directory, spec, threads=None):
                             "no links: is the training text empty?)")
     events = Events.from_table(pa.concat_tables(event_tables))
     del event_tables
-    small_m = (storage.read_parquet(storage.join(directory, n))
-               for n in names if n.startswith("small_m-"))
+    small_m = [functools.partial(storage.read_parquet, storage.join(directory, n))
+               for n in names if n.startswith("small_m-")]
     problem = AdjustmentProblem(small_m, events, spec, type_fingerprints(manifest),
                                 len(manifest["feature_types"]), threads)
     return problem, manifest
@@ -151,7 +152,8 @@ class AdjustmentProblem:
 
     Parameters
     ----------
-    small_m_tables : iterable of pyarrow.Table (schema ``tables.SMALL_M``)
+    small_m_tables : iterable of pyarrow.Table (schema ``tables.SMALL_M``), or of
+        functions that return one (called on the threads)
         Small M in key-range buckets: each table sorted by (feature, word), the
         tables in key order (as ``snm join`` writes them).
     events : Events
@@ -198,7 +200,10 @@ class AdjustmentProblem:
 
         def compile_bucket(table):
             """A bucket's rows and classes, and the event pairs of its features (their
-            rows local to the bucket)."""
+            rows local to the bucket); None for an empty bucket."""
+            table = table() if callable(table) else table
+            if table.num_rows == 0:
+                return None
             rows, classes, unit_rank = self._compile_bucket(table, num_feature_types)
             # Event features that fall in this bucket's key range.
             keys = rows["key"]
@@ -218,11 +223,11 @@ class AdjustmentProblem:
             ranks = np.where(found, unit_rank[lpos], -1).astype(np.int32)
             return rows, classes, pairs, local_row, ranks
 
-        # Buckets compiled on the threads (numpy's sorts and searches release the GIL),
-        # joined in key order.
-        compiled = ordered_map(self._thread_pool(), compile_bucket,
-                               (t for t in small_m_tables if t.num_rows), self.threads)
-        for rows, classes, pairs, local_row, ranks in compiled:
+        # Buckets read and compiled on the threads (Parquet's reads, numpy's sorts and
+        # searches release the GIL), joined in key order.
+        compiled = ordered_map(self._thread_pool(), compile_bucket, small_m_tables,
+                               self.threads)
+        for rows, classes, pairs, local_row, ranks in filter(None, compiled):
             pair_index.append(pairs)
             pair_rows.append((local_row + n_rows).astype(np.int32))
             pair_ranks.append(ranks)
