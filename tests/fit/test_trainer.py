@@ -8,6 +8,7 @@ from support.problems import (
     SPECS,
     STEP,
     TRAIN,
+    join_tables,
     problem,
     random_theta,
     spec_name,
@@ -16,6 +17,8 @@ from support.problems import (
 
 from snm_core.fit import kernels, trainer
 from snm_core.fit.metafeatures import MetaFeatureSpec
+from snm_core.fit.problem import AdjustmentProblem, Events, type_fingerprints
+from snm_core.text.config import preset
 
 
 @pytest.fixture(scope="module", params=SPECS, ids=spec_name)
@@ -60,6 +63,40 @@ def test_threads_do_not_change_the_gradient_or_theta(tiny, direct_params, monkey
         results.append((loglik, grad.tobytes(), trained.tobytes()))
         other.close()
     assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.parametrize("variant", ["lexicalized", "unlexicalized"])
+def test_small_m_in_buckets_compiles_as_one_table_on_any_threads(variant):
+    """Small M's key-range buckets are read and compiled on the threads, a few ahead, and
+    joined in key order: the problem is the one compiled from a single table, whether a
+    bucket comes as a table or as a function returning one, empty buckets included."""
+    vocab = vocabulary(TRAIN + HELDOUT)
+    rows, events, manifest = join_tables(preset("5gram"), [TRAIN], HELDOUT, vocab)
+    spec = MetaFeatureSpec(variant, hash_size=1 << 16, diversity=True,
+                           continuation=variant == "unlexicalized")
+    keys = rows["feature"].to_numpy()
+    cuts = np.searchsorted(keys, np.quantile(keys, [0.1, 0.3, 0.35, 0.7]).astype(np.uint64))
+    bounds = [0, *cuts.tolist(), len(keys)]
+    buckets = [rows.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+    buckets.insert(2, rows.slice(0, 0))
+    assert len(buckets) == 6 and sum(b.num_rows for b in buckets) == rows.num_rows
+
+    def compiled(tables, threads):
+        prob = AdjustmentProblem(tables, Events.from_table(events), spec,
+                                 type_fingerprints(manifest), len(manifest["feature_types"]),
+                                 threads)
+        theta = random_theta(prob, 0.3, seed=3)
+        loglik, grad = prob.batch(theta, np.arange(prob.num_events))
+        arrays = [getattr(prob, name) for name in (
+            "row_key", "row_count", "row_class_ptr", "class_count", "class_mult",
+            "pair_row", "pair_rank", "event_ptr")]
+        prob.close()
+        return [a.tobytes() for a in arrays] + [loglik, grad.tobytes()]
+
+    whole = compiled([rows], 1)
+    for threads in (1, 2, 3):
+        readers = [b if i % 2 else (lambda b=b: b) for i, b in enumerate(buckets)]
+        assert compiled(readers, threads) == whole
 
 
 @pytest.mark.parametrize("direct_params", [kernels.DIRECT_PARAMS, 0], ids=["lanes", "pairs"])
