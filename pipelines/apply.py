@@ -6,16 +6,18 @@ Reads: a count directory (``snm count``) and a fit directory (``snm fit``:
 ``theta.npy`` and its meta-feature settings).  Writes a self-contained model
 directory (see :mod:`snm_core.io.tables`):
 
-* ``matrix-BBBBB-of-NNNNN.parquet``: feature, word, count, m = M_fw (float32);
-* ``features-BBBBB-of-NNNNN.parquet``: the count's feature columns and
-  m_star = M_f* (float64);
+* ``links-BBBBB-of-NNNNN.parquet`` and ``features-BBBBB-of-NNNNN.parquet``: the
+  count's files, hard-linked (copied where a link cannot be made);
+* ``m-BBBBB-of-NNNNN.parquet``: m = M_fw (float32) of each of those links, and
+  ``m_star-BBBBB-of-NNNNN.parquet``: m_star = M_f* (float64) of each feature
+  (:mod:`snm_core.io.model_files`);
 * ``vocab.txt``, ``config.cfg``, ``theta.npy``, ``model_card.md``,
   ``manifest.json`` (corpus statistics, meta-feature settings, fit summary;
   written last) and ``compact/`` (arrays for scoring, built after the pipeline
   when the model directory is local).
 
 The pipeline is a Beam map over the count buckets: each worker reads one
-bucket's features and links, computes A(f, w) and M_fw for every link (one
+bucket's features (not their words) and links, computes A(f, w) and M_fw for every link (one
 compiled call, ``kernels.adjust_links``) and M_f* for every feature.  A bucket holds all links of its
 features, so the per-feature sum is done in the same step, without a
 CombinePerKey shuffle.
@@ -29,7 +31,7 @@ import numpy as np
 
 from pipelines import count_directory, running
 from snm_core.fit.metafeatures import MetaFeatureSpec
-from snm_core.io import losscheck, storage, tables
+from snm_core.io import losscheck, model_files, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
@@ -44,6 +46,9 @@ from snm_core.stages.validation import validate_directory
 #: What an apply worker holds, in bytes, a link of the count bucket it adjusts: the
 #: bucket as read, its meta-feature entries and the matrix it writes.
 APPLY_LINK_BYTES = 120
+#: What the adjustment reads of the count's files (not a feature's words).
+ADJUST_FEATURE_COLUMNS = ["feature", "tag", "type", "count", "diversity"]
+ADJUST_LINK_COLUMNS = ["word", "count", "continuation"]
 
 
 class AdjustBucket(beam.DoFn):
@@ -68,21 +73,20 @@ class AdjustBucket(beam.DoFn):
 
     def process(self, bucket):
         paths = self.settings.bucket_paths(bucket)
-        features = storage.read_parquet(paths["features"])
-        links = storage.read_parquet(paths["links"])
-        for path in (paths["features"], paths["links"]):  # the model is what is read next
-            storage.drop_cached(path)
-        matrix, model_features = adjust_bucket(
+        features = storage.read_parquet(paths["features"], columns=ADJUST_FEATURE_COLUMNS)
+        links = storage.read_parquet(paths["links"], columns=ADJUST_LINK_COLUMNS)
+        m, m_star = adjust_bucket(
             features, links, self.theta, self.spec, self.type_salts, self.num_feature_types)
         num_buckets = self.settings.num_buckets
-        storage.write_parquet(matrix, storage.join(self.out, tables.bucket_file("matrix", bucket,
-                                                                             num_buckets)))
+        for table in ("matrix", "features"):  # the model's rows: the count's files
+            rows_path, _ = model_files.bucket_paths(self.out, table, bucket, num_buckets)
+            storage.link_or_copy(paths["links" if table == "matrix" else "features"],
+                                 rows_path)
         checkpoint("apply.bucket")  # fault tests stop a worker here, mid-write
-        storage.write_parquet(model_features, storage.join(
-            self.out, tables.bucket_file("features", bucket, num_buckets)))
+        model_files.write_values(self.out, bucket, num_buckets, m, m_star)
         self.progress.update()
-        self.links_counter.inc(matrix.num_rows)
-        yield {"links": matrix.num_rows, "features": model_features.num_rows, "bucket": bucket}
+        self.links_counter.inc(len(m))
+        yield {"links": len(m), "features": len(m_star), "bucket": bucket}
 
 
 def check_apply(totals, counts):
@@ -97,8 +101,7 @@ def check_apply(totals, counts):
 def write_manifest(totals, out, settings, fit_manifest):
     counts = settings.manifest
     check_apply(totals, counts)
-    files = [tables.bucket_file(prefix, b, settings.num_buckets)
-             for prefix in ("features", "matrix") for b in range(settings.num_buckets)]
+    files = model_files.file_names(settings.num_buckets)
     manifest = manifests.Model(
         config=counts.config, tags=counts.tags, feature_types=counts.feature_types,
         vocabulary_size=counts.vocabulary_size,
@@ -106,7 +109,7 @@ def write_manifest(totals, out, settings, fit_manifest):
         files=sorted(files + ["vocab.txt", "theta.npy", "config.cfg"]),
         totals={k: sum(t[k] for t in totals) for k in ("links", "features")},
         count_totals=counts.totals, sources=counts.sources, fit=fit_manifest.summary())
-    storage.remove_stale(out, set(files), ["matrix-*.parquet", "features-*.parquet"])
+    storage.remove_stale(out, set(files), model_files.PATTERNS)
     return manifest.write(out)
 
 

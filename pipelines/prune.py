@@ -38,7 +38,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import running, shuffle
-from snm_core.io import losscheck, storage, tables
+from snm_core.io import losscheck, model_files, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
 from snm_core.model import backoff
@@ -112,9 +112,8 @@ class Source:
     def read(self, bucket):
         """``(features, matrix, heldout_features)`` of one bucket (the last None
         without --heldout)."""
-        features, matrix = (storage.read_parquet(storage.join(
-            self.model, tables.bucket_file(prefix, bucket, self.num_buckets)))
-            for prefix in ("features", "matrix"))
+        features, matrix = (model_files.read_bucket(self.model, table, bucket, self.num_buckets)
+                            for table in ("features", "matrix"))
         heldout = None
         if self.heldout:
             heldout = np.unique(storage.read_parquet(storage.join(
@@ -313,8 +312,9 @@ class PruneBackoffBucket(beam.DoFn):
         bucket, messages = element
         self.progress.update()
         facts = backoff.receive("prune", range(self.job.partitions), list(messages))
-        features, matrix = (storage.read_parquet(storage.join(self.job.model, tables.bucket_file(
-            prefix, bucket, self.job.num_buckets))) for prefix in ("features", "matrix"))
+        features, matrix = (model_files.read_bucket(self.job.model, table, bucket,
+                                                    self.job.num_buckets)
+                            for table in ("features", "matrix"))
         keep = np.zeros(matrix.num_rows, bool)
         keep[self.job.kept_rows(bucket)] = True
         kept_features, kept_matrix = prune_lib.pruned_tables(features, matrix, keep)

@@ -544,6 +544,29 @@ def remove_stale(directory, keep, patterns):
             remove_file(join(directory, name))
 
 
+def link_or_copy(source, path):
+    """Make ``path`` a file with ``source``'s bytes, atomically: a hard link where both
+    are on one local file system (no bytes written), else a streamed copy (remotely a
+    multipart upload, never a server-side copy, which S3 caps at 5 GB).  Writers of
+    stage files replace them by rename, never in place, so the two names stay equal."""
+    if not is_remote(source) and not is_remote(path):
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+        try:
+            with resource_errors(path):
+                os.link(source, tmp)
+        except OSError:  # another file system, or links not allowed: copy
+            pass
+        else:
+            os.replace(tmp, path)
+            with contextlib.suppress(FileNotFoundError):  # rename between links of one file
+                os.unlink(tmp)                            # leaves both names
+            return
+    with open_input(source) as src, atomic_output(path) as dst:
+        shutil.copyfileobj(src, dst, READ_BYTES)
+
+
 def upload_tree(local_directory, path, last=None):
     """Copy a local directory's files to ``path`` (local or remote), each atomically;
     the file named ``last`` (a manifest) after all the others."""

@@ -19,11 +19,19 @@ Count directory (``snm count``)::
                                      (distinct words after f), words list<int32>
                                      (identity words, oldest first), sorted by feature
 
-Model directory (``snm apply``): the count files' rows with the adjusted
-values, ``matrix-*.parquet`` (feature, word, count, ``m`` float32: M_fw) and
-``features-*.parquet`` (the count feature columns plus ``m_star`` float64:
-M_f*), with ``vocab.txt``, ``theta.npy``, ``config.cfg``, ``model_card.md``
-and ``compact/`` (numpy arrays for fast, memory-mapped loading).
+Model directory (``snm apply``): two tables, each bucket of them stored as two
+files of equal rows, the rows and the adjusted values beside them
+(:mod:`snm_core.io.model_files`)::
+
+    links-BBBBB-of-NNNNN.parquet     the count's links file (feature, word, count;
+                                     the rest unread)
+    m-BBBBB-of-NNNNN.parquet         m float32: M_fw of each of those links
+    features-BBBBB-of-NNNNN.parquet  the count's features file
+    m_star-BBBBB-of-NNNNN.parquet    m_star float64: M_f* of each of those features
+
+with ``vocab.txt``, ``theta.npy``, ``config.cfg``, ``model_card.md`` and ``compact/``
+(numpy arrays for fast, memory-mapped loading).  Read together they are the tables
+:data:`MATRIX` and :data:`MODEL_FEATURES`.
 
 Bucket b holds the features whose key lies in the b-th of N equal key ranges
 (:func:`snm_core.text.hashing.bucket_of`), with all their links, so the files in
@@ -36,7 +44,7 @@ import pyarrow as pa
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the model's values beside the count's files
 MANIFEST = "manifest.json"
 
 LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
@@ -50,6 +58,9 @@ EVENTS = pa.schema([("file", pa.int16()), ("line", pa.int64()), ("target", pa.in
 MATRIX = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
                     ("m", pa.float32())])
 MODEL_FEATURES = pa.schema(list(FEATURES) + [pa.field("m_star", pa.float64())])
+MODEL_LINKS = pa.schema(list(LINKS)[:3])
+M_VALUES = pa.schema([("m", pa.float32())])
+M_STAR_VALUES = pa.schema([("m_star", pa.float64())])
 SMALL_M = pa.schema([("feature", pa.uint64()), ("word", pa.int32()), ("count", pa.int64()),
                      ("continuation", pa.int64()), ("feature_count", pa.int64()),
                      ("diversity", pa.int64()), ("tag", pa.int16()), ("type", pa.int16())])

@@ -52,10 +52,8 @@ import math
 import os
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from snm_core.io import losscheck, storage, tables
+from snm_core.io import losscheck, model_files, storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.file_pool import FilePool
 from snm_core.io.partitions import PartitionedWriter, by_group, partition_of, read_partition
@@ -384,59 +382,15 @@ class BackoffJob:
 
 
 def _bucket_chunks(model, bucket, num_buckets, chunk_links):
-    """``(first feature row, first link row, features, matrix)`` of one model bucket,
-    about ``chunk_links`` links at a time (a feature's links never split; at least one
-    chunk, empty for an empty bucket): dicts of numpy arrays, but a pyarrow list
-    array for the features' ``words``."""
-    paths = [storage.join(model, tables.bucket_file(prefix, bucket, num_buckets))
-             for prefix in ("features", "matrix")]
-    batch_size = max(1024, chunk_links // 4)
-    with storage.open_input(paths[0], seekable=True) as f_in, \
-            storage.open_input(paths[1], seekable=True) as m_in:
-        feature_file, matrix_file = pq.ParquetFile(f_in), pq.ParquetFile(m_in)
-        links = _RowReader(matrix_file.iter_batches(batch_size, columns=["word", "m"],
-                                                    use_threads=False), paths[1])
-        first_feature = first_link = 0
-        batches = feature_file.iter_batches(batch_size, use_threads=False, columns=[
-            "words", "count", "diversity", "m_star"])
-        if not feature_file.metadata.num_rows:  # an empty bucket: one empty chunk
-            batches = [pa.RecordBatch.from_pylist([], schema=feature_file.schema_arrow)]
-        for batch in batches:
-            features = {name: batch.column(name).to_numpy(zero_copy_only=False)
-                        for name in ("count", "diversity", "m_star")}
-            features["words"] = batch.column("words")
-            matrix = links.take(int(features["diversity"].sum()))
-            yield first_feature, first_link, features, matrix
-            first_feature += batch.num_rows
-            first_link += len(matrix["word"])
-        links.check_end()
-
-
-class _RowReader:
-    """Rows of a Parquet file's batches, ``n`` at a time."""
-
-    def __init__(self, batches, path):
-        self.batches, self.path, self.pending = batches, path, []
-
-    def take(self, n):
-        have = sum(len(p["word"]) for p in self.pending)
-        while have < n:
-            batch = next(self.batches, None)
-            if batch is None:
-                raise SnmInputError(f"{self.path}: fewer links than the features' "
-                                    "diversities; re-run snm apply")
-            self.pending.append({name: batch.column(name).to_numpy() for name in ("word", "m")})
-            have += batch.num_rows
-        joined = {name: np.concatenate([p[name] for p in self.pending]) if self.pending
-                  else np.zeros(0, dtype) for name, dtype in (("word", np.int32),
-                                                              ("m", np.float32))}
-        self.pending = [{name: v[n:] for name, v in joined.items()}]
-        return {name: v[:n] for name, v in joined.items()}
-
-    def check_end(self):
-        if sum(len(p["word"]) for p in self.pending) or next(self.batches, None) is not None:
-            raise SnmInputError(f"{self.path}: more links than the features' diversities; "
-                                "re-run snm apply")
+    """``(first feature row, first link row, features, matrix)`` of one model bucket
+    (:func:`snm_core.io.model_files.bucket_chunks`)."""
+    first_feature = first_link = 0
+    for features, matrix in model_files.bucket_chunks(
+            model, bucket, num_buckets, ["words", "count", "diversity", "m_star"],
+            ["word", "m"], chunk_links):
+        yield first_feature, first_link, features, matrix
+        first_feature += len(features["count"])
+        first_link += len(matrix["word"])
 
 
 # --- messages between steps, and the steps run in this process --------------------------

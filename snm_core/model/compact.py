@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 
-from snm_core.io import memory, storage, tables
+from snm_core.io import memory, model_files, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.progress import Progress
 from snm_core.io.runlock import LOCK_NAME
@@ -198,6 +198,6 @@ def load_model(model_dir, mmap=True):
 def read_model_tables(model_dir):
     """``(features, matrix, manifest)`` of a model directory as whole tables (for export)."""
     manifest = validation.validate_directory(model_dir, "model").manifest
-    feats = tables.read_tables(model_dir, manifest, "features", tables.MODEL_FEATURES)
-    matrix = tables.read_tables(model_dir, manifest, "matrix", tables.MATRIX)
+    feats = model_files.read_all(model_dir, manifest, "features")
+    matrix = model_files.read_all(model_dir, manifest, "matrix")
     return feats, matrix, manifest

@@ -34,7 +34,7 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from snm_core.io import storage, tables
+from snm_core.io import model_files, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.text import hashing
 
@@ -77,19 +77,15 @@ def start_output(model_dir, out_dir):
 
 def write_bucket(out_dir, bucket, num_buckets, features, matrix):
     """One bucket's ``features`` and ``matrix`` files of a pruned model."""
-    storage.write_parquet(features.cast(tables.MODEL_FEATURES), storage.join(
-        out_dir, tables.bucket_file("features", bucket, num_buckets)))
-    storage.write_parquet(matrix.cast(tables.MATRIX), storage.join(
-        out_dir, tables.bucket_file("matrix", bucket, num_buckets)))
+    model_files.write_bucket(out_dir, bucket, num_buckets, features, matrix)
 
 
 def finish_output(out_dir, manifest, links, features, pruning):
     """The pruned model's manifest (the source's, with its sizes and ``pruning``),
     written last, after stale bucket files are removed; returns it."""
     num_buckets = manifest["num_buckets"]
-    files = [tables.bucket_file(p, b, num_buckets) for p in ("features", "matrix")
-             for b in range(num_buckets)]
-    storage.remove_stale(out_dir, set(files), ["matrix-*.parquet", "features-*.parquet"])
+    files = model_files.file_names(num_buckets)
+    storage.remove_stale(out_dir, set(files), model_files.PATTERNS)
     pruned = {**manifest, "totals": {"links": links, "features": features},
               "pruning": pruning}
     storage.write_json(pruned, storage.join(out_dir, tables.MANIFEST))

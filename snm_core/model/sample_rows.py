@@ -1,8 +1,8 @@
 """The rows of a model's matrix M for sampling: one memory-mapped CSR in feature-key order.
 
 ``snm sample`` draws a feature of a history, then a word of its row
-(:mod:`snm_core.model.sample_kernels`).  The model's ``features-*`` and
-``matrix-*`` bucket files are key ranges sorted by (feature, word), so read
+(:mod:`snm_core.model.sample_kernels`).  The model's buckets
+(:mod:`snm_core.io.model_files`) are key ranges sorted by (feature, word), so read
 in bucket order they give the rows in key order, a bucket at a time: memory
 holds one bucket, whatever the model's size.  Written to ``.npy`` files:
 
@@ -31,7 +31,7 @@ import shutil
 
 import numpy as np
 
-from snm_core.io import storage, tables
+from snm_core.io import model_files, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts.hashed import KeyIndexWriter, index_bits
 from snm_core.model.layouts.npy import NpyWriter, load_checked
@@ -139,21 +139,23 @@ def build_rows(model_dir, manifest, directory):
     index = KeyIndexWriter(n_f)
     index.out = output("index", index.dtype, (1 << index.bits) + 1)  # its slots, as they come
     links_done, last_key = 0, None
-    for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
-        matrix_name = "matrix-" + name[len("features-"):]
-        feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
-                                  ["feature", "diversity"])
-        matrix = tables.read_table(storage.join(model_dir, matrix_name), tables.MATRIX,
-                                   ["feature", "word", "m"])
+    num_buckets = int(manifest["num_buckets"])
+    for bucket in range(num_buckets):
+        features_path, _ = model_files.bucket_paths(model_dir, "features", bucket, num_buckets)
+        links_path, _ = model_files.bucket_paths(model_dir, "matrix", bucket, num_buckets)
+        feats = model_files.read_bucket(model_dir, "features", bucket, num_buckets,
+                                        ["feature", "diversity"])
+        matrix = model_files.read_bucket(model_dir, "matrix", bucket, num_buckets,
+                                         ["feature", "word", "m"])
         keys = feats["feature"].to_numpy()
         diversity = feats["diversity"].to_numpy()
         if diversity.sum() != matrix.num_rows or not np.array_equal(
                 np.repeat(keys, diversity), matrix["feature"].to_numpy()):
-            raise SnmInputError(f"{storage.join(model_dir, matrix_name)}: its rows are not "
-                                f"those {name} lists; re-run snm apply")
+            raise SnmInputError(f"{links_path}: its rows are not those {features_path} "
+                                "lists; re-run snm apply")
         if len(keys) and (np.any(keys[1:] <= keys[:-1])
                           or (last_key is not None and keys[0] <= last_key)):
-            raise SnmInputError(f"{storage.join(model_dir, name)}: features not in increasing "
+            raise SnmInputError(f"{features_path}: features not in increasing "
                                 f"key order across the buckets; re-run snm apply")
         alias, mass = alias_rows(matrix["m"].to_numpy().astype(np.float64), diversity,
                                  matrix["word"].to_numpy())

@@ -20,7 +20,8 @@ count     ``links-*``/``features-*``: Parquet footers readable, columns and type
 join      ``events-*``/``small_m-*`` likewise (totals ``events``, ``small_m_links``)
 fit       ``theta.npy``: a ``.npy`` header of float32, shape (``hash_size``,), and
           the file's size is that array's
-model     ``matrix-*``/``features-*`` (optional: scoring reads ``compact/``),
+model     ``links-*``/``m-*`` and ``features-*``/``m_star-*``
+          (:mod:`~snm_core.io.model_files`; optional: scoring reads ``compact/``),
           ``theta.npy`` and ``vocab.txt`` as above; a scoring directory
           (``snm compact --out``, manifest ``scoring_only``) has no tables, and
           asking for them is an error naming its source
@@ -58,7 +59,9 @@ WITH_VOCABULARY = ("vocab", "count", "model")
 PARQUET = {
     "count": {"links": (tables.LINKS, "links"), "features": (tables.FEATURES, "features")},
     "join": {"events": (tables.EVENTS, "events"), "small_m": (tables.SMALL_M, "small_m_links")},
-    "model": {"matrix": (tables.MATRIX, "links"), "features": (tables.MODEL_FEATURES, "features")},
+    "model": {"links": (tables.MODEL_LINKS, "links"), "m": (tables.M_VALUES, "links"),
+              "features": (tables.FEATURES, "features"),
+              "m_star": (tables.M_STAR_VALUES, "features")},
     "vocab": {"word_counts": (tables.WORD_COUNTS, None)},
 }
 

@@ -111,6 +111,35 @@ def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log, tmp_path):
     assert _stored(s3, "streamed/tree/big.npy") == expected.getvalue()
 
 
+def test_a_file_given_a_second_name_keeps_its_bytes(tmp_path):
+    """``link_or_copy`` (a model's rows are its count's files): one inode where one file
+    system holds both names, no temporary name left when done again (a resumed apply),
+    and the second name keeps its bytes when the first is rewritten (a stage's rename)
+    or removed.  Across file systems, a copy."""
+    name = "links-00000-of-00001.parquet"
+    source, linked = tmp_path / "count" / name, tmp_path / "model" / name
+    storage.write_bytes(b"first", str(source))
+    for _ in range(2):
+        storage.link_or_copy(str(source), str(linked))
+        assert os.path.samefile(source, linked)
+        assert os.listdir(tmp_path / "model") == [name]
+    storage.write_bytes(b"second", str(source))
+    assert linked.read_bytes() == b"first"
+    os.unlink(source)
+    assert linked.read_bytes() == b"first"
+
+    other = "/dev/shm"
+    if not os.access(other, os.W_OK) or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second file system to copy to")
+    copied = os.path.join(other, f"snm-test-{os.getpid()}", name)
+    try:
+        storage.link_or_copy(str(linked), copied)
+        assert open(copied, "rb").read() == b"first"
+        assert os.listdir(os.path.dirname(copied)) == [name]
+    finally:
+        shutil.rmtree(os.path.dirname(copied), ignore_errors=True)
+
+
 def test_a_remote_write_that_fails_leaves_no_object(s3_log):
     """A write that fails or is interrupted leaves nothing under its name: before the
     first part is full nothing is sent (an earlier file stays as it was); after it,

@@ -2,7 +2,6 @@
 its links scored by the relative entropy that removing each one causes."""
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from support.models import build_model
 from support.runs import train_argv
 
 from snm.cli import main
-from snm_core.io import storage, tables
+from snm_core.io import model_files, tables
 from snm_core.model import prune, prune_backoff
 from snm_core.model.backoff import run_locally
 from snm_core.model.compact import compile_model, load_model, read_model_tables
@@ -121,8 +120,8 @@ def write_without_row(source, out, manifest, row):
     num_buckets = manifest["num_buckets"]
     first = links = features_left = 0
     for b in range(num_buckets):
-        features, matrix = (storage.read_parquet(os.path.join(source, tables.bucket_file(
-            prefix, b, num_buckets))) for prefix in ("features", "matrix"))
+        features, matrix = (model_files.read_bucket(source, table, b, num_buckets)
+                            for table in ("features", "matrix"))
         keep = np.arange(first, first + matrix.num_rows) != row
         first += matrix.num_rows
         kept = prune.pruned_tables(features, matrix, keep)

@@ -10,12 +10,12 @@ features' words rather than their keys.
 
 import collections
 import gzip
+import itertools
 import json
 import os
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing import test_pipeline as beam_testing
@@ -316,23 +316,24 @@ def test_adjust_bucket_with_theta_zero_writes_the_relative_frequencies(text, tmp
                                              MetaFeatureSpec("unlexicalized", 1 << 12), str(out))))
         assert_that(written, equal_to(expected))
     feature_count = {r["feature"]: r["count"] for r in paper.read_table(text["count"], "features")}
-    matrix = paper.read_table(out, "matrix")
+    matrix = paper.read_model_table(out, "matrix")
     assert len(matrix) == sum(e["links"] for e in expected)
     m = np.array([r["m"] for r in matrix])
     frequency = np.array([r["count"] / feature_count[r["feature"]] for r in matrix])
     np.testing.assert_allclose(m, frequency, rtol=1e-6)
-    m_star = np.array([r["m_star"] for r in paper.read_table(out, "features")])
+    m_star = np.array([r["m_star"] for r in paper.read_model_table(out, "features")])
     np.testing.assert_allclose(m_star, 1.0, rtol=1e-6)
+    # The model's rows are the count's files, not written again.
+    for prefix, bucket in itertools.product(("links", "features"), buckets):
+        name = tables.bucket_file(prefix, bucket, NUM_BUCKETS)
+        assert os.path.samefile(os.path.join(text["count"], name), out / name)
 
 
 # --- prune.RankHistogram and prune.PruneBucket -----------------------------------------------
 
 def model_tables(model_dir):
     """The whole model's features and matrix, buckets in order, read with pyarrow."""
-    def table(prefix):
-        paths = sorted(p for p in os.listdir(model_dir) if p.startswith(f"{prefix}-"))
-        return pa.concat_tables(pq.read_table(os.path.join(model_dir, p)) for p in paths)
-    return table("features"), table("matrix")
+    return paper.model_table(model_dir, "features"), paper.model_table(model_dir, "matrix")
 
 
 def mass_source(model_dir):
@@ -379,7 +380,7 @@ def test_prune_bucket_keeps_the_links_ranked_at_least_the_threshold(ngram_model,
     expected, kept_links, start = [], set(), 0
     for bucket in range(source.num_buckets):
         links = pq.read_metadata(os.path.join(model_dir, tables.bucket_file(
-            "matrix", bucket, source.num_buckets))).num_rows
+            "links", bucket, source.num_buckets))).num_rows
         feature_rows = pq.read_metadata(os.path.join(model_dir, tables.bucket_file(
             "features", bucket, source.num_buckets))).num_rows
         mine = slice(start, start + links)
@@ -396,12 +397,12 @@ def test_prune_bucket_keeps_the_links_ranked_at_least_the_threshold(ngram_model,
         written = (p | beam.Create(list(range(source.num_buckets)))
                    | beam.ParDo(PruneBucket(source, threshold, str(out))))
         assert_that(written, equal_to(expected))
-    pruned = paper.read_table(out, "matrix")
+    pruned = paper.read_model_table(out, "matrix")
     assert {(r["feature"], r["word"]) for r in pruned} == kept_links
     mass = collections.defaultdict(float)
     for r in pruned:
         mass[r["feature"]] += r["m"]
-    pruned_features = paper.read_table(out, "features")
+    pruned_features = paper.read_model_table(out, "features")
     assert {r["feature"] for r in pruned_features} == set(mass)
     for r in pruned_features:
         assert r["m_star"] == pytest.approx(mass[r["feature"]], rel=1e-9)

@@ -78,6 +78,14 @@ def future_version(path):
     json.dump(manifest, open(path, "w"))
 
 
+def other_bucket(path):
+    """Swap a model's bucket file with the same file of the other bucket (of two)."""
+    other = path.replace("-00000-of-", "-00001-of-")
+    os.rename(path, path + ".swap")
+    os.rename(other, path)
+    os.rename(path + ".swap", other)
+
+
 def remove(path):
     os.unlink(path)
 
@@ -162,8 +170,12 @@ CASES = {
                                    "does not match its manifest"),
     "model from the future": ("model", "manifest.json", future_version, evaluate,
                               "upgrade snm"),
-    "model matrix truncated": ("model", "matrix-00000-of-00002.parquet", truncate,
+    "model links truncated": ("model", "links-00000-of-00002.parquet", truncate,
+                              export_arpa, "not a readable Parquet file"),
+    "model values truncated": ("model", "m-00001-of-00002.parquet", truncate,
                                export_arpa, "not a readable Parquet file"),
+    "model values of the other bucket": ("model", "m_star-00000-of-00002.parquet",
+                                         other_bucket, export_arpa, "re-run the stage"),
     "model features missing": ("model", "features-00001-of-00002.parquet", remove,
                                export_arpa, "is listed"),
     "model theta float64": ("model", "theta.npy", float64_theta, evaluate,

@@ -232,6 +232,31 @@ def read_table(directory, prefix):
     return pa.concat_tables(pq.read_table(path) for path in paths).to_pylist()
 
 
+#: A model table's files: its rows (the count's) and the adjusted values beside them.
+MODEL_FILES = {"matrix": ("links", "m"), "features": ("features", "m_star")}
+
+
+def model_table(directory, table):
+    """A model's ``"matrix"`` or ``"features"`` as one Arrow table: every bucket's rows file
+    with its values file's column beside it, in file order."""
+    rows_prefix, values_prefix = MODEL_FILES[table]
+    rows, values = (sorted(glob.glob(os.path.join(str(directory), f"{prefix}-*.parquet")))
+                    for prefix in (rows_prefix, values_prefix))
+    assert [os.path.basename(p)[len(rows_prefix):] for p in rows] == \
+        [os.path.basename(p)[len(values_prefix):] for p in values]
+    parts = []
+    for rows_path, values_path in zip(rows, values):
+        part, value = pq.read_table(rows_path), pq.read_table(values_path)
+        assert part.num_rows == value.num_rows, rows_path
+        parts.append(part.append_column(values_prefix, value[values_prefix]))
+    return pa.concat_tables(parts)
+
+
+def read_model_table(directory, table):
+    """The rows of a model's ``"matrix"`` or ``"features"`` (:func:`model_table`)."""
+    return model_table(directory, table).to_pylist()
+
+
 def feature_identities(directory, tags, feature_types):
     """``{key: (tag, type name, words)}`` of a count directory's features (its ``vocab.txt``
     gives the words of the ids); asserts that no two keys share an identity."""

@@ -27,7 +27,7 @@ def assert_same_run(a, b, stages=("vocab", "count", "join", "fit", "model")):
                        for d, _, files in os.walk(a / stage) for n in files)
         other = sorted(os.path.relpath(os.path.join(d, n), b / stage)
                        for d, _, files in os.walk(b / stage) for n in files)
-        assert names == other, stage
+        assert names == other, (stage, set(names) ^ set(other))
         data = [n for n in names if not n.endswith(("manifest.json", ".jsonl", "model_card.md"))]
         _, mismatch, errors = filecmp.cmpfiles(a / stage, b / stage, data, shallow=False)
         assert not mismatch and not errors, f"{stage}: {mismatch} {errors}"

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from snm_core.fit import kernels
-from snm_core.io import storage, tables
+from snm_core.io import model_files, storage
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT, SHARED,
@@ -113,16 +113,16 @@ class Scatter:
             f.close()
 
 
-def _bucket_slices(model_dir, name, slice_links, mask, columns=("word", "m", "count")):
+def _bucket_slices(model_dir, bucket, num_buckets, slice_links, mask,
+                   columns=("word", "m", "count")):
     """``(features table, slices)`` of one bucket: slices of its link rows as ``(feature
     rows, RECORD array, words)``, at most ``slice_links`` each."""
-    paths = [storage.join(model_dir, prefix + name[len("features-"):])
-             for prefix in ("features-", "matrix-")]
-    feats = tables.read_table(paths[0], tables.MODEL_FEATURES,
-                              ["feature", "type", "count", "diversity", "m_star"])
-    matrix = tables.read_table(paths[1], tables.MATRIX, list(columns))
-    for path in paths:  # compact/, written next, is what scoring reads
-        storage.drop_cached(path)
+    feats = model_files.read_bucket(model_dir, "features", bucket, num_buckets,
+                                    ["feature", "type", "count", "diversity", "m_star"])
+    matrix = model_files.read_bucket(model_dir, "matrix", bucket, num_buckets, list(columns))
+    for table in ("features", "matrix"):  # compact/, written next, is what scoring reads
+        for path in model_files.bucket_paths(model_dir, table, bucket, num_buckets):
+            storage.drop_cached(path)
     keys, counts = feats["feature"].to_numpy(), feats["count"].to_numpy()
     # Each link's feature row, from the features' diversities (its links follow them).
     feature_rows = np.repeat(np.arange(len(keys), dtype=np.int32), feats["diversity"].to_numpy())
@@ -139,10 +139,10 @@ def _bucket_slices(model_dir, name, slice_links, mask, columns=("word", "m", "co
     return feats, slices()
 
 
-def _bucket_records(model_dir, name, slice_links, mask, empty_types):
+def _bucket_records(model_dir, bucket, num_buckets, slice_links, mask, empty_types):
     """One bucket read for the scatter: ``(feature keys, M_f*, slices)``, each slice
     ``(RECORD array, the words of its links of the empty context)``."""
-    feats, slices = _bucket_slices(model_dir, name, slice_links, mask)
+    feats, slices = _bucket_slices(model_dir, bucket, num_buckets, slice_links, mask)
     empty = np.isin(feats["type"].to_numpy(), empty_types)
     return (feats["feature"].to_numpy(), feats["m_star"].to_numpy(),
             [(records, words[empty[rows]]) for rows, records, words in slices])
@@ -176,7 +176,8 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     scratch = os.path.join(directory, "partitions.tmp")
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(scratch)
-    buckets = sorted(n for n in manifest["files"] if n.startswith("features-"))
+    num_buckets = int(manifest["num_buckets"])
+    buckets = range(num_buckets)
     levels = scatter_levels(n_links, partition, fan_out_bits)
 
     # Pass 1: the tables, scattered by the keys' first bits; the feature table, seen words.
@@ -187,8 +188,8 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     scatter = Scatter(paths, 64 - levels[0], levels[0])
     # The next buckets are read and hashed on other threads (Parquet's reads and the
     # compiled loops release the GIL) while this one is scattered.
-    read = functools.partial(_bucket_records, model_dir, slice_links=partition, mask=mask,
-                             empty_types=empty_types)
+    read = functools.partial(_bucket_records, model_dir, num_buckets=num_buckets,
+                             slice_links=partition, mask=mask, empty_types=empty_types)
     with ThreadPoolExecutor(READERS) as reader, progress("scatter", n_links) as shown:
         ahead = [reader.submit(read, name) for name in buckets[:READERS]]
         for i in range(len(buckets)):
@@ -274,8 +275,8 @@ def _collisions(model_dir, buckets, shared_keys, partition, mask, progress):
     found = []
     if len(shared_keys):
         with progress("collisions", len(buckets), "bucket") as shown:
-            for name in buckets:
-                feats, slices = _bucket_slices(model_dir, name, partition, mask)
+            for bucket in buckets:
+                feats, slices = _bucket_slices(model_dir, bucket, len(buckets), partition, mask)
                 keys = feats["feature"].to_numpy()
                 for rows, records, words in slices:
                     at = np.flatnonzero(np.isin(records["key"], shared_keys))

@@ -29,11 +29,9 @@ import os
 import shutil
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from snm_core.io import memory as memory_budget
-from snm_core.io import storage, tables
+from snm_core.io import model_files
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts import trie_build_kernels as kernels
 from snm_core.model.layouts.ngram_trie import ngram_span
@@ -292,59 +290,7 @@ def _model_chunks(model_dir, manifest, chunk_links, columns):
     """``(features, links)`` of every model bucket, about ``chunk_links`` links at a
     time (a feature's links never split): the features' ``columns`` (numpy, but a
     pyarrow list array for ``words``) and their links' ``word`` and ``m``."""
-    for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
-        paths = [storage.join(model_dir, prefix + name[len("features-"):])
-                 for prefix in ("features-", "matrix-")]
-        try:
-            yield from _bucket_chunks(paths, chunk_links, columns)
-        except (OSError, pa.ArrowException) as e:
-            raise SnmInputError(f"{paths[0]}: cannot read as Parquet "
-                                f"({tables.one_line(e)})") from None
-
-
-def _bucket_chunks(paths, chunk_links, columns):
-    batch_size = max(1024, chunk_links // 4)
-    with storage.open_input(paths[0], seekable=True) as f_in, \
-            storage.open_input(paths[1], seekable=True) as m_in:
-        feature_file, matrix_file = pq.ParquetFile(f_in), pq.ParquetFile(m_in)
-        tables.check_columns(paths[0], feature_file.schema_arrow, tables.MODEL_FEATURES,
-                             columns)
-        tables.check_columns(paths[1], matrix_file.schema_arrow, tables.MATRIX,
-                             ["word", "m"])
-        pending = _Pending(matrix_file.iter_batches(batch_size, columns=["word", "m"],
-                                                    use_threads=False), paths[1])
-        for batch in feature_file.iter_batches(batch_size, columns=columns,
-                                               use_threads=False):
-            features = {name: batch.column(name).to_numpy() for name in columns
-                        if name != "words"}
-            features["words"] = batch.column("words")
-            yield features, pending.take(int(features["diversity"].sum()))
-        pending.check_end()
-
-
-class _Pending:
-    """The links of a matrix file's batches, ``n`` at a time."""
-
-    def __init__(self, batches, path):
-        self.batches, self.path = batches, path
-        self.pending = {"word": np.zeros(0, np.int32), "m": np.zeros(0, np.float32)}
-
-    def take(self, n):
-        parts = [self.pending]
-        have = len(self.pending["word"])
-        while have < n:
-            batch = next(self.batches, None)
-            if batch is None:
-                raise SnmInputError(f"{self.path}: fewer links than the features' "
-                                    "diversities; re-run snm apply")
-            parts.append({name: batch.column(name).to_numpy() for name in ("word", "m")})
-            have += batch.num_rows
-        joined = {name: np.concatenate([p[name] for p in parts]) if len(parts) > 1
-                  else parts[0][name] for name in ("word", "m")}
-        self.pending = {name: values[n:] for name, values in joined.items()}
-        return {name: values[:n] for name, values in joined.items()}
-
-    def check_end(self):
-        if len(self.pending["word"]) or next(self.batches, None) is not None:
-            raise SnmInputError(f"{self.path}: more links than the features' diversities; "
-                                "re-run snm apply")
+    num_buckets = int(manifest["num_buckets"])
+    for bucket in range(num_buckets):
+        yield from model_files.bucket_chunks(model_dir, bucket, num_buckets, columns,
+                                             ["word", "m"], chunk_links)

@@ -11,10 +11,11 @@ in-order sums (``trie_kernels``) are shared, and they have their own tests.
 import dataclasses
 
 import numpy as np
+from support import paper
 
-from snm_core.io import storage, tables
 from snm_core.model.layouts import small, trie, trie_kernels
 from snm_core.model.layouts.ngram_trie import ngram_span
+
 
 @dataclasses.dataclass
 class Trie:
@@ -47,7 +48,7 @@ class Trie:
     def of_model(cls, model_dir, manifest, layout):
         """The trie of a model directory's Parquet tables (all in memory)."""
         min_n, max_n = ngram_span(manifest, model_dir, layout)
-        grams, gram_order, m, gram_tag = _read_ngrams(model_dir, manifest, max_n)
+        grams, gram_order, m, gram_tag = _read_ngrams(model_dir, max_n)
         radix = manifest["vocabulary_size"]
         seen = np.zeros(radix, dtype=bool)
         seen[grams[gram_order == 1, 0]] = True
@@ -94,30 +95,24 @@ def _tag_trie(grams, gram_order, m, rank, radix, max_n):
     return keys, values
 
 
-def _read_ngrams(model_dir, manifest, max_n):
+def _read_ngrams(model_dir, max_n):
     """Every link as an n-gram: ``(words (n_links, max_n + 1) int32 padded with -1,
     order (n_links,), M (n_links,) float32, tag (n_links,))``."""
-    parts = []
-    for name in sorted(n for n in manifest["files"] if n.startswith("features-")):
-        feats = tables.read_table(storage.join(model_dir, name), tables.MODEL_FEATURES,
-                                  ["words", "diversity", "tag"])
-        matrix = tables.read_table(storage.join(model_dir, "matrix-" + name[len("features-"):]),
-                                   tables.MATRIX, ["word", "m"])
-        diversity = feats["diversity"].to_numpy()
-        words = feats["words"].combine_chunks()
-        offsets = words.offsets.to_numpy()
-        flat = words.values.to_numpy()
-        length = np.repeat(np.diff(offsets), diversity)
-        start = np.repeat(offsets[:-1], diversity)
-        target = matrix["word"].to_numpy()
-        grams = np.full((len(target), max_n + 1), -1, dtype=np.int32)
-        for j in range(max_n):
-            rows = np.flatnonzero(length > j)
-            grams[rows, j] = flat[start[rows] + j]
-        grams[np.arange(len(target)), length] = target
-        parts.append((grams, (length + 1).astype(np.int8), matrix["m"].to_numpy(),
-                      np.repeat(feats["tag"].to_numpy(), diversity)))
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
+    feats, matrix = (paper.model_table(model_dir, t) for t in ("features", "matrix"))
+    diversity = feats["diversity"].to_numpy()
+    words = feats["words"].combine_chunks()
+    offsets = words.offsets.to_numpy()
+    flat = words.values.to_numpy()
+    length = np.repeat(np.diff(offsets), diversity)
+    start = np.repeat(offsets[:-1], diversity)
+    target = matrix["word"].to_numpy()
+    grams = np.full((len(target), max_n + 1), -1, dtype=np.int32)
+    for j in range(max_n):
+        rows = np.flatnonzero(length > j)
+        grams[rows, j] = flat[start[rows] + j]
+    grams[np.arange(len(target)), length] = target
+    return (grams, (length + 1).astype(np.int8), matrix["m"].to_numpy(),
+            np.repeat(feats["tag"].to_numpy(), diversity))
 
 
 def _encode_order(keys, levels, radix, n_levels, codes):
