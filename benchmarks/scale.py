@@ -232,17 +232,22 @@ def sampler(args):
 
 SAMPLER_COLUMNS = ["threads", "words", "sample_seconds", "words_per_second", "cpu_seconds",
                    "words_per_cpu_second", "seconds", "peak_rss_mib"]
-def dir_bytes(path):
-    """Bytes of the files under ``path`` (a file: its size), as allocated on disk."""
-    if os.path.isfile(path):
-        return os.stat(path).st_blocks * 512
-    total = 0
-    for root, _, names in os.walk(path):
-        for name in names:
+def disk_bytes(paths):
+    """Bytes allocated on disk to the files under ``paths`` (files or directories; those
+    missing count nothing), a file of several names (a model's links to its count's
+    files) once."""
+    seen, total = set(), 0
+    for path in paths:
+        files = [path] if os.path.isfile(path) else (
+            os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
+        for name in files:
             try:
-                total += os.stat(os.path.join(root, name)).st_blocks * 512
+                stat = os.stat(name)
             except FileNotFoundError:  # a temporary file gone between listing and stat
-                pass
+                continue
+            if (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                total += stat.st_blocks * 512
     return total
 
 
@@ -255,7 +260,7 @@ def measured(cmd, log, disk_paths, env=None, anonymous=None):
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], sum(dir_bytes(p) for p in disk_paths if os.path.exists(p)))
+            peak[0] = max(peak[0], disk_bytes(disk_paths))
             done.wait(2.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -265,7 +270,7 @@ def measured(cmd, log, disk_paths, env=None, anonymous=None):
     finally:
         done.set()
         sampler.join()
-    peak[0] = max(peak[0], sum(dir_bytes(p) for p in disk_paths if os.path.exists(p)))
+    peak[0] = max(peak[0], disk_bytes(disk_paths))
     return seconds, rss, peak[0]
 
 
