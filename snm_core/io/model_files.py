@@ -37,8 +37,16 @@ def file_names(num_buckets):
 
 def bucket_paths(model_dir, table, bucket, num_buckets):
     """``(rows file, values file)`` of one bucket of ``table``."""
-    return tuple(storage.join(model_dir, tables.bucket_file(prefix, bucket, num_buckets))
-                 for prefix, _ in PARTS[table])
+    rows_path, _, values_path, _ = _files(model_dir, table, bucket, num_buckets)
+    return rows_path, values_path
+
+
+def _files(model_dir, table, bucket, num_buckets):
+    """``(rows path, rows schema, values path, values schema)`` of one bucket."""
+    (rows_prefix, rows_schema), (values_prefix, values_schema) = PARTS[table]
+    rows_path, values_path = (storage.join(model_dir, tables.bucket_file(p, bucket, num_buckets))
+                              for p in (rows_prefix, values_prefix))
+    return rows_path, rows_schema, values_path, values_schema
 
 
 def _split(table, columns):
@@ -51,13 +59,13 @@ def _split(table, columns):
 def read_bucket(model_dir, table, bucket, num_buckets, columns=None):
     """One bucket of ``table`` (``"matrix"`` or ``"features"``): its ``columns`` (None: all
     of the table's schema), checked, in that order."""
-    (rows_path, values_path), (_, rows_schema) = (
-        bucket_paths(model_dir, table, bucket, num_buckets), PARTS[table][0])
+    rows_path, rows_schema, values_path, values_schema = _files(model_dir, table, bucket,
+                                                                num_buckets)
     row_columns, value, columns = _split(table, columns)
     rows = tables.read_table(rows_path, rows_schema, row_columns)
     if value is None:
         return rows
-    values = tables.read_table(values_path, PARTS[table][1][1])
+    values = tables.read_table(values_path, values_schema)
     _check_rows(values_path, values.num_rows, rows_path, rows.num_rows)
     return rows.append_column(value, values[value]).select(columns)
 
@@ -72,12 +80,12 @@ def read_all(model_dir, manifest, table, columns=None):
 def bucket_batches(model_dir, table, bucket, num_buckets, columns, batch_size):
     """One bucket of ``table`` as record batches of at most ``batch_size`` rows with
     ``columns``; the value column, 4 or 8 bytes a row, is read whole."""
-    (rows_path, values_path), (_, rows_schema) = (
-        bucket_paths(model_dir, table, bucket, num_buckets), PARTS[table][0])
+    rows_path, rows_schema, values_path, values_schema = _files(model_dir, table, bucket,
+                                                                num_buckets)
     row_columns, value, columns = _split(table, columns)
     values = None
     if value is not None:
-        values = tables.read_table(values_path, PARTS[table][1][1])[value].to_numpy()
+        values = tables.read_table(values_path, values_schema)[value].to_numpy()
     try:
         with storage.open_input(rows_path, seekable=True) as f:
             rows_file = pq.ParquetFile(f)
@@ -168,17 +176,16 @@ def write_bucket(out_dir, bucket, num_buckets, features, matrix):
     """One bucket's four files from the tables ``features`` and ``matrix`` (a pruned
     model's)."""
     for table, data in (("features", features), ("matrix", matrix)):
-        (rows_path, values_path), (_, rows_schema) = (
-            bucket_paths(out_dir, table, bucket, num_buckets), PARTS[table][0])
-        value_schema = PARTS[table][1][1]
+        rows_path, rows_schema, values_path, values_schema = _files(out_dir, table, bucket,
+                                                                    num_buckets)
         storage.write_parquet(data.select(rows_schema.names).cast(rows_schema), rows_path)
-        storage.write_parquet(data.select(value_schema.names).cast(value_schema), values_path)
+        storage.write_parquet(data.select(values_schema.names).cast(values_schema),
+                              values_path)
 
 
 def write_values(out_dir, bucket, num_buckets, m, m_star):
     """One bucket's ``m`` and ``m_star`` files (numpy arrays) beside its rows."""
     for table, values in (("matrix", m), ("features", m_star)):
-        _, values_path = bucket_paths(out_dir, table, bucket, num_buckets)
-        schema = PARTS[table][1][1]
+        _, _, values_path, schema = _files(out_dir, table, bucket, num_buckets)
         storage.write_parquet(pa.table([pa.array(np.asarray(values))], schema=schema),
                               values_path)

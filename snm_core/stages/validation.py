@@ -22,6 +22,7 @@ fit       ``theta.npy``: a ``.npy`` header of float32, shape (``hash_size``,), a
           the file's size is that array's
 model     ``links-*``/``m-*`` and ``features-*``/``m_star-*``
           (:mod:`~snm_core.io.model_files`; optional: scoring reads ``compact/``),
+          each bucket's values file as many rows as its rows file,
           ``theta.npy`` and ``vocab.txt`` as above; a scoring directory
           (``snm compact --out``, manifest ``scoring_only``) has no tables, and
           asking for them is an error naming its source
@@ -44,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snm_core.io import storage, tables
+from snm_core.io import model_files, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.tables import one_line
 from snm_core.stages import manifests
@@ -106,17 +107,21 @@ def validate_directory(directory, kind, parquet=True):
             "holds the scoring arrays only, not the model's tables; use that model (or "
             "re-run 'snm compact --out' from it if its arrays are of an older layout)")
     if parquet:
+        rows_of = {}
         for prefix, (schema, total) in PARQUET.get(kind, {}).items():
             names = sorted(n for n in files if n.startswith(prefix + "-")
                            or n == prefix + ".parquet")
-            rows = sum(check_parquet(storage.join(directory, n), schema, command)
-                       for n in names)
+            rows_of.update((n, check_parquet(storage.join(directory, n), schema, command))
+                           for n in names)
+            rows = sum(rows_of[n] for n in names)
             expected = manifest.totals.get(total) if total else None
             if expected is not None and rows != expected:
                 raise SnmInputError(
                     f"{directory}: its {prefix}-*.parquet files hold {rows:,} rows, "
                     f"{tables.MANIFEST} says {expected:,}; they were changed after "
                     f"'{command}' wrote them (re-run it)")
+        if kind == "model":
+            check_values_beside_rows(directory, rows_of, command)
     if THETA in files:
         hash_size = _metafeatures(manifest).get("hash_size")
         if hash_size is not None:
@@ -126,6 +131,20 @@ def validate_directory(directory, kind, parquet=True):
     if VOCAB in files or kind in WITH_VOCABULARY:
         vocabulary = check_vocabulary(directory, manifest.vocabulary_fingerprint, command)
     return InputDirectory(directory, kind, manifest, vocabulary)
+
+
+def check_values_beside_rows(directory, rows_of, command):
+    """Each model bucket's values file (``m-*``, ``m_star-*``) has its rows file's rows;
+    ``rows_of``: file name -> rows."""
+    for (rows_prefix, _), (values_prefix, _) in model_files.PARTS.values():
+        for name, rows in rows_of.items():
+            if name.startswith(rows_prefix + "-"):
+                values_name = values_prefix + name[len(rows_prefix):]
+                if rows_of.get(values_name) != rows:
+                    raise SnmInputError(
+                        f"{storage.join(directory, values_name)} holds "
+                        f"{rows_of.get(values_name, 0):,} rows, {name} beside it {rows:,}; "
+                        f"they were changed after '{command}' wrote them (re-run it)")
 
 
 def _metafeatures(manifest):

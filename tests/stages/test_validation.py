@@ -175,7 +175,7 @@ CASES = {
     "model values truncated": ("model", "m-00001-of-00002.parquet", truncate,
                                export_arpa, "not a readable Parquet file"),
     "model values of the other bucket": ("model", "m_star-00000-of-00002.parquet",
-                                         other_bucket, export_arpa, "re-run the stage"),
+                                         other_bucket, export_arpa, "they were changed after"),
     "model features missing": ("model", "features-00001-of-00002.parquet", remove,
                                export_arpa, "is listed"),
     "model theta float64": ("model", "theta.npy", float64_theta, evaluate,
