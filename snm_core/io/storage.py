@@ -563,7 +563,11 @@ def link_or_copy(source, path):
             with contextlib.suppress(FileNotFoundError):  # rename between links of one file
                 os.unlink(tmp)                            # leaves both names
             return
-    with open_input(source) as src, atomic_output(path) as dst:
+    try:
+        src = open_input(source)
+    except FileNotFoundError:
+        raise SnmInputError(f"{source}: not found; re-run the stage that wrote it") from None
+    with src, atomic_output(path) as dst:
         shutil.copyfileobj(src, dst, READ_BYTES)
 
 

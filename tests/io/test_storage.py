@@ -127,6 +127,9 @@ def test_a_file_given_a_second_name_keeps_its_bytes(tmp_path):
     assert linked.read_bytes() == b"first"
     os.unlink(source)
     assert linked.read_bytes() == b"first"
+    with pytest.raises(SnmInputError, match="not found; re-run"):
+        storage.link_or_copy(str(source), str(linked))
+    assert linked.read_bytes() == b"first"
 
     other = "/dev/shm"
     if not os.access(other, os.W_OK) or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
