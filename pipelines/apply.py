@@ -78,10 +78,9 @@ class AdjustBucket(beam.DoFn):
         m, m_star = adjust_bucket(
             features, links, self.theta, self.spec, self.type_salts, self.num_feature_types)
         num_buckets = self.settings.num_buckets
-        for table in ("matrix", "features"):  # the model's rows: the count's files
+        for table, count_file in (("matrix", paths["links"]), ("features", paths["features"])):
             rows_path, _ = model_files.bucket_paths(self.out, table, bucket, num_buckets)
-            storage.link_or_copy(paths["links" if table == "matrix" else "features"],
-                                 rows_path)
+            storage.link_or_copy(count_file, rows_path)  # the model's rows: the count's files
         checkpoint("apply.bucket")  # fault tests stop a worker here, mid-write
         model_files.write_values(self.out, bucket, num_buckets, m, m_star)
         self.progress.update()

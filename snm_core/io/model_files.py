@@ -71,7 +71,8 @@ def read_bucket(model_dir, table, bucket, num_buckets, columns=None):
 
 
 def read_all(model_dir, manifest, table, columns=None):
-    """Every bucket of ``table`` as one table, in bucket order (for export)."""
+    """Every bucket of ``table`` as one table, in bucket order: the whole table in
+    memory, for tests and small models (the stages read a bucket at a time)."""
     num_buckets = int(manifest["num_buckets"])
     return pa.concat_tables([read_bucket(model_dir, table, b, num_buckets, columns)
                              for b in range(num_buckets)])

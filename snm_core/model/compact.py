@@ -196,7 +196,8 @@ def load_model(model_dir, mmap=True):
 
 
 def read_model_tables(model_dir):
-    """``(features, matrix, manifest)`` of a model directory as whole tables (for export)."""
+    """``(features, matrix, manifest)`` of a model directory as whole tables, in memory
+    (for tests and small models; the stages read a bucket at a time)."""
     manifest = validation.validate_directory(model_dir, "model").manifest
     feats = model_files.read_all(model_dir, manifest, "features")
     matrix = model_files.read_all(model_dir, manifest, "matrix")
