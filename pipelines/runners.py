@@ -59,13 +59,15 @@ def normalize(beam_args):
     return out
 
 
-def _beam_parser():
-    """Beam's parser of every registered pipeline option (the Dask runner's included)."""
+def _beam_parser(dask=False):
+    """Beam's parser of every registered pipeline option; with ``dask``, the Dask
+    runner's too (importing it, and Dask, takes a third of a second: only when asked)."""
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
-    try:  # registers DaskOptions, when apache-beam[dask] is installed
-        import apache_beam.runners.dask.dask_runner  # noqa: F401
-    except ImportError:
-        pass
+    if dask:
+        try:  # registers DaskOptions, when apache-beam[dask] is installed
+            import apache_beam.runners.dask.dask_runner  # noqa: F401
+        except ImportError:
+            pass
     parser = _BeamArgumentParser(allow_abbrev=False)
     classes = {}
     for cls in PipelineOptions.__subclasses__():
@@ -85,8 +87,12 @@ def check_options(beam_args, snm_parser=None):
     ``beam_args`` are what ``snm_parser`` (the stage's own) left over; the
     error names the closest option of either parser.
     """
+    args = normalize(beam_args)
     beam = _beam_parser()
-    _, unknown = beam.parse_known_args(normalize(beam_args))
+    _, unknown = beam.parse_known_args(args)
+    if unknown:  # perhaps the Dask runner's options
+        beam = _beam_parser(dask=True)
+        _, unknown = beam.parse_known_args(args)
     if not unknown:
         return
     names = _option_strings(beam) + (_option_strings(snm_parser) if snm_parser else [])

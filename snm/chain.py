@@ -16,6 +16,7 @@ marker: the manifest, or ``eval.json``) made from the same inputs:
 changes its manifest, so the stages after it run again too.
 """
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -184,12 +185,16 @@ def _run_loglinear(plan):
 
 def _run_eval(plan):
     model_dir = plan.path(plan.final)
-    reports = evaluate(model_dir, plan.test)
-    checkpoint("eval.scored")  # fault tests stop the run here
-    if plan.family == "snm":
-        write_model_card(model_dir, plan.manifest(plan.final),
-                         {storage.basename(plan.test): reports})
-        plot_perplexity(plan.path("fit"), storage.join(plan.out, PLOT))
+    # The plot (matplotlib's import, mostly) is drawn while the test text is scored.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        plot = pool.submit(plot_perplexity, plan.path("fit"), storage.join(plan.out, PLOT)) \
+            if plan.family == "snm" else None
+        reports = evaluate(model_dir, plan.test)
+        checkpoint("eval.scored")  # fault tests stop the run here
+        if plot is not None:
+            write_model_card(model_dir, plan.manifest(plan.final),
+                             {storage.basename(plan.test): reports})
+            plot.result()
     storage.write_json(reports, plan.path("eval"))  # last: it marks the stage done
     for name, report in reports.items():
         print(format_report("Log-linear" if name == "loglinear" else name.capitalize(),
