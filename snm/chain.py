@@ -190,11 +190,12 @@ def _run_eval(plan):
         plot = pool.submit(plot_perplexity, plan.path("fit"), storage.join(plan.out, PLOT)) \
             if plan.family == "snm" else None
         reports = evaluate(model_dir, plan.test)
-        checkpoint("eval.scored")  # fault tests stop the run here
         if plot is not None:
-            write_model_card(model_dir, plan.manifest(plan.final),
-                             {storage.basename(plan.test): reports})
             plot.result()
+    checkpoint("eval.scored")  # fault tests stop the run here
+    if plan.family == "snm":
+        write_model_card(model_dir, plan.manifest(plan.final),
+                         {storage.basename(plan.test): reports})
     storage.write_json(reports, plan.path("eval"))  # last: it marks the stage done
     for name, report in reports.items():
         print(format_report("Log-linear" if name == "loglinear" else name.capitalize(),
