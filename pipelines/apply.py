@@ -90,11 +90,11 @@ class AdjustBucket(beam.DoFn):
 
 def check_apply(totals, counts):
     """What apply read (the count's manifest) against what it wrote (:mod:`snm_core.io.losscheck`)."""
-    losscheck.check_each_once("apply", "buckets", range(counts.num_buckets),
-                              [t["bucket"] for t in totals])
-    for name in ("links", "features"):
-        losscheck.check_equal("apply", f"{name} counted", counts.totals[name],
-                              f"{name} applied", sum(t[name] for t in totals))
+    with losscheck.Checks("apply") as checks:
+        checks.each_once("buckets", range(counts.num_buckets), [t["bucket"] for t in totals])
+        for name in ("links", "features"):
+            checks.equal(f"{name} counted", counts.totals[name], f"{name} applied",
+                         sum(t[name] for t in totals))
 
 
 def write_manifest(totals, out, settings, fit_manifest):

@@ -387,15 +387,16 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
 
 def check_counts(counted, shards, previous=None):
     """What the count read against what it wrote (:mod:`snm_core.io.losscheck`)."""
-    losscheck.check_each_once("count", "text shards", shards, counted.get("shards", []))
     occurrences = counted.get("feature_occurrences", 0)
     if previous:
         occurrences += previous.totals["feature_occurrences"]
-    losscheck.check_equal("count", "feature occurrences extracted", occurrences,
-                          "the sum of the link counts written", counted.get("link_count_sum", 0))
-    losscheck.check_equal("count", "words and sentence ends read",
-                          counted.get("tokens", 0) + counted.get("sentences", 0),
-                          "events extracted", counted.get("events", 0))
+    with losscheck.Checks("count") as checks:
+        checks.each_once("text shards", shards, counted.get("shards", []))
+        checks.equal("feature occurrences extracted", occurrences,
+                      "the sum of the link counts written", counted.get("link_count_sum", 0))
+        checks.equal("words and sentence ends read",
+                     counted.get("tokens", 0) + counted.get("sentences", 0),
+                     "events extracted", counted.get("events", 0))
 
 
 def vocab_file(path):

@@ -120,13 +120,14 @@ class JoinBucket(beam.DoFn):
 
 def check_join(stats, shards, num_buckets):
     """What the join read against what it wrote (:mod:`snm_core.io.losscheck`)."""
-    losscheck.check_each_once("join", "text shards", shards, stats.get("shards", []))
-    losscheck.check_each_once("join", "buckets", range(num_buckets), stats.get("buckets", []))
-    losscheck.check_equal("join", "held-out words and sentence ends read",
-                          stats.get("tokens", 0) + stats.get("sentences", 0),
-                          "held-out events written", stats.get("event_rows", 0))
-    losscheck.check_equal("join", "held-out events extracted", stats.get("events", 0),
-                          "held-out events written", stats.get("event_rows", 0))
+    with losscheck.Checks("join") as checks:
+        checks.each_once("text shards", shards, stats.get("shards", []))
+        checks.each_once("buckets", range(num_buckets), stats.get("buckets", []))
+        checks.equal("held-out words and sentence ends read",
+                     stats.get("tokens", 0) + stats.get("sentences", 0),
+                     "held-out events written", stats.get("event_rows", 0))
+        checks.equal("held-out events extracted", stats.get("events", 0),
+                     "held-out events written", stats.get("event_rows", 0))
 
 
 def write_manifest(results, out, settings, heldout, shards):

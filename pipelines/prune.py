@@ -178,11 +178,12 @@ def _save_histogram(histograms, path):
 
 def write_manifest(totals, out, manifest, pruning):
     """Checks what was read against the source's totals, then writes the manifest."""
-    losscheck.check_each_once("prune", "buckets", range(manifest["num_buckets"]),
-                              [t["bucket"] for t in totals])
-    for name in ("links", "features"):
-        losscheck.check_equal("prune", f"{name} in the model", manifest["totals"][name],
-                              f"{name} read", sum(t[f"{name}_read"] for t in totals))
+    with losscheck.Checks("prune") as checks:
+        checks.each_once("buckets", range(manifest["num_buckets"]),
+                         [t["bucket"] for t in totals])
+        for name in ("links", "features"):
+            checks.equal(f"{name} in the model", manifest["totals"][name], f"{name} read",
+                         sum(t[f"{name}_read"] for t in totals))
     return prune_lib.finish_output(out, manifest, sum(t["links"] for t in totals),
                                    sum(t["features"] for t in totals), pruning)
 

@@ -85,9 +85,10 @@ def write_vocabulary(result, out, min_count, max_size, sources, shards):
     """Check the totals, write word_counts.parquet, vocab.txt and the manifest (runs
     once, on a worker).  ``shards``: the names of the text shards listed."""
     counts, stats = result
-    losscheck.check_each_once("vocab", "text shards", shards, stats.get("shards", []))
-    losscheck.check_equal("vocab", "words read", stats.get("tokens", 0),
-                          "the sum of the word counts", int(pc.sum(counts["count"]).as_py() or 0))
+    with losscheck.Checks("vocab") as checks:
+        checks.each_once("text shards", shards, stats.get("shards", []))
+        checks.equal("words read", stats.get("tokens", 0), "the sum of the word counts",
+                     int(pc.sum(counts["count"]).as_py() or 0))
     counts = counts.sort_by([("count", "descending"), ("word", "ascending")])
     vocab = Vocabulary.from_counts(counts["word"].to_pylist(), counts["count"].to_numpy(),
                                    min_count=min_count, max_size=max_size)

@@ -419,13 +419,13 @@ def check_totals(stage, manifest, facts, order):
     once."""
     links = sum(facts.get(f"rows{n}", 0) for n in range(1, order + 1))
     contexts = sum(facts.get(f"context_rows{k}", 0) for k in range(order))
-    losscheck.check_equal(stage, "links in the model", manifest["totals"]["links"],
-                          "links read", facts["links"])
-    losscheck.check_equal(stage, "links read", facts["links"], "entries' links", links)
-    losscheck.check_equal(stage, "features in the model", manifest["totals"]["features"],
-                          "features read", facts["features"])
-    losscheck.check_equal(stage, "features read", facts["features"], "contexts' features",
-                          contexts)
+    with losscheck.Checks(stage) as checks:
+        checks.equal("links in the model", manifest["totals"]["links"], "links read",
+                     facts["links"])
+        checks.equal("links read", facts["links"], "entries' links", links)
+        checks.equal("features in the model", manifest["totals"]["features"], "features read",
+                     facts["features"])
+        checks.equal("features read", facts["features"], "contexts' features", contexts)
 
 
 def run_locally(job, steps=None, stage="back-off form", threads=1):

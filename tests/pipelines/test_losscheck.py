@@ -16,6 +16,13 @@ def test_count_totals_must_add_up():
     count_stage.check_counts(good, shards)
     for broken, message in (({"shards": shards[:1]}, "1 of 2 text shards never reported"),
                             ({"shards": shards + shards[:1]}, "reported twice"),
+                            ({"shards": shards[:1] + ["0:b:0/2"]},
+                             "1 of 2 text shards never reported \\(0:a:1/2\\); 1 of 2 text "
+                             "shards not asked for \\(0:b:0/2\\); the runner lost"),
+                            # a shard's statistics lost, its links written: both said
+                            ({"shards": shards[:1], "feature_occurrences": 30},
+                             "never reported \\(0:a:1/2\\); feature occurrences extracted = "
+                             "30 but the sum of the link counts written = 40; the runner"),
                             ({"link_count_sum": 39}, "feature occurrences extracted = 40 but "
                                                      "the sum of the link counts written = 39"),
                             ({"events": 11}, "events extracted = 11")):
