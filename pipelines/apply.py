@@ -17,10 +17,10 @@ directory (see :mod:`snm_core.io.tables`):
   when the model directory is local).
 
 The pipeline is a Beam map over the count buckets: each worker reads one
-bucket's features (not their words) and links, computes A(f, w) and M_fw for every link (one
-compiled call, ``kernels.adjust_links``) and M_f* for every feature.  A bucket holds all links of its
-features, so the per-feature sum is done in the same step, without a
-CombinePerKey shuffle.
+bucket's features (not their words) and links, computes A(f, w) and M_fw for
+every link (one compiled call, ``kernels.adjust_links``) and M_f* for every
+feature.  A bucket holds all links of its features, so the per-feature sum is
+done in the same step, without a CombinePerKey shuffle.
 """
 
 import dataclasses
