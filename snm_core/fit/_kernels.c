@@ -542,6 +542,136 @@ static inline int class_weights(const Spec *s, const Problem *p, const Row *row,
     return n;
 }
 
+/* An unlexicalized class's part of A, factored.  Its full untargeted entries
+ * are groups of 1 + nF: a head of weight P_g, a product of the class's
+ * link-count and continuation bucket weights (s0, s1; then for each
+ * continuation weight c: c, c s0, c s1), and the row's full list F scaled by
+ * P_g (the layout of class_weights).  So the part is sum_g P_g T_g with
+ * T_g = theta[head] + sum_i F_i theta[pos_i], the same for every class of a
+ * row with the same signature: T is computed once per (row, signature), and
+ * a row's gradient is summed per (row, signature) and group before it is
+ * spread over the entries. */
+#define MAX_GROUPS 8
+#define SIG_SLOTS 256
+#define SIG_FILL 192
+
+static inline int class_prefixes(const Spec *s, const Problem *p, int64_t c, double *out) {
+    double sw[2], cw[2];
+    uint64_t b[2];
+    int n = 0;
+    if (s->link_count) {
+        count_buckets(p->class_count[c], 0, b, sw);
+        out[n++] = sw[0];
+        out[n++] = sw[1];
+    }
+    if (s->continuation) {
+        count_buckets(class_continuation(p, c) + 1, 0, b, cw);
+        for (int l = 0; l < 2; l++) {
+            out[n++] = cw[l];
+            if (s->link_count) {
+                out[n++] = cw[l] * sw[0];
+                out[n++] = cw[l] * sw[1];
+            }
+        }
+    }
+    return n;
+}
+
+typedef struct {
+    int64_t stamp;
+    int32_t signature;
+    double v[MAX_GROUPS];
+} SigEntry;
+
+/* The (row, signature) entries of one row at a time: a slot is empty unless its
+ * stamp is the current one; `order` keeps the entries in the order first seen. */
+typedef struct {
+    SigEntry e[SIG_SLOTS];
+    int16_t order[SIG_FILL];
+    int n;
+    int64_t stamp;
+} SigCache;
+
+static void sig_reset(SigCache *cache) {
+    cache->stamp++;
+    cache->n = 0;
+}
+
+static void sig_init(SigCache *cache) {
+    for (int i = 0; i < SIG_SLOTS; i++)
+        cache->e[i].stamp = -1;
+    cache->stamp = 0;
+    cache->n = 0;
+}
+
+/* The entry of `signature`, *fresh set if it was made now; NULL when the cache is full. */
+static inline SigEntry *sig_find(SigCache *cache, int32_t signature, int *fresh) {
+    uint32_t i = ((uint32_t)signature * 0x9E3779B1u) >> 24;
+    for (;; i = (i + 1) & (SIG_SLOTS - 1)) {
+        SigEntry *e = &cache->e[i];
+        if (e->stamp != cache->stamp) {
+            if (cache->n == SIG_FILL)
+                return NULL;
+            e->stamp = cache->stamp;
+            e->signature = signature;
+            cache->order[cache->n++] = (int16_t)i;
+            *fresh = 1;
+            return e;
+        }
+        if (e->signature == signature) {
+            *fresh = 0;
+            return e;
+        }
+    }
+}
+
+/* T_g of class c's signature in a row with full list F (nF entries). */
+static inline void group_sums(const Problem *p, int64_t c, const Row *row, int n_groups,
+                              const float *theta, double *out) {
+    int64_t at = (int64_t)p->class_signature[c] * p->width;
+    int group = 1 + row->nF;
+    for (int g = 0; g < n_groups; g++, at += group) {
+        double t;
+        if (p->pos16) {
+            const uint16_t *pos = p->pos16 + at;
+            t = theta[pos[0]];
+            for (int i = 0; i < row->nF; i++)
+                t += theta[pos[1 + i]] * row->F[i].w;
+        } else {
+            const int32_t *pos = p->pos32 + at;
+            t = theta[pos[0]];
+            for (int i = 0; i < row->nF; i++)
+                t += theta[pos[1 + i]] * row->F[i].w;
+        }
+        out[g] = t;
+    }
+}
+
+/* Whether class parts are factored (unlexicalized: positions shared by signature). */
+static inline int factored(const Spec *s, const Problem *p) {
+    return p->class_signature && !s->target && p->width;
+}
+
+static inline int spec_groups(const Spec *s) {
+    return (s->link_count ? 2 : 0) + (s->continuation ? (s->link_count ? 6 : 2) : 0);
+}
+
+/* The class part of A of class c (factored; see above), T from the cache when it has it. */
+static inline double factored_part(const Spec *s, const Problem *p, const Row *row, int64_t c,
+                                   const float *theta, SigCache *cache) {
+    double prefix[MAX_GROUPS], fresh_sums[MAX_GROUPS];
+    int n_groups = class_prefixes(s, p, c, prefix);
+    int fresh = 0;
+    SigEntry *e = sig_find(cache, p->class_signature[c], &fresh);
+    double *sums = e ? e->v : fresh_sums;
+    if (!e || fresh)
+        group_sums(p, c, row, n_groups, theta, sums);
+    double a = 0.0;
+    for (int g = 0; g < n_groups; g++)
+        a += prefix[g] * sums[g];
+    return a;
+}
+
 /* Where a row's gradient pairs go: added in place to positions [lo, hi) of
  * grad, or appended to the streams of their buckets. */
 typedef struct {
@@ -682,17 +812,23 @@ static inline void link_values(const Spec *s, const Problem *p, const Row *row, 
 
 /* M of every unit of row r into m (NULL: not kept); returns M_f*. */
 static double row_values(const Spec *s, const Problem *p, int64_t r, const float *theta,
-                         double *m) {
+                         double *m, SigCache *cache) {
     Row row;
-    Entry e[MAX_ENTRIES];
     double cw[MAX_ENTRIES];
     double scratch[256];
     load_row(s, p, r, &row);
+    sig_reset(cache);
+    int by_signature = factored(s, p);
     double a_row = row_sum(s, p, &row, theta), total = (double)p->row_count[r], sum = 0.0;
     int64_t unit = 0;
     for (int64_t c = p->row_class_ptr[r]; c < p->row_class_ptr[r + 1]; c++) {
-        int n = class_weights(s, p, &row, c, cw);
-        double a_class = a_row + class_sum(p, c, cw, n, theta);
+        double a_class;
+        if (by_signature) {
+            a_class = a_row + factored_part(s, p, &row, c, theta, cache);
+        } else {
+            int n = class_weights(s, p, &row, c, cw);
+            a_class = a_row + class_sum(p, c, cw, n, theta);
+        }
         double rel = p->class_count[c] / total;
         if (!s->target) {
             double value = rel * exp(a_class);
@@ -728,10 +864,12 @@ typedef struct {
 static void forward_task(void *context, int t, int threads) {
     ForwardTask *f = (ForwardTask *)context;
     int64_t lo, hi;
+    SigCache cache;
+    sig_init(&cache);
     split_rows(f->offset, 0, f->n_rows, t, threads, &lo, &hi);
     for (int64_t i = lo; i < hi; i++)
         f->m_star[i] = row_values(f->s, f->p, f->rows ? f->rows[i] : i, f->theta,
-                                  f->m ? f->m + f->offset[i] : NULL);
+                                  f->m ? f->m + f->offset[i] : NULL, &cache);
 }
 
 /* M_f* of rows (local rows i < n_rows; rows NULL: every row, offset =
@@ -750,21 +888,27 @@ int64_t forward(const Spec *s, const Problem *p, const float *theta, const int64
 int64_t unit_values(const Spec *s, const Problem *p, const float *theta, const int64_t *rows,
                     const int64_t *classes, const int64_t *links, int64_t n, double *out) {
     Row row;
-    Entry e[MAX_ENTRIES];
     double cw[MAX_ENTRIES];
     int64_t loaded_row = -1, loaded_class = -1;
     double a_row = 0.0, a_class = 0.0, rel = 0.0;
+    SigCache cache;
+    sig_init(&cache);
     for (int64_t j = 0; j < n; j++) {
         int64_t r = rows[j], c = classes[j];
         if (r != loaded_row) {
             load_row(s, p, r, &row);
             a_row = row_sum(s, p, &row, theta);
+            sig_reset(&cache);
             loaded_row = r;
             loaded_class = -1;
         }
         if (c != loaded_class) {
-            int k = class_weights(s, p, &row, c, cw);
-            a_class = a_row + class_sum(p, c, cw, k, theta);
+            if (factored(s, p)) {
+                a_class = a_row + factored_part(s, p, &row, c, theta, &cache);
+            } else {
+                int k = class_weights(s, p, &row, c, cw);
+                a_class = a_row + class_sum(p, c, cw, k, theta);
+            }
             rel = p->class_count[c] / (double)p->row_count[r];
             loaded_class = c;
         }
@@ -818,8 +962,53 @@ double events_pass(int64_t n_events, const int64_t *event_pairs, const int64_t *
  * the row's own entries go with its first unit, a class's untargeted entries
  * with the class's first unit, so any cut of a row's units emits the pairs in
  * the order the whole row would. */
+/* Emits the (row, signature) gradient sums the cache holds, group by group, and
+ * empties it. */
+static void flush_groups(const Spec *s, const Problem *p, const Row *row, SigCache *cache,
+                         Sink *sink) {
+    int n_groups = spec_groups(s), group = 1 + row->nF;
+    for (int k = 0; k < cache->n; k++) {
+        const SigEntry *e = &cache->e[cache->order[k]];
+        int64_t at = (int64_t)e->signature * p->width;
+        for (int g = 0; g < n_groups; g++, at += group) {
+            double v = e->v[g];
+            if (v == 0.0)
+                continue;
+            emit(sink, p->pos16 ? p->pos16[at] : p->pos32[at], v);
+            for (int i = 0; i < row->nF; i++)
+                if (row->F[i].w != 0.0)
+                    emit(sink, p->pos16 ? p->pos16[at + 1 + i] : p->pos32[at + 1 + i],
+                         v * row->F[i].w);
+        }
+    }
+    sig_reset(cache);
+}
+
+/* The class entries of classes [from, to) of row r (factored, added in
+ * place): each class's gradient times its prefixes, summed per signature. */
+static void emit_factored(const Spec *s, const Problem *p, int64_t r, const Row *row,
+                          const double *g, int64_t from, int64_t to, Sink *sink,
+                          SigCache *cache) {
+    double prefix[MAX_GROUPS];
+    int64_t first = p->row_class_ptr[r];
+    sig_reset(cache);
+    for (int64_t c = first + from; c < first + to; c++) {
+        int n_groups = class_prefixes(s, p, c, prefix), fresh = 0;
+        SigEntry *e = sig_find(cache, p->class_signature[c], &fresh);
+        if (!e) {
+            flush_groups(s, p, row, cache, sink);
+            e = sig_find(cache, p->class_signature[c], &fresh);
+        }
+        if (fresh)
+            memset(e->v, 0, sizeof(e->v));
+        for (int k = 0; k < n_groups; k++)
+            e->v[k] += g[c - first] * prefix[k];
+    }
+    flush_groups(s, p, row, cache, sink);
+}
+
 static int emit_row(const Spec *s, const Problem *p, int64_t r, const double *g, int64_t from,
-                    int64_t to, Sink *sink) {
+                    int64_t to, Sink *sink, SigCache *cache) {
     Row row;
     double cw[MAX_ENTRIES];
     load_row(s, p, r, &row);
@@ -830,6 +1019,12 @@ static int emit_row(const Spec *s, const Problem *p, int64_t r, const double *g,
             g_row += g[u];
         for (int j = 0; j < row.nL; j++)
             emit(sink, entry_position(s, p, row.L[j].h), g_row * row.L[j].w);
+    }
+    /* Added in place, the sums' order is fixed by the units alone (the lanes are
+     * cut by units); in streams, cut by threads, every class emits its own. */
+    if (factored(s, p) && !sink->streams) {
+        emit_factored(s, p, r, &row, g, from, to, sink, cache);
+        return sink->failed ? -1 : 0;
     }
     int64_t unit = 0;
     for (int64_t c = p->row_class_ptr[r]; c < p->row_class_ptr[r + 1] && unit < to; c++) {
@@ -879,12 +1074,14 @@ static int emit_units(const Spec *s, const Problem *p, const Batch *b, const dou
                       int64_t u0, int64_t u1, Sink *sink) {
     if (u0 >= u1)
         return 0;
+    SigCache cache;
+    sig_init(&cache);
     for (int64_t i = row_of_unit(b->offset, b->n_rows, u0); i < b->n_rows && b->offset[i] < u1;
          i++) {
         int64_t first = b->offset[i];
         int64_t from = u0 > first ? u0 - first : 0;
         int64_t to = (u1 < b->offset[i + 1] ? u1 : b->offset[i + 1]) - first;
-        if (emit_row(s, p, b->rows[i], g + first, from, to, sink))
+        if (emit_row(s, p, b->rows[i], g + first, from, to, sink, &cache))
             return -1;
     }
     return 0;

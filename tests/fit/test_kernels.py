@@ -2,6 +2,7 @@
 meta-features (snm_core.fit.metafeatures) and against each other's paths."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from support.problems import (
     HELDOUT,
@@ -19,6 +20,7 @@ from snm_core.fit import kernels
 from snm_core.fit import metafeatures as mf
 from snm_core.fit import problem as fit_problem
 from snm_core.fit.metafeatures import MetaFeatureSpec
+from snm_core.io import tables
 from snm_core.text.config import parse_config
 
 
@@ -157,4 +159,54 @@ def test_gradient_through_sorted_pairs_equals_the_direct_sum(params, monkeypatch
     (a_loglik, a_grad), (b_loglik, b_grad) = results.values()
     assert a_loglik == b_loglik
     # The sorted pairs carry float32 values.
+    assert np.allclose(a_grad, b_grad, rtol=1e-5, atol=1e-6 * np.abs(a_grad).max())
+
+
+def many_signatures():
+    """Small M whose first row has 3,481 classes of distinct signatures (every pair of a
+    link-count and a continuation bucket, a power of two or not): more than the loops
+    keep at once, even in an eighth of the row (the gradient's lanes); beside it a row
+    of one link; and events on both rows."""
+    levels = [1] + [v for b in range(1, 31) for v in (1 << b, 3 << (b - 1))]
+    counts, continuations = np.meshgrid(levels, np.array(levels) - 1)
+    counts, continuations = counts.ravel(), continuations.ravel()
+    n = len(counts)
+    small_m = pa.table({
+        "feature": np.r_[np.full(n, 11), 22].astype(np.uint64),
+        "word": np.r_[np.arange(n), 5].astype(np.int32),
+        "count": np.r_[counts, 3].astype(np.int64),
+        "continuation": np.r_[continuations, 1].astype(np.int64),
+        "feature_count": np.r_[np.full(n, counts.sum()), 3].astype(np.int64),
+        "diversity": np.r_[np.full(n, n), 1].astype(np.int64),
+        "tag": np.zeros(n + 1, np.int16), "type": np.r_[np.zeros(n), 1].astype(np.int16)},
+        schema=tables.SMALL_M)
+    rng = np.random.default_rng(3)
+    targets = rng.integers(0, n, 300).astype(np.int32)
+    keys = [[11, 22] if i % 3 else [11] for i in range(300)]
+    events = pa.table({"file": np.zeros(300, np.int16), "line": np.arange(300),
+                       "target": targets, "features": keys}, schema=tables.EVENTS)
+    return small_m, events
+
+
+@pytest.mark.parametrize("continuation", [False, True], ids=["", "continuation"])
+def test_rows_of_many_signatures_equal_the_definition(continuation, monkeypatch):
+    """Unlexicalized A is summed per (row, signature); a row with more signatures than
+    are kept at once gives the definition's M_f*, likelihood and gradient."""
+    spec = MetaFeatureSpec("unlexicalized", 1 << 16, True, continuation)
+    small_m, events = many_signatures()
+    fingerprints = np.array([1234567, 7654321], np.uint64)
+    results = {}
+    for direct in (kernels.DIRECT_PARAMS, 0):  # summed per signature; per class
+        monkeypatch.setattr(kernels, "DIRECT_PARAMS", direct)
+        prob = fit_problem.AdjustmentProblem([small_m], fit_problem.Events.from_table(events),
+                                             spec, fingerprints, 2)
+        assert prob.class_signature.max() + 1 >= (3481 if continuation else 59)
+        theta = random_theta(prob, 0.3, seed=5)
+        m_star, loglik, _ = reference(small_m, events, spec, fingerprints, 2,
+                                      prob.dense_theta(theta))
+        assert np.allclose(prob.m_star(theta), m_star, rtol=1e-5)
+        assert prob.log_likelihood(theta) == pytest.approx(loglik, rel=1e-6)
+        results[direct] = prob.batch(theta, np.arange(prob.num_events))
+    (a_loglik, a_grad), (b_loglik, b_grad) = results.values()
+    assert a_loglik == b_loglik
     assert np.allclose(a_grad, b_grad, rtol=1e-5, atol=1e-6 * np.abs(a_grad).max())
