@@ -120,6 +120,27 @@ def kept_heap(kind):
         release_memory()
 
 
+@contextlib.contextmanager
+def small_pages():
+    """numpy's arrays made within the block ask for no transparent huge pages.
+
+    numpy asks for them (``madvise``) for every array of 4 MiB or more.  A huge page
+    is zeroed whole by the kernel on first touch, and on a virtual machine that
+    costs far more than the small pages the touched bytes need; the TLB reach it
+    buys pays only where large arrays are probed at random long enough.
+    ``NUMPY_MADVISE_HUGEPAGE`` in the environment leaves numpy as it is."""
+    import numpy as np
+
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        yield
+        return
+    previous = np._core.multiarray._set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        np._core.multiarray._set_madvise_hugepage(previous)
+
+
 def _may_set(variables, override_environment):
     """Whether a glibc setting is ours to make: glibc is there, and none of its
     environment ``variables`` is set (or ``override_environment``)."""

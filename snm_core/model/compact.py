@@ -97,8 +97,11 @@ def _build(model_dir, manifest, layout, directory, resources, options):
     memory.configure_process("single")
     with memory.kept_heap("single"):  # a partition's arrays reused, not zeroed afresh
         if layout == "hashed":
-            return hashed_build.build_hashed(model_dir, manifest, directory, **resources,
-                                             **options)
+            # Its passes stream through their arrays: huge pages would only cost
+            # their zeroing (the trie's builds, which probe theirs, keep them).
+            with memory.small_pages():
+                return hashed_build.build_hashed(model_dir, manifest, directory,
+                                                 **resources, **options)
         builder = small.build_small if layout == "small" else trie.build_trie
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)
