@@ -552,7 +552,8 @@ static inline int class_weights(const Spec *s, const Problem *p, const Row *row,
  * a row's gradient is summed per (row, signature) and group before it is
  * spread over the entries. */
 #define MAX_GROUPS 8
-#define SIG_SLOTS 256
+#define SIG_BITS 8
+#define SIG_SLOTS (1 << SIG_BITS)
 #define SIG_FILL 192
 
 static inline int class_prefixes(const Spec *s, const Problem *p, int64_t c, double *out) {
@@ -606,7 +607,7 @@ static void sig_init(SigCache *cache) {
 
 /* The entry of `signature`, *fresh set if it was made now; NULL when the cache is full. */
 static inline SigEntry *sig_find(SigCache *cache, int32_t signature, int *fresh) {
-    uint32_t i = ((uint32_t)signature * 0x9E3779B1u) >> 24;
+    uint32_t i = ((uint32_t)signature * 0x9E3779B1u) >> (32 - SIG_BITS);
     for (;; i = (i + 1) & (SIG_SLOTS - 1)) {
         SigEntry *e = &cache->e[i];
         if (e->stamp != cache->stamp) {
