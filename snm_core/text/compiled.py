@@ -9,11 +9,13 @@ Scoring imports this module (through
 :mod:`snm_core.model.layouts.hashed_kernels`, or a trie layout), as do sampling and
 the hashed layout's build (:mod:`snm_core.model.layouts.hashed_build_kernels`); once it is
 imported, ``hashing.mix64``/``combine`` and ``Vocabulary.ids`` use it (same
-results).  Counting and fitting do not load it: numba costs memory a process
-(the fit's own loops are C, ``_kernels.c``), and hashing is a sliver of a
-count's time.  ``numba`` compiles on first use and caches the machine code
+results).  Every ``snm`` command imports it (through the layouts' names in
+:mod:`snm.commands.arguments`), so a count uses it too; the count's sorts are
+numba's anyway (:mod:`snm_core.io.radix`), while the fit's loops are C
+(``_kernels.c``).  ``numba`` compiles on first use and caches the machine code
 beside this file (``cache=True``), so only the first process after an install
-pays the few seconds of compilation.
+pays the few seconds of compilation; every process still pays numba's start
+(benchmarks/README.md, "The fit's classes factored").
 
 The tests hold these to independent computations: the hash functions' integer
 definitions and a dictionary lookup.
