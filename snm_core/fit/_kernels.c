@@ -959,10 +959,6 @@ double events_pass(int64_t n_events, const int64_t *event_pairs, const int64_t *
 
 /* --- the gradient ------------------------------------------------------------------- */
 
-/* The gradient pairs of row r's units [from, to) (units' gradients g[0...]):
- * the row's own entries go with its first unit, a class's untargeted entries
- * with the class's first unit, so any cut of a row's units emits the pairs in
- * the order the whole row would. */
 /* Emits the (row, signature) gradient sums the cache holds, group by group, and
  * empties it. */
 static void flush_groups(const Spec *s, const Problem *p, const Row *row, SigCache *cache,
@@ -1008,6 +1004,13 @@ static void emit_factored(const Spec *s, const Problem *p, int64_t r, const Row 
     flush_groups(s, p, row, cache, sink);
 }
 
+/* The gradient pairs of row r's units [from, to) (units' gradients g[0...]):
+ * the row's own entries go with its first unit, a class's untargeted entries
+ * with the class's first unit, so any cut of a row's units emits the pairs in
+ * the order the whole row would.  Added in place, factored classes are summed
+ * per (row, signature) within the cut instead: the lanes are cut by units
+ * alone, so the sums' order still does not depend on the threads; in streams,
+ * cut by threads, every class emits its own pairs. */
 static int emit_row(const Spec *s, const Problem *p, int64_t r, const double *g, int64_t from,
                     int64_t to, Sink *sink, SigCache *cache) {
     Row row;
@@ -1021,8 +1024,6 @@ static int emit_row(const Spec *s, const Problem *p, int64_t r, const double *g,
         for (int j = 0; j < row.nL; j++)
             emit(sink, entry_position(s, p, row.L[j].h), g_row * row.L[j].w);
     }
-    /* Added in place, the sums' order is fixed by the units alone (the lanes are
-     * cut by units); in streams, cut by threads, every class emits its own. */
     if (factored(s, p) && !sink->streams) {
         emit_factored(s, p, r, &row, g, from, to, sink, cache);
         return sink->failed ? -1 : 0;
