@@ -134,11 +134,12 @@ def small_pages():
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         yield
         return
-    previous = np._core.multiarray._set_madvise_hugepage(False)
+    core = getattr(np, "_core", None) or np.core  # numpy 2 / 1.26
+    previous = core.multiarray._set_madvise_hugepage(False)
     try:
         yield
     finally:
-        np._core.multiarray._set_madvise_hugepage(previous)
+        core.multiarray._set_madvise_hugepage(previous)
 
 
 def _may_set(variables, override_environment):
