@@ -653,10 +653,6 @@ static inline int factored(const Spec *s, const Problem *p) {
     return p->class_signature && !s->target && p->width;
 }
 
-static inline int spec_groups(const Spec *s) {
-    return (s->link_count ? 2 : 0) + (s->continuation ? (s->link_count ? 6 : 2) : 0);
-}
-
 /* The class part of A of class c (factored; see above), T from the cache when it has it. */
 static inline double factored_part(const Spec *s, const Problem *p, const Row *row, int64_t c,
                                    const float *theta, SigCache *cache) {
@@ -961,9 +957,8 @@ double events_pass(int64_t n_events, const int64_t *event_pairs, const int64_t *
 
 /* Emits the (row, signature) gradient sums the cache holds, group by group, and
  * empties it. */
-static void flush_groups(const Spec *s, const Problem *p, const Row *row, SigCache *cache,
-                         Sink *sink) {
-    int n_groups = spec_groups(s), group = 1 + row->nF;
+static void flush_groups(const Problem *p, const Row *row, SigCache *cache, Sink *sink) {
+    int group = 1 + row->nF, n_groups = (int)(p->width / group);
     for (int k = 0; k < cache->n; k++) {
         const SigEntry *e = &cache->e[cache->order[k]];
         int64_t at = (int64_t)e->signature * p->width;
@@ -982,18 +977,18 @@ static void flush_groups(const Spec *s, const Problem *p, const Row *row, SigCac
 }
 
 /* The class entries of classes [from, to) of row r (factored, added in
- * place): each class's gradient times its prefixes, summed per signature. */
+ * place): each class's gradient times its prefixes, summed per signature.
+ * The cache is empty on entry and left empty. */
 static void emit_factored(const Spec *s, const Problem *p, int64_t r, const Row *row,
                           const double *g, int64_t from, int64_t to, Sink *sink,
                           SigCache *cache) {
     double prefix[MAX_GROUPS];
     int64_t first = p->row_class_ptr[r];
-    sig_reset(cache);
     for (int64_t c = first + from; c < first + to; c++) {
         int n_groups = class_prefixes(s, p, c, prefix), fresh = 0;
         SigEntry *e = sig_find(cache, p->class_signature[c], &fresh);
         if (!e) {
-            flush_groups(s, p, row, cache, sink);
+            flush_groups(p, row, cache, sink);
             e = sig_find(cache, p->class_signature[c], &fresh);
         }
         if (fresh)
@@ -1001,7 +996,7 @@ static void emit_factored(const Spec *s, const Problem *p, int64_t r, const Row 
         for (int k = 0; k < n_groups; k++)
             e->v[k] += g[c - first] * prefix[k];
     }
-    flush_groups(s, p, row, cache, sink);
+    flush_groups(p, row, cache, sink);
 }
 
 /* The gradient pairs of row r's units [from, to) (units' gradients g[0...]):
