@@ -8,7 +8,7 @@ DEMO := demo-output
 
 .PHONY: demo test clean
 
-$(STAMP): setup.py snm_core/fit/_kernels.c
+$(STAMP): setup.py $(wildcard snm_core/*.c snm_core/*/*.c snm_core/*/*/*.c snm_core/*/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

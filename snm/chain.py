@@ -27,14 +27,12 @@ from typing import Callable, Optional
 from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
-from pipelines import prune as prune_stage
 from pipelines import vocab as vocab_stage
 from snm.evaluation import FitProgress, evaluate, format_report, plot_perplexity
 from snm_core.fit.selection import fit_directory
 from snm_core.io import memory, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmStageError
-from snm_core.loglinear.directory import train as train_loglinear
 from snm_core.model.card import write_model_card
 from snm_core.stages import manifests
 
@@ -173,6 +171,7 @@ def _run_apply(plan):
 
 
 def _run_prune(plan):
+    from pipelines import prune as prune_stage  # numba (the back-off form): pruning only
     prune_stage.run(prune_stage.PruneOptions(
         model=plan.path("apply"), out=plan.path("prune"), target_links=plan.prune_to,
         heldout=None if plan.ngram else plan.path("join"),  # mass weighs held-out features
@@ -180,7 +179,8 @@ def _run_prune(plan):
 
 
 def _run_loglinear(plan):
-    train_loglinear(plan.path("count"), plan.heldout, plan.path("loglinear"), plan.fit_options)
+    from snm_core.loglinear.directory import train  # numba: this family only
+    train(plan.path("count"), plan.heldout, plan.path("loglinear"), plan.fit_options)
 
 
 def _run_eval(plan):

@@ -9,7 +9,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.io.textfile import read_lines
-from snm_core.loglinear.directory import LogLinearScorer, is_loglinear
+from snm_core.loglinear.family import is_loglinear
 from snm_core.model.compact import load_model
 
 
@@ -35,6 +35,7 @@ def load_scorer(model_dir):
     """The scorer of any model directory, by its manifest's kind: an SNM model's
     (:func:`snm_core.model.compact.load_model`) or a log-linear one's."""
     if is_loglinear(model_dir):
+        from snm_core.loglinear.directory import LogLinearScorer  # numba: this family only
         return LogLinearScorer.load(model_dir)
     return load_model(model_dir)
 

@@ -2,7 +2,7 @@
 
 from snm.commands import arguments
 from snm_core.loglinear.directory import export_arpa as export_loglinear_arpa
-from snm_core.loglinear.directory import is_loglinear
+from snm_core.loglinear.family import is_loglinear
 from snm_core.model.arpa import export_arpa
 
 

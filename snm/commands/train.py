@@ -42,8 +42,8 @@ from snm_core.count.budget import BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.runlock import run_lock
-from snm_core.loglinear import path, penalties
-from snm_core.loglinear.directory import LogLinearOptions
+from snm_core.loglinear import family as loglinear_family
+from snm_core.loglinear.family import LogLinearOptions
 from snm_core.model.layouts import ngram_trie
 from snm_core.stages import manifests
 from snm_core.text.config import load_config
@@ -85,19 +85,20 @@ def main(argv=None):
     family.add_argument("--family", choices=("snm", "loglinear"), default="snm",
                         help="snm (default) or loglinear: a log-linear n-gram model with a "
                              "tree-structured penalty on the same counts")
-    family.add_argument("--penalty", default="t2", choices=penalties.PENALTIES,
+    family.add_argument("--penalty", default="t2", choices=loglinear_family.PENALTIES,
                         help="the penalty (default %(default)s); w* weight depth d by alpha^d")
     family.add_argument("--lam", type=_floats, default=None, metavar="L[,L..]",
                         help="penalty strength(s) lambda; each is fitted and the best on "
                              "--heldout kept (default: with --optimizer auto "
-                             f"{', '.join(f'{s:g}' for s in path.LAM_SCALES)}, otherwise "
+                             f"{', '.join(f'{s:g}' for s in loglinear_family.LAM_SCALES)}, "
+                             "otherwise "
                              "0.1, 0.3 and 1, over the number of training words and "
                              "sentence ends)")
     family.add_argument("--alpha", type=_floats, default=None, metavar="A[,A..]",
                         help="depth weight(s) of wl2 wl1 wt2 wtinf (depth d weighted "
                              "alpha^d; default with --optimizer auto: "
                              + ", ".join(f"{p} {','.join(f'{v:g}' for v in a)}"
-                                         for p, a in path.ALPHAS.items())
+                                         for p, a in loglinear_family.ALPHAS.items())
                              + "; otherwise 1.4)")
     family.add_argument("--optimizer", choices=("auto", "adagrad", "fista", "pgd", "lbfgs",
                                                 "apg"),
@@ -106,7 +107,7 @@ def main(argv=None):
                              "Kneser-Ney model of the counts (exactly), then accelerated "
                              "proximal gradient along a "
                              "warm-started lambda path, strongest first, for at most "
-                             f"{path.ITERATIONS} iterations a lambda, keeping the best "
+                             f"{loglinear_family.ITERATIONS} iterations a lambda, keeping the best "
                              "held-out iterate and stopping when held-out perplexity turns "
                              "up or --time_budget is spent.  Or a stochastic proximal "
                              "gradient variant (adagrad, fista, pgd; early stopping on "
@@ -114,7 +115,7 @@ def main(argv=None):
                              "(L-BFGS-B, for l2 l1 wl2 wl1; an epoch is 10 iterations) or "
                              "apg (accelerated proximal gradient, any penalty, until its "
                              "certificate is below --tol; an epoch is 50 iterations)")
-    family.add_argument("--time_budget", type=float, default=path.DEFAULT_SECONDS,
+    family.add_argument("--time_budget", type=float, default=loglinear_family.DEFAULT_SECONDS,
                         metavar="SECONDS",
                         help="--optimizer auto: seconds for choosing lambda and alpha "
                              "(default %(default)g; counting, loading the counts and eval "

@@ -20,11 +20,10 @@ are used: stored, they would take 56 bytes a link.
 """
 
 import ctypes
-import importlib.util
 
 import numpy as np
 
-from snm_core.io.errors import SnmInputError
+from snm_core.io import native
 
 #: Row entries at most (feature, type, two feature-count and two diversity buckets).
 MAX_ROW_ENTRIES = 6
@@ -95,13 +94,8 @@ def targeted_width(spec):
 
 
 def _load():
-    found = importlib.util.find_spec("snm_core.fit._kernels")
-    if found is None or found.origin is None:
-        raise SnmInputError("snm_core.fit._kernels is not built: reinstall the package "
-                            "(pip install -e .), which compiles snm_core/fit/_kernels.c")
-    lib = ctypes.CDLL(found.origin)
+    lib = native.load("snm_core.fit._kernels", "initialise", VERSION)
     signatures = {
-        "initialise": ([], _i64),
         "mark_used_slots": ([_ptr, _ptr, _i64, _i64, _ptr], _i64),
         "class_signatures": ([_ptr, _ptr, _ptr, _i64, _i64, _ptr], _i64),
         "store_positions": ([_ptr, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr], _i64),
@@ -122,8 +116,6 @@ def _load():
         function = getattr(lib, name)
         function.argtypes = args
         function.restype = result
-    if lib.initialise() != VERSION:
-        raise SnmInputError("snm_core.fit._kernels is out of date: reinstall the package")
     return lib
 
 
@@ -138,15 +130,7 @@ def lib():
     return _LIB
 
 
-def address(array, dtype=None):
-    """The data pointer of a C-contiguous array (checked), or None for None."""
-    if array is None:
-        return None
-    if dtype is not None and array.dtype != np.dtype(dtype):
-        raise TypeError(f"expected {np.dtype(dtype)}, got {array.dtype}")
-    if not array.flags.c_contiguous:
-        raise TypeError("expected a C-contiguous array")
-    return array.ctypes.data
+address = native.address
 
 
 _PROBLEM_DTYPES = {

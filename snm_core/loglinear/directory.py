@@ -35,7 +35,8 @@ from snm_core.io import storage, tables
 from snm_core.io.arrays import padded_lists
 from snm_core.io.errors import SnmInputError
 from snm_core.io.textfile import read_lines
-from snm_core.loglinear import path, penalties
+from snm_core.loglinear import path
+from snm_core.loglinear.family import KIND
 from snm_core.loglinear.model import (
     ContextTree,
     LogLinearModel,
@@ -55,7 +56,6 @@ from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch, tokenize
 from snm_core.text.vocab import BOS_ID
 
-KIND = manifests.LogLinear.KIND
 #: The default λ grid, times 1/P (see :class:`LogLinearOptions`).
 LAM_SCALES = (0.1, 0.3, 1.0)
 ARRAYS = {"node_parent": np.int64, "node_word": np.int64, "pair_ptr": np.int64,
@@ -231,59 +231,6 @@ class LogLinearScorer(LineScoring, StateScoring):
         return prob
 
 
-@dataclasses.dataclass
-class LogLinearOptions:
-    """How ``snm train --family loglinear`` fits.
-
-    ``optimizer`` "auto" (the default): :func:`snm_core.loglinear.path.choose`,
-    a warm-started λ path by APG from the interpolated modified Kneser-Ney model,
-    λ (``lams``, default :data:`snm_core.loglinear.path.LAM_SCALES` over P) and
-    α (``alphas``, default :data:`snm_core.loglinear.path.ALPHAS`) chosen on
-    held-out data within ``seconds``.  Any other optimizer:
-    :func:`snm_core.loglinear.optimizers.fit` for every pair of the grids
-    ``lams`` and ``alphas`` (:func:`select`), the one with the lowest held-out
-    loss kept; ``lams`` None: :data:`LAM_SCALES` over the number of training
-    positions P (λ multiplies the *mean* loss, so its best value falls like
-    1/P), ``alphas`` None: 1.4 (1 for the unweighted penalties).
-    """
-
-    penalty: str = "t2"
-    lams: tuple = None
-    alphas: tuple = None
-    optimizer: str = "auto"
-    epochs: int = 30
-    batches_per_epoch: int = 25
-    step: float = 1.0
-    patience: int = 2
-    seed: int = 0
-    tol: float = 1e-2
-    seconds: float = path.DEFAULT_SECONDS
-
-    def __post_init__(self):
-        if self.penalty not in penalties.PENALTIES:
-            raise SnmInputError(f"unknown penalty {self.penalty!r}; choose one of "
-                                f"{' '.join(penalties.PENALTIES)}")
-        if self.alphas is None:
-            self.alphas = path.ALPHAS.get(self.penalty, (1.0,)) if self.optimizer == "auto" \
-                else ((1.4,) if self.penalty.startswith("w") else (1.0,))
-        self.alphas = tuple(self.alphas)
-        if not self.penalty.startswith("w") and self.alphas != (1.0,):
-            raise SnmInputError(f"--alpha weights the depths of wl2 wl1 wt2 wtinf; penalty "
-                                f"{self.penalty} takes none")
-        if any(lam < 0 for lam in self.lams or ()) or any(a < 0 for a in self.alphas):
-            raise SnmInputError("--lam and --alpha must be >= 0")
-        if self.optimizer == "lbfgs" and self.penalty.lstrip("w") not in ("l2", "l1"):
-            raise SnmInputError(f"--optimizer lbfgs takes the penalties that are smooth on "
-                                f"W >= 0 (l2 l1 wl2 wl1); for {self.penalty} use apg (its optimum) "
-                                f"or adagrad")
-        if self.epochs < 1 or self.batches_per_epoch < 1 or self.step <= 0:
-            raise SnmInputError("--epochs and --batches_per_epoch must be >= 1, --step > 0")
-        if not self.tol > 0:
-            raise SnmInputError("--tol (the apg optimality certificate) must be > 0")
-        if not self.seconds > 0:
-            raise SnmInputError("--time_budget must be > 0 seconds")
-
-
 def train(count_dir, heldout_path, out_dir, options, say=print):
     """Fit a log-linear model on a count directory, choosing λ and α on held-out text,
     and write its model directory.  Returns the manifest."""
@@ -375,12 +322,6 @@ def select(model, position_pairs, dev, options, say=print):
                 best, best_weight = trial, model.weight.copy()
     model.weight = best_weight
     return best, trials
-
-
-def is_loglinear(directory):
-    """Whether ``directory`` holds a log-linear model (its manifest's kind; anything else,
-    the SNM reader then reports what is wrong with it)."""
-    return manifests.kind_of(directory) == KIND
 
 
 def export_arpa(directory, out_path, say=print):

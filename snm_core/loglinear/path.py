@@ -32,16 +32,9 @@ import time
 import numpy as np
 
 from snm_core.loglinear import apg
+from snm_core.loglinear.family import ALPHAS, DEFAULT_SECONDS, ITERATIONS, LAM_SCALES
 
-#: The default time budget of :func:`choose`, seconds (fitting only: not loading).
-DEFAULT_SECONDS = 600.0
-#: λ·P of the default path, strongest first.
-LAM_SCALES = (0.8, 0.4, 0.2, 0.1)
-#: α grids of the default path (the structured-penalty paper's best for wt2 and wtinf
-#: first); the unweighted penalties take α = 1.
-ALPHAS = {"wt2": (1.1, 1.4), "wtinf": (0.85, 1.1), "wl2": (1.4, 2.0), "wl1": (1.4, 2.0)}
-#: APG iterations a λ at most, and between held-out checks.
-ITERATIONS = 60
+#: APG iterations between held-out checks.
 EVERY = 5
 #: Held-out checks without a new best before a λ's fit stops (its best iterate kept).
 PATIENCE = 2

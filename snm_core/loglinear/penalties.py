@@ -115,10 +115,9 @@ beside this file; importing this module loads numba (memory a process, see
 import numba
 import numpy as np
 
+from snm_core.loglinear.family import PENALTIES
 from snm_core.loglinear.tinf_pivot import preorder, prox_tinf_pivot
 
-#: The penalty names, as the command line takes them.
-PENALTIES = ("l2", "l1", "t2", "tinf", "wl2", "wl1", "wt2", "wtinf")
 
 #: Longest merge path of two leftist heaps: each right spine has at most
 #: log2(entries + 1) <= 64 nodes.

@@ -16,7 +16,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.progress import Progress
 from snm_core.io.runlock import LOCK_NAME
 from snm_core.model.card import write_model_card
-from snm_core.model.layouts import hashed, hashed_build, ngram_trie, small, trie, trie_build
+from snm_core.model.layouts import hashed, hashed_build, ngram_trie
 from snm_core.model.layouts.hashed import COMPACT
 from snm_core.stages import manifests, validation
 
@@ -102,6 +102,7 @@ def _build(model_dir, manifest, layout, directory, resources, options):
             with memory.small_pages():
                 return hashed_build.build_hashed(model_dir, manifest, directory,
                                                  **resources, **options)
+        from snm_core.model.layouts import small, trie, trie_build  # numba: the tries only
         builder = small.build_small if layout == "small" else trie.build_trie
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)
@@ -170,13 +171,11 @@ def load_model(model_dir, mmap=True):
     :class:`snm_core.model.layouts.trie.TrieModel` or
     :class:`snm_core.model.layouts.small.SmallModel`.
     """
-    tries = {small.SMALL_LAYOUT: (small.SMALL_FILES, small.load_small, small.SmallModel),
-             trie.TRIE_LAYOUT: (trie.TRIE_FILES, trie.load_trie, trie.TrieModel)}
     stored_compact = storage.join(model_dir, COMPACT)
     compact_manifest = storage.join(stored_compact, tables.MANIFEST)
     layout = (storage.read_json(compact_manifest).get("layout")
               if storage.isfile(compact_manifest) else None)
-    built = layout in hashed.READ_LAYOUTS or layout in tries
+    built = layout in hashed.READ_LAYOUTS or layout in _trie_layouts(layout)
     # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
     checked = validation.validate_directory(model_dir, "model", parquet=not built)
     if not built:  # missing, or an older version of its layout ("small-0": small)
@@ -184,6 +183,7 @@ def load_model(model_dir, mmap=True):
         compile_model(model_dir, name if name in LAYOUTS else "hashed")
     compact = manifests.Compact.read(stored_compact)
     vocabulary_size = checked.manifest["vocabulary_size"]
+    tries = _trie_layouts(compact["layout"])
     if compact["layout"] in tries:
         files, load, model_type = tries[compact["layout"]]
         compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in files],
@@ -205,3 +205,14 @@ def read_model_tables(model_dir):
     feats = model_files.read_all(model_dir, manifest, "features")
     matrix = model_files.read_all(model_dir, manifest, "matrix")
     return feats, matrix, manifest
+
+
+def _trie_layouts(layout):
+    """``{layout version: (files, load, scorer)}`` of the trie layouts; empty for a hashed
+    ``layout``, whose scoring does not import them (their loops are numba's, whose start
+    costs a process about a second)."""
+    if layout in hashed.READ_LAYOUTS:
+        return {}
+    from snm_core.model.layouts import small, trie
+    return {small.SMALL_LAYOUT: (small.SMALL_FILES, small.load_small, small.SmallModel),
+            trie.TRIE_LAYOUT: (trie.TRIE_FILES, trie.load_trie, trie.TrieModel)}

@@ -12,18 +12,17 @@ hashing is salted per process.
   full avalanche, so distinct inputs collide only by chance (about n**2 / 2**65
   pairs among n keys).
 
-In a process that has imported :mod:`snm_core.text.compiled` (scoring does), the
-two run as its numba ufuncs instead: the same values, faster (one pass instead
-of seven).  Nothing else imports it: numba costs memory a process, and hashing
-is a sliver of the time of counting.  The fit's and
-apply's meta-feature hashes are computed in ``_kernels.c``, with the same
-definitions.
+:func:`fmix64_steps` is the definition, in numpy.  :func:`mix64` and :func:`combine`
+run it in C (``words.c``, one pass instead of seven); the numba loops take it
+compiled (:mod:`snm_core.text.compiled`); the fit's and apply's meta-feature
+hashes are computed in ``_kernels.c`` with the same steps.  The tests hold each to
+the integer definition.
 """
-
-import sys
 
 import numpy as np
 import xxhash
+
+from snm_core.io import native
 
 # murmur3 fmix64 constants and the 64-bit golden ratio (Weyl increment).
 _MIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -55,15 +54,16 @@ def mix64(x):
     -------
     ndarray of uint64, same shape
     """
-    compiled = sys.modules.get("snm_core.text.compiled")
-    if compiled is not None:
-        return compiled.mix64(x)
-    return fmix64_steps(np.array(x, dtype=np.uint64, copy=True))
+    x = np.asarray(x, dtype=np.uint64, order="C")  # (not ascontiguousarray: it makes 0-d 1-d)
+    out = np.empty_like(x)
+    _mix64_array(native.address(x), x.size, native.address(out))
+    return out
 
 
 def fmix64_steps(x):
     """The fmix64 steps on ``x``: a uint64 array (changed in place) or, compiled by
-    :mod:`snm_core.text.compiled`, one uint64; returns ``x``.  The one definition both use."""
+    :mod:`snm_core.text.compiled`, one uint64; returns ``x``.  The definition
+    (``hash64.h`` is its C twin)."""
     x ^= x >> _S33
     x *= _MIX_C1
     x ^= x >> _S33
@@ -84,14 +84,20 @@ def combine(h, values):
     h : ndarray of uint64, shape (n,) or scalar
     values : ndarray of integers, shape (n,)
     """
-    compiled = sys.modules.get("snm_core.text.compiled")
-    if compiled is not None:
-        return compiled.combine(h, values)
     v = np.asarray(values).astype(np.uint64)
-    v += np.uint64(1)
-    v *= GOLDEN
-    v ^= h
-    return mix64(v)
+    h = np.asarray(h, dtype=np.uint64)
+    if h.shape != v.shape and h.size != 1:
+        h, v = np.broadcast_arrays(h, v)
+    h, v = (np.asarray(a, order="C") for a in (h, v))
+    out = np.empty(v.shape, np.uint64)
+    _combine_array(native.address(h), int(h.size != 1), native.address(v), v.size,
+                   native.address(out))
+    return out
+
+
+_mix64_array = native.function("mix64_array", [native.ptr, native.i64, native.ptr])
+_combine_array = native.function("combine_array", [native.ptr, native.i64, native.ptr,
+                                                   native.i64, native.ptr])
 
 
 def link_key(feature_keys, words):

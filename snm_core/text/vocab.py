@@ -13,12 +13,11 @@ error naming the line.
 """
 
 import re
-import sys
 
-import numpy as np
 import pyarrow as pa
 
 from snm_core.io.errors import SnmInputError
+from snm_core.text.word_table import WordTable
 
 _SPACE_BUT_NEWLINE = re.compile(r"[^\S\n]")
 
@@ -57,7 +56,7 @@ class Vocabulary:
             dup = next(w for w in self._words if w in seen or seen.add(w))
             raise VocabularyError(f"word {dup!r} occurs twice in the vocabulary")
         self._arrow = pa.array(self._words, pa.string())
-        self._table = None  # compiled.WordTable, built on first lookup (see ids)
+        self._table = None  # WordTable, built on first lookup (see ids)
 
     def __len__(self):
         return len(self._words)
@@ -78,35 +77,13 @@ class Vocabulary:
         return self._index.get(word, UNK_ID)
 
     def ids(self, words):
-        """Ids of many words (``pyarrow`` string array or sequence of str) as int32.
-
-        In a process that has imported :mod:`snm_core.text.compiled` (scoring does),
-        a hash table of the vocabulary built once answers, faster.
-        Otherwise ``pyarrow.compute.index_in``, which hashes its value set on
-        every call, hashes the distinct words of ``words`` and looks the
-        vocabulary up in them: a batch has far fewer distinct words than a
-        large vocabulary, so that beats hashing the vocabulary.
-        """
-        import pyarrow.compute as pc  # loaded when used, not by every process
+        """Ids of many words (``pyarrow`` string array or sequence of str) as int32: a
+        hash table of the vocabulary (:class:`~snm_core.text.word_table.WordTable`),
+        built on the first call."""
         arr = (words if isinstance(words, (pa.Array, pa.ChunkedArray))
                else pa.array(words, pa.string()))
-        compiled = sys.modules.get("snm_core.text.compiled")
-        if compiled is None:
-            if isinstance(arr, pa.ChunkedArray):
-                arr = arr.combine_chunks()
-            if arr.null_count:
-                found = pc.index_in(arr, value_set=self._arrow)
-                return found.fill_null(UNK_ID).to_numpy(zero_copy_only=False).astype(np.int32)
-            encoded = arr.dictionary_encode()
-            # Each vocabulary word's index among the distinct words (null: not there).
-            position = pc.index_in(self._arrow, value_set=encoded.dictionary)
-            known = position.is_valid()
-            distinct_ids = np.full(len(encoded.dictionary), UNK_ID, dtype=np.int32)
-            distinct_ids[position.filter(known).to_numpy()] = np.flatnonzero(
-                known.to_numpy(zero_copy_only=False))
-            return distinct_ids[encoded.indices.to_numpy()]
         if self._table is None:
-            self._table = compiled.WordTable(self._arrow)
+            self._table = WordTable(self._arrow)
         return self._table.ids(arr, UNK_ID)
 
     def fingerprint(self):

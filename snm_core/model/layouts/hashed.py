@@ -115,7 +115,7 @@ class KeyIndex:
 
     def find(self, queries):
         """Position of each query key, -1 where absent."""
-        from snm_core.model.layouts import hashed_kernels  # numba: scoring only
+        from snm_core.model.layouts import hashed_kernels  # loaded by scoring only
         return hashed_kernels.find(self.keys, self.start, self.shift,
                             np.ascontiguousarray(queries, dtype=np.uint64))
 
@@ -217,7 +217,7 @@ class EntryTable:
 
     def find(self, queries):
         """Row of each query key, -1 where absent."""
-        from snm_core.model.layouts import hashed_kernels  # numba: scoring only
+        from snm_core.model.layouts import hashed_kernels  # loaded by scoring only
         return hashed_kernels.find_entries(*self.parts, np.ascontiguousarray(queries, np.uint64))
 
 
@@ -347,7 +347,7 @@ class Model(LineScoring, StateScoring):
     """
 
     def __init__(self, manifest, vocab, arrays, link_key_bits=64):
-        from snm_core.model.layouts import hashed_kernels  # numba: scoring only
+        from snm_core.model.layouts import hashed_kernels  # loaded by scoring only
         self._kernels = hashed_kernels
         self.manifest = manifest
         self.vocab = vocab

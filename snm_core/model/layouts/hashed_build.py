@@ -36,12 +36,10 @@ from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT, SHARED,
                                            EntryTableWriter, link_key_mask)
-from snm_core.model.layouts.hashed_build_kernels import fill_records, group_by_bits
+from snm_core.model.layouts.hashed_build_kernels import RECORD, fill_records, group_by_bits
 from snm_core.model.layouts.npy import NpyWriter
 from snm_core.stages import manifests
 
-#: A link as the passes write it to scratch.
-RECORD = np.dtype([("key", "<u8"), ("m", "<f4"), ("c", "<f4")])
 #: Scratch files a scatter pass writes at once is at most 2**FAN_OUT_BITS.
 FAN_OUT_BITS = 8
 #: Links of a partition at most, whatever the memory (larger ones sort no faster).
@@ -132,9 +130,7 @@ def _bucket_slices(model_dir, bucket, num_buckets, slice_links, mask,
         for lo in range(0, len(word), slice_links):
             hi = min(lo + slice_links, len(word))
             rows = feature_rows[lo:hi]
-            records = np.empty(hi - lo, RECORD)
-            fill_records(keys, counts, rows, word[lo:hi], m[lo:hi], count[lo:hi], mask,
-                         records["key"], records["m"], records["c"])
+            records = fill_records(keys, counts, rows, word[lo:hi], m[lo:hi], count[lo:hi], mask)
             yield rows, records, word[lo:hi]
     return feats, slices()
 

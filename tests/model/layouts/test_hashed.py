@@ -1,5 +1,5 @@
 """The hashed layout of ``compact/`` (``snm_core.model.layouts.hashed`` and its builder
-and numba lookups): every key found and nothing else, the compiled twins of the numpy
+and C lookups): every key found and nothing else, the compiled twins of the numpy
 definitions, arrays independent of the external sort's partitions, scatter levels and
 memory, open files bounded, links sharing a whole link key kept and found."""
 
@@ -9,7 +9,6 @@ import shutil
 
 import numpy as np
 import pytest
-from support.compiled import speedups
 
 from support.models import brute_force_perplexity
 
@@ -19,7 +18,7 @@ from snm_core.io.progress import Progress
 from snm_core.model.compact import compile_model, load_model, read_model_tables
 from snm_core.model.layouts import hashed, hashed_build, hashed_build_kernels, hashed_kernels
 from snm_core.model.layouts.hashed import EntryTable, EntryTableWriter, KeyIndex, table_bits
-from snm_core.text.hashing import link_key
+from snm_core.text.hashing import GOLDEN, fmix64_steps, link_key
 from snm_core.text.tokenize import tokenize
 
 
@@ -83,17 +82,7 @@ def test_an_entry_table_written_to_files_holds_only_its_block_starts(tmp_path):
 
 
 def test_compiled_lookups_use_the_slot_blocks_the_compact_arrays_are_written_with():
-    assert hashed_kernels._BLOCK_BITS == hashed.SLOT_BLOCK_BITS
-
-
-def test_compiled_link_key_equals_the_numpy_one():
-    """Scoring's compiled loop names links exactly as counting and the compact arrays do."""
-    rng = np.random.default_rng(5)
-    keys = rng.integers(0, 2 ** 64, size=200, dtype=np.uint64)
-    words = rng.integers(0, 2 ** 31, size=200).astype(np.int32)
-    with speedups(False):  # hashing's numpy path, as counting computes it
-        expected = link_key(keys, words)
-    assert [int(hashed_kernels._link_key(k, w)) for k, w in zip(keys, words)] == expected.tolist()
+    assert hashed_kernels.SLOT_BLOCK_BITS == hashed.SLOT_BLOCK_BITS
 
 
 def test_build_records_equal_the_numpy_definitions():
@@ -107,11 +96,11 @@ def test_build_records_equal_the_numpy_definitions():
     m = rng.random(1000).astype(np.float32)
     counts = rng.integers(1, 10 ** 6, size=1000)
     mask = np.uint64(2 ** 40 - 1)
-    records = np.zeros(1000, hashed_build.RECORD)
-    hashed_build_kernels.fill_records(feature_keys, feature_counts, rows, words, m, counts, mask,
-                                      records["key"], records["m"], records["c"])
-    with speedups(False):
-        expected_keys = link_key(feature_keys[rows], words) & mask
+    records = hashed_build_kernels.fill_records(feature_keys, feature_counts, rows, words, m,
+                                                counts, mask)
+    # The link key's numpy definition: fmix64(feature key ^ (word + 1) * golden).
+    folded = feature_keys[rows] ^ (words.astype(np.uint64) + np.uint64(1)) * GOLDEN
+    expected_keys = fmix64_steps(folded) & mask
     assert records["key"].tolist() == expected_keys.tolist()
     assert records["m"].tobytes() == m.tobytes()
     assert records["c"].tobytes() == (counts / feature_counts[rows]).astype(np.float32).tobytes()

@@ -1,0 +1,65 @@
+"""The C loops of counting, text and the hashed layout (the extension ``snm_core._loops``),
+called through ctypes, which releases the GIL during a call.
+
+Why C and not numba: numba's start costs a process about 0.9 s (its import, its
+compiler's set-up, a cached function's load) and memory, and a kernel ``snm train`` is
+a few seconds; this library loads in a millisecond.  setup.py builds it from
+``snm_core/loops.c``, ``snm_core/io/radix.c``, ``snm_core/text/words.c`` and
+``snm_core/model/layouts/hashed_loops.c``; each Python module that wraps a loop
+declares its signature here (:func:`function`).
+"""
+
+import ctypes
+import importlib.util
+
+import numpy as np
+
+from snm_core.io.errors import SnmInputError
+
+#: What ``loops_version`` returns: a library built from other sources is refused.
+VERSION = 1
+
+i32, i64, u64, f64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
+ptr = ctypes.c_void_p
+
+_LIB = None
+
+
+def load(module, version_function, version):
+    """The ctypes library of the extension ``module``, checked to be ``version``."""
+    found = importlib.util.find_spec(module)
+    if found is None or found.origin is None:
+        raise SnmInputError(f"{module} is not built: reinstall the package (pip install -e .), "
+                            "which compiles its C sources")
+    lib = ctypes.CDLL(found.origin)
+    check = getattr(lib, version_function)
+    check.argtypes, check.restype = [], i64
+    if check() != version:
+        raise SnmInputError(f"{module} is out of date: reinstall the package")
+    return lib
+
+
+def library():
+    """The loaded ``snm_core._loops`` (loaded on first use)."""
+    global _LIB
+    if _LIB is None:
+        _LIB = load("snm_core._loops", "loops_version", VERSION)
+    return _LIB
+
+
+def function(name, args, result=None):
+    """The library's function ``name`` with its argument and result types set."""
+    f = getattr(library(), name)
+    f.argtypes, f.restype = args, result
+    return f
+
+
+def address(array, dtype=None):
+    """The data pointer of a C-contiguous array (checked), or None for None."""
+    if array is None:
+        return None
+    if dtype is not None and array.dtype != np.dtype(dtype):
+        raise TypeError(f"expected {np.dtype(dtype)}, got {array.dtype}")
+    if not array.flags.c_contiguous:
+        raise TypeError("expected a C-contiguous array")
+    return array.ctypes.data
