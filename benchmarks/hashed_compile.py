@@ -34,13 +34,20 @@ lines = [l.strip() for l in open(sys.argv[2])]
 batch, _, _ = tokenize(lines, m.vocab)
 events = m.extractor.extract(SentenceBatch(m.word_map[batch.tokens], batch.offsets))
 bounds = np.searchsorted(events.type, np.arange(m.extractor.num_types + 1))
-args = (events.key, events.event, bounds, m._prerequisite, events.target, events.num_events,
-        *m.features.parts, m.features.value_words, *m.links.parts, m.links.value_words,
-        m.link_c, *getattr(m, "_link_extra", ()))
-m._kernels.event_sums(*args)
+if hasattr(m, "_scorer"):  # the C scorer (since the seventeenth session)
+    def sums():
+        return m._scorer.event_sums(events.key, events.event, bounds, events.target,
+                                    events.num_events)
+else:
+    args = (events.key, events.event, bounds, m._prerequisite, events.target,
+            events.num_events, *m.features.parts, m.features.value_words, *m.links.parts,
+            m.links.value_words, m.link_c, *getattr(m, "_link_extra", ()))
+    def sums():
+        return m._kernels.event_sums(*args)
+sums()
 times = []
 for _ in range(15):
-    t = time.perf_counter(); out = m._kernels.event_sums(*args); times.append(time.perf_counter() - t)
+    t = time.perf_counter(); out = sums(); times.append(time.perf_counter() - t)
 print(f"{1000 * min(times):.1f} ms, {len(events.key):,} pairs, sum {out[1].sum():.6f}")
 """
 

@@ -347,8 +347,7 @@ class Model(LineScoring, StateScoring):
     """
 
     def __init__(self, manifest, vocab, arrays, link_key_bits=64):
-        from snm_core.model.layouts import hashed_kernels  # loaded by scoring only
-        self._kernels = hashed_kernels
+        from snm_core.model.layouts.hashed_kernels import Scorer  # loaded by scoring only
         self.manifest = manifest
         self.vocab = vocab
         vocab.ids([])  # builds its lookup table now: nothing is built lazily while scoring
@@ -361,11 +360,6 @@ class Model(LineScoring, StateScoring):
         self.m_star = self.features.values
         self.link_m = self.links.values
         self.link_c = arrays["link_c"]
-        collisions = arrays["link_collisions"]
-        # What the compiled lookups take after the link table's arrays: the key mask and
-        # the collision table's columns, contiguous.
-        self._link_extra = (link_key_mask(link_key_bits), *(
-            np.ascontiguousarray(collisions[name]) for name in COLLISION.names))
         seen = np.asarray(arrays["seen_words"])
         # Unseen words read as <UNK>; the markers keep their ids.
         self.word_map = np.where(seen, np.arange(len(seen)), UNK_ID).astype(np.int32)
@@ -384,6 +378,12 @@ class Model(LineScoring, StateScoring):
              if t.kind == "ngram" and closed else -1
              for tag in range(len(self.extractor.tags)) for t in types], dtype=np.int64)
         self._init_states(closed)
+        collisions = arrays["link_collisions"]
+        self._scorer = Scorer(
+            self.features, self.links, self.link_c, link_key_mask(link_key_bits),
+            [np.ascontiguousarray(collisions[name]) for name in COLLISION.names],
+            self._prerequisite, self._windows, self._type_windows, self._salts,
+            self._link_length, self._minimal_states, self.state_width)
 
     def _init_states(self, closed):
         """What :meth:`_advance` needs: the configuration's windows by type, and how long
@@ -408,13 +408,9 @@ class Model(LineScoring, StateScoring):
     def _advance(self, states, target):
         """:meth:`snm_core.model.states.StateScoring._advance`: the state's event's
         features looked up and summed as :meth:`score_batch` does, in one compiled call
-        (:func:`hashed_kernels.advance`)."""
-        prob, matched, words, length = self._kernels.advance(
-            states.words, states.length, np.ascontiguousarray(target, np.int32),
-            self._windows, self._type_windows, self._salts, self._prerequisite,
-            self._link_length, self._minimal_states, *self.features.parts,
-            self.features.value_words, *self.links.parts, self.links.value_words, self.link_c,
-            *self._link_extra)
+        (:meth:`hashed_kernels.Scorer.advance`)."""
+        prob, matched, words, length = self._scorer.advance(states.words, states.length,
+                                                            target)
         return prob, matched, StateBatch(words, length)
 
     @property
@@ -428,10 +424,8 @@ class Model(LineScoring, StateScoring):
         mapped = SentenceBatch(self.word_map[batch.tokens], batch.offsets)
         events = self.extractor.extract(mapped)
         type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
-        *sums, _ = self._kernels.event_sums(
-            events.key, events.event, type_bounds, self._prerequisite, events.target,
-            events.num_events, *self.features.parts, self.features.value_words,
-            *self.links.parts, self.links.value_words, self.link_c, *self._link_extra)
+        sums = self._scorer.event_sums(events.key, events.event, type_bounds, events.target,
+                                       events.num_events)
         return Scores(events.target, events.sentence, *ratios(*sums, unadjusted))
 
     def _probabilities(self, pair_event, row, link_m, link_c, n_events, unadjusted=True):
@@ -460,9 +454,8 @@ class Model(LineScoring, StateScoring):
         rows = self.features.find(keys)
         keys, rows = keys[rows >= 0], rows[rows >= 0]
         pair_event = np.repeat(np.arange(len(ids)), len(keys))
-        link_m, link_c = self._kernels.link_values(
-            np.tile(keys, len(ids)), np.repeat(ids, len(keys)).astype(np.int64),
-            *self.links.parts, self.links.value_words, self.link_c, *self._link_extra)
+        link_m, link_c = self._scorer.link_values(np.tile(keys, len(ids)),
+                                                  np.repeat(ids, len(keys)))
         probs = self._probabilities(pair_event, np.tile(rows, len(ids)), link_m, link_c,
                                     len(ids))
         return probs[1 if unadjusted else 0]

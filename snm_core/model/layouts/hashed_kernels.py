@@ -59,22 +59,21 @@ _find_keys = {width: native.function(f"find_keys{width}", [_P, native.i64, _P, n
                                                           native.i64, _P])
               for width in (32, 64)}
 _find_entries = native.function("find_entries", [_P, _P, native.i64, _P])
-_link_values = native.function("link_values", [_P, _P, _P, _P, native.i64] + [_P] * 4)
-_event_sums = native.function("event_sums", [_P] * 4 + [native.i64, _P, native.i64]
-                              + [_P] * 10)
-_state_windows = native.function("state_windows", [_P, native.i64, native.i64] + [_P] * 3
-                                 + [native.i64, native.u64] + [_P] * 4, native.i64)
-_state_pairs = native.function("state_pairs", [_P, _P, native.i64, _P, _P, native.i64,
-                                               native.i64, _P, _P, _P])
+_event_sums = native.function("scorer_event_sums", [_P] * 5 + [native.i64] + [_P] * 5,
+                              native.i64)
+_link_values = native.function("scorer_link_values", [_P] * 3 + [native.i64, _P, _P],
+                               native.i64)
+_advance = native.function("scorer_advance", [_P] * 4 + [native.i64, _P], native.i64)
 
 
-def _contiguous(array, dtype):
-    return np.ascontiguousarray(array, dtype)
+def _checked(status):
+    if status < 0:
+        raise MemoryError("hashed scoring: out of memory for its work arrays")
 
 
 def find(keys, start, shift, queries):
     """:meth:`snm_core.model.layouts.hashed.KeyIndex.find` for an array of queries."""
-    queries = _contiguous(queries, np.uint64)
+    queries = np.ascontiguousarray(queries, np.uint64)
     result = np.empty(len(queries), np.int64)
     _find_keys[start.dtype.itemsize * 8](
         native.address(keys, np.uint64), len(keys),
@@ -86,168 +85,121 @@ def find(keys, start, shift, queries):
 def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, queries):
     """:meth:`snm_core.model.layouts.hashed.EntryTable.find` for an array of queries."""
     table = _Table.of(words, offsets, blocks, shift, overflow_keys, overflow_rows)
-    queries = _contiguous(queries, np.uint64)
+    queries = np.ascontiguousarray(queries, np.uint64)
     result = np.empty(len(queries), np.int64)
     _find_entries(ctypes.byref(table), native.address(queries), len(queries),
                   native.address(result))
     return result
 
 
-def link_values(feature_keys, words, link_words, link_offsets, link_blocks, link_shift,
-                link_overflow_keys, link_overflow_rows, link_m, link_c, link_mask,
-                collision_keys, collision_features, collision_words, collision_m,
-                collision_c):
-    """M_fw and c(w|f) (float64, 0 where absent) of the links (``feature_keys[i]``,
-    ``words[i]``), a shared key settled in the collision table as :func:`event_sums`
-    does."""
-    table = _Table.of(link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
-                      link_overflow_rows)
-    links = _Links.of(link_m, link_c, link_mask, collision_keys, collision_features,
-                      collision_words, collision_m, collision_c)
-    feature_keys, words = _contiguous(feature_keys, np.uint64), _contiguous(words, np.int64)
-    n = len(feature_keys)
-    queries, rows, m, c = (np.empty(n, t) for t in (np.uint64, np.int64, np.float64,
-                                                     np.float64))
-    _link_values(ctypes.byref(table), ctypes.byref(links), native.address(feature_keys),
-                 native.address(words), n, *(native.address(a) for a in (queries, rows, m, c)))
-    return m, c
+class _Scorer(ctypes.Structure):
+    _fields_ = [("features", _Table), ("m_star", _P), ("links", _Table), ("values", _Links),
+                ("prerequisite", _P), ("n_types", native.i64), ("windows", _P),
+                ("type_windows", _P), ("types", native.i64), ("tags", native.i64),
+                ("salts", _P), ("link_length", _P), ("minimal", native.i64),
+                ("width", native.i64), ("seed", native.u64)]
 
 
-def event_sums(pair_key, pair_event, type_bounds, prerequisite, target, n_events,
-               feature_words, feature_offsets, feature_blocks, feature_shift,
-               feature_overflow_keys, feature_overflow_rows, m_star,
-               link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
-               link_overflow_rows, link_m, link_c, link_mask, collision_keys,
-               collision_features, collision_words, collision_m, collision_c):
-    """Per-event sums over the pairs whose feature (and link) the model holds.
-
-    Pairs come grouped by type id.  A pair whose type has a prerequisite type
-    (an n-gram's suffix one word shorter) is looked up only where the event's
-    prerequisite feature was found, and its link only where that feature's link
-    was: every occurrence of an n-gram is one of its suffix, so the lookups
-    skipped would fail.  Sums run over the pairs in their order.
+class Scorer:
+    """A hashed model's arrays as the C loops read them, set up once: scoring a batch
+    then addresses only its own arrays (a decoder's call is a few microseconds).
 
     Parameters
     ----------
-    pair_key : uint64 (n_pairs,), feature key of each pair
-    pair_event : int64 (n_pairs,), event of each pair
-    type_bounds : int64 (n_types + 1,), pairs of type id t are type_bounds[t]:type_bounds[t+1]
-    prerequisite : int64 (n_types,), type id that must be found first, or -1
-    target : int32 (n_events,), target word of each event
-    feature_words .. feature_overflow_rows : the feature
-        :class:`snm_core.model.layouts.hashed.EntryTable` (its ``parts``)
-    m_star : float32 (2 n_features,), the feature entries as float32: M_f* of row r at 2r + 1
-    link_words .. link_overflow_rows : the link table's ``parts``
-    link_m : float32 (2 n_links,), the link entries as float32: M_fw of row r at 2r + 1
+    features, links : :class:`snm_core.model.layouts.hashed.EntryTable`
     link_c : float32 (n_links,), c(w|f)
     link_mask : uint64, the link key bits the table keeps (all but in tests)
-    collision_keys .. collision_c : the collision table's columns
-        (:data:`snm_core.model.layouts.hashed.COLLISION`): a found entry whose M is
-        negative (``SHARED``) is a key several links share, settled there
-
-    Returns
-    -------
-    m_star_sum, link_m_sum, link_c_sum : float64 (n_events,)
-    n_features : int64 (n_events,), pairs whose feature the model holds
-    link_found : bool (n_types, n_events), whether the event's link of each type was found
-    """
-    features = _Table.of(feature_words, feature_offsets, feature_blocks, feature_shift,
-                         feature_overflow_keys, feature_overflow_rows)
-    links_table = _Table.of(link_words, link_offsets, link_blocks, link_shift,
-                            link_overflow_keys, link_overflow_rows)
-    links = _Links.of(link_m, link_c, link_mask, collision_keys, collision_features,
-                      collision_words, collision_m, collision_c)
-    pair_key, pair_event = _contiguous(pair_key, np.uint64), _contiguous(pair_event, np.int64)
-    type_bounds = _contiguous(type_bounds, np.int64)
-    prerequisite, target = _contiguous(prerequisite, np.int64), _contiguous(target, np.int32)
-    n_types = len(prerequisite)
-    sums = [np.zeros(n_events) for _ in range(3)]
-    n_features = np.zeros(n_events, np.int64)
-    row_found, link_found = (np.zeros((n_types, n_events), np.bool_) for _ in range(2))
-    _event_sums(native.address(pair_key), native.address(pair_event),
-                native.address(type_bounds), native.address(prerequisite), n_types,
-                native.address(target), n_events, ctypes.byref(features),
-                native.address(m_star, np.float32), ctypes.byref(links_table),
-                ctypes.byref(links), *(native.address(a) for a in sums),
-                native.address(n_features), native.address(row_found),
-                native.address(link_found))
-    return (*sums, n_features, link_found)
-
-
-# --- the features of states (left-to-right scoring) ---------------------------------------------
-
-def state_pairs(words, length, windows, type_windows, salts):
-    """The (event, feature) pairs of one event after each state, in the order in which
-    :meth:`snm_core.text.features.FeatureExtractor.extract` gives an event's pairs (tag,
-    type, window), so that :func:`event_sums` adds them up in the same order.
-
-    Parameters
-    ----------
-    words : int32 (n, width), each state's words right-aligned (the newest last)
-    length : int64 (n,), the words each state holds (``<S>`` included): a window
-        (r, s, a) is extracted where r + s + a <= length, as the extractor's depth rule
+    collisions : the collision table's columns (:data:`snm_core.model.layouts.hashed.
+        COLLISION`), contiguous: a found entry whose M is negative (``SHARED``) is a key
+        several links share, settled there
+    prerequisite : int64 (n_types,), the type id that must be found first, or -1: an
+        n-gram's suffix one word shorter, whose lookups failing skip the n-gram's
     windows : int64 (g, 3), (r, s, a) of each generator of the configuration, by type,
         a tied type's windows by skip length
     type_windows : int64 (types + 1,), the windows of type t are
         ``type_windows[t]:type_windows[t + 1]``
     salts : uint64 (tags, types), the key salt of each (tag, type)
-
-    Returns
-    -------
-    key : uint64 (n_pairs,)
-    event : int64 (n_pairs,), the state of each pair
-    type_bounds : int64 (tags * types + 1,), pairs of type id t (tag-major) are
-        ``type_bounds[t]:type_bounds[t + 1]``
-
-    A tied type's window whose remote words an earlier (shorter-skip) window of
-    the same type already saw in this event gives no pair (a feature once an
-    event), as in the extractor.
+    link_length : int64 (n_types,), the n-gram length of each type id's links (0 for
+        skip-grams)
+    minimal : bool, whether a state keeps only the words of its longest n-gram found
+    width : int, the words a state holds at most
     """
-    words, length = _contiguous(words, np.int32), _contiguous(length, np.int64)
-    windows, type_windows = _contiguous(windows, np.int64), _contiguous(type_windows, np.int64)
-    salts = _contiguous(salts, np.uint64)
-    n, width = words.shape
-    tags, types = salts.shape
-    base, remote = np.zeros((len(windows), n), np.uint64), np.zeros((len(windows), n), np.uint64)
-    valid, fresh = np.zeros((len(windows), n), np.bool_), np.zeros((len(windows), n), np.bool_)
-    total = _state_windows(native.address(words), n, width, native.address(length),
-                           native.address(windows), native.address(type_windows), types,
-                           int(SEQUENCE_SEED), *(native.address(a) for a in (base, remote,
-                                                                              valid, fresh)))
-    key, event = np.empty(tags * total, np.uint64), np.empty(tags * total, np.int64)
-    type_bounds = np.empty(tags * types + 1, np.int64)
-    _state_pairs(native.address(base), native.address(fresh), n, native.address(type_windows),
-                 native.address(salts), tags, types, native.address(key), native.address(event),
-                 native.address(type_bounds))
-    return key, event, type_bounds
 
+    def __init__(self, features, links, link_c, link_mask, collisions, prerequisite, windows,
+                 type_windows, salts, link_length, minimal, width):
+        kept = [np.ascontiguousarray(a, t) for a, t in (
+            (prerequisite, np.int64), (windows, np.int64), (type_windows, np.int64),
+            (salts, np.uint64), (link_length, np.int64))]
+        self._arrays = (features, links, link_c, collisions, kept)  # what the pointers read
+        prerequisite, windows, type_windows, salts, link_length = kept
+        self._scorer = _Scorer(
+            _Table.of(*features.parts), native.address(features.value_words, np.float32),
+            _Table.of(*links.parts), _Links.of(links.value_words, link_c, link_mask, *collisions),
+            native.address(prerequisite), len(prerequisite), native.address(windows),
+            native.address(type_windows), salts.shape[1], salts.shape[0], native.address(salts),
+            native.address(link_length), int(minimal), width, int(SEQUENCE_SEED))
+        self._ref = ctypes.byref(self._scorer)
 
-def advance(words, length, target, windows, type_windows, salts, prerequisite, link_length,
-            minimal, feature_words, feature_offsets, feature_blocks, feature_shift,
-            feature_overflow_keys, feature_overflow_rows, m_star, link_words, link_offsets,
-            link_blocks, link_shift, link_overflow_keys, link_overflow_rows, link_m, link_c,
-            link_mask, collision_keys, collision_features, collision_words, collision_m,
-            collision_c):
-    """One event after each of many states (:meth:`snm_core.model.layouts.hashed.Model.
-    _advance`): the states' pairs (:func:`state_pairs`) summed as :func:`event_sums`
-    sums an event's, and the states after the target.
+    def event_sums(self, pair_key, pair_event, type_bounds, target, n_events):
+        """Per-event sums over the pairs whose feature (and link) the model holds.
 
-    ``link_length`` (int64 (types,)) is the n-gram length of each type id's links (0
-    for skip-grams); with ``minimal`` a new state keeps the words of the longest
-    n-gram whose link was found, else one word more than the state (at most the
-    width).  Returns ``(P(target) float64 (n,), that n-gram length int64 (n,), words,
-    length)`` of the new states.
-    """
-    from snm_core.model.layouts.state_kernels import shift_states  # numba: states only
-    key, event, type_bounds = state_pairs(words, length, windows, type_windows, salts)
-    n = len(target)
-    m_star_sum, link_m_sum, _, _, link_found = event_sums(
-        key, event, type_bounds, prerequisite, target, n, feature_words, feature_offsets,
-        feature_blocks, feature_shift, feature_overflow_keys, feature_overflow_rows, m_star,
-        link_words, link_offsets, link_blocks, link_shift, link_overflow_keys,
-        link_overflow_rows, link_m, link_c, link_mask, collision_keys, collision_features,
-        collision_words, collision_m, collision_c)
-    matched = np.where(link_found, link_length[:, None], 0).max(axis=0, initial=0)
-    new_words, new_length = shift_states(words, target, matched if minimal else length + 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return link_m_sum / m_star_sum, matched, new_words, new_length
+        Pairs come grouped by type id.  A pair whose type has a prerequisite type
+        (an n-gram's suffix one word shorter) is looked up only where the event's
+        prerequisite feature was found, and its link only where that feature's link
+        was: every occurrence of an n-gram is one of its suffix, so the lookups
+        skipped would fail.  Sums run over the pairs in their order.
+
+        Parameters
+        ----------
+        pair_key : uint64 (n_pairs,), feature key of each pair
+        pair_event : int64 (n_pairs,), event of each pair
+        type_bounds : int64 (n_types + 1,), pairs of type id t are
+            ``type_bounds[t]:type_bounds[t + 1]``
+        target : int32 (n_events,), target word of each event
+
+        Returns
+        -------
+        m_star_sum, link_m_sum, link_c_sum : float64 (n_events,)
+        n_features : int64 (n_events,), pairs whose feature the model holds
+        """
+        arrays = [np.ascontiguousarray(a, t) for a, t in (
+            (pair_key, np.uint64), (pair_event, np.int64), (type_bounds, np.int64),
+            (target, np.int32))]
+        out = [np.zeros(n_events) for _ in range(3)] + [np.zeros(n_events, np.int64)]
+        _checked(_event_sums(self._ref, *(native.address(a) for a in arrays), n_events,
+                             *(native.address(a) for a in out), None))
+        return out
+
+    def link_values(self, feature_keys, words):
+        """M_fw and c(w|f) (float64, 0 where absent) of the links (``feature_keys[i]``,
+        ``words[i]``), a shared key settled in the collision table as
+        :meth:`event_sums` does."""
+        feature_keys = np.ascontiguousarray(feature_keys, np.uint64)
+        words = np.ascontiguousarray(words, np.int64)
+        m, c = np.empty(len(words)), np.empty(len(words))
+        _checked(_link_values(self._ref, native.address(feature_keys), native.address(words),
+                              len(words), native.address(m), native.address(c)))
+        return m, c
+
+    def advance(self, words, length, target):
+        """One event after each of many states: its pairs (the features of the
+        configuration's windows a state's words hold, in the extractor's order) summed
+        as :meth:`event_sums` sums an event's, and the states after the target.
+
+        ``words``: int32 (n, width), each state's words right-aligned (the newest
+        last), -1 before them; ``length``: int64 (n,), the words each holds (``<S>``
+        included).  Returns ``(P(target) float64 (n,), the n-gram length of the
+        longest link found int64 (n,), words, length)`` of the new states: with
+        ``minimal`` a new state keeps the words of that n-gram, else one word more
+        than the state (at most the width).
+        """
+        words = np.ascontiguousarray(words, np.int32)
+        length = np.ascontiguousarray(length, np.int64)
+        target = np.ascontiguousarray(target, np.int32)
+        n, width = words.shape
+        out = np.empty(n * (24 + 4 * width), np.uint8)  # the C function's layout
+        _checked(_advance(self._ref, native.address(words), native.address(length),
+                          native.address(target), n, native.address(out)))
+        prob, matched, new_length = out[:24 * n].view(np.float64).reshape(3, n)
+        return (prob, matched.view(np.int64), out[24 * n:].view(np.int32).reshape(n, width),
+                new_length.view(np.int64))

@@ -216,36 +216,36 @@ static inline int64_t collision_row(const Links *l, uint64_t query, uint64_t fea
     return -1;
 }
 
-/* M_fw and c(w|f) (0 where absent) of the n links (feature_keys[i], words[i]). */
-void link_values(const Table *t, const Links *l, const uint64_t *feature_keys,
-                 const int64_t *words, int64_t n, uint64_t *queries, int64_t *rows, double *m,
-                 double *c) {
-    for (int64_t i = 0; i < n; i++)
-        queries[i] = hash64_combine(feature_keys[i], (uint64_t)words[i]) & l->mask;
-    find_entries(t, queries, n, rows);
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = c[i] = 0.0;
-        if (rows[i] < 0)
-            continue;
-        m[i] = l->link_m[2 * rows[i] + 1];
-        c[i] = l->link_c[rows[i]];
-        if (m[i] < 0) {
-            int64_t r = collision_row(l, queries[i], feature_keys[i], words[i]);
-            m[i] = r >= 0 ? l->m[r] : 0.0;
-            c[i] = r >= 0 ? l->c[r] : 0.0;
-        }
-    }
-}
+/* A model as scoring reads it: its two tables, the link values and collisions, and
+ * what the features of states need (hashed_kernels.Scorer fills it). */
+typedef struct {
+    Table features;
+    const float *m_star; /* the feature entries as float32: M_f* of row r at 2r + 1 */
+    Table links;
+    Links values;
+    const int64_t *prerequisite; /* (n_types,): the type id that must be found first, or -1 */
+    int64_t n_types;
+    const int64_t *windows; /* (n_windows, 3): (r, s, a) of each generator, by type */
+    const int64_t *type_windows; /* (types + 1,) */
+    int64_t types, tags;
+    const uint64_t *salts;        /* (tags, types) */
+    const int64_t *link_length;   /* (n_types,): n-gram length of each type id's links */
+    int64_t minimal, width;
+    uint64_t seed;
+} Scorer;
 
 /* Per-event sums over the pairs whose feature (and link) the model holds; see
- * hashed_kernels.event_sums.  Sums run over the pairs in their order.  row_found and
- * link_found: (n_types, n_events), zeros. */
-void event_sums(const uint64_t *pair_key, const int64_t *pair_event, const int64_t *type_bounds,
-                const int64_t *prerequisite, int64_t n_types, const int32_t *target,
-                int64_t n_events, const Table *features, const float *m_star,
-                const Table *links, const Links *l, double *m_star_sum, double *link_m_sum,
-                double *link_c_sum, int64_t *n_features, uint8_t *row_found,
-                uint8_t *link_found) {
+ * hashed_kernels.Scorer.event_sums.  Sums run over the pairs in their order.  row_found
+ * and link_found: (n_types, n_events), zeros. */
+static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair_event,
+                 const int64_t *type_bounds, const int32_t *target, int64_t n_events,
+                 double *m_star_sum, double *link_m_sum, double *link_c_sum,
+                 int64_t *n_features, uint8_t *row_found, uint8_t *link_found) {
+    const Table *features = &sc->features, *links = &sc->links;
+    const Links *l = &sc->values;
+    const float *m_star = sc->m_star;
+    const int64_t *prerequisite = sc->prerequisite;
+    int64_t n_types = sc->n_types;
     int64_t pair[BLOCK], row[BLOCK], linked[BLOCK], link[BLOCK];
     uint64_t query[BLOCK];
     double value[BLOCK], value_c[BLOCK];
@@ -311,12 +311,18 @@ void event_sums(const uint64_t *pair_key, const int64_t *pair_event, const int64
 /* --- the features of states (left-to-right scoring) ------------------------------------------- */
 
 /* Each window's hash (before the salt) and whether it gives a pair, for each of n
- * states: base, remote (n_windows, n) uint64, valid, fresh (n_windows, n) zeros; see
- * hashed_kernels.state_pairs.  Returns the pairs of one tag. */
-int64_t state_windows(const int32_t *words, int64_t n, int64_t width, const int64_t *length,
-                      const int64_t *windows, const int64_t *type_windows, int64_t types,
-                      uint64_t seed, uint64_t *base, uint64_t *remote, uint8_t *valid,
-                      uint8_t *fresh) {
+ * states (words (n, width), right-aligned; length: the words each holds, <S>
+ * included): base, remote (n_windows, n), valid, fresh (n_windows, n) zeros.  A
+ * window (r, s, a) is extracted where r + s + a <= length, as the extractor's depth
+ * rule; a tied type's window whose remote words an earlier (shorter-skip) window of
+ * the same type saw gives no pair (a feature once an event).  Returns the pairs of
+ * one tag. */
+static int64_t state_windows(const Scorer *sc, const int32_t *words, int64_t n,
+                             const int64_t *length, uint64_t *base, uint64_t *remote,
+                             uint8_t *valid, uint8_t *fresh) {
+    const int64_t *windows = sc->windows, *type_windows = sc->type_windows;
+    int64_t types = sc->types, width = sc->width;
+    uint64_t seed = sc->seed;
     int64_t total = 0;
     for (int64_t t = 0; t < types; t++) {
         for (int64_t g = type_windows[t]; g < type_windows[t + 1]; g++) {
@@ -350,11 +356,14 @@ int64_t state_windows(const int32_t *words, int64_t n, int64_t width, const int6
     return total;
 }
 
-/* The pairs of state_windows' windows, tag-major: key, event (tags * total), and
- * type_bounds (tags * types + 1). */
-void state_pairs(const uint64_t *base, const uint8_t *fresh, int64_t n, const int64_t *type_windows,
-                 const uint64_t *salts, int64_t tags, int64_t types, uint64_t *key,
-                 int64_t *event, int64_t *type_bounds) {
+/* The pairs of state_windows' windows in the order in which the extractor gives an
+ * event's pairs (tag, type, window), so that they are summed in its order: key, event
+ * (tags * total), and type_bounds (tags * types + 1). */
+static void state_pairs(const Scorer *sc, const uint64_t *base, const uint8_t *fresh, int64_t n,
+                        uint64_t *key, int64_t *event, int64_t *type_bounds) {
+    const int64_t *type_windows = sc->type_windows;
+    const uint64_t *salts = sc->salts;
+    int64_t tags = sc->tags, types = sc->types;
     int64_t p = 0;
     type_bounds[0] = 0;
     for (int64_t tag = 0; tag < tags; tag++) {
@@ -372,4 +381,130 @@ void state_pairs(const uint64_t *base, const uint8_t *fresh, int64_t n, const in
             type_bounds[tag * types + t + 1] = p;
         }
     }
+}
+
+/* --- what hashed_kernels.Scorer calls -------------------------------------------------------- */
+
+/* Per-event sums (float64 and int64 (n_events,), zeros) of the pairs; link_found (n_types,
+ * n_events) zeros, or NULL.  Returns -1 when out of memory. */
+int64_t scorer_event_sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair_event,
+                          const int64_t *type_bounds, const int32_t *target, int64_t n_events,
+                          double *m_star_sum, double *link_m_sum, double *link_c_sum,
+                          int64_t *n_features, uint8_t *link_found) {
+    size_t cells = (size_t)(sc->n_types * n_events);
+    uint8_t *row_found = calloc(cells ? cells : 1, 1);
+    uint8_t *own_link_found = link_found ? NULL : calloc(cells ? cells : 1, 1);
+    if (!row_found || (!link_found && !own_link_found)) {
+        free(row_found);
+        free(own_link_found);
+        return -1;
+    }
+    sums(sc, pair_key, pair_event, type_bounds, target, n_events, m_star_sum, link_m_sum,
+         link_c_sum, n_features, row_found, link_found ? link_found : own_link_found);
+    free(row_found);
+    free(own_link_found);
+    return 0;
+}
+
+/* M_fw and c(w|f) (0 where absent) of the n links (feature_keys[i], words[i]), a shared
+ * key settled in the collision table as the sums settle it.  Returns -1 when out of
+ * memory. */
+int64_t scorer_link_values(const Scorer *sc, const uint64_t *feature_keys, const int64_t *words,
+                           int64_t n, double *m, double *c) {
+    const Links *l = &sc->values;
+    uint64_t *queries = malloc(sizeof(uint64_t) * (n ? n : 1));
+    int64_t *rows = malloc(sizeof(int64_t) * (n ? n : 1));
+    if (!queries || !rows) {
+        free(queries);
+        free(rows);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        queries[i] = hash64_combine(feature_keys[i], (uint64_t)words[i]) & l->mask;
+    find_entries(&sc->links, queries, n, rows);
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = c[i] = 0.0;
+        if (rows[i] < 0)
+            continue;
+        m[i] = l->link_m[2 * rows[i] + 1];
+        c[i] = l->link_c[rows[i]];
+        if (m[i] < 0) {
+            int64_t r = collision_row(l, queries[i], feature_keys[i], words[i]);
+            m[i] = r >= 0 ? l->m[r] : 0.0;
+            c[i] = r >= 0 ? l->c[r] : 0.0;
+        }
+    }
+    free(queries);
+    free(rows);
+    return 0;
+}
+
+/* One event after each of n states (words (n, width), length (n,)); `out` holds, in
+ * turn, prob (n float64) = P(target), matched (n int64) = the n-gram length of the
+ * longest link found, and the states after the target, new_length (n int64) and
+ * new_words (n, width int32), which keep the words of that n-gram in a minimal model,
+ * else one word more than the state (at most the width); -1 before them, so that equal
+ * states have equal rows (state_kernels.shift_states, the trie layouts' and the
+ * log-linear family's numba twin).  One output buffer, so that a decoder's call of one
+ * state addresses four arrays.  Returns -1 when out of memory. */
+int64_t scorer_advance(const Scorer *sc, const int32_t *words, const int64_t *length,
+                       const int32_t *target, int64_t n, void *out) {
+    int64_t n_windows = sc->type_windows[sc->types], width = sc->width;
+    double *prob = out;
+    int64_t *matched = (int64_t *)(prob + n), *new_length = matched + n;
+    int32_t *new_words = (int32_t *)(new_length + n);
+    size_t cells = (size_t)(n_windows * n) + 1, found_cells = (size_t)(sc->n_types * n) + 1;
+    uint64_t *base = calloc(cells, sizeof(uint64_t)), *remote = calloc(cells, sizeof(uint64_t));
+    uint8_t *valid = calloc(cells, 1), *fresh = calloc(cells, 1);
+    uint8_t *link_found = calloc(found_cells, 1);
+    double *m_star_sum = calloc(3 * (size_t)n + 1, sizeof(double));
+    int64_t *n_features = calloc((size_t)n + 1, sizeof(int64_t));
+    int64_t *type_bounds = malloc(sizeof(int64_t) * (sc->tags * sc->types + 1));
+    uint64_t *key = NULL;
+    int64_t *event = NULL, status = -1;
+    if (!base || !remote || !valid || !fresh || !link_found || !m_star_sum || !n_features ||
+        !type_bounds)
+        goto done;
+    int64_t total = state_windows(sc, words, n, length, base, remote, valid, fresh);
+    key = malloc(sizeof(uint64_t) * (sc->tags * total + 1));
+    event = malloc(sizeof(int64_t) * (sc->tags * total + 1));
+    if (!key || !event)
+        goto done;
+    state_pairs(sc, base, fresh, n, key, event, type_bounds);
+    double *link_m_sum = m_star_sum + n, *link_c_sum = m_star_sum + 2 * n;
+    if (scorer_event_sums(sc, key, event, type_bounds, target, n, m_star_sum, link_m_sum,
+                          link_c_sum, n_features, link_found) < 0)
+        goto done;
+    for (int64_t i = 0; i < n; i++) {
+        matched[i] = 0;
+        for (int64_t t = 0; t < sc->n_types; t++) {
+            if (link_found[t * n + i] && sc->link_length[t] > matched[i])
+                matched[i] = sc->link_length[t];
+        }
+        prob[i] = link_m_sum[i] / m_star_sum[i];
+        int64_t keep = sc->minimal ? matched[i] : length[i] + 1;
+        int64_t k = keep < 0 ? 0 : keep > width ? width : keep;
+        new_length[i] = k;
+        int32_t *row = new_words + i * width;
+        const int32_t *old = words + i * width;
+        for (int64_t j = 0; j < width; j++)
+            row[j] = -1;
+        for (int64_t j = width - k; j < width - 1; j++)
+            row[j] = old[j + 1];
+        if (k)
+            row[width - 1] = target[i];
+    }
+    status = 0;
+done:
+    free(base);
+    free(remote);
+    free(valid);
+    free(fresh);
+    free(link_found);
+    free(m_star_sum);
+    free(n_features);
+    free(type_bounds);
+    free(key);
+    free(event);
+    return status;
 }

@@ -229,9 +229,7 @@ def test_shared_keys_beside_unshared_ones_give_every_link_its_own_values(ngram_m
     expected_c = np.array([c / counts[f] for f, c in zip(feature.tolist(),
                                                          matrix["count"].to_pylist())])
     model = load_model(str(copy))
-    m, c = model._kernels.link_values(feature, word.astype(np.int64), *model.links.parts,
-                                      model.links.value_words, model.link_c,
-                                      *model._link_extra)
+    m, c = model._scorer.link_values(feature, word)
     np.testing.assert_array_equal(m, matrix["m"].to_numpy().astype(np.float64))
     np.testing.assert_array_equal(c, expected_c.astype(np.float32))
 
