@@ -325,8 +325,11 @@ def test_collapsed_prox_equals_the_trie_prox_on_constant_paths(data, forest, lam
         on_trie = prox(penalty, tree, v, lam, a, nonnegative)
         on_tree = prox(penalty, collapsed, short, lam, a, nonnegative)
         assert np.allclose(collapsed.expand(on_tree), on_trie, atol=1e-12), penalty
-        # Proposition 1: the trie's prox keeps the paths constant.
-        assert np.allclose(collapsed.collapse_values(on_trie), on_tree, atol=1e-12)
+        # Proposition 1: the trie's prox keeps the paths constant (to rounding: the ℓ∞
+        # prox of a path's nodes may differ in the last bit, which collapse_values refuses).
+        tops = on_trie[collapsed.top]
+        assert np.allclose(tops[collapsed.node_of], on_trie, rtol=0, atol=1e-12)
+        assert np.allclose(tops, on_tree, atol=1e-12)
         assert np.isclose(value(penalty, collapsed, on_tree, a),
                           brute_value(penalty, parent, depth, on_trie, a))
 
