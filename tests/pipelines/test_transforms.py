@@ -110,6 +110,17 @@ def gathered(elements, label):
     return label, sorted(elements)
 
 
+def test_bundles_sample_their_state_every_few_milliseconds():
+    """A worker's bundle ends by joining Beam's state sampler, which sleeps its period
+    first: the stages' processes sample every STATE_SAMPLING_MS, not Beam's 200 ms."""
+    from apache_beam.runners.worker import statesampler
+    from apache_beam.utils.counters import CounterFactory
+    sampler = statesampler.StateSampler("stage", CounterFactory())
+    assert sampler.sampling_period_ms == running.STATE_SAMPLING_MS < 200
+    sampler.start()
+    sampler.stop()  # still a working sampler
+
+
 def test_call_once_calls_once_with_every_element_even_with_none():
     with pipeline() as p:
         many = p | "Many" >> beam.Create(range(100)) | "OnMany" >> running.CallOnce(gathered, "a")
