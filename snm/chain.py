@@ -16,7 +16,6 @@ marker: the manifest, or ``eval.json``) made from the same inputs:
 changes its manifest, so the stages after it run again too.
 """
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -28,7 +27,8 @@ from pipelines import apply as apply_stage
 from pipelines import count as count_stage
 from pipelines import join as join_stage
 from pipelines import vocab as vocab_stage
-from snm.evaluation import FitProgress, evaluate, format_report, plot_perplexity
+from snm import plot as plotting
+from snm.evaluation import FitProgress, evaluate, format_report
 from snm_core.fit.selection import fit_directory
 from snm_core.io import memory, storage, tables
 from snm_core.io.checkpoints import checkpoint
@@ -185,13 +185,12 @@ def _run_loglinear(plan):
 
 def _run_eval(plan):
     model_dir = plan.path(plan.final)
-    # The plot (matplotlib's import, mostly) is drawn while the test text is scored.
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        plot = pool.submit(plot_perplexity, plan.path("fit"), storage.join(plan.out, PLOT)) \
-            if plan.family == "snm" else None
-        reports = evaluate(model_dir, plan.test)
-        if plot is not None:
-            plot.result()
+    # The plot is drawn (by snm.plot's helper process) while the test text is scored.
+    plot = plotting.draw(plan.path("fit"), storage.join(plan.out, PLOT)) \
+        if plan.family == "snm" else None
+    reports = evaluate(model_dir, plan.test)
+    if plot is not None:
+        plot()
     checkpoint("eval.scored")  # fault tests stop the run here
     if plan.family == "snm":
         write_model_card(model_dir, plan.manifest(plan.final),

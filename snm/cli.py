@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 
+from snm import plot
 from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
 
 #: Exit status of an interrupted command (128 + SIGINT, as a shell reports it).
@@ -96,10 +97,15 @@ def main(argv=None, freeze_imports=False):
         # Before any thread starts: the threads a Beam runner starts share the heaps.
         from snm_core.io.memory import limit_arenas
         limit_arenas()
+        if command == "train" and not {"-h", "--help"} & set(rest):
+            plot.start_helper()  # it imports matplotlib while this process imports Beam
         module = importlib.import_module(f"snm.commands.{COMMANDS[command]}")
         if freeze_imports:  # they live as long as the process (see entry())
             gc.freeze()
-        return module.main(rest) or 0
+        try:
+            return module.main(rest) or 0
+        finally:
+            plot.stop_helper()  # a train that ended before its eval stage
     except KeyboardInterrupt as e:
         _QuietFilter.interrupted = True
         stage = getattr(e, "stage", None)

@@ -1,8 +1,6 @@
 """What the commands share about models and their evaluation: loading any model directory,
-evaluating a text, the KenLM-style report, the fit's progress line and its plot."""
-
-import io
-import json
+evaluating a text, the KenLM-style report, the fit's progress line (its plot:
+:mod:`snm.plot`)."""
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
@@ -100,31 +98,3 @@ class FitProgress:
         self.progress.update(done - self.progress.done)
         if done >= total:
             self.progress.close()
-
-
-def plot_perplexity(fit_dir, path):
-    """PNG of held-out perplexity per epoch: the final run and each selection run."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    log = [json.loads(line) for line in
-           storage.read_text(storage.join(fit_dir, "train_log.jsonl")).splitlines()]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for variant in sorted({e["metafeatures"] for e in log if e["run"] == "select"}):
-        runs = [e for e in log if e["run"] == "select" and e["metafeatures"] == variant]
-        ax.plot([e["epoch"] for e in runs], [e["valid_perplexity"] for e in runs], "--",
-                marker=".", label=f"{variant}: held-back tenth (selection)")
-    final = [e for e in log if e["run"] == "final"]
-    ax.plot([e["epoch"] for e in final], [e["train_perplexity"] for e in final], "-",
-            marker="o", color="black", label=f"{final[0]['metafeatures']}: all held-out (final)")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("held-out perplexity")
-    ax.set_title("SNM adjustment training")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
-    storage.write_bytes(png.getvalue(), path)
