@@ -7,6 +7,7 @@ Beam is imported only by the subcommands that run a pipeline, so ``snm
 features`` and ``snm eval`` start quickly.
 """
 
+import contextlib
 import gc
 import importlib
 import logging
@@ -81,6 +82,27 @@ def configure_logging():
             handler.addFilter(_QuietFilter())
 
 
+#: Beam's S3 filesystem: Beam's first import loads every filesystem it has, S3's with
+#: boto3 where that is installed (a sixth of a second a process).
+BEAM_S3_FILESYSTEM = "apache_beam.io.aws.s3filesystem"
+
+
+@contextlib.contextmanager
+def _beam_without_s3():
+    """Beam, if imported inside, skips its S3 filesystem (it skips a filesystem whose
+    import fails): the commands read and write through pyarrow.fs, never Beam's
+    filesystems.  Code that imports it afterwards gets it as usual."""
+    if "apache_beam" in sys.modules or BEAM_S3_FILESYSTEM in sys.modules:
+        yield
+        return
+    sys.modules[BEAM_S3_FILESYSTEM] = None
+    try:
+        yield
+    finally:
+        if sys.modules.get(BEAM_S3_FILESYSTEM, False) is None:
+            del sys.modules[BEAM_S3_FILESYSTEM]
+
+
 def main(argv=None, freeze_imports=False):
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -99,7 +121,8 @@ def main(argv=None, freeze_imports=False):
         limit_arenas()
         if command == "train" and not {"-h", "--help"} & set(rest):
             plot.start_helper()  # it imports matplotlib while this process imports Beam
-        module = importlib.import_module(f"snm.commands.{COMMANDS[command]}")
+        with _beam_without_s3():
+            module = importlib.import_module(f"snm.commands.{COMMANDS[command]}")
         if freeze_imports:  # they live as long as the process (see entry())
             gc.freeze()
         try:

@@ -205,3 +205,24 @@ def test_the_count_s_buckets_grow_with_the_text_within_the_budget():
         plan = plan_memory(huge, 2, words, 5)
         assert 7_000_000 <= words * 5 / plan.num_buckets <= 8_000_000
         assert 2_000 <= plan.flush_links / plan.num_buckets <= 8_000
+
+
+def test_a_command_loads_beam_without_its_s3_filesystem():
+    """Beam's S3 filesystem (and boto3) stays out of a command's process: the stages use
+    pyarrow.fs.  Code that imports it afterwards gets it as usual; a command without
+    Beam (eval) does not load Beam at all."""
+    code = ("import contextlib, io, sys\n"
+            "from snm.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), "
+            "contextlib.suppress(SystemExit):\n"
+            "    main([sys.argv[1], '--help'])\n"
+            "print('apache_beam' in sys.modules, 'boto3' in sys.modules)\n"
+            "if 'apache_beam' in sys.modules:\n"
+            "    import apache_beam.io.aws.s3filesystem\n"
+            "    from apache_beam.io.filesystems import FileSystems\n"
+            "    print(type(FileSystems.get_filesystem('s3://bucket/key')).__name__)\n")
+    runs = {command: subprocess.run([sys.executable, "-c", code, command], capture_output=True,
+                                    text=True, check=True).stdout.split("\n")
+            for command in ("count", "eval")}
+    assert runs["count"][:2] == ["True False", "S3FileSystem"]
+    assert runs["eval"][0] == "False False"

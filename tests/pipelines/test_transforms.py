@@ -121,21 +121,6 @@ def test_bundles_sample_their_state_every_few_milliseconds():
     sampler.stop()  # still a working sampler
 
 
-def test_beams_s3_filesystem_is_loaded_only_when_asked_for():
-    """Importing the pipelines does not load Beam's S3 filesystem (nor boto3: the stages
-    use pyarrow.fs); code that imports it afterwards gets it as usual."""
-    import subprocess
-    import sys
-    code = ("import sys, pipelines\n"
-            "assert 'boto3' not in sys.modules and 'apache_beam' in sys.modules\n"
-            "import apache_beam.io.aws.s3filesystem\n"
-            "from apache_beam.io.filesystems import FileSystems\n"
-            "print(type(FileSystems.get_filesystem('s3://bucket/key')).__name__)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == "S3FileSystem"
-
-
 def test_call_once_calls_once_with_every_element_even_with_none():
     with pipeline() as p:
         many = p | "Many" >> beam.Create(range(100)) | "OnMany" >> running.CallOnce(gathered, "a")
