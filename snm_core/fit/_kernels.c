@@ -33,9 +33,8 @@
 #include <string.h>
 #include <time.h>
 
-#define MIX_C1 0xFF51AFD7ED558CCDULL
-#define MIX_C2 0xC4CEB9FE1A85EC53ULL
-#define GOLDEN 0x9E3779B97F4A7C15ULL
+#include "../text/hash64.h"
+
 #define CONJOIN 0x9FB21C651E98DF25ULL
 
 /* Upper bounds of the entry lists: L 6, untargeted 2 * 7 + 2 * 21,
@@ -159,21 +158,8 @@ typedef struct {
 static double log_frac[LOG_TABLE];
 static int32_t log_floor[LOG_TABLE];
 
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= MIX_C1;
-    x ^= x >> 33;
-    x *= MIX_C2;
-    x ^= x >> 33;
-    return x;
-}
-
-static inline uint64_t combine(uint64_t h, uint64_t value) {
-    return mix64(h ^ ((value + 1) * GOLDEN));
-}
-
 static inline uint64_t slot_of(uint64_t raw, uint64_t hash_size) {
-    return ((mix64(raw) >> 32) * hash_size) >> 32;
+    return ((hash64_mix(raw) >> 32) * hash_size) >> 32;
 }
 
 #define INDEX_SLOTS 448 /* slots a line of the slot index covers */
@@ -238,20 +224,20 @@ static int feature_list(const Spec *s, uint64_t key, uint64_t type, int64_t coun
     double w[2];
     int n = 0;
     if (s->feature_identity) {
-        out[n].h = combine(s->ns_feature, key);
+        out[n].h = hash64_combine(s->ns_feature, key);
         out[n++].w = 1.0;
     }
-    out[n].h = combine(s->ns_type, type);
+    out[n].h = hash64_combine(s->ns_type, type);
     out[n++].w = 1.0;
     int k = count_buckets(count, prune, b, w);
     for (int i = 0; i < k; i++) {
-        out[n].h = combine(s->ns_feature_count, b[i]);
+        out[n].h = hash64_combine(s->ns_feature_count, b[i]);
         out[n++].w = w[i];
     }
     if (s->diversity) {
         k = count_buckets(diversity, prune, b, w);
         for (int i = 0; i < k; i++) {
-            out[n].h = combine(s->ns_diversity, b[i]);
+            out[n].h = hash64_combine(s->ns_diversity, b[i]);
             out[n++].w = w[i];
         }
     }
@@ -275,7 +261,7 @@ static inline int untargeted_entries(const Spec *s, const Entry *L, int n_l, int
     if (s->link_count) {
         int k = count_buckets(count, prune, b, w);
         for (int j = 0; j < k; j++) {
-            uint64_t c = combine(s->ns_link_count, b[j]);
+            uint64_t c = hash64_combine(s->ns_link_count, b[j]);
             out[n].h = unt[n_unt].h = c;
             out[n++].w = unt[n_unt++].w = w[j];
             for (int i = 0; i < n_l; i++) {
@@ -287,7 +273,7 @@ static inline int untargeted_entries(const Spec *s, const Entry *L, int n_l, int
     if (s->continuation) {
         int k = count_buckets(continuation + 1, prune, b, w);
         for (int j = 0; j < k; j++) {
-            uint64_t c = combine(s->ns_continuation, b[j]);
+            uint64_t c = hash64_combine(s->ns_continuation, b[j]);
             out[n].h = c;
             out[n++].w = w[j];
             for (int i = 0; i < n_unt; i++) {
@@ -304,7 +290,7 @@ static inline int targeted_entries(const Spec *s, const Entry *L, int n_l, int32
                                    int64_t count, int prune, Entry *out) {
     if (!s->target)
         return 0;
-    uint64_t t = combine(s->ns_target, (uint64_t)(int64_t)word);
+    uint64_t t = hash64_combine(s->ns_target, (uint64_t)(int64_t)word);
     int n = 0;
     out[n].h = t;
     out[n++].w = 1.0;
@@ -318,7 +304,7 @@ static inline int targeted_entries(const Spec *s, const Entry *L, int n_l, int32
         double w[2];
         int k = count_buckets(count, prune, b, w);
         for (int j = 0; j < k; j++) {
-            uint64_t c = combine(s->ns_link_count, b[j]);
+            uint64_t c = hash64_combine(s->ns_link_count, b[j]);
             for (int i = 0; i < n_t; i++) {
                 out[n].h = c * CONJOIN + out[i].h;
                 out[n++].w = w[j] * out[i].w;
@@ -1409,46 +1395,6 @@ int64_t adjust_links(const Spec *s, const uint64_t *key, const uint64_t *type,
 }
 
 /* --- compact model ------------------------------------------------------------------ */
-
-/* The permutation that sorts keys ascending (stable): LSD radix sort, 8 bits
- * a pass, carrying (key, index).  scratch: 2n uint64 and 2n uint32.  Returns
- * -1 if n does not fit 32-bit indices. */
-int64_t argsort_keys(const uint64_t *keys, int64_t n, uint32_t *order, uint64_t *scratch_keys,
-                     uint32_t *scratch_order) {
-    enum { BITS = 8, BUCKETS = 1 << BITS };
-    if (n >= ((int64_t)1 << 32))
-        return -1;
-    uint64_t *key_a = scratch_keys, *key_b = scratch_keys + n;
-    uint32_t *idx_a = scratch_order, *idx_b = scratch_order + n;
-    memcpy(key_a, keys, sizeof(uint64_t) * n);
-    for (int64_t i = 0; i < n; i++)
-        idx_a[i] = (uint32_t)i;
-    int64_t count[BUCKETS];
-    for (int shift = 0; shift < 64; shift += BITS) {
-        memset(count, 0, sizeof(count));
-        for (int64_t i = 0; i < n; i++)
-            count[(key_a[i] >> shift) & (BUCKETS - 1)]++;
-        int64_t total = 0;
-        for (int b = 0; b < BUCKETS; b++) {
-            int64_t c = count[b];
-            count[b] = total;
-            total += c;
-        }
-        for (int64_t i = 0; i < n; i++) {
-            int64_t at = count[(key_a[i] >> shift) & (BUCKETS - 1)]++;
-            key_b[at] = key_a[i];
-            idx_b[at] = idx_a[i];
-        }
-        uint64_t *k = key_a;
-        key_a = key_b;
-        key_b = k;
-        uint32_t *x = idx_a;
-        idx_a = idx_b;
-        idx_b = x;
-    }
-    memcpy(order, idx_a, sizeof(uint32_t) * n);
-    return 0;
-}
 
 /* The key index of sorted keys, a chunk at a time: keys[0..n) follow `base`
  * keys already indexed; for every slot s from next_slot to the top `bits`

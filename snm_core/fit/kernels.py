@@ -3,12 +3,12 @@
 What runs there: the meta-feature entries of rows, link classes and links;
 A(f, w), M_fw and M_f*; a mini-batch (forward pass, events, gradient,
 AdaGrad) in one call on POSIX threads; the apply stage's M_fw of a count
-bucket; and the compact model's radix sort and key index.  Python keeps the
+bucket; and the compact model's key index.  Python keeps the
 data and the order of work; ctypes releases the GIL during a call.
 
-Why C and not numba (which compiles scoring, :mod:`snm_core.text.compiled`): a
-process that imports numba holds more memory than a whole fit may use; this
-library is a few dozen KiB.  setup.py builds it
+Why C and not numba (which compiles the trie layouts' loops): a process that
+imports numba holds more memory than a whole fit may use, and starts about 0.9 s
+later; this library is a few dozen KiB.  setup.py builds it
 as the extension ``snm_core.fit._kernels``.
 
 Entries (see the C file's header and :mod:`snm_core.fit.metafeatures`, the
@@ -108,7 +108,6 @@ def _load():
         "workspace_seconds": ([_ptr, _ptr], None),
         "batch_step": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _f64, _i64, _ptr], _f64),
         "adjust_links": ([_ptr] * 10 + [_i64, _i64, _ptr, _ptr], _i64),
-        "argsort_keys": ([_ptr, _i64, _ptr, _ptr, _ptr], _i64),
         "key_index_chunk": ([_ptr, _i64, _i64, _i64, _i64, _ptr], _i64),
         "link_entries": ([_ptr] * 5 + [_i64] + [_ptr] * 4 + [_i64] + [_ptr] * 4, _i64),
     }
@@ -277,27 +276,6 @@ def adjust_links(spec, key, type_fingerprint, count, diversity, link_ptr, word, 
                           len(arrays[0]), address(m), address(m_star)):
         raise MemoryError("adjust_links: no memory for its table of exp(A)")
     return m, m_star
-
-
-def argsort_keys(keys, scratch=None):
-    """The stable sorting permutation (uint32) of uint64 keys, by radix sort (faster than
-    ``np.argsort``).
-
-    ``scratch``: a dict that keeps the work arrays between calls (their pages
-    are faulted in once, not per call).
-    """
-    keys = np.ascontiguousarray(keys, np.uint64)
-    n = len(keys)
-    if n >= 1 << 32:
-        return np.argsort(keys, kind="stable")
-    scratch = {} if scratch is None else scratch
-    if len(scratch.get("keys", ())) < 2 * n:
-        scratch["keys"] = np.empty(2 * n, np.uint64)
-        scratch["order"] = np.empty(2 * n, np.uint32)
-    order = np.empty(n, np.uint32)
-    lib().argsort_keys(address(keys), n, address(order), address(scratch["keys"]),
-                       address(scratch["order"]))
-    return order
 
 
 def key_index_chunk(keys, bits, base, next_slot):

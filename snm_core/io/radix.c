@@ -83,6 +83,17 @@ int64_t radix_sort(uint64_t *keys, uint32_t *rows, int64_t n) {
     return 0;
 }
 
+/* The stable sorting permutation of keys[0..n) (n < 2^32) into order, keys unchanged;
+ * the caller's scratch: 2n uint64 and n uint32 (kept between calls, so that their
+ * pages are faulted in once). */
+void radix_argsort(const uint64_t *keys, int64_t n, uint32_t *order, uint64_t *scratch_keys,
+                   uint32_t *scratch_order) {
+    memcpy(scratch_keys, keys, sizeof(uint64_t) * n);
+    for (int64_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    radix_sort_in(scratch_keys, order, n, scratch_keys + n, scratch_order);
+}
+
 /* Sort each run of values[0..n) with equal bits above low_bits (the runs in order
  * already) in place, stably, rows (or NULL) with them.  Returns -1 when out of memory. */
 int64_t sort_runs(uint64_t *values, uint32_t *rows, int64_t n, int64_t low_bits) {

@@ -16,6 +16,7 @@ from snm_core.io import native
 SMALL = 1 << 10
 
 _radix_sort = native.function("radix_sort", [native.ptr, native.ptr, native.i64], native.i64)
+_radix_argsort = native.function("radix_argsort", [native.ptr, native.i64] + [native.ptr] * 3)
 _sort_runs = native.function("sort_runs", [native.ptr, native.ptr, native.i64, native.i64],
                              native.i64)
 
@@ -42,6 +43,26 @@ def argsort_uint64(values):
     keys, rows = np.array(values, np.uint64), np.arange(len(values), dtype=np.uint32)
     _checked(_radix_sort(native.address(keys), native.address(rows), len(keys)))
     return rows.astype(np.int64), keys
+
+
+def argsort_keys(keys, scratch=None):
+    """The stable sorting permutation (uint32) of uint64 keys, ``keys`` unchanged.
+
+    ``scratch``: a dict that keeps the work arrays between calls (their pages
+    are faulted in once, not per call: the compact builds sort many partitions).
+    """
+    keys = np.ascontiguousarray(keys, np.uint64)
+    n = len(keys)
+    if n >= 1 << 32:
+        return np.argsort(keys, kind="stable")
+    scratch = {} if scratch is None else scratch
+    if len(scratch.get("keys", ())) < 2 * n:
+        scratch["keys"] = np.empty(2 * n, np.uint64)
+        scratch["order"] = np.empty(n, np.uint32)
+    order = np.empty(n, np.uint32)
+    _radix_argsort(native.address(keys), n, native.address(order),
+                   native.address(scratch["keys"]), native.address(scratch["order"]))
+    return order
 
 
 def sort_runs(values, low_bits):

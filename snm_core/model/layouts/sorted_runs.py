@@ -21,7 +21,7 @@ import shutil
 
 import numpy as np
 
-from snm_core.fit.kernels import argsort_keys
+from snm_core.io.radix import argsort_keys
 
 
 def argsort_rows(keys, scratch=None):
