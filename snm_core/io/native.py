@@ -62,7 +62,13 @@ def address(array, dtype=None):
         raise TypeError(f"expected {np.dtype(dtype)}, got {array.dtype}")
     if not array.flags.c_contiguous:
         raise TypeError("expected a C-contiguous array")
-    try:  # a third of the time of array.ctypes.data (a decoder's call addresses several)
+    if array.flags.writeable and array.size:
+        # A third of the time of array.ctypes.data (a decoder's call addresses several).
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
-    except (TypeError, ValueError):  # read-only, or empty
-        return array.ctypes.data
+    return array.ctypes.data
+
+
+def checked(status, what):
+    """``status`` of a loop that allocates its work arrays: below 0, out of memory."""
+    if status < 0:
+        raise MemoryError(f"{what}: out of memory for its work arrays")

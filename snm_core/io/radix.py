@@ -21,17 +21,13 @@ _sort_runs = native.function("sort_runs", [native.ptr, native.ptr, native.i64, n
                              native.i64)
 
 
-def _checked(status):
-    if status < 0:
-        raise MemoryError("radix sort: out of memory for its scratch arrays")
-
-
 def sort_uint64(values):
     """Sort uint64 ``values`` in place (as ``values.sort()``)."""
     if len(values) < SMALL:
         values.sort()
     else:
-        _checked(_radix_sort(native.address(values, np.uint64), None, len(values)))
+        status = _radix_sort(native.address(values, np.uint64), None, len(values))
+        native.checked(status, "radix sort")
 
 
 def argsort_uint64(values):
@@ -41,7 +37,8 @@ def argsort_uint64(values):
         order = np.argsort(values, kind="stable")
         return order, values[order]
     keys, rows = np.array(values, np.uint64), np.arange(len(values), dtype=np.uint32)
-    _checked(_radix_sort(native.address(keys), native.address(rows), len(keys)))
+    native.checked(_radix_sort(native.address(keys), native.address(rows), len(keys)),
+                   "radix sort")
     return rows.astype(np.int64), keys
 
 
@@ -71,12 +68,14 @@ def sort_runs(values, low_bits):
     :func:`sort_uint64` would sort the whole.  Runs of a few values (most of a count's)
     are sorted by insertion, longer ones by radix sort, whose passes over the run's
     shared high digits are skipped."""
-    _checked(_sort_runs(native.address(values, np.uint64), None, len(values), low_bits))
+    status = _sort_runs(native.address(values, np.uint64), None, len(values), low_bits)
+    native.checked(status, "radix sort")
 
 
 def argsort_runs(values, low_bits):
     """``(order, values[order])`` as :func:`argsort_uint64` gives them, for uint64
     ``values`` whose bits above ``low_bits`` are already in order."""
     keys, rows = np.array(values, np.uint64), np.arange(len(values), dtype=np.uint32)
-    _checked(_sort_runs(native.address(keys), native.address(rows), len(keys), low_bits))
+    status = _sort_runs(native.address(keys), native.address(rows), len(keys), low_bits)
+    native.checked(status, "radix sort")
     return rows.astype(np.int64), keys

@@ -16,7 +16,8 @@ RECORD = np.dtype([("key", "<u8"), ("m", "<f4"), ("c", "<f4")])
 _fill_records = native.function("fill_records", [native.ptr] * 6 + [native.i64, native.u64,
                                                                   native.ptr])
 _group_by_bits = native.function("group_by_bits", [native.ptr, native.i64, native.i64,
-                                                   native.i64, native.ptr, native.ptr])
+                                                   native.i64, native.ptr, native.ptr],
+                                 native.i64)
 
 
 def fill_records(feature_keys, feature_counts, rows, words, m, counts, mask):
@@ -37,6 +38,7 @@ def group_by_bits(records, shift, bits, grouped):
     by key bits ``[shift, shift + bits)``, each group's records in their order; returns
     the groups' bounds, int64 (2^bits + 1,)."""
     bounds = np.empty((1 << bits) + 1, np.int64)
-    _group_by_bits(native.address(records, np.uint64), len(records), int(shift), bits,
-                   native.address(grouped, np.uint64), native.address(bounds))
+    native.checked(_group_by_bits(native.address(records, np.uint64), len(records), int(shift),
+                                  bits, native.address(grouped, np.uint64),
+                                  native.address(bounds)), "grouping scatter records")
     return bounds

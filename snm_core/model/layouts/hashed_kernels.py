@@ -66,11 +66,6 @@ _link_values = native.function("scorer_link_values", [_P] * 3 + [native.i64, _P,
 _advance = native.function("scorer_advance", [_P] * 4 + [native.i64, _P], native.i64)
 
 
-def _checked(status):
-    if status < 0:
-        raise MemoryError("hashed scoring: out of memory for its work arrays")
-
-
 def find(keys, start, shift, queries):
     """:meth:`snm_core.model.layouts.hashed.KeyIndex.find` for an array of queries."""
     queries = np.ascontiguousarray(queries, np.uint64)
@@ -166,8 +161,9 @@ class Scorer:
             (pair_key, np.uint64), (pair_event, np.int64), (type_bounds, np.int64),
             (target, np.int32))]
         out = [np.zeros(n_events) for _ in range(3)] + [np.zeros(n_events, np.int64)]
-        _checked(_event_sums(self._ref, *(native.address(a) for a in arrays), n_events,
-                             *(native.address(a) for a in out), None))
+        status = _event_sums(self._ref, *(native.address(a) for a in arrays), n_events,
+                             *(native.address(a) for a in out), None)
+        native.checked(status, "hashed scoring")
         return out
 
     def link_values(self, feature_keys, words):
@@ -177,8 +173,9 @@ class Scorer:
         feature_keys = np.ascontiguousarray(feature_keys, np.uint64)
         words = np.ascontiguousarray(words, np.int64)
         m, c = np.empty(len(words)), np.empty(len(words))
-        _checked(_link_values(self._ref, native.address(feature_keys), native.address(words),
-                              len(words), native.address(m), native.address(c)))
+        status = _link_values(self._ref, native.address(feature_keys), native.address(words),
+                              len(words), native.address(m), native.address(c))
+        native.checked(status, "hashed scoring")
         return m, c
 
     def advance(self, words, length, target):
@@ -198,8 +195,9 @@ class Scorer:
         target = np.ascontiguousarray(target, np.int32)
         n, width = words.shape
         out = np.empty(n * (24 + 4 * width), np.uint8)  # the C function's layout
-        _checked(_advance(self._ref, native.address(words), native.address(length),
-                          native.address(target), n, native.address(out)))
+        status = _advance(self._ref, native.address(words), native.address(length),
+                          native.address(target), n, native.address(out))
+        native.checked(status, "hashed scoring")
         prob, matched, new_length = out[:24 * n].view(np.float64).reshape(3, n)
         return (prob, matched.view(np.int64), out[24 * n:].view(np.int32).reshape(n, width),
                 new_length.view(np.int64))

@@ -43,8 +43,8 @@ void fill_records(const uint64_t *feature_keys, const int64_t *feature_counts,
 
 /* records (n, 2) (a key, then its 8 bytes of values) into grouped by key bits
  * [shift, shift + bits), each group's records in their order; bounds (2^bits + 1)
- * the groups' bounds. */
-void group_by_bits(const uint64_t *records, int64_t n, int64_t shift, int64_t bits,
+ * the groups' bounds.  Returns -1 when out of memory. */
+int64_t group_by_bits(const uint64_t *records, int64_t n, int64_t shift, int64_t bits,
                    uint64_t *grouped, int64_t *bounds) {
     uint64_t mask = ((uint64_t)1 << bits) - 1;
     int64_t groups = (int64_t)1 << bits;
@@ -54,6 +54,8 @@ void group_by_bits(const uint64_t *records, int64_t n, int64_t shift, int64_t bi
     for (int64_t g = 0; g < groups; g++)
         bounds[g + 1] += bounds[g];
     int64_t *at = malloc(sizeof(int64_t) * groups);
+    if (!at)
+        return -1;
     memcpy(at, bounds, sizeof(int64_t) * groups);
     for (int64_t i = 0; i < n; i++) {
         int64_t g = (int64_t)((records[2 * i] >> shift) & mask);
@@ -62,6 +64,7 @@ void group_by_bits(const uint64_t *records, int64_t n, int64_t shift, int64_t bi
         at[g]++;
     }
     free(at);
+    return 0;
 }
 
 /* --- a KeyIndex (whole keys, sorted) ---------------------------------------------------------- */
