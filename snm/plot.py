@@ -33,10 +33,14 @@ def _pyplot():
 def plot_perplexity(fit_dir, path):
     """PNG of held-out perplexity per epoch: the final run and each selection run."""
     from snm_core.io import storage
-    plt = _pyplot()
-
     log = [json.loads(line) for line in
            storage.read_text(storage.join(fit_dir, "train_log.jsonl")).splitlines()]
+    storage.write_bytes(_png(log), path)
+
+
+def _png(log):
+    """The plot of a fit's log entries, as PNG bytes."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for variant in sorted({e["metafeatures"] for e in log if e["run"] == "select"}):
         runs = [e for e in log if e["run"] == "select" and e["metafeatures"] == variant]
@@ -54,7 +58,7 @@ def plot_perplexity(fit_dir, path):
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    storage.write_bytes(png.getvalue(), path)
+    return png.getvalue()
 
 
 def start_helper():
@@ -101,18 +105,12 @@ def draw(fit_dir, path):
 
 
 def _warm_up():
-    """Draw a throw-away figure with the plot's parts: what a first figure loads
-    (the backend, fonts, legend and PNG code) is then loaded before the request."""
-    importlib.import_module("snm_core.io.storage")  # what drawing needs, loaded now
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(2, 2))
-    ax.plot([0, 1], [1, 0], "--", marker=".", label="a")
-    ax.set_title("b")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(io.BytesIO(), format="png", dpi=10)
-    plt.close(fig)
+    """Draw a throw-away plot: what a first figure loads (the backend, fonts, legend
+    and PNG code) is then loaded before the request, as is what reading and writing
+    need."""
+    importlib.import_module("snm_core.io.storage")
+    _png([{"run": "select", "metafeatures": "a", "epoch": 0, "valid_perplexity": 2.0},
+          {"run": "final", "metafeatures": "a", "epoch": 0, "train_perplexity": 1.0}])
 
 
 if __name__ == "__main__":
