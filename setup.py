@@ -1,10 +1,14 @@
 import platform
+import re
 
 from setuptools import Extension, find_packages, setup
 
 setup(
     name="snm-lm",
-    version="0.1.0",
+    # One version, snm_core.__version__ (snm --version, the model card), read without
+    # importing the package (its dependencies are not installed yet).
+    version=re.search(r'^__version__ = "([^"]+)"', open("snm_core/__init__.py").read(),
+                      re.M).group(1),
     description="Sparse Non-negative Matrix language models trained with Apache Beam",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -6,7 +6,7 @@ import re
 import sys
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import runners
 from snm_core.io import memory, storage
@@ -55,7 +55,16 @@ def pipeline_options(beam_args):
     if "--pipeline_type_check" not in beam_args:
         beam_args = ["--no_pipeline_type_check"] + list(beam_args)
     logging.getLogger(_FN_RUNNER_LOGGER).addFilter(_in_memory_workers_warning)
-    return PipelineOptions(beam_args)
+    options = PipelineOptions(beam_args)
+    standard = options.view_as(StandardOptions)
+    if isinstance(standard.runner, str) and standard.runner.lower() == "fnapirunner":
+        # By its module path: older Beam releases (2.60, 2.65) know no short name for it.
+        standard.runner = FN_API_RUNNER
+    return options
+
+
+#: The local runner's class, by the path every Beam release resolves.
+FN_API_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 
 
 _FN_RUNNER_LOGGER = "apache_beam.runners.portability.fn_api_runner.fn_runner"

@@ -106,10 +106,15 @@ def _beam_without_s3():
 def main(argv=None, freeze_imports=False):
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: snm COMMAND [options]   (snm COMMAND --help for its options)\n"
+        print("usage: snm COMMAND [options]   (snm COMMAND --help for its options; "
+              "snm --version)\n"
               "commands: " + ", ".join(COMMANDS))
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command in ("--version", "-V"):
+        from snm_core import __version__
+        print(f"snm {__version__}")
+        return 0
     if command not in COMMANDS:
         print(f"snm: unknown command {command!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)

@@ -134,12 +134,14 @@ def small_pages():
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         yield
         return
-    core = getattr(np, "_core", None) or np.core  # numpy 2 / 1.26
-    previous = core.multiarray._set_madvise_hugepage(False)
+    # numpy 2 keeps it in np._core; numpy 1.26 in np.core, beside an np._core stub
+    # that has no multiarray.
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or np.core.multiarray
+    previous = multiarray._set_madvise_hugepage(False)
     try:
         yield
     finally:
-        core.multiarray._set_madvise_hugepage(previous)
+        multiarray._set_madvise_hugepage(previous)
 
 
 def _may_set(variables, override_environment):

@@ -11,6 +11,7 @@ declares its signature here (:func:`function`).
 
 import ctypes
 import importlib.util
+import os
 
 import numpy as np
 
@@ -29,14 +30,31 @@ def load(module, version_function, version):
     """The ctypes library of the extension ``module``, checked to be ``version``."""
     found = importlib.util.find_spec(module)
     if found is None or found.origin is None:
-        raise SnmInputError(f"{module} is not built: reinstall the package (pip install -e .), "
-                            "which compiles its C sources")
+        raise SnmInputError(not_built(module))
     lib = ctypes.CDLL(found.origin)
     check = getattr(lib, version_function)
     check.argtypes, check.restype = [], i64
     if check() != version:
         raise SnmInputError(f"{module} is out of date: reinstall the package")
     return lib
+
+
+def not_built(module):
+    """What to say when ``module`` (a C extension of this package) cannot be found.
+
+    The usual cause is a clone's source tree imported ahead of the installed
+    package: Python puts the working directory (or a script's) first on its path,
+    so a process started in a clone, a Beam worker among them, imports the clone's
+    ``snm_core``, which holds the C sources but no built libraries."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(package)
+    if os.path.isfile(os.path.join(root, "setup.py")):
+        return (f"{module} is not built in the source tree {package}, which this process "
+                f"imported ahead of any installed snm (its directory {root} is on the "
+                f"Python path, as the working directory is): start it from another "
+                f"directory, or build the tree in place with pip install -e {root}")
+    return (f"{module} is not built in {package}: reinstall the package (pip install "
+            "snm-lm, or pip install -e CLONE), which compiles its C sources")
 
 
 def library():

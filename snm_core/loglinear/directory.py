@@ -175,7 +175,7 @@ class LogLinearScorer(LineScoring, StateScoring):
         self.vocab = vocab
         vocab.ids([])  # its lookup table, built now rather than while scoring
         self.model = model
-        self.order = manifest["order"]
+        self._order = manifest["order"]
         S, Z = model.normalisers()
         self.pair_score = S
         self.log_z = np.log(Z)
@@ -197,6 +197,11 @@ class LogLinearScorer(LineScoring, StateScoring):
         depth = (active >= 0).sum(axis=1) - 1
         # The deepest node is the longest n-gram ending in the target seen in training.
         return prob, depth, StateBatch(*shift_states(states.words, target, depth))
+
+    @property
+    def order(self):
+        """The model's n-gram order (KenLM's ``order``)."""
+        return self._order
 
     @classmethod
     def load(cls, directory):

@@ -1,5 +1,6 @@
 """The model card, ``model_card.md``: what a model is, what it was trained on, how good it is."""
 
+from snm_core import __version__
 from snm_core.io import storage, tables
 from snm_core.model.layouts.hashed import COMPACT, READ_LAYOUTS
 
@@ -33,6 +34,7 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
         f"{spec.get('hash_size', 0):,}, {fit.get('weights_in_use', 0):,} weights in use",
         f"- training: {training.get('epochs')} AdaGrad epoch(s), batch "
         f"{training.get('batch_size')}, gamma {training.get('gamma')}",
+        f"- written by snm {__version__}",
         "",
         "## Data",
         f"- training: {totals.get('sentences', 0):,} sentences, {totals.get('tokens', 0):,} "

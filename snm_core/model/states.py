@@ -22,6 +22,7 @@ its compiled loop.  The probabilities are those of ``snm eval`` (and of
 :meth:`~snm_core.model.scoring.LineScoring.score_lines`), event for event.
 """
 
+import collections
 import dataclasses
 import math
 
@@ -32,6 +33,13 @@ from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
 #: Up to this many words are looked up one by one in a dictionary (a decoder's single
 #: words), more through the vocabulary's vectorised lookup.
 FEW_WORDS = 16
+
+
+#: KenLM's spellings of the sentence markers, read by the methods that carry KenLM's names.
+KENLM_MARKERS = {"</s>": "</S>", "<s>": "<S>", "<unk>": "<UNK>"}
+
+#: What :meth:`StateScoring.BaseFullScore` returns (KenLM's ``FullScoreReturn``).
+FullScore = collections.namedtuple("FullScore", ["log_prob", "ngram_length", "oov"])
 
 
 class State:
@@ -51,10 +59,14 @@ class State:
 
     __slots__ = ("words", "_cache", "_row")
 
-    def __init__(self, words, cache=None, row=None):
+    def __init__(self, words=(), cache=None, row=None):
         self.words = tuple(words)
         self._cache = cache  # a layout's lookups of these words (the trie's entries)
         self._row = row  # the words as a row of a StateBatch, when made from one
+
+    def _assign(self, other):
+        """Become ``other`` (what KenLM's ``...Write`` methods do to a ``kenlm.State``)."""
+        self.words, self._cache, self._row = other.words, other._cache, other._row
 
     def __eq__(self, other):
         return isinstance(other, State) and self.words == other.words
@@ -231,6 +243,48 @@ class StateScoring:
     def end_score(self, state):
         """log10 P(``</S>`` | state): the end of the sentence."""
         return self.score_word(state, "</S>")[0]
+
+    # --- kenlm.Model's spellings, so that a script written for KenLM runs unchanged -------
+
+    @property
+    def order(self):
+        """KenLM's ``order``: one more than the words a state may hold (5 for a 5-gram;
+        for a skip-gram model, one more than the reach of its longest feature)."""
+        return self.state_width + 1
+
+    def __contains__(self, word):
+        """``word in model``: the model predicts ``word`` (it is in the vocabulary and
+        training saw it), as KenLM's ``in`` tells a word from ``<unk>``."""
+        found = self.vocab.id(word)
+        if found is None or found in (BOS_ID, EOS_ID, UNK_ID):
+            return False
+        word_map = getattr(self, "word_map", None)
+        return word_map is None or int(word_map[found]) != UNK_ID
+
+    def BeginSentenceWrite(self, state):  # noqa: N802 (KenLM's name)
+        """KenLM's ``BeginSentenceWrite``: make ``state`` (a :class:`State`) the start of
+        a sentence."""
+        state._assign(self.begin_state())
+
+    def NullContextWrite(self, state):  # noqa: N802
+        """KenLM's ``NullContextWrite``: make ``state`` the state of no context."""
+        state._assign(self.null_state())
+
+    def BaseScore(self, in_state, word, out_state):  # noqa: N802
+        """KenLM's ``BaseScore``: log10 P(word | in_state), the state after it written to
+        ``out_state``.  KenLM's markers are read as such: ``</s>`` ends the sentence."""
+        return self.BaseFullScore(in_state, word, out_state)[0]
+
+    def BaseFullScore(self, in_state, word, out_state):  # noqa: N802
+        """KenLM's ``BaseFullScore``: ``(log10 probability, n-gram length, oov)``, the
+        state after the word written to ``out_state``."""
+        target = self._target_ids([KENLM_MARKERS.get(word, word)])
+        prob, length, after = self._advance(StateBatch.of([in_state], self.state_width),
+                                            target)
+        out_state._assign(after[0])
+        with np.errstate(divide="ignore"):
+            return FullScore(float(np.log10(prob[0])), int(length[0]),
+                             bool(target[0] == UNK_ID))
 
     def sentence_ids(self, sentence):
         """Model ids of the words of a sentence (a string), as ``snm eval`` reads them:

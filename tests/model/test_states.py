@@ -188,3 +188,40 @@ def test_end_score_is_the_probability_of_the_sentence_end(models):
         state = model.score_word(state, word)[1]
     assert model.end_score(state) == full[-1]
     assert math.isfinite(model.score(line, bos=False, eos=False))
+
+
+def kenlm_script(lib, model, lines):
+    """A script written for ``kenlm.Model``: KenLM's names, its mutable states and its
+    ``</s>``; run on ``kenlm`` and on ``snm`` as ``lib``."""
+    results = {"order": model.order, "in": [w in model for w in ("noun1", "the", "zzz")]}
+    state, out = lib.State(), lib.State()
+    walks = []
+    for line in lines:
+        model.BeginSentenceWrite(state)
+        total = 0.0
+        for word in line.split() + ["</s>"]:
+            total += model.BaseScore(state, word, out)
+            state, out = out, state
+        full = lib.State()
+        model.NullContextWrite(full)
+        first = model.BaseFullScore(full, line.split()[0], out)
+        walks.append((total, model.score(line), model.score(line, bos=False, eos=False),
+                      first.log_prob, first.ngram_length, first.oov))
+    results["walks"] = walks
+    return results
+
+
+def test_a_kenlm_script_runs_on_snm_load_with_kenlm_s_results(models, tmp_path):
+    kenlm = pytest.importorskip("kenlm")
+    model_dir, lines = models["hashed"]
+    lines = [line for line in lines if "<S>" not in line and "</S>" not in line]
+    arpa = tmp_path / "model.arpa"
+    assert main(["export-arpa", "--model", model_dir, "--out", str(arpa)]) == 0
+    theirs = kenlm_script(kenlm, kenlm.Model(str(arpa)), lines)
+    for name in ("hashed", "trie"):
+        ours = kenlm_script(snm, snm.load(models[name][0]), lines)
+        assert ours["order"] == theirs["order"] == 5
+        assert ours["in"] == theirs["in"] == [True, True, False]
+        for mine, kenlms in zip(ours["walks"], theirs["walks"]):
+            np.testing.assert_allclose(mine[:4], kenlms[:4], atol=5e-5)
+            assert mine[4:] == kenlms[4:]
