@@ -1,4 +1,4 @@
-# The two set-up commands of the README: `make demo` and `make test`.
+# The set-up commands of the README: `make demo`, `make test` and `make compat`.
 # Each creates (or reuses) the virtual environment in .venv and installs what it needs.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := demo-output
 
-.PHONY: demo test clean
+.PHONY: demo test compat clean
 
 $(STAMP): setup.py $(wildcard snm_core/*.c snm_core/*/*.c snm_core/*/*/*.c snm_core/*/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2
+
+# The package as users and cluster workers install it (tests/install): the sdist Beam's
+# stager builds, in new environments on the oldest and newest Python and dependencies
+# setup.py allows, one of them a Beam worker pool.  Installs from the package index.
+compat: $(STAMP)
+	SNM_TEST_INSTALL=1 $(BIN)/python -m pytest -q -n 2 tests/install
 
 clean:
 	rm -rf $(VENV) $(DEMO) *.egg-info

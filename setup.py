@@ -3,6 +3,9 @@ import re
 
 from setuptools import Extension, find_packages, setup
 
+#: flashlight's decoders ship as wheels for CPython 3.10 to 3.12 only (no compiler asked).
+FLASHLIGHT = "flashlight-text>=0.0.7; python_version < '3.13'"
+
 setup(
     name="snm-lm",
     # One version, snm_core.__version__ (snm --version, the model card), read without
@@ -43,12 +46,17 @@ setup(
         # pygtrie: what pyctcdecode needs besides numpy (see the Makefile).
         # pytest-xdist: the suite keeps one core busy on average (most of its time is
         # subprocesses starting and small pipelines), so two workers use both.
+        # flashlight-text: flashlight's CTC decoders (snm.decoding.FlashlightLM).
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "kenlm", "moto[server]>=5",
-                 "apache-beam[dask]", "boto3>=1.35", "pygtrie>=2.1"],
-        # snm.decoding: pyctcdecode's CTC beam search with any SNM.  Its metadata asks for
-        # numpy < 2, which it runs without: the Makefile installs it with --no-deps, so that
-        # the tests run on the numpy everything else installs.
+                 "apache-beam[dask]", "boto3>=1.35", "pygtrie>=2.1", FLASHLIGHT],
+        # snm.decoding.PyctcdecodeLM: pyctcdecode's CTC beam search with any SNM.  Its
+        # metadata asks for numpy < 2, so with this extra pip installs numpy 1.26, which
+        # snm supports (make compat tests it); pyctcdecode runs on numpy 2 as well, which
+        # is how the Makefile installs it (--no-deps) for the tests.
         "decoding": ["pyctcdecode>=0.5"],
+        # snm.decoding.FlashlightLM: flashlight's lexicon and lexicon-free CTC decoders
+        # (torchaudio's ctc_decoder).
+        "flashlight": [FLASHLIGHT],
         # --runner dask: Beam's DaskRunner against a Dask cluster (launch/dask.sh).
         "dask": ["apache-beam[dask]"],
         # boto3: the run lock of an s3:// directory is a conditional write (If-None-Match),

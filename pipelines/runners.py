@@ -17,7 +17,7 @@ import os
 import textwrap
 import uuid
 
-from snm_core.io import storage
+from snm_core.io import native, storage
 from snm_core.io.errors import SnmInputError
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -160,10 +160,15 @@ def prepare(beam_args, shared_paths=()):
     with this machine, which cannot be checked from here (launch/flink.sh).
     """
     from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import DirectOptions
     args = normalize(beam_args)
     options = PipelineOptions(args)
     which = kind(options)
     if which == "local":
+        if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
+            # Its workers are Python processes started here, the working directory
+            # first on their path: refused now, not in every worker.
+            native.refuse_shadowing_tree(os.getcwd())
         return args
     if which == "cluster":
         if runner_name(options) in REMOTE_ONLY_RUNNERS:

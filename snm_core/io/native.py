@@ -10,6 +10,7 @@ declares its signature here (:func:`function`).
 """
 
 import ctypes
+import importlib.machinery
 import importlib.util
 import os
 
@@ -39,22 +40,44 @@ def load(module, version_function, version):
     return lib
 
 
-def not_built(module):
-    """What to say when ``module`` (a C extension of this package) cannot be found.
+#: The C extensions of this package, as module names.
+EXTENSIONS = ("snm_core._loops", "snm_core.fit._kernels")
+
+#: This process's ``snm_core``.
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def not_built(module, package=PACKAGE):
+    """What to say when ``module`` (a C extension of this package) cannot be found in
+    ``package`` (an ``snm_core`` directory).
 
     The usual cause is a clone's source tree imported ahead of the installed
     package: Python puts the working directory (or a script's) first on its path,
     so a process started in a clone, a Beam worker among them, imports the clone's
     ``snm_core``, which holds the C sources but no built libraries."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     root = os.path.dirname(package)
     if os.path.isfile(os.path.join(root, "setup.py")):
-        return (f"{module} is not built in the source tree {package}, which this process "
-                f"imported ahead of any installed snm (its directory {root} is on the "
-                f"Python path, as the working directory is): start it from another "
-                f"directory, or build the tree in place with pip install -e {root}")
+        return (f"{module} is not built in the source tree {package}, which Python "
+                f"imports ahead of the installed snm in a process started in {root} (the "
+                f"working directory comes first on its path): run from another directory, "
+                f"or build the tree in place with pip install -e {root}")
     return (f"{module} is not built in {package}: reinstall the package (pip install "
             "snm-lm, or pip install -e CLONE), which compiles its C sources")
+
+
+def refuse_shadowing_tree(directory):
+    """Raise :class:`SnmInputError` if a Python process started in ``directory`` would
+    import an ``snm_core`` there whose C extensions are not built (a clone, ahead of
+    the installed package)."""
+    tree = os.path.join(os.path.abspath(directory), "snm_core")
+    if not os.path.isfile(os.path.join(tree, "__init__.py")) or os.path.samefile(tree, PACKAGE):
+        return
+    for module in EXTENSIONS:
+        parts = module.split(".")[1:]
+        folder, name = os.path.join(tree, *parts[:-1]), parts[-1]
+        suffixes = importlib.machinery.EXTENSION_SUFFIXES
+        if not any(os.path.isfile(os.path.join(folder, name + s)) for s in suffixes):
+            raise SnmInputError(not_built(module, tree))
 
 
 def library():

@@ -226,3 +226,30 @@ def test_a_command_loads_beam_without_its_s3_filesystem():
             for command in ("count", "eval")}
     assert runs["count"][:2] == ["True False", "S3FileSystem"]
     assert runs["eval"][0] == "False False"
+
+
+def test_version(capsys):
+    from snm_core import __version__
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"snm {__version__}\n"
+
+
+def test_an_unbuilt_source_tree_in_the_working_directory_is_named(tmp_path, monkeypatch,
+                                                                   capsys):
+    """A clone whose C libraries are not built, in the directory a multi-processing stage
+    starts its workers in: they would import it ahead of the installed package.  One line
+    naming the tree and what to do, before any worker starts."""
+    clone = tmp_path / "clone"
+    (clone / "snm_core" / "fit").mkdir(parents=True)
+    for name in ("setup.py", "snm_core/__init__.py", "snm_core/fit/__init__.py"):
+        (clone / name).write_text("")
+    text = tmp_path / "t.txt"
+    text.write_text("a b c\nb c d\n")
+    monkeypatch.chdir(clone)
+    args = ["count", "--config", "5gram", "--train", str(text), "--min_count", "1", "--out",
+            str(tmp_path / "out"), "--direct_running_mode", "multi_processing"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "snm_core._loops is not built" in err
+    assert f"source tree {clone / 'snm_core'}" in err and f"pip install -e {clone}" in err
+    assert not (tmp_path / "out" / "manifest.json").exists()

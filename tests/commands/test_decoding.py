@@ -1,5 +1,6 @@
-"""Models inside decoders: pyctcdecode's CTC beam search driven by an SNM
-(``snm.decoding.PyctcdecodeLM``), ``snm query`` through a pipe, ``snm rescore``.
+"""Models inside decoders: pyctcdecode's and flashlight's CTC beam searches driven by an
+SNM (``snm.decoding.PyctcdecodeLM``, ``snm.decoding.FlashlightLM``), ``snm query``
+through a pipe, ``snm rescore``.
 
 Oracles: the sentence each utterance was made from (the decoder must find it where
 only the language model can), the model's own sentence scores through the API
@@ -95,6 +96,121 @@ def test_adapter_scores_as_pyctcdecode_scores_kenlm(skip_model):
     assert lm.order == model.state_width + 1
     lm.reset_params(alpha=0.1)
     assert lm.alpha == 0.1
+
+
+def flashlight_decode(decoder, log_probs):
+    """flashlight's best hypothesis for (frames, tokens) log-probabilities."""
+    emissions = np.ascontiguousarray(log_probs, dtype=np.float32)
+    return decoder.decode(emissions.ctypes.data, *emissions.shape)[0]
+
+
+def test_flashlight_lexicon_decoder_lets_the_skip_gram_model_choose(skip_model):
+    """flashlight's lexicon decoder over characters: ``end1`` and ``end4`` tie in the
+    acoustics; the SNM chooses right where flashlight's ZeroLM cannot."""
+    decoder_module = pytest.importorskip("flashlight.lib.text.decoder")
+    from snm.decoding import FlashlightLM
+    model = snm.load(skip_model)
+    words = sorted(w for w in (model.vocab.word(i) for i in model.scored_words)
+                   if w not in ("</S>", "<UNK>"))
+    vocabulary = words + ["<unk>"]
+    labels = ["", " "] + sorted({c for w in words for c in w})
+    utterances = ["begin1 the noun1 verb4 a noun22 adv1 end1",
+                  "begin4 the noun1 verb4 a noun22 adv1 end4"]
+
+    def decode_all(lm):
+        trie = decoder_module.Trie(len(labels), labels.index(" "))
+        start = lm.start(False)
+        for i, word in enumerate(words):
+            trie.insert([labels.index(c) for c in word], i, lm.score(start, i)[1])
+        trie.smear(decoder_module.SmearingMode.MAX)
+        options = decoder_module.LexiconDecoderOptions(
+            beam_size=20, beam_size_token=len(labels), beam_threshold=25.0, lm_weight=1.0,
+            word_score=0.0, unk_score=float("-inf"), sil_score=0.0, log_add=False,
+            criterion_type=decoder_module.CriterionType.CTC)
+        decoder = decoder_module.LexiconDecoder(options, trie, lm, labels.index(" "),
+                                                labels.index(""), len(words), [], False)
+        return [" ".join(vocabulary[i] for i in flashlight_decode(decoder, ctc_log_probs(
+            text, labels, tied={len(text) - 1: "14"})).words if i >= 0) for text in utterances]
+
+    assert decode_all(FlashlightLM(model, vocabulary)) == utterances
+    assert decode_all(decoder_module.ZeroLM()) != utterances  # the acoustics cannot tell
+
+
+def test_flashlight_lexicon_free_decoder_with_word_tokens(skip_model):
+    """The lexicon-free decoder calls the model with the acoustic model's tokens, here
+    whole words (a word-piece model whose pieces are words)."""
+    decoder_module = pytest.importorskip("flashlight.lib.text.decoder")
+    from snm.decoding import FlashlightLM
+    model = snm.load(skip_model)
+    tokens = ["<blank>", "|"] + sorted(
+        w for w in (model.vocab.word(i) for i in model.scored_words)
+        if w not in ("</S>", "<UNK>"))
+    utterances = ["begin1 the noun1 verb4 a noun22 adv1 end1",
+                  "begin4 the noun1 verb4 a noun22 adv1 end4"]
+
+    def log_probs(text):  # one frame a word, a blank after it; the last word tied
+        frames = []
+        for k, word in enumerate(text.split()):
+            frame = np.full(len(tokens), 0.1 / (len(tokens) - 2))
+            for w in (("end1", "end4") if k == len(text.split()) - 1 else (word,)):
+                frame[tokens.index(w)] = 0.9 / (2 if k == len(text.split()) - 1 else 1)
+            blank = np.full(len(tokens), 0.1 / (len(tokens) - 1))
+            blank[0] = 0.9
+            frames += [frame, blank]
+        return np.log(np.array(frames))
+
+    def decode_all(lm):
+        options = decoder_module.LexiconFreeDecoderOptions(
+            beam_size=20, beam_size_token=len(tokens), beam_threshold=25.0, lm_weight=1.0,
+            sil_score=0.0, log_add=False, criterion_type=decoder_module.CriterionType.CTC)
+        decoder = decoder_module.LexiconFreeDecoder(options, lm, 1, 0, [])
+        return [" ".join(tokens[i] for i in flashlight_decode(decoder, log_probs(text)).tokens
+                         if i >= 2) for text in utterances]
+
+    assert decode_all(FlashlightLM(model, tokens)) == utterances
+    assert decode_all(decoder_module.ZeroLM()) != utterances
+
+
+def test_flashlight_adapter_scores_and_states(skip_model):
+    """log10 scores as flashlight's KenLM gives them, ``</s>`` at the end, one ``LMState``
+    for equal model states, and unknown words as ``<UNK>``."""
+    pytest.importorskip("flashlight.lib.text.decoder")
+    from snm.decoding import FlashlightLM
+    model = snm.load(skip_model)
+    words = ["the", "noun1", "verb4", "qqq", "<unk>"]
+    lm = FlashlightLM(model, words)
+    state, total = lm.start(False), 0.0
+    for i in range(3):
+        state, log10 = lm.score(state, i)
+        total += log10
+    state, log10 = lm.finish(state)
+    assert total + log10 == pytest.approx(model.score("the noun1 verb4"), abs=1e-12)
+    start = lm.start(False)
+    assert lm.score(start, 3)[1] == lm.score(start, 4)[1] == pytest.approx(
+        model.score_word(model.begin_state(), "qqq")[0])
+    # Within an utterance, histories the model cannot tell apart (they differ only
+    # beyond the words a state holds) reach one LMState: flashlight merges by it.
+    width = model.state_width
+    one, other = [1] * (width + 1), [2] + [1] * width
+    ends = []
+    for history in (one, other):
+        state = lm.start(False)  # a new utterance each: the states are compared below
+        for i in history:
+            state = lm.score(state, i)[0]
+        ends.append(lm._ours[state])
+    assert ends[0] == ends[1]
+    state, same = lm.start(False), []
+    for history in (one, other):
+        walk = state
+        for i in history:
+            walk = lm.score(walk, i)[0]
+        same.append(walk)
+    assert same[0] is same[1]
+    different = lm.score(lm.score(state, 0)[0], 1)[0]
+    assert different is not same[0]
+    nothing = FlashlightLM(model, words, score_boundary=False)
+    state = nothing.start(False)
+    assert nothing.finish(state) == (state, 0.0)
 
 
 def read_line(stream, seconds):

@@ -17,8 +17,9 @@ labels) log-probabilities)::
     decoder = BeamSearchDecoderCTC(Alphabet.build_alphabet(labels), lm)
     decoder.decode(log_probs)
 
-pyctcdecode is not a dependency of snm itself: ``pip install pyctcdecode``.
-torchaudio's ``CTCDecoderLM`` has no adapter here (see DESIGN.md 2.11).
+pyctcdecode is not a dependency of snm itself: ``pip install pyctcdecode`` (or the
+``decoding`` extra).  torchaudio's ``ctc_decoder`` is flashlight's:
+:class:`snm.decoding.FlashlightLM`.
 """
 
 import math

@@ -1,0 +1,126 @@
+"""Any SNM (skip-grams included) or log-linear model as flashlight's language model.
+
+:class:`FlashlightLM` is a ``flashlight.lib.text.decoder.LM``: give it to
+flashlight's ``LexiconDecoder`` (a word model over a lexicon) or
+``LexiconFreeDecoder`` (a model whose words are the acoustic model's tokens, a
+character model say) in place of flashlight's ``KenLM``.  torchaudio's
+``ctc_decoder`` is flashlight's decoder, and its ``CTCDecoderLM`` is this ``LM``
+class.  Scores are log10 probabilities, as flashlight's ``KenLM`` gives, so a
+``lm_weight`` tuned for one suits the other.
+
+Example (``tokens`` the acoustic model's output symbols, blank first, ``|`` the word
+boundary; ``lexicon`` each word's spelling in them; ``emissions`` a C-contiguous
+float32 (frames, tokens) array of log-probabilities)::
+
+    import snm
+    from flashlight.lib.text.decoder import (CriterionType, LexiconDecoder,
+                                             LexiconDecoderOptions, SmearingMode, Trie)
+    from snm.decoding import FlashlightLM
+
+    words = sorted(lexicon) + ["<unk>"]
+    lm = FlashlightLM(snm.load("runs/kernel-skip/model"), words)
+    trie = Trie(len(tokens), tokens.index("|"))
+    start = lm.start(False)
+    for i, word in enumerate(words[:-1]):
+        trie.insert([tokens.index(c) for c in lexicon[word]], i, lm.score(start, i)[1])
+    trie.smear(SmearingMode.MAX)
+    options = LexiconDecoderOptions(beam_size=50, beam_size_token=len(tokens),
+                                    beam_threshold=25.0, lm_weight=0.8, word_score=0.0,
+                                    unk_score=float("-inf"), sil_score=0.0,
+                                    log_add=False, criterion_type=CriterionType.CTC)
+    decoder = LexiconDecoder(options, trie, lm, tokens.index("|"), 0, len(words) - 1,
+                             [], False)
+    best = decoder.decode(emissions.ctypes.data, *emissions.shape)[0]
+    text = " ".join(words[i] for i in best.words if i >= 0)
+
+flashlight merges two hypotheses when their ``LMState`` is the same object: this
+adapter gives equal SNM states (:class:`snm.State`) one ``LMState``, so the
+decoder merges exactly the histories the model cannot tell apart.  Within an
+utterance (from one ``start`` to the next) each (state, word) is scored once.
+
+flashlight-text is not a dependency of snm itself: ``pip install flashlight-text``.
+"""
+
+import numpy as np
+from flashlight.lib.text.decoder import LM, LMState
+
+import snm
+from snm_core.text.vocab import BOS_ID, UNK_ID
+
+#: Spellings that flashlight's lexicons and KenLM use for what an SNM calls
+#: ``<UNK>`` and ``</S>``.
+MARKERS = {"<unk>": "<UNK>", "</s>": "</S>"}
+
+
+class FlashlightLM(LM):
+    """An SNM scoring the words of flashlight's beams.
+
+    Parameters
+    ----------
+    model : model or str
+        A model from :func:`snm.load`, or a model directory to load.
+    words : sequence of str, or flashlight ``Dictionary``
+        What flashlight's word index means: ``words[i]`` is the word the decoder
+        asks about with index ``i`` (the lexicon's word dictionary for a
+        ``LexiconDecoder``, the token dictionary for a ``LexiconFreeDecoder``).
+        Words the model does not know score as its ``<UNK>``; ``<unk>`` and
+        ``</s>`` are read as ``<UNK>`` and ``</S>``.
+    score_boundary : bool, default True
+        ``start(False)`` begins after ``<S>`` (else from no context), and ``finish``
+        scores ``</S>`` (else 0).
+
+    Attributes
+    ----------
+    model : the scorer
+    """
+
+    def __init__(self, model, words, score_boundary=True):
+        LM.__init__(self)
+        self.model = snm.load(model) if isinstance(model, str) else model
+        if hasattr(words, "entry_size"):  # a flashlight Dictionary
+            words = [words.get_entry(i) for i in range(words.entry_size())]
+        ids = self.model.vocab.ids([MARKERS.get(w, w) for w in words])
+        ids[ids == BOS_ID] = UNK_ID  # <S> is never predicted
+        self._ids = ids.astype(np.int32)
+        self.score_boundary = score_boundary
+        self._reset()
+
+    def _reset(self):
+        self._ours = {}  # LMState -> snm State
+        self._theirs = {}  # snm State -> LMState
+        self._scored = {}  # (LMState, word index) -> (LMState, log10 probability)
+
+    def _state(self, ours):
+        """The one ``LMState`` of the SNM state ``ours``."""
+        theirs = self._theirs.get(ours)
+        if theirs is None:
+            theirs = self._theirs[ours] = LMState()
+            self._ours[theirs] = ours
+        return theirs
+
+    def start(self, start_with_nothing):
+        """The state an utterance starts in: after ``<S>``, or of no context when
+        ``start_with_nothing`` (or without ``score_boundary``).  Forgets the last
+        utterance's states."""
+        self._reset()
+        nothing = start_with_nothing or not self.score_boundary
+        return self._state(self.model.null_state() if nothing else self.model.begin_state())
+
+    def score(self, state, usr_token_idx):
+        """``(the state after the word, log10 P(word | state))`` for flashlight's word
+        index ``usr_token_idx``."""
+        key = (state, usr_token_idx)
+        found = self._scored.get(key)
+        if found is None:
+            log10, after = self.model.score_words([self._ours[state]],
+                                                  self._ids[usr_token_idx:usr_token_idx + 1])
+            found = self._scored[key] = (self._state(after[0]), float(log10[0]))
+        return found
+
+    def finish(self, state):
+        """``(the state after </S>, log10 P(</S> | state))``; 0 without
+        ``score_boundary``."""
+        if not self.score_boundary:
+            return state, 0.0
+        log10, after = self.model.score_word(self._ours[state], "</S>")
+        return self._state(after), log10
