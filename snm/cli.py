@@ -31,6 +31,33 @@ COMMANDS = {
     "rescore": "rescore",
 }
 
+#: What each command does, in one line of ``snm --help``.
+SUMMARIES = {
+    "train": "all the stages, from text to an evaluated model; resumable",
+    "vocab": "word counts and the vocabulary of training text (Beam)",
+    "count": "C(f,w), C(f,*) and continuation counts of training text (Beam)",
+    "join": "the held-out events and the count rows they touch, small M (Beam)",
+    "fit": "the adjustment's weights, theta, learnt on small M",
+    "apply": "the adjusted model: M of every link, as a model directory (Beam)",
+    "prune": "a model pruned to a number of links, or by a threshold (Beam)",
+    "eval": "the perplexity of a text (KenLM query's summary)",
+    "score": "each line's log10 probability, a line for each",
+    "query": "scores line by line, answered at once (KenLM's query)",
+    "rescore": "the best hypotheses of an n-best list (SRILM's ngram -nbest)",
+    "sample": "text drawn from a model (SRILM's ngram -gen)",
+    "export-arpa": "an n-gram model as an ARPA file",
+    "compact": "a model's scoring arrays in another layout, or as one directory",
+    "validate": "check stage directories, or a whole run",
+    "features": "the features of sentences (the paper's notation), or of a text",
+    "synth": "write the synthetic train/dev/test corpus",
+}
+#: The headings of ``snm --help`` and their commands.
+GROUPS = (("the whole chain", ("train",)),
+          ("its stages, one at a time", ("vocab", "count", "join", "fit", "apply", "prune")),
+          ("using a model", ("eval", "score", "query", "rescore", "sample", "export-arpa",
+                             "compact", "validate")),
+          ("inspecting", ("features", "synth")))
+
 
 class _QuietFilter(logging.Filter):
     """Drops log records that would put a traceback or noise before snm's own one line.
@@ -103,12 +130,21 @@ def _beam_without_s3():
             del sys.modules[BEAM_S3_FILESYSTEM]
 
 
+def usage():
+    """``snm --help``: how to call it, and every command with its :data:`SUMMARIES` line."""
+    width = max(map(len, COMMANDS)) + 2
+    lines = ["usage: snm COMMAND [options]   (snm COMMAND --help for its options; "
+             "snm --version)"]
+    for heading, commands in GROUPS:
+        lines += ["", f"{heading}:"] + [f"  {c:<{width}}{SUMMARIES[c]}" for c in commands]
+    return "\n".join(lines)
+
+
 def main(argv=None, freeze_imports=False):
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: snm COMMAND [options]   (snm COMMAND --help for its options; "
-              "snm --version)\n"
-              "commands: " + ", ".join(COMMANDS))
+        # Without a command this is a usage error: the list goes where errors go.
+        print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command in ("--version", "-V"):

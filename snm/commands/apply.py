@@ -4,11 +4,16 @@ from pipelines import apply as stage
 from snm.commands import arguments
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm apply``."""
     parser = arguments.parser("apply", stage.__doc__, beam=True)
     arguments.stage_input(parser, "count", renamed_from="counts")
     arguments.stage_input(parser, "fit", renamed_from="theta")
     parser.add_argument("--out", required=True, help="model directory")
     arguments.layout_argument(parser)
     arguments.memory_argument(parser)
-    return arguments.run_stage(parser, argv, stage.ApplyOptions, stage.run)
+    return parser
+
+
+def main(argv=None):
+    return arguments.run_stage(build_parser(), argv, stage.ApplyOptions, stage.run)

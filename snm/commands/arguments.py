@@ -3,13 +3,19 @@ flags, training sources, the layout, and handing the rest to Beam.
 
 Arguments are parsed here and nothing more: each value is checked once, by the
 options object it fills (``CountOptions``, ``FitOptions``, ...), whose
-:class:`~snm_core.io.errors.SnmInputError` names the flag.
+:class:`~snm_core.io.errors.SnmInputError` names the flag.  A usage error is one
+line (:class:`CommandParser`), and help is plain text: the docstrings a parser
+shows are reStructuredText, rendered for the terminal by :func:`plain_text`.
 """
 
 import argparse
+import difflib
 import logging
+import re
+import sys
 
 from pipelines import runners
+from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import DEFAULT_SHARE
 from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
@@ -17,12 +23,109 @@ from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
 from snm_core.stages import manifests
 
 
+#: reST's inline literal: ``text``.
+_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+#: reST's interpreted text with a role: :role:`target`, :py:func:`~a.b`, :ref:`title <target>`.
+_ROLE = re.compile(r":(?:[a-z]+:)?[a-z]+:`(~?)([^`]*?)(?:\s*<[^`>]*>)?`")
+
+
+def plain_text(text):
+    """``text`` (reStructuredText, as docstrings are written) as a terminal shows it.
+
+    Inline literals lose their double backquotes, a role its markup (``:mod:`a.b```
+    reads ``a.b``, ``:class:`~a.B``` reads ``B``, as Sphinx shows them), and a
+    paragraph's ``::`` before a literal block becomes ``:``.
+    """
+    if not text:
+        return text
+
+    def role(match):
+        target = match.group(2)
+        return target.rsplit(".", 1)[-1] if match.group(1) else target
+
+    text = _ROLE.sub(role, text)
+    text = _LITERAL.sub(r"\1", text)
+    text = re.sub(r"(?m)\s+::$", "", text)  # "see below ::": reST drops the marker
+    return re.sub(r"(?m)::$", ":", text)
+
+
+class PlainTextFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter of ``--help`` with descriptions, epilogs and option help as
+    :func:`plain_text`; descriptions keep their line breaks (their examples and lists)."""
+
+    def _format_text(self, text):
+        return super()._format_text(plain_text(text))
+
+    def _expand_help(self, action):
+        return plain_text(super()._expand_help(action))
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of one ``snm`` subcommand: errors are one line, and an option it does not
+    know is named with the closest it knows before anything else is checked.
+
+    argparse checks the required options before it looks at the unknown ones, so a
+    misspelled required option (``--trian``) would be reported as the real one missing,
+    after the usage.  Here the arguments are first parsed with nothing required, and
+    an unknown option is an :class:`SnmInputError` naming the closest option (for a
+    Beam stage, the closest of its own and Beam's pipeline options, whose options the
+    unknown ones may be: :func:`pipelines.runners.check_options`).
+    """
+
+    def __init__(self, *args, beam=False, **kwargs):
+        kwargs.setdefault("formatter_class", PlainTextFormatter)
+        super().__init__(*args, **kwargs)
+        self.beam = beam
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        self._refuse_unknown(args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        """argparse's usage errors (a value of the wrong type, a required option
+        missing, ...): one line on stderr, exit status 2, without the usage."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _refuse_unknown(self, args):
+        required = [a for a in self._actions if a.required]
+        required += [g for g in self._mutually_exclusive_groups if g.required]
+        for item in required:
+            item.required = False
+        try:
+            _, rest = super().parse_known_args(list(args))
+        finally:
+            for item in required:
+                item.required = True
+        if self.beam:
+            runners.check_options(rest, self)
+        elif rest:
+            raise SnmInputError(unknown_argument(rest, self))
+
+
+def unknown_argument(rest, parser):
+    """One line about the first of ``rest``, arguments ``parser`` does not take: an option
+    with the closest of the parser's options, or an argument with no place."""
+    options = [a for a in rest if a.startswith("-") and not _NUMBER.match(a)]
+    if not options:
+        return f"unexpected argument {rest[0]!r}"
+    flag = options[0].split("=", 1)[0]
+    names = [s for action in parser._actions if action.help is not argparse.SUPPRESS
+             for s in action.option_strings]
+    close = difflib.get_close_matches(flag, names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else f"see {parser.prog} --help"
+    return f"unknown option {flag}; {hint}"
+
+
+#: What argparse reads as a negative number rather than an option.
+_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
 def parser(name, description, beam=False):
-    """The parser of ``snm NAME``; a Beam stage's also lists the runner options."""
-    return argparse.ArgumentParser(
-        prog=f"snm {name}", description=description,
-        epilog=runners.RUNNER_HELP if beam else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The parser of ``snm NAME`` (a :class:`CommandParser`); a Beam stage's also lists the
+    runner options and takes Beam's."""
+    return CommandParser(prog=f"snm {name}", description=description,
+                         epilog=runners.RUNNER_HELP if beam else None, beam=beam)
 
 
 def stage_input(parser, kind, help=None, required=True, renamed_from=None):
@@ -95,11 +198,10 @@ def run_stage(parser, argv, options_type, run):
 
 
 def parse(parser, argv, beam=False):
-    """``(flags as a dict, beam_args)``.  A Beam stage's leftover arguments must be Beam's
-    (:func:`pipelines.runners.check_options`); elsewhere there must be none."""
+    """``(flags as a dict, beam_args)`` of a :class:`CommandParser`.  A Beam stage's leftover
+    arguments must be Beam's (the parser checks them); elsewhere there must be none."""
     if beam:
         args, rest = parser.parse_known_args(argv)
-        runners.check_options(rest, parser)
     else:
         args, rest = parser.parse_args(argv), []
     flags = vars(args)

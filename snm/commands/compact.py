@@ -18,14 +18,19 @@ from snm_core.model.compact import compile_model, write_scoring_directory
 from snm_core.stages.validation import validate_directory
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm compact``."""
     parser = arguments.parser("compact", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
     arguments.layout_argument(parser, required=True)
     parser.add_argument("--out", help="write a self-contained scoring directory here (new or "
                         "empty) instead of converting the model in place")
     arguments.memory_argument(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     manifest = validate_directory(args.model, "model").manifest
     budget = MemoryBudget.parse(args.memory)
     if args.out:

@@ -7,7 +7,8 @@ from snm_core.count.budget import (BUCKET_OCCURRENCES, COUNT_BATCH_BYTES, DEFAUL
                                    FLUSH_LINKS_PER_BUCKET, MIN_FLUSH_LINKS)
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm count``."""
     parser = arguments.parser("count", stage.__doc__, beam=True)
     arguments.config_arguments(parser)
     arguments.source_arguments(parser, COUNT_BATCH_BYTES)
@@ -20,7 +21,8 @@ def main(argv=None):
                              help="vocabulary: a file, one word a line, or a vocab directory "
                                   "(snm vocab --out)")
     vocab_group.add_argument("--min_count", type=int,
-                             help="build the vocabulary first: words seen this often")
+                             help="build the vocabulary first: words seen this often (no "
+                                  "default: give --vocab, --min_count or --add_to)")
     parser.add_argument("--out", required=True, help="output directory (a count/ directory)")
     parser.add_argument("--num_buckets", type=int,
                         help="key-range buckets = output files = shuffle parallelism "
@@ -34,11 +36,16 @@ def main(argv=None):
                              "within a sixteenth of the memory budget)")
     parser.add_argument("--shuffle", choices=MODES, default="files",
                         help="how partial counts reach their bucket: 'files' (scratch "
-                             "files of raw arrays, low memory) or 'beam' (the runner's shuffle)")
+                             "files of raw arrays, low memory; the default) or 'beam' (the "
+                             "runner's shuffle)")
     parser.add_argument("--scratch", metavar="DIR",
                         help="where the 'files' shuffle writes its parts (default: OUT/_scratch, "
                              "or TMPDIR for an object-storage OUT on a local runner); on a "
                              "cluster a path every worker reads, e.g. s3://bucket/tmp")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
-    return arguments.run_stage(parser, argv, stage.CountOptions, stage.run)
+    return parser
+
+
+def main(argv=None):
+    return arguments.run_stage(build_parser(), argv, stage.CountOptions, stage.run)

@@ -11,7 +11,8 @@ from snm.evaluation import check_scoring_memory, check_undecoded, format_report,
 from snm_core.io.textfile import read_lines
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm eval``."""
     parser = arguments.parser("eval", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
     parser.add_argument("file", help="text to evaluate, one sentence a line ('-': standard "
@@ -22,7 +23,11 @@ def main(argv=None):
                         help="report the unadjusted model (theta = 0) first")
     arguments.text_arguments(parser)
     arguments.memory_argument(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     check_scoring_memory("eval", args.memory, args.file)
     lines = read_lines(args.file, encoding=args.encoding)
     reports = load_checked(args.model, args.unadjusted).evaluate_lines(lines)

@@ -6,7 +6,8 @@ from snm_core.loglinear.family import is_loglinear
 from snm_core.model.arpa import export_arpa
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm export-arpa``."""
     parser = arguments.parser("export-arpa", __doc__)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
     parser.add_argument("--out", required=True,
@@ -17,7 +18,11 @@ def main(argv=None):
                                           "directory)")
     parser.add_argument("--threads", type=int, help="partitions computed at once, sharing "
                                                     "--memory (default: the cores, at most 4)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     if is_loglinear(args.model):
         export_loglinear_arpa(args.model, args.out)
     else:

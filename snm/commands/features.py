@@ -12,17 +12,24 @@ from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm features``."""
     parser = arguments.parser(
         "features", "Print the events and features of sentences (paper notation), or, "
                     "with --input, how many features of each type a text yields.")
     parser.add_argument("--config", required=True, help="preset (5gram, skip10gram, "
                         "skip5gram) or configuration file")
     parser.add_argument("--tags", default="", help="comma-separated corpus tags: every "
-                        "feature is shown once per tag, as for held-out text")
+                        "feature is shown once per tag, as for held-out text (default: "
+                        "none, an untagged model's features)")
     parser.add_argument("--input", help="a text file (one sentence a line): print a "
                         "per-type summary instead of the features")
     parser.add_argument("sentence", nargs="*", help="sentence(s) to show")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not args.sentence and not args.input:
         parser.error("give a sentence or --input FILE")

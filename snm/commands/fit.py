@@ -44,7 +44,9 @@ def add_fit_args(parser):
     group.add_argument("--epochs", type=_epochs, default=AUTO,
                        help="AdaGrad epochs, or 'auto' (default): chosen on the validation "
                             f"share, at most --max_epochs ({DEFAULT_MAX_EPOCHS})")
-    group.add_argument("--max_epochs", type=int, default=DEFAULT_MAX_EPOCHS)
+    group.add_argument("--max_epochs", type=int, default=DEFAULT_MAX_EPOCHS,
+                       help="most epochs --epochs auto trains a candidate (default "
+                            "%(default)s)")
     group.add_argument("--validation_fraction", type=float,
                        default=VALIDATION_SHARE,
                        help="share of the held-out sentences held back to choose the variant "
@@ -71,12 +73,18 @@ def add_fit_args(parser):
     group.add_argument("--no_continuation", action="store_true",
                        help="leave out the continuation-count meta-features (N1+(. f w)) "
                             "of the unlexicalized variant")
-    group.add_argument("--batch_size", type=int, default=trainer.BATCH_SIZE)
-    group.add_argument("--gamma", type=float, default=trainer.GAMMA)
-    group.add_argument("--delta0", type=float, default=trainer.DELTA0)
+    group.add_argument("--batch_size", type=int, default=trainer.BATCH_SIZE,
+                       help="held-out events in an AdaGrad mini-batch (default %(default)s)")
+    group.add_argument("--gamma", type=float, default=trainer.GAMMA,
+                       help="AdaGrad's learning rate: theta_k += gamma g_k / sqrt(acc_k) "
+                            "(default %(default)s)")
+    group.add_argument("--delta0", type=float, default=trainer.DELTA0,
+                       help="AdaGrad's initial accumulator acc_k, which the squared "
+                            "gradients add to (default %(default)s)")
     group.add_argument("--renormalize", choices=("batch", "epoch"), default="batch",
                        help="exact M_f* per mini-batch (default) or once per epoch (paper)")
-    group.add_argument("--seed", type=int, default=0, help="shuffles the events each epoch")
+    group.add_argument("--seed", type=int, default=0, help="shuffles the events each epoch "
+                       "(default %(default)s)")
     group.add_argument("--threads", type=int, default=0,
                        help="threads of the fit (default: one per core); theta does not "
                             "depend on it")
@@ -100,14 +108,19 @@ def options_from(flags):
                       threads=flags["threads"], memory=flags.get("memory"))
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm fit``."""
     parser = arguments.parser("fit", __doc__)
     arguments.stage_input(parser, "join", renamed_from="small_m")
     parser.add_argument("--out", required=True, help="output directory (a fit/ directory: "
                                                      "theta.npy, train_log.jsonl)")
     add_fit_args(parser)
     arguments.memory_argument(parser)
-    flags, _ = arguments.parse(parser, argv)
+    return parser
+
+
+def main(argv=None):
+    flags, _ = arguments.parse(build_parser(), argv)
     with run_lock(flags["out"], "snm fit"):
         manifest = fit_directory(flags["join"], flags["out"], options_from(flags),
                                  progress=FitProgress())

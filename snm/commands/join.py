@@ -5,11 +5,17 @@ from snm.commands import arguments
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm join``."""
     parser = arguments.parser("join", stage.__doc__, beam=True)
     arguments.stage_input(parser, "count", renamed_from="counts")
     parser.add_argument("--heldout", required=True, help="held-out text file or glob")
     parser.add_argument("--out", required=True, help="output directory (a join/ directory)")
-    parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES)
+    parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
+                        help="held-out text read at once, in bytes (default %(default)s)")
     arguments.memory_argument(parser)
-    return arguments.run_stage(parser, argv, stage.JoinOptions, stage.run)
+    return parser
+
+
+def main(argv=None):
+    return arguments.run_stage(build_parser(), argv, stage.JoinOptions, stage.run)

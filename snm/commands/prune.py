@@ -4,7 +4,8 @@ from pipelines import prune as stage
 from snm.commands import arguments
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm prune``."""
     parser = arguments.parser("prune", stage.__doc__, beam=True)
     parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
     parser.add_argument("--out", required=True, help="directory of the pruned model")
@@ -26,4 +27,8 @@ def main(argv=None):
                         help=f"with --heldout (default {stage.HELDOUT_WEIGHT:g})")
     arguments.memory_argument(parser)
     arguments.layout_argument(parser)
-    return arguments.run_stage(parser, argv, stage.PruneOptions, stage.run)
+    return parser
+
+
+def main(argv=None):
+    return arguments.run_stage(build_parser(), argv, stage.PruneOptions, stage.run)

@@ -21,7 +21,11 @@ Each hypothesis gets
     total = SCORE + lm_weight * ln P_LM(HYPOTHESIS </S>) + word_penalty * words
 
 (``ln P_LM`` natural log, ``</S>`` included, as pyctcdecode's ``alpha`` and ``beta``;
-a negative ``word_penalty`` penalises long hypotheses).  Output: the best hypothesis
+a negative ``word_penalty`` penalises long hypotheses).  ``--unk_penalty P`` is an
+OOV penalty, as in SRILM: each word outside the model's vocabulary (one it reads as
+``<UNK>``: an OOV of ``snm query``) gets log10 probability P in ``P_LM`` in place of
+the model's ``<UNK>`` probability; the words after it are scored as without it,
+with ``<UNK>`` in their context.  Output: the best hypothesis
 of each utterance (``--best``, default standard output: ``UTTERANCE_ID <TAB>
 HYPOTHESIS``, utterances in input order; ties go to the earlier line), and with
 ``--out`` the whole list rescored, each utterance's hypotheses best first::
@@ -29,7 +33,6 @@ HYPOTHESIS``, utterances in input order; ties go to the earlier line), and with
     UTTERANCE_ID <TAB> RANK <TAB> TOTAL <TAB> SCORE <TAB> LM <TAB> WORDS <TAB> HYPOTHESIS
 """
 
-import argparse
 import contextlib
 import io
 import math
@@ -37,10 +40,12 @@ import sys
 
 import numpy as np
 
+from snm.commands import arguments
 from snm.evaluation import load_scorer
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.textfile import read_lines
+from snm_core.text.vocab import UNK_ID
 
 LN_10 = math.log(10.0)
 
@@ -71,13 +76,32 @@ def read_nbest(path):
     return utterances, np.array(scores, np.float64), hypotheses
 
 
-def lm_log_probs(model, hypotheses):
-    """Natural-log probability of each hypothesis (``</S>`` included), in batches."""
+def lm_log_probs(model, hypotheses, unk_penalty=None):
+    """Natural-log probability of each hypothesis (``</S>`` included), in batches.
+
+    Parameters
+    ----------
+    model : StateScoring
+        Any scorer (:func:`snm.evaluation.load_scorer`).
+    hypotheses : list of str
+        Words separated by spaces; may be empty.
+    unk_penalty : float, optional
+        log10 probability given to each word the model reads as ``<UNK>``, in place of
+        the model's (SRILM's OOV penalty); None: the model's.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, one a hypothesis.
+    """
     result = np.full(len(hypotheses), np.nan)
     for start, kept, scores in model.score_lines(hypotheses):
         with np.errstate(divide="ignore"):
-            result[start + kept] = np.bincount(scores.sentence, weights=np.log(scores.prob),
-                                               minlength=len(kept))
+            log_prob = np.log(scores.prob)
+        if unk_penalty is not None:
+            log_prob = np.where(scores.target == UNK_ID, unk_penalty * LN_10, log_prob)
+        result[start + kept] = np.bincount(scores.sentence, weights=log_prob,
+                                           minlength=len(kept))
     # The line scorer skips empty lines: an empty hypothesis is </S> alone.
     result[np.isnan(result)] = model.end_score(model.begin_state()) * LN_10
     return result
@@ -94,9 +118,9 @@ def rescore(utterances, scores, hypotheses, lm, lm_weight, word_penalty):
     return order, totals, words
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="snm rescore", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    """The parser of ``snm rescore``."""
+    parser = arguments.parser("rescore", __doc__)
     parser.add_argument("--model", required=True, help="model directory (any family or layout)")
     parser.add_argument("nbest", help="n-best list: UTTERANCE_ID<TAB>SCORE<TAB>HYPOTHESIS a "
                         "line ('-': standard input)")
@@ -107,11 +131,25 @@ def main(argv=None):
                         "(default 0)")
     parser.add_argument("--best", help="file for the best hypothesis of each utterance "
                         "(default: standard output)")
-    parser.add_argument("--out", help="file for the whole list rescored, best first")
-    args = parser.parse_args(argv)
+    parser.add_argument("--unk_penalty", type=float, metavar="P",
+                        help="OOV penalty, as in SRILM: the log10 probability given to each "
+                             "word outside the model's vocabulary (one it reads as <UNK>) in "
+                             "place of the model's <UNK> probability, e.g. -10; the words "
+                             "after it are scored as without it (default: the model's <UNK> "
+                             "probability)")
+    parser.add_argument("--out", help="file for the whole list rescored, best first "
+                        "(default: none)")
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.unk_penalty is not None and not math.isfinite(args.unk_penalty):
+        raise SnmInputError(f"--unk_penalty must be a finite log10 probability, got "
+                            f"{args.unk_penalty}")
     model = load_scorer(args.model)
     utterances, scores, hypotheses = read_nbest(args.nbest)
-    lm = lm_log_probs(model, hypotheses)
+    lm = lm_log_probs(model, hypotheses, args.unk_penalty)
     order, totals, words = rescore(utterances, scores, hypotheses, lm, args.lm_weight,
                                    args.word_penalty)
     best, ranked, rank, previous = [], [], 0, None

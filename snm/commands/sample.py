@@ -7,7 +7,8 @@ from snm.commands import arguments
 from snm_core.model.sample import SampleOptions, interrupted_message, sample
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm sample``."""
     parser = arguments.parser(
         "sample", __doc__ + " Any configuration: n-grams, skip-grams, corpus tags. The same "
         "seed and --shards give the same files on any number of threads.")
@@ -26,7 +27,11 @@ def main(argv=None):
     parser.add_argument("--gzip", action="store_true", help="write .txt.gz shards")
     parser.add_argument("--max_length", type=int, default=1000, help="longest sentence in "
                         "words: a longer one is cut there and counted (default 1000)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     options = SampleOptions(model=args.model, words=args.words, out=args.out, seed=args.seed,
                             shards=args.shards, threads=args.threads, gzip=args.gzip,
                             max_length=args.max_length)

@@ -15,7 +15,8 @@ from snm_core.io.textfile import read_lines
 from snm_core.model.scoring import SCORE_BATCH_LINES
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm score``."""
     parser = arguments.parser(
         "score", "Per-sentence log10 probability (</S> included), one line per input line: "
                     "log10_prob, predicted words, OOVs, the sentence; tab-separated.")
@@ -25,7 +26,11 @@ def main(argv=None):
     parser.add_argument("--out", help="output file (default: standard output)")
     arguments.text_arguments(parser)
     arguments.memory_argument(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     check_scoring_memory("score", args.memory, args.file)
     model = load_checked(args.model, args.unadjusted)
     lines = read_lines(args.file, encoding=args.encoding)

@@ -49,10 +49,14 @@ from snm_core.stages import manifests
 from snm_core.text.config import load_config
 
 
-def main(argv=None):
+def build_parser():
+    """The parser of ``snm train``."""
     parser = arguments.parser("train", __doc__, beam=True)
     arguments.config_arguments(parser)
-    parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB")
+    parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
+                        help="training text (one sentence a line, plain or .gz; a glob "
+                             "takes many files); repeat for several sources, TAG=GLOB "
+                             "naming each (pooled unless --tagged)")
     parser.add_argument("--heldout", required=True, help="held-out text (trains theta)")
     parser.add_argument("--test", required=True, help="test text (evaluation only)")
     parser.add_argument("--out", required=True, help="run directory")
@@ -124,9 +128,19 @@ def main(argv=None):
     family.add_argument("--tol", type=float, default=LogLinearOptions.tol,
                         help="apg: stop when no pair's proximal-gradient residual exceeds this "
                              "fraction of one training occurrence (default %(default)s)")
-    family.add_argument("--batches_per_epoch", type=int, default=25)
-    family.add_argument("--step", type=float, default=1.0, help="base step size")
-    flags, beam_args = arguments.parse(parser, argv, beam=True)
+    family.add_argument("--batches_per_epoch", type=int,
+                        default=LogLinearOptions.batches_per_epoch,
+                        help="adagrad, fista, pgd: mini-batches an epoch is cut into (default "
+                             "%(default)s)")
+    family.add_argument("--step", type=float, default=LogLinearOptions.step,
+                        help="the optimizer's base step size: pgd and apg its first step, "
+                             "then backtracking; adagrad divided per weight by the root of "
+                             "its summed squared gradients; fista 1/L (default %(default)s)")
+    return parser
+
+
+def main(argv=None):
+    flags, beam_args = arguments.parse(build_parser(), argv, beam=True)
     args = argparse.Namespace(**flags)
     with run_lock(storage.absolute(args.out), "snm train"):
         plan = _plan(args, beam_args)

@@ -240,7 +240,7 @@ def test_query_answers_a_line_before_the_next_is_written(skip_model):
         proc.kill()
     for line, reply in zip(lines, answers):
         fields = reply.rstrip("\n").split("\t")
-        words = line.split() + ["</S>"]
+        words = line.split() + ["</s>"]  # the end as KenLM spells it
         assert [f.split("=")[0] for f in fields[:-1]] == words
         expected = list(model.full_scores(line))
         for field, (log10, length, _) in zip(fields[:-1], expected):
