@@ -13,6 +13,14 @@ the character; with probability ``CONFUSION`` a confusable character (its group 
 ``PEAK`` + N(``CONFUSER_SHIFT``, 1) too, and wins when its draw is higher.  Spaces are
 not confused.  One seed (``--seed``) fixes everything.
 
+flashlight (``--sections flashlight``): its ``LexiconDecoder`` (beam ``--beam_width``)
+over the same labels, ``" "`` the word boundary, with a lexicon of the words of
+kernel's vocab.txt spelled in them (a word outside it cannot be output), its trie
+smeared with each model's unigram scores: no language model (``ZeroLM``), KenLM's
+own flashlight ``KenLM`` on the KN5 as a ``build_binary trie`` file, and the SNMs
+through ``snm.decoding.FlashlightLM``; ``lm_weight`` and ``word_score`` chosen on dev
+(a grid), the test decoded as for pyctcdecode.
+
 Decoders: pyctcdecode's ``BeamSearchDecoderCTC`` (beam ``--beam_width``) with no
 language model, with KenLM's KN5 (``lmplz -o 5 -S 1G`` on kernel's training text
 with words outside vocab.txt as one placeholder word, its ARPA through the
@@ -62,6 +70,9 @@ GROUPS = ["aeiou", "bp", "dt", "gkc", "mn", "sz", "fv", "lr", "wy", "hj", "qx",
           "0123456789", "([{", ")]}", ".,;:", "-_=", "'\"`", "/\\|"]
 ALPHAS = (0.3, 0.5, 0.8, 1.2)
 BETAS = (0.0, 1.0, 2.5)
+#: flashlight's lm_weight (on log10 probabilities, as its KenLM gives) and word_score.
+FLASHLIGHT_ALPHAS = (1.0, 1.5, 2.0)
+FLASHLIGHT_BETAS = (-2.0, -1.0, 0.0)
 LM_WEIGHTS = (0.1, 0.2, 0.35, 0.5, 0.8)
 WORD_PENALTIES = (-1.0, 1.0, 2.5, 4.0, 6.0)
 #: pyctcdecode's log10 offset for a word outside the vocabulary.
@@ -100,7 +111,14 @@ def ensure_models(lmplz):
         subprocess.run([lmplz, "-o", "5", "-S", "1G", "--text", unk_text("kernel"),
                         "--arpa", kn5 + ".tmp"], check=True, stderr=subprocess.DEVNULL)
         os.replace(kn5 + ".tmp", kn5)
-    return {"kn5": kn5, "snm5": trie, "skip10": models["skip10gram"], "snm5_arpa": snm_arpa}
+    kn5_binary = os.path.join(HERE, "kernel-kn5.trie")
+    if not os.path.isfile(kn5_binary) and lmplz:  # build_binary beside lmplz
+        build_binary = os.path.join(os.path.dirname(lmplz), "build_binary")
+        subprocess.run([build_binary, "trie", kn5, kn5_binary + ".tmp"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.replace(kn5_binary + ".tmp", kn5_binary)
+    return {"kn5": kn5, "kn5_binary": kn5_binary, "snm5": trie, "skip10": models["skip10gram"],
+            "snm5_arpa": snm_arpa}
 
 
 # --- simulated acoustics ----------------------------------------------------------------------
@@ -189,11 +207,11 @@ def decode_all(decoder, utterances, beam_width):
     return [decoder.decode(lp, beam_width=beam_width) for lp in utterances]
 
 
-def tune(decoder, dev, references, beam_width):
+def tune(decoder, dev, references, beam_width, alphas=ALPHAS, betas=BETAS):
     """(alpha, beta, dev WER) with the lowest dev WER on the grid."""
     best = None
-    for alpha in ALPHAS:
-        for beta in BETAS:
+    for alpha in alphas:
+        for beta in betas:
             decoder.reset_params(alpha=alpha, beta=beta)
             score = wer(references, decode_all(decoder, dev, beam_width))
             if best is None or score < best[2]:
@@ -204,7 +222,6 @@ def tune(decoder, dev, references, beam_width):
 
 def ctc_section(paths, labels, dev, test, dev_text, test_text, args):
     found = decoders(paths, labels)
-    rows = []
     tuned = {"none": (None, None, wer(dev_text, decode_all(found["none"], dev,
                                                            args.beam_width)))}
     for name, decoder in found.items():
@@ -212,17 +229,24 @@ def ctc_section(paths, labels, dev, test, dev_text, test_text, args):
             tuned[name] = tune(decoder, dev, dev_text, args.beam_width)
             print(f"tuned {name}: alpha {tuned[name][0]} beta {tuned[name][1]} "
                   f"dev WER {tuned[name][2]:.4f}", flush=True)
+    return timed_rows("ctc", found, tuned, test, test_text, args)
+
+
+def timed_rows(section, found, tuned, test, test_text, args):
+    """The test utterances decoded by every decoder in turn (rotating who goes first),
+    each decoder's seconds summed; a row a decoder, ratios to KenLM's KN5."""
+    rows = []
     names = list(found)
     seconds = dict.fromkeys(names, 0.0)
     output = {name: [] for name in names}
-    for i, utterance in enumerate(test):  # every decoder in turn, rotating who goes first
+    for i, utterance in enumerate(test):
         for name in names[i % len(names):] + names[:i % len(names)]:
             start = time.perf_counter()
             output[name].append(found[name].decode(utterance, beam_width=args.beam_width))
             seconds[name] += time.perf_counter() - start
     for name in names:
         alpha, beta, dev_wer = tuned[name]
-        rows.append({"section": "ctc", "lm": name, "alpha": alpha, "beta": beta,
+        rows.append({"section": section, "lm": name, "alpha": alpha, "beta": beta,
                      "dev_wer": round(dev_wer, 4), "wer": round(wer(test_text, output[name]), 4),
                      "seconds": round(seconds[name], 2), "utterances": len(test),
                      "beam_width": args.beam_width})
@@ -231,6 +255,75 @@ def ctc_section(paths, labels, dev, test, dev_text, test_text, args):
         r["wer_vs_kn5"] = round(r["wer"] / base["kenlm_kn5"]["wer"], 3)
         r["seconds_vs_kn5"] = round(r["seconds"] / base["kenlm_kn5"]["seconds"], 3)
     return rows
+
+
+# --- flashlight's lexicon decoder ------------------------------------------------------------
+
+class FlashlightDecoder:
+    """flashlight's ``LexiconDecoder`` over the labels (``" "`` the word boundary) with a
+    lexicon of kernel's vocabulary (the words spelled in the labels) and one language
+    model, its trie smeared with that model's unigram scores (as torchaudio does)."""
+
+    def __init__(self, lm, words, labels, beam_width):
+        from flashlight.lib.text.decoder import SmearingMode, Trie
+        self.lm, self.words, self.labels, self.beam_width = lm, words, labels, beam_width
+        self.trie = Trie(len(labels), labels.index(" "))
+        start = lm.start(False)
+        for i, word in enumerate(words[:-1]):  # the last is <unk>
+            self.trie.insert([labels.index(c) for c in word], i, lm.score(start, i)[1])
+        self.trie.smear(SmearingMode.MAX)
+        self.reset_params(alpha=1.0, beta=0.0)
+
+    def reset_params(self, alpha, beta):
+        from flashlight.lib.text.decoder import (CriterionType, LexiconDecoder,
+                                                 LexiconDecoderOptions)
+        options = LexiconDecoderOptions(
+            beam_size=self.beam_width, beam_size_token=len(self.labels), beam_threshold=25.0,
+            lm_weight=alpha, word_score=beta, unk_score=float("-inf"), sil_score=0.0,
+            log_add=False, criterion_type=CriterionType.CTC)
+        self.decoder = LexiconDecoder(options, self.trie, self.lm, self.labels.index(" "),
+                                      self.labels.index(""), len(self.words) - 1, [], False)
+
+    def decode(self, log_probs, beam_width=None):
+        emissions = np.ascontiguousarray(log_probs, dtype=np.float32)
+        best = self.decoder.decode(emissions.ctypes.data, *emissions.shape)[0]
+        return " ".join(self.words[i] for i in best.words if i >= 0)
+
+
+def flashlight_decoders(paths, labels, beam_width):
+    """No LM (flashlight's ZeroLM), KenLM's flashlight LM on the KN5 trie binary, and the
+    SNMs through ``snm.decoding.FlashlightLM``, each with the same lexicon."""
+    from flashlight.lib.text.decoder import ZeroLM
+    from flashlight.lib.text.decoder.kenlm import KenLM
+    from flashlight.lib.text.dictionary import Dictionary
+
+    import snm as api
+    from snm.decoding import FlashlightLM
+    spelled = set(labels) - {"", " "}
+    with open(corpus("kernel", "vocab.txt"), encoding="utf-8") as f:
+        words = [w for w in (line.strip() for line in f)
+                 if w and w not in ("<S>", "</S>", "<UNK>") and set(w) <= spelled]
+    words.append("<unk>")
+    dictionary = Dictionary()
+    for word in words:
+        dictionary.add_entry(word)
+    lms = {"none": ZeroLM(), "kenlm_kn5": KenLM(paths["kn5_binary"], dictionary),
+           "snm_5gram": FlashlightLM(api.load(paths["snm5"]), words),
+           "snm_skip10gram": FlashlightLM(api.load(paths["skip10"]), words)}
+    return {name: FlashlightDecoder(lm, words, labels, beam_width) for name, lm in lms.items()}
+
+
+def flashlight_section(paths, labels, dev, test, dev_text, test_text, args):
+    found = flashlight_decoders(paths, labels, args.beam_width)
+    tuned = {}
+    for name, decoder in found.items():
+        # Without a model only word_score counts: it is all that keeps a lexicon decoder
+        # from spelling a word as several short ones.
+        tuned[name] = tune(decoder, dev, dev_text, args.beam_width,
+                           FLASHLIGHT_ALPHAS if name != "none" else (0.0,), FLASHLIGHT_BETAS)
+        print(f"tuned flashlight {name}: lm_weight {tuned[name][0]} word_score "
+              f"{tuned[name][1]} dev WER {tuned[name][2]:.4f}", flush=True)
+    return timed_rows("flashlight", found, tuned, test, test_text, args)
 
 
 # --- n-best rescoring -------------------------------------------------------------------------
@@ -393,7 +486,7 @@ def main(argv=None):
                         help="beam width of the no-LM decoder whose beams are rescored")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sections", default="ctc,rescore,states")
+    parser.add_argument("--sections", default="ctc,flashlight,rescore,states")
     parser.add_argument("--dry_run", action="store_true", help="do not append to results.jsonl")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
@@ -410,6 +503,12 @@ def main(argv=None):
         print_table(ctc_rows, ["lm", "alpha", "beta", "dev_wer", "wer", "wer_vs_kn5",
                                "seconds", "seconds_vs_kn5"])
         rows += ctc_rows
+    if "flashlight" in sections:
+        flashlight_rows = flashlight_section(paths, labels, dev, test, dev_text, test_text,
+                                             args)
+        print_table(flashlight_rows, ["lm", "alpha", "beta", "dev_wer", "wer", "wer_vs_kn5",
+                                      "seconds", "seconds_vs_kn5"])
+        rows += flashlight_rows
     if "rescore" in sections:
         import pyctcdecode
         plain = pyctcdecode.BeamSearchDecoderCTC(pyctcdecode.Alphabet.build_alphabet(labels))

@@ -41,10 +41,13 @@ utterance (from one ``start`` to the next) each (state, word) is scored once.
 flashlight-text is not a dependency of snm itself: ``pip install flashlight-text``.
 """
 
+import math
+
 import numpy as np
 from flashlight.lib.text.decoder import LM, LMState
 
 import snm
+from snm_core.model.states import StateBatch
 from snm_core.text.vocab import BOS_ID, UNK_ID
 
 #: Spellings that flashlight's lexicons and KenLM use for what an SNM calls
@@ -81,7 +84,7 @@ class FlashlightLM(LM):
             words = [words.get_entry(i) for i in range(words.entry_size())]
         ids = self.model.vocab.ids([MARKERS.get(w, w) for w in words])
         ids[ids == BOS_ID] = UNK_ID  # <S> is never predicted
-        self._ids = ids.astype(np.int32)
+        self._targets = self.model._target_ids(ids.astype(np.int32))  # the model's ids
         self.score_boundary = score_boundary
         self._reset()
 
@@ -111,10 +114,13 @@ class FlashlightLM(LM):
         index ``usr_token_idx``."""
         key = (state, usr_token_idx)
         found = self._scored.get(key)
-        if found is None:
-            log10, after = self.model.score_words([self._ours[state]],
-                                                  self._ids[usr_token_idx:usr_token_idx + 1])
-            found = self._scored[key] = (self._state(after[0]), float(log10[0]))
+        if found is None:  # score_word's steps, without its conversions of the word
+            prob, _, after = self.model._advance(
+                StateBatch.of([self._ours[state]], self.model.state_width),
+                self._targets[usr_token_idx:usr_token_idx + 1])
+            p = float(prob[0])
+            found = self._scored[key] = (self._state(after[0]),
+                                         math.log10(p) if p > 0 else -math.inf)
         return found
 
     def finish(self, state):

@@ -78,9 +78,12 @@ class TrieScoring(LineScoring, StateScoring):
         self.word_map.flags.writeable = False
         self.rank = rank
         self.state_width = max(1, compact["max_n"])
+        # Read once: a decoder's call would otherwise look each up in the manifest.
+        self._shape = (int(compact["min_n"]), int(compact["max_n"]), int(compact["tags"]))
 
     def _null_cache(self, n):
-        cache = np.full((n, self.compact["tags"], self.compact["max_n"] + 2), -1, np.int64)
+        _, max_n, tags = self._shape
+        cache = np.full((n, tags, max_n + 2), -1, np.int64)
         cache[:, :, 0] = 0
         return cache
 
@@ -91,8 +94,7 @@ class TrieScoring(LineScoring, StateScoring):
         from snm_core.model.layouts import trie_kernels  # numba: loaded by scoring only
         target = np.ascontiguousarray(target, np.int32)
         prob, ngram, following, words, length = trie_kernels.advance(
-            states.cache, states.words, target, self.rank[target], self.compact["min_n"],
-            self.compact["max_n"], self.compact["tags"], self._tables)
+            states.cache, states.words, target, self.rank[target], *self._shape, self._tables)
         return prob, ngram, StateBatch(words, length, following)
 
     @property
