@@ -126,6 +126,15 @@ def kind(options):
     return "dask" if name == "DaskRunner" else "cluster"
 
 
+def usable_cpus():
+    """The CPUs this process may run on (its affinity, which a container or ``taskset``
+    may narrow), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
 def parallelism(options):
     """How many workers process a stage's elements at once (readers per text file).
 
@@ -139,7 +148,7 @@ def parallelism(options):
     which = kind(options)
     if which == "local":
         workers = options.view_as(DirectOptions).direct_num_workers
-        return workers if workers > 0 else os.cpu_count() or 1
+        return workers if workers > 0 else usable_cpus()
     if which == "dask":
         from apache_beam.runners.dask.dask_runner import DaskOptions
         return options.view_as(DaskOptions).npartitions or 1

@@ -6,7 +6,8 @@ import re
 import sys
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
+                                                  StandardOptions)
 
 from pipelines import runners
 from snm_core.io import memory, storage
@@ -60,6 +61,12 @@ def pipeline_options(beam_args):
     if isinstance(standard.runner, str) and standard.runner.lower() == "fnapirunner":
         # By its module path: older Beam releases (2.60, 2.65) know no short name for it.
         standard.runner = FN_API_RUNNER
+    if runners.kind(options) == "local" and not any(
+            a == "--direct_num_workers" or a.startswith("--direct_num_workers=")
+            for a in beam_args):
+        # Beam's default is one worker; lmplz uses the machine's cores unasked, and so
+        # does snm (the bytes are the same on any number of workers).
+        options.view_as(DirectOptions).direct_num_workers = runners.usable_cpus()
     return options
 
 
