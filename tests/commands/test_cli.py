@@ -84,6 +84,20 @@ def test_runner_short_names_and_options(tmp_path, capsys):
     assert "--runner dask needs --dask_address HOST:PORT" in capsys.readouterr().err
 
 
+def test_local_stages_use_every_usable_cpu_unless_told():
+    """As lmplz does: Beam's own default is one worker."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    from pipelines import running
+    cpus = len(os.sched_getaffinity(0))
+    workers = [running.pipeline_options(args).view_as(DirectOptions).direct_num_workers
+               for args in ([], ["--direct_running_mode=multi_processing"],
+                            ["--direct_num_workers", "1"], ["--direct_num_workers=3"])]
+    assert workers == [cpus, cpus, 1, 3]
+    assert running.workers_per_process([]) == cpus  # threads sharing the budget
+    assert running.workers_per_process(["--direct_running_mode=multi_processing"]) == 1
+
+
 # --- a newcomer's mistakes, each its own line ------------------------------------------
 
 def _corpus(tmp_path):
