@@ -9,6 +9,8 @@ clone's editable install) makes of the same text, byte for byte, and the
 README's figure for kernel (test perplexity 72.20441).
 """
 
+import contextlib
+import fcntl
 import glob
 import importlib.metadata
 import json
@@ -79,15 +81,19 @@ def new_venv(python, path, *pip_args):
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory):
     """The source distribution, made as Beam's stager makes one for ``--setup_file``."""
-    import fcntl
-
     from apache_beam.runners.portability.stager import Stager
     out = tmp_path_factory.mktemp("sdist")
-    # One build at a time in the clone (pytest-xdist's workers each make one): the
-    # stager writes its egg-info beside setup.py.
-    with open(tmp_path_factory.getbasetemp().parent / "sdist.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with building_in_the_clone(tmp_path_factory):
         return Stager._build_setup_package(os.path.join(ROOT, "setup.py"), str(out))
+
+
+@contextlib.contextmanager
+def building_in_the_clone(tmp_path_factory):
+    """One build at a time in the clone (pytest-xdist's workers each make their own):
+    builds write their egg-info and build/ beside setup.py."""
+    with open(tmp_path_factory.getbasetemp().parent / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +130,24 @@ def test_the_sdist_holds_every_file_the_build_needs(sdist):
                for p in glob.glob(os.path.join(ROOT, "snm_core", "**", pattern),
                                   recursive=True)}
     assert sources and sources <= names, sorted(sources - names)
+
+
+def test_the_wheel_installs_without_a_compiler(outside, tmp_path, tmp_path_factory):
+    """``pip wheel .`` holds the built C libraries: installing it compiles nothing (any
+    compiler it called would fail here)."""
+    with building_in_the_clone(tmp_path_factory):
+        run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", ROOT, "-w",
+             str(tmp_path)], cwd=outside)
+    (wheel,) = glob.glob(str(tmp_path / "snm_lm-*.whl"))
+    venv = outside / "wheel-venv"
+    run([sys.executable, "-m", "venv", str(venv)], cwd=outside)
+    no_compiler = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "LDSHARED": "/bin/false"}
+    run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", wheel],
+        cwd=outside, env=no_compiler)
+    found = run([venv / "bin" / "python", "-c", "import importlib.util as u; print(*("
+                 "u.find_spec(m).origin for m in ('snm_core._loops', 'snm_core.fit._kernels')))"],
+                cwd=outside).split()
+    assert len(found) == 2 and all(p.startswith(str(venv)) and p.endswith(".so") for p in found)
 
 
 def test_sdist_on_a_worker_pool_counts_the_local_runner_s_bytes(sdist, outside, corpora,
