@@ -109,7 +109,8 @@ def write_manifest(totals, out, settings, fit_manifest):
         totals={k: sum(t[k] for t in totals) for k in ("links", "features")},
         count_totals=counts.totals, sources=counts.sources, fit=fit_manifest.summary())
     storage.remove_stale(out, set(files), model_files.PATTERNS)
-    return manifest.write(out)
+    # the rows files and vocab.txt are the count's, linked or copied: their checksums too
+    return manifest.write(out, known=counts.checksums)
 
 
 @dataclasses.dataclass(frozen=True)

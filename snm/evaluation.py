@@ -2,7 +2,7 @@
 evaluating a text, the KenLM-style report, the fit's progress line (its plot:
 :mod:`snm.plot`)."""
 
-from snm_core.io import storage
+from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
 from snm_core.io.progress import Progress
@@ -29,9 +29,57 @@ def format_report(name, report):
          if report.get("invalid_lines") or report.get("empty_lines") else []))
 
 
+#: What marks a run directory (``snm train --out``; :data:`snm.chain.STATE`).
+RUN_STATE = "stages.json"
+#: A run's model directories, in the order ``--model RUN`` takes the first there: the
+#: pruned model, the log-linear one, the model (:data:`snm.chain.STAGES`' directories).
+RUN_MODELS = ("pruned", "loglinear", "model")
+
+
+def model_help(reads_tables=False):
+    """The help of a command's ``--model``; ``reads_tables``: the command's (export-arpa,
+    prune, compact, sample), which a scoring directory cannot serve."""
+    models = ("snm apply or snm prune --out; not a scoring directory of snm compact --out"
+              if reads_tables else "snm apply, snm prune or snm compact --out; any family "
+              "or layout")
+    return (f"model directory ({models}), or a run directory (snm train --out), which "
+            "stands for its pruned/ if the run pruned, else its loglinear/ for a log-linear "
+            "run, else its model/")
+
+
+def model_directory(path, command=None):
+    """The model directory ``--model PATH`` names: ``path`` itself, or for a run directory
+    (``snm train --out``: ``stages.json`` and no manifest of its own) the run's final model,
+    the first of :data:`RUN_MODELS` there.
+
+    ``command`` (``"snm sample"``): a command that reads the model's tables, which a
+    scoring directory (``snm compact --out``) does not hold; such a directory is then
+    refused with one line naming the model it came from.
+    """
+    if storage.isfile(storage.join(path, RUN_STATE)) and \
+            not storage.isfile(storage.join(path, tables.MANIFEST)):
+        path = next((storage.join(path, name) for name in RUN_MODELS
+                     if storage.isdir(storage.join(path, name))),
+                    storage.join(path, RUN_MODELS[-1]))
+    if command is not None and storage.isfile(storage.join(path, tables.MANIFEST)):
+        try:
+            manifest = storage.read_json(storage.join(path, tables.MANIFEST))
+        except ValueError:
+            return path  # not JSON: the command's own check says so
+        scoring = manifest.get("scoring_only") if isinstance(manifest, dict) else None
+        if isinstance(scoring, dict):
+            raise SnmInputError(
+                f"{path}: a scoring directory ('snm compact --out' from {scoring['source']}) "
+                f"cannot serve '{command}', which reads the model's tables; give the model it "
+                f"came from, --model {scoring['source']}")
+    return path
+
+
 def load_scorer(model_dir):
     """The scorer of any model directory, by its manifest's kind: an SNM model's
-    (:func:`snm_core.model.compact.load_model`) or a log-linear one's."""
+    (:func:`snm_core.model.compact.load_model`) or a log-linear one's; a run directory
+    gives its final model's (:func:`model_directory`)."""
+    model_dir = model_directory(model_dir)
     if is_loglinear(model_dir):
         from snm_core.loglinear.directory import LogLinearScorer  # numba: this family only
         return LogLinearScorer.load(model_dir)

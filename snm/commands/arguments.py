@@ -15,6 +15,7 @@ import re
 import sys
 
 from pipelines import runners
+from snm.evaluation import model_directory
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import DEFAULT_SHARE
 from snm_core.io.runlock import run_lock
@@ -188,13 +189,27 @@ def layout_argument(parser, required=False):
 
 
 def run_stage(parser, argv, options_type, run):
-    """A Beam stage's command: parse, check (``options_type(**flags)``), and ``run`` it
-    holding its output directory's lock; exit status 0."""
+    """A Beam stage's command: parse, check (``options_type(**flags)``; an ``--out`` holding
+    another command's output is refused without ``--force``), and ``run`` it holding its
+    output directory's lock; exit status 0."""
+    force_argument(parser)
     flags, beam_args = parse(parser, argv, beam=True)
+    force = flags.pop("force")
+    if "model" in flags:  # snm prune: a run directory stands for its final model
+        flags["model"] = model_directory(flags["model"], parser.prog)
     options = options_type(**flags)
+    if getattr(options, "model", None) != options.out:  # (prune says what that mistake is)
+        manifests.check_output(options.out, parser.prog, force)
     with run_lock(options.out, parser.prog):
         run(options, beam_args)
     return 0
+
+
+def force_argument(parser, help=None):
+    """``--force``: write into an ``--out`` that holds another command's finished output."""
+    parser.add_argument("--force", action="store_true",
+                        help=help or "write into --out even when it holds another command's "
+                                     "finished output (without it: refused, exit 2)")
 
 
 def parse(parser, argv, beam=False):

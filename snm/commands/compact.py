@@ -11,6 +11,7 @@ beyond it: the arrays are the same at any budget) and shows each pass's progress
 """
 
 from snm.commands import arguments
+from snm.evaluation import model_directory, model_help
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.runlock import run_lock
 from snm_core.model.card import write_model_card
@@ -21,7 +22,7 @@ from snm_core.stages.validation import validate_directory
 def build_parser():
     """The parser of ``snm compact``."""
     parser = arguments.parser("compact", __doc__)
-    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--model", required=True, help=model_help(reads_tables=True))
     arguments.layout_argument(parser, required=True)
     parser.add_argument("--out", help="write a self-contained scoring directory here (new or "
                         "empty) instead of converting the model in place")
@@ -31,6 +32,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.model = model_directory(args.model, "snm compact")
     manifest = validate_directory(args.model, "model").manifest
     budget = MemoryBudget.parse(args.memory)
     if args.out:

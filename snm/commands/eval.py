@@ -7,14 +7,20 @@ report per model (``adjusted`` and ``unadjusted`` for an SNM, ``loglinear``).
 import json
 
 from snm.commands import arguments
-from snm.evaluation import check_scoring_memory, check_undecoded, format_report, load_checked
+from snm.evaluation import (
+    check_scoring_memory,
+    check_undecoded,
+    format_report,
+    load_checked,
+    model_help,
+)
 from snm_core.io.textfile import read_lines
 
 
 def build_parser():
     """The parser of ``snm eval``."""
     parser = arguments.parser("eval", __doc__)
-    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--model", required=True, help=model_help())
     parser.add_argument("file", help="text to evaluate, one sentence a line ('-': standard "
                                      "input)")
     parser.add_argument("--json", action="store_true",

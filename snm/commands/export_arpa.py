@@ -1,6 +1,7 @@
 """``snm export-arpa``: write an n-gram model as an ARPA file for existing decoders."""
 
 from snm.commands import arguments
+from snm.evaluation import model_directory, model_help
 from snm_core.loglinear.directory import export_arpa as export_loglinear_arpa
 from snm_core.loglinear.family import is_loglinear
 from snm_core.model.arpa import export_arpa
@@ -9,7 +10,7 @@ from snm_core.model.arpa import export_arpa
 def build_parser():
     """The parser of ``snm export-arpa``."""
     parser = arguments.parser("export-arpa", __doc__)
-    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--model", required=True, help=model_help(reads_tables=True))
     parser.add_argument("--out", required=True,
                         help="ARPA file to write (.gz: compressed; may be remote)")
     arguments.memory_argument(parser)
@@ -23,6 +24,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.model = model_directory(args.model, "snm export-arpa")
     if is_loglinear(args.model):
         export_loglinear_arpa(args.model, args.out)
     else:

@@ -20,6 +20,7 @@ from snm_core.fit.selection import (
     fit_directory,
 )
 from snm_core.io.runlock import run_lock
+from snm_core.stages import manifests
 
 
 def _epochs(text):
@@ -116,11 +117,13 @@ def build_parser():
                                                      "theta.npy, train_log.jsonl)")
     add_fit_args(parser)
     arguments.memory_argument(parser)
+    arguments.force_argument(parser)
     return parser
 
 
 def main(argv=None):
     flags, _ = arguments.parse(build_parser(), argv)
+    manifests.check_output(flags["out"], "snm fit", flags["force"])
     with run_lock(flags["out"], "snm fit"):
         manifest = fit_directory(flags["join"], flags["out"], options_from(flags),
                                  progress=FitProgress())

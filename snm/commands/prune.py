@@ -2,12 +2,13 @@
 
 from pipelines import prune as stage
 from snm.commands import arguments
+from snm.evaluation import model_help
 
 
 def build_parser():
     """The parser of ``snm prune``."""
     parser = arguments.parser("prune", stage.__doc__, beam=True)
-    parser.add_argument("--model", required=True, help="model directory (snm apply --out)")
+    parser.add_argument("--model", required=True, help=model_help(reads_tables=True))
     parser.add_argument("--out", required=True, help="directory of the pruned model")
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--target_links", type=int,

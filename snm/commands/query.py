@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 from snm.commands import arguments
-from snm.evaluation import format_report, load_scorer
+from snm.evaluation import format_report, load_scorer, model_help
 from snm_core.io.textfile import STDIN, InvalidLineLog, decode_lines, line_batches
 from snm_core.model.scoring import PerplexityTotals
 from snm_core.text.vocab import EOS_ID
@@ -91,8 +91,8 @@ def build_parser():
     """The parser of ``snm query``."""
     parser = arguments.parser("query", __doc__)
     parser.add_argument("--model", metavar="DIR",
-                        help="model directory (any family or layout); or give it as the "
-                             "first argument, as KenLM's query MODEL")
+                        help=model_help() + "; or give it as the first argument, as "
+                             "KenLM's query MODEL")
     parser.add_argument("model_or_text", nargs="?", metavar="MODEL",
                         help="the model directory, as KenLM's query MODEL (with --model: "
                              "the text, FILE)")

@@ -41,7 +41,7 @@ import sys
 import numpy as np
 
 from snm.commands import arguments
-from snm.evaluation import load_scorer
+from snm.evaluation import load_scorer, model_help
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.textfile import read_lines
@@ -121,7 +121,7 @@ def rescore(utterances, scores, hypotheses, lm, lm_weight, word_penalty):
 def build_parser():
     """The parser of ``snm rescore``."""
     parser = arguments.parser("rescore", __doc__)
-    parser.add_argument("--model", required=True, help="model directory (any family or layout)")
+    parser.add_argument("--model", required=True, help=model_help())
     parser.add_argument("nbest", help="n-best list: UTTERANCE_ID<TAB>SCORE<TAB>HYPOTHESIS a "
                         "line ('-': standard input)")
     parser.add_argument("--lm_weight", type=float, default=1.0,

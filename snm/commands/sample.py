@@ -4,7 +4,11 @@ import argparse
 import sys
 
 from snm.commands import arguments
+from snm.evaluation import model_directory, model_help
+from snm_core.io import storage
+from snm_core.io.errors import SnmInputError
 from snm_core.model.sample import SampleOptions, interrupted_message, sample
+from snm_core.stages import manifests
 
 
 def build_parser():
@@ -12,13 +16,16 @@ def build_parser():
     parser = arguments.parser(
         "sample", __doc__ + " Any configuration: n-grams, skip-grams, corpus tags. The same "
         "seed and --shards give the same files on any number of threads.")
-    parser.add_argument("--model", required=True, help="model directory (snm apply or "
-                        "snm prune --out)")
+    parser.add_argument("--model", required=True, help=model_help(reads_tables=True))
     parser.add_argument("--words", required=True, type=word_count, help="words to draw in all "
                         "(</S> not counted; 1e6, 500M and 2G are read too); each shard "
                         "finishes the sentence that reaches its share")
     parser.add_argument("--out", required=True, help="output directory: "
-                        "sample-KKKKK-of-NNNNN.txt[.gz] and manifest.json (written last)")
+                        "sample-KKKKK-of-NNNNN.txt[.gz] and manifest.json (written last); "
+                        "one that holds a finished sample or another command's output, or "
+                        "a file, is refused without --force")
+    arguments.force_argument(parser, help="replace what --out holds: an earlier sample, "
+                             "another command's output, or a file")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--shards", type=int, default=1, help="output files, each its own "
                         "random stream (default 1); they are drawn in parallel")
@@ -32,6 +39,8 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.model = model_directory(args.model, "snm sample")
+    check_output(args.out, args.force)
     options = SampleOptions(model=args.model, words=args.words, out=args.out, seed=args.seed,
                             shards=args.shards, threads=args.threads, gzip=args.gzip,
                             max_length=args.max_length)
@@ -50,6 +59,19 @@ def main(argv=None):
           f"cut at --max_length {totals['truncated_sentences']:,}, "
           f"dead ends {totals['dead_ends']:,}")
     return 0
+
+
+def check_output(out, force):
+    """Refuse an ``--out`` that is a file or holds a finished output, an earlier sample too
+    (no later run draws it again), unless ``force``; with it, a file there is removed to
+    make way for the directory."""
+    if storage.isfile(out):
+        if not force:
+            raise SnmInputError(f"{out}: an existing file; snm sample writes a directory of "
+                                "shards there: give another --out, or --force to replace the "
+                                "file")
+        storage.remove_file(out)
+    manifests.check_output(out, "snm sample", force, rerun=False)
 
 
 def word_count(text):

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from snm.commands import arguments
-from snm.evaluation import check_scoring_memory, check_undecoded, load_checked
+from snm.evaluation import check_scoring_memory, check_undecoded, load_checked, model_help
 from snm_core.io import storage
 from snm_core.io.progress import Progress
 from snm_core.io.textfile import read_lines
@@ -20,7 +20,7 @@ def build_parser():
     parser = arguments.parser(
         "score", "Per-sentence log10 probability (</S> included), one line per input line: "
                     "log10_prob, predicted words, OOVs, the sentence; tab-separated.")
-    parser.add_argument("--model", required=True, help="model directory")
+    parser.add_argument("--model", required=True, help=model_help())
     parser.add_argument("file", help="text to score ('-': standard input)")
     parser.add_argument("--unadjusted", action="store_true", help="score with theta = 0")
     parser.add_argument("--out", help="output file (default: standard output)")

@@ -79,7 +79,8 @@ def build_parser():
                              "the text, more if the memory budget needs them, at least "
                              f"{DEFAULT_NUM_BUCKETS})")
     arguments.memory_argument(parser)
-    parser.add_argument("--force", action="store_true", help="redo every stage")
+    parser.add_argument("--force", action="store_true", help="redo every stage (and write "
+                        "into an --out that holds a stage's output, not a run's)")
     parser.add_argument("--prune_to", type=int, metavar="LINKS",
                         help="also prune the model to this many links (snm prune, its default "
                              "criterion) into pruned/, which eval then evaluates")
@@ -142,6 +143,8 @@ def build_parser():
 def main(argv=None):
     flags, beam_args = arguments.parse(build_parser(), argv, beam=True)
     args = argparse.Namespace(**flags)
+    # resuming its own run is what snm train does: a stage's output there is refused
+    manifests.check_output(storage.absolute(args.out), "snm train", args.force)
     with run_lock(storage.absolute(args.out), "snm train"):
         plan = _plan(args, beam_args)
         chain.Runner(plan, args.force).run()

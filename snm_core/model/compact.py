@@ -156,7 +156,7 @@ def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
                                     os.path.join(local, name))
             write_model_card(local, scoring, keep_evaluation=True,
                              name=storage.basename(storage.absolute(out)))
-            storage.write_json(scoring, os.path.join(local, tables.MANIFEST))
+            manifests.write_manifest(scoring, local)  # the source's checksums replaced
             if remote:
                 storage.upload_tree(local, out, last=tables.MANIFEST)
     return compact

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from snm_core.io import model_files, storage, tables
 from snm_core.io.errors import SnmInputError
+from snm_core.stages import manifests
 from snm_core.text import hashing
 
 
@@ -88,8 +89,7 @@ def finish_output(out_dir, manifest, links, features, pruning):
     storage.remove_stale(out_dir, set(files), model_files.PATTERNS)
     pruned = {**manifest, "totals": {"links": links, "features": features},
               "pruning": pruning}
-    storage.write_json(pruned, storage.join(out_dir, tables.MANIFEST))
-    return pruned
+    return manifests.write_manifest(pruned, out_dir)  # the source's checksums replaced
 
 
 # --- the mass and count criteria, bucket by bucket -----------------------------------------

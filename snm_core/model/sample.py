@@ -35,7 +35,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.progress import Progress
 from snm_core.model import sample_kernels
 from snm_core.model.sample_rows import load_rows
-from snm_core.stages import validation
+from snm_core.stages import manifests, validation
 from snm_core.io.arrays import string_buffers
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
@@ -243,8 +243,7 @@ def sample(options, say=lambda message: None):
         "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
         "threads": threads,
     }
-    storage.write_json(manifest, manifest_path)
-    return manifest
+    return manifests.write_manifest(manifest, options.out)
 
 
 def _wait(futures, stats, words, start, say):

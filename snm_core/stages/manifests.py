@@ -22,12 +22,25 @@ keys it does not declare (written by a later release, or layout-specific
 settings of ``compact/``) are kept in ``extra`` and written back unchanged.
 :mod:`snm_core.stages.validation` checks a directory's files against its
 manifest.
+
+Every manifest records a checksum of each file it lists, computed as it is
+written (:func:`write_manifest`; the files were just written, so they are read
+back from the page cache)::
+
+    "checksums": {"algorithm": "xxh3_64", "files": {"theta.npy": "9f2c...", ...}}
+
+``snm validate`` verifies them; loading a directory does not (it checks sizes
+and headers only).  Manifests written before checksums were recorded have none.
 """
 
 import collections.abc
 import dataclasses
 import json
+import mmap
+import os
 from typing import ClassVar, Optional
+
+import xxhash
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
@@ -51,11 +64,14 @@ class Manifest(collections.abc.Mapping):
 
     files: list = dataclasses.field(default_factory=list)
     extra: dict = dataclasses.field(default_factory=dict)
+    #: ``{"algorithm": CHECKSUM, "files": {name: hex digest}}``; None in a manifest
+    #: written before checksums were recorded.
+    checksums: Optional[dict] = None
 
     def to_dict(self):
         """The manifest as JSON-able data, ``kind`` and ``format_version`` included."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "extra"}
+                if f.name != "extra" and not (f.name == "checksums" and self.checksums is None)}
         return {**self.extra, **data, "kind": self.KIND, "format_version": FORMAT_VERSION}
 
     @classmethod
@@ -78,9 +94,15 @@ class Manifest(collections.abc.Mapping):
 
     __hash__ = None  # mutable, like the dict it stands for
 
-    def write(self, directory):
-        """Write ``directory/manifest.json`` (the stage's last write)."""
-        storage.write_json(self.to_dict(), storage.join(directory, MANIFEST))
+    @property
+    def command(self):
+        """The command that wrote this directory, as its error messages name it."""
+        return self.COMMAND
+
+    def write(self, directory, known=None):
+        """Write ``directory/manifest.json`` (the stage's last write), with the checksums of
+        the files it lists (``known``: as :func:`write_manifest`)."""
+        self.checksums = write_manifest(self.to_dict(), directory, known)["checksums"]
         return self
 
     @classmethod
@@ -185,6 +207,14 @@ class Model(CorpusManifest):
     pruning: Optional[dict] = None
 
     @property
+    def command(self):
+        """``snm apply``; ``snm prune`` for a pruned model, ``snm compact --out`` for a
+        scoring directory."""
+        if self.extra.get("scoring_only"):
+            return "snm compact --out"
+        return "snm prune" if self.pruning else self.COMMAND
+
+    @property
     def suffix_closed(self):
         """Whether every n-gram feature and link has its suffix one word shorter in the
         model too: true of counts, and of pruning by back-off relative entropy (which keeps
@@ -228,6 +258,100 @@ def writer(kind):
     return KINDS[kind].COMMAND if kind in KINDS else f"snm {kind}"
 
 
+#: The checksum every manifest records of its files (the ``xxhash`` package's name for it).
+CHECKSUM = "xxh3_64"
+#: Bytes a remote file is read in while its checksum is computed.
+CHECKSUM_READ_BYTES = 8 << 20
+
+
+def file_checksum(path):
+    """The :data:`CHECKSUM` of a file's bytes (local or remote), as hex."""
+    digest = xxhash.xxh3_64()
+    if storage.is_remote(path):
+        fs, inner = storage.filesystem(path)
+        with fs.open_input_stream(inner) as f:
+            while chunk := f.read(CHECKSUM_READ_BYTES):
+                digest.update(chunk)
+        return digest.hexdigest()
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size:  # mmap refuses an empty file
+            # Mapped, not read: the page cache's pages are hashed without a copy.
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                digest.update(mapped)
+    return digest.hexdigest()
+
+
+def checksums(directory, names, known=None):
+    """``{"algorithm": CHECKSUM, "files": {name: hex}}`` of the files ``names`` of
+    ``directory`` (what a manifest records); ``known``: the checksums of some of them
+    already, ``{"algorithm": .., "files": {name: hex}}`` or None."""
+    reused = (known or {}).get("files", {}) if (known or {}).get("algorithm") == CHECKSUM \
+        else {}
+    return {"algorithm": CHECKSUM,
+            "files": {name: reused.get(name) or file_checksum(storage.join(directory, name))
+                      for name in names}}
+
+
+def write_manifest(data, directory, known=None):
+    """Write ``data`` (a manifest as a dict) as ``directory/manifest.json`` with the
+    checksums of the files it lists, replacing any it held (a manifest copied from
+    another directory's); returns what was written.
+
+    ``known``: checksums (as :func:`checksums` returns them) of files that are byte for
+    byte another stage's, such as the count's files a model links, which are then not
+    read again.
+    """
+    data = {**data, "checksums": checksums(directory, data.get("files", []), known)}
+    storage.write_json(data, storage.join(directory, MANIFEST))
+    return data
+
+
+def command_of(data):
+    """The command that wrote a manifest ``data`` (a dict) of a known kind, by its
+    content: ``snm prune`` for a pruned model, ``snm apply`` for another."""
+    cls = KINDS.get(data.get("kind"))
+    if cls is None:
+        return f"snm {data.get('kind')}"
+    return cls.from_dict(data).command
+
+
+def check_output(directory, command, force=False, rerun=True):
+    """Refuse to write ``command``'s output into ``directory`` when it holds another
+    command's finished output (a ``manifest.json`` that ``command`` did not write), unless
+    ``force``; ``rerun`` false refuses the command's own finished output too (a text
+    sample, which no later run recomputes).
+
+    Raises
+    ------
+    SnmInputError
+        One line naming what ``directory`` holds and the two ways on (``--force``, or
+        another ``--out``).
+    """
+    path = storage.join(directory, MANIFEST)
+    if force or not storage.isfile(path):
+        return
+    try:
+        data = json.loads(storage.read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        holds = f"a {MANIFEST} that is not an snm stage's, which '{command}' would replace"
+    else:
+        written_by = command_of(data)
+        if written_by == command:
+            if rerun:
+                return  # a re-run of the same stage replaces its own output
+            holds = (f"the finished output of an earlier '{command}' run, which this one "
+                     "would replace")
+        else:
+            cls = KINDS.get(data["kind"])
+            kind = "a scoring directory" if data.get("scoring_only") else cls and cls.WHAT
+            holds = (f"the finished output of '{written_by}'" + (f" ({kind})" if kind else "")
+                     + f", which '{command}' would replace")
+    raise SnmInputError(f"{directory}: holds {holds}: give another --out, or --force to "
+                        "replace it")
+
+
 def kind_of(directory):
     """The kind a directory's manifest names, or None (no manifest, or not ours)."""
     path = storage.join(directory, MANIFEST)
@@ -264,9 +388,12 @@ def check_manifest(manifest, path, kind):
                             f"{FORMAT_VERSION}; re-run '{command}'")
 
 
-def read_manifest(directory, kind):
+def read_manifest(directory, kind, command=None):
     """Load and check ``directory/manifest.json`` of a stage of the given kind (local or
     remote); every file it lists must exist.  Returns the manifest as a dict.
+
+    ``command``: the command the messages say to re-run (default: the one that wrote
+    the manifest, :func:`command_of`, or before it is read the kind's, :func:`writer`).
 
     Raises
     ------
@@ -274,15 +401,20 @@ def read_manifest(directory, kind):
         If the directory is not a finished stage output of that kind.
     """
     path = storage.join(directory, MANIFEST)
+    given, command = command, command or writer(kind)
     if storage.isdir(path) or (not storage.is_remote(directory)
                                and storage.isfile(directory)):
-        raise SnmInputError(f"{directory}: a file, expected '{writer(kind)}' output (a "
+        raise SnmInputError(f"{directory}: a file, expected '{command}' output (a "
                             "directory); check the path")
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError:
+        # (an object store has no directories: there only the manifest can be missing)
+        if not storage.is_remote(directory) and not os.path.exists(directory):
+            raise SnmInputError(f"{directory}: no such file or directory (expected "
+                                f"'{command}' output)") from None
         raise SnmInputError(f"{directory}: no {MANIFEST}; not the output of a finished "
-                            f"'{writer(kind)}' run (re-run that stage)") from None
+                            f"'{command}' run (re-run that stage)") from None
     except OSError as e:
         raise SnmInputError(f"{path}: cannot read ({e})") from None
     try:
@@ -290,9 +422,10 @@ def read_manifest(directory, kind):
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SnmInputError(f"{path}: not valid JSON ({e})") from None
     check_manifest(manifest, path, kind)
+    command = given or command_of(manifest)  # a pruned model's is snm prune
     present = set(storage.listdir(directory))
     for name in manifest.get("files", []):
         if name not in present and not storage.isfile(storage.join(directory, name)):
             raise SnmInputError(f"{storage.join(directory, name)} is listed in {MANIFEST} but "
-                                f"missing; re-run '{writer(kind)}'")
+                                f"missing; re-run '{command}'")
     return manifest

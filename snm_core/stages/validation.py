@@ -36,7 +36,10 @@ large count directory: ``DESIGN.md`` 7.2.
 
 Damage inside a Parquet file's data pages that leaves its footer intact is
 found when the stage reads the file: :func:`snm_core.io.storage.read_parquet`
-turns pyarrow's error into an :class:`SnmInputError` naming the file.
+turns pyarrow's error into an :class:`SnmInputError` naming the file.  Damage
+that still decodes is found only by :func:`verify_checksums` (``snm validate``
+without ``--quick``), which reads every listed file whole: consumers do not
+call it.
 """
 
 import dataclasses
@@ -77,7 +80,7 @@ class InputDirectory:
     vocabulary: Vocabulary = None
 
 
-def validate_directory(directory, kind, parquet=True):
+def validate_directory(directory, kind, parquet=True, command=None):
     """Check a ``kind`` stage directory (module docstring) before reading it.
 
     Parameters
@@ -87,6 +90,9 @@ def validate_directory(directory, kind, parquet=True):
     parquet : bool
         Check the Parquet files' footers (False: a model loaded for scoring
         reads only ``compact/``).
+    command : str, optional
+        The command the messages say to re-run (default: the one that wrote the
+        directory, by its manifest: :attr:`snm_core.stages.manifests.Manifest.command`).
 
     Returns
     -------
@@ -97,8 +103,8 @@ def validate_directory(directory, kind, parquet=True):
     SnmInputError
         One line naming the first damaged file and the stage to re-run.
     """
-    manifest = manifests.KINDS[kind].from_dict(manifests.read_manifest(directory, kind))
-    command = manifests.writer(kind)
+    manifest = manifests.KINDS[kind].from_dict(manifests.read_manifest(directory, kind, command))
+    command = command or manifest.command
     files = manifest.files
     scoring = manifest.get("scoring_only")
     if parquet and scoring:
@@ -131,6 +137,51 @@ def validate_directory(directory, kind, parquet=True):
     if VOCAB in files or kind in WITH_VOCABULARY:
         vocabulary = check_vocabulary(directory, manifest.vocabulary_fingerprint, command)
     return InputDirectory(directory, kind, manifest, vocabulary)
+
+
+def verify_checksums(directory, manifest, command, remedy=None):
+    """Read every file ``manifest`` lists and compare its checksum with the recorded one
+    (what ``snm validate`` does beyond :func:`validate_directory`).
+
+    Parameters
+    ----------
+    directory : str, local path or URL
+    manifest : Manifest or dict, the directory's
+    command : str
+        The command that wrote the directory, named in the message.
+    remedy : str, optional
+        What to do about a mismatch (default: re-run ``command``).
+
+    Returns
+    -------
+    int or None
+        The files verified, or None when the manifest records no checksums (it was
+        written before they were recorded: contents cannot be verified).
+
+    Raises
+    ------
+    SnmInputError
+        One line naming the first file whose contents differ from what was written.
+    """
+    recorded = manifest.get("checksums")
+    if not recorded:
+        return None
+    remedy = remedy or f"re-run {command}"
+    if recorded.get("algorithm") != manifests.CHECKSUM:
+        raise SnmInputError(
+            f"{storage.join(directory, tables.MANIFEST)}: checksums of algorithm "
+            f"{recorded.get('algorithm')!r}, which this release does not compute (it uses "
+            f"{manifests.CHECKSUM}); upgrade snm, or check sizes and headers only with --quick")
+    digests = recorded.get("files") or {}
+    for name in manifest.get("files", []):
+        path = storage.join(directory, name)
+        if name not in digests:
+            raise SnmInputError(f"{path}: no checksum in {tables.MANIFEST}, which lists the "
+                                f"file (the manifest was edited); {remedy}")
+        if manifests.file_checksum(path) != digests[name]:
+            raise SnmInputError(f"{path}: contents changed since '{command}' wrote it "
+                                f"(checksum differs); {remedy}")
+    return len(manifest.get("files", []))
 
 
 def check_values_beside_rows(directory, rows_of, command):

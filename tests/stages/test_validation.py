@@ -305,11 +305,14 @@ def test_validate_takes_any_stage_directory(run, tmp_path, capsys):
     assert lines[0].startswith(f"{run['count']}: ok, a count directory")
     assert lines[2].startswith(f"{run['model']}: ok, a model directory")
     damaged = damaged_copy(run, tmp_path, "model", "compact/link_c.npy", truncate)
-    assert cli.main(["validate", damaged, str(tmp_path / "nothing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["validate", damaged, str(tmp_path / "nothing"),
+                     str(tmp_path / "empty")]) == 2
     errors = capsys.readouterr().err.splitlines()
-    assert len(errors) == 2
+    assert len(errors) == 3
     assert os.path.join(damaged, "compact", "link_c.npy") in errors[0]
-    assert "no manifest.json" in errors[1]
+    assert errors[1] == f"snm validate: {tmp_path / 'nothing'}: no such file or directory"
+    assert "no manifest.json" in errors[2]
 
 
 def test_a_manifest_reads_back_as_its_class(run):
