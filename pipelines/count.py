@@ -145,8 +145,10 @@ class ExtractLinkPartials(beam.DoFn):
         if links:
             # Each partial is sorted by key, so its buckets are row ranges; the
             # shuffle writes every bucket's rows of all partials into one file.
+            vocab_size = len(self.vocab)
             payloads = self.shuffle.send_cut({
-                group: [counting.cut_by_bucket(p, self.num_buckets) for p in partials]
+                group: [counting.cut_by_bucket(counting.to_scratch(p, group, vocab_size),
+                                               self.num_buckets) for p in partials]
                 for group, partials in (("links", links), ("features", features))},
                 by_bucket=True)
             for bucket, payload in payloads.items():
@@ -190,7 +192,8 @@ class MergeBucket(beam.DoFn):
         # are read.
         links, features, collisions = counting.merge_bucket_chunks(
             [self.shuffle.rows(p, "links") for p in payloads],
-            lambda start, stop, group: self.shuffle.receive_group(payloads[start:stop], group),
+            lambda start, stop, group: counting.from_scratch(
+                self.shuffle.receive_group(payloads[start:stop], group), group),
             len(self.extractor.feature_types), self.merge_rows)
         self.shuffle.release(payloads)  # this bucket's parts, read
         storage.write_parquet(features, storage.join(
@@ -271,7 +274,8 @@ class ReadCountBucket(beam.DoFn):
         self.num_buckets, self.shuffle = num_buckets, shuffle
 
     def setup(self):
-        _, self.extractor = self.settings.build()
+        vocab, self.extractor = self.settings.build()
+        self.vocab_size = len(vocab)
 
     def process(self, bucket):
         def read(prefix):
@@ -280,7 +284,9 @@ class ReadCountBucket(beam.DoFn):
         links, features = read("links"), read("features")
         if links.num_rows:
             part = counting.partials_from_tables(links, features, self.extractor)
-            yield bucket, ("part", self.shuffle.send(part))
+            yield bucket, ("part", self.shuffle.send(
+                {group: counting.to_scratch(partial, group, self.vocab_size)
+                 for group, partial in part.items()}))
 
 
 class CountLinks(beam.PTransform):

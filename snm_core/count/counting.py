@@ -119,6 +119,51 @@ class ShardSums:
         return links, features
 
 
+#: The scratch keeps word ids in 16 bits when every id of the vocabulary is below this,
+#: which then stands for a feature's padding (-1): partials are written to scratch as
+#: they are sent and read back once, and a skip-gram's features carry up to nine words.
+SCRATCH_WORD_LIMIT = 0xFFFF
+#: The scratch keeps counts in 32 bits; a larger count travels as several rows of one
+#: link, which the merge sums (a batch's counts never come near it).
+SCRATCH_COUNT_MAX = np.iinfo(np.int32).max
+
+
+def to_scratch(partial, group, vocab_size):
+    """A ``"links"`` or ``"features"`` partial in the narrow columns of the scratch
+    (:func:`from_scratch` reads it back).  Rows keep their order."""
+    narrow_words = vocab_size <= SCRATCH_WORD_LIMIT
+    if group == "features":
+        if not narrow_words:
+            return partial
+        return {**partial, "words": partial["words"].astype(np.uint16)}  # -1 -> 0xFFFF
+    feature, word, count = partial["feature"], partial["word"], partial["count"]
+    large = count > SCRATCH_COUNT_MAX
+    if large.any():
+        pieces = np.where(large, -(-count // SCRATCH_COUNT_MAX), 1)
+        rows = np.repeat(np.arange(len(count)), pieces)
+        first_piece = np.repeat(np.cumsum(pieces) - pieces, pieces)
+        last = np.arange(len(rows)) - first_piece == pieces[rows] - 1
+        count = np.where(last, count[rows] - (pieces[rows] - 1) * SCRATCH_COUNT_MAX,
+                         SCRATCH_COUNT_MAX)
+        feature, word = feature[rows], word[rows]
+    return {"feature": feature, "word": word.astype(np.uint16 if narrow_words else np.int32),
+            "count": count.astype(np.int32)}
+
+
+def from_scratch(partial, group):
+    """A partial of :func:`to_scratch` in the merge's columns: word ids int32 (a
+    feature's padding -1), counts int64."""
+    if group == "features":
+        words = partial["words"]
+        if words.dtype == np.uint16:
+            wide = words.astype(np.int32)
+            wide[words == SCRATCH_WORD_LIMIT] = -1
+            partial = {**partial, "words": wide}
+        return partial
+    return {**partial, "word": partial["word"].astype(np.int32, copy=False),
+            "count": partial["count"].astype(np.int64, copy=False)}
+
+
 def concat_partials(parts):
     """Concatenate partial dicts column by column (None for an empty list; one part
     is returned as a new dict of the same arrays, not copied)."""
