@@ -14,7 +14,8 @@ two threads, each running an in-process worker; numpy and pyarrow release the
 GIL, so the two use both cores without copying data between processes, and
 without the gRPC that multi_threading puts between runner and workers).
 Wall time includes start-up; peak RSS is the summed RSS of the whole process
-tree, sampled every 50 ms.  lmplz figures come from
+tree, sampled every 50 ms, and so is the peak of its scratch directory (``--scratch``,
+a directory of its own).  lmplz figures come from
 ../shared/benchmarks/reference.md unless LMPLZ names a binary, in which case
 lmplz runs here too (-o 5 -S 1G on the text with OOV words as one placeholder) and the
 ratio is taken against that same-run time (benchmarks/README.md says how to
@@ -99,13 +100,18 @@ def unk_text(setup):
 def run_count(label, files, vocab, config, mode, count_args=()):
     """One `snm count` of ``files`` pooled as one untagged source (a glob over their folder)."""
     out = os.path.join(WORK, "counts", label)
+    scratch = out + ".scratch"  # its own directory, so that its peak is measured alone
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
     pattern = files[0] if len(files) == 1 else os.path.join(os.path.dirname(files[0]), "*")
     cmd = [sys.executable, "-m", "snm", "count", "--config", config, "--vocab", vocab,
-           "--out", out, "--train", pattern]  # default --num_buckets and --flush_links
-    seconds, rss = run_measured(cmd + MODES[mode] + list(count_args), log=out + ".log")
+           "--out", out, "--train", pattern, "--scratch", scratch]
+    seconds, rss, scratch_peak = run_measured(cmd + MODES[mode] + list(count_args),
+                                              log=out + ".log", disk=scratch)
+    shutil.rmtree(scratch, ignore_errors=True)
     with open(os.path.join(out, "manifest.json")) as f:
         totals = json.load(f)["totals"]
-    return seconds, rss, totals
+    return seconds, rss, {**totals, "peak_scratch_bytes": scratch_peak}
 
 
 def main(argv=None):
@@ -168,12 +174,14 @@ def main(argv=None):
                          "repeats": args.repeats, "count_args": args.count_args,
                          "tokens": totals["tokens"], "links": totals["links"],
                          "wall_s": seconds, "peak_rss_mib": rss,
+                         "peak_scratch_bytes": totals["peak_scratch_bytes"],
                          "tokens_per_s": totals["tokens"] / seconds,
                          "lmplz_wall_s": lm_seconds, "lmplz_rss_mib": lm_rss,
                          "lmplz_source": "same run" if lm_runs else "reference.md",
                          "time_vs_lmplz": seconds / lm_seconds, "rss_vs_lmplz": rss / lm_rss})
     print_table(rows, ["setup", "config", "tokens", "links", "wall_s", "peak_rss_mib",
-                       "tokens_per_s", "lmplz_wall_s", "lmplz_rss_mib", "lmplz_source",
+                       "peak_scratch_bytes", "tokens_per_s", "lmplz_wall_s", "lmplz_rss_mib",
+                       "lmplz_source",
                        "time_vs_lmplz", "rss_vs_lmplz"])
     record("count", rows)
 
