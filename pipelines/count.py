@@ -48,6 +48,7 @@ from snm_core.io import losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
+from snm_core.io.textfile import check_encoding
 from snm_core.stages import manifests
 from snm_core.text.config import load_config, parse_config
 from snm_core.text.features import FeatureExtractor
@@ -86,12 +87,13 @@ class ExtractLinkPartials(beam.DoFn):
     DoFn emits there (``tests/upstream/beam_dask_finish_bundle.py``).
     """
 
-    def __init__(self, settings, num_buckets, flush_links, shuffle, batch_bytes):
+    def __init__(self, settings, num_buckets, flush_links, shuffle, batch_bytes,
+                 encoding="utf-8"):
         self.settings = settings
         self.num_buckets = num_buckets
         self.flush_links = flush_links
         self.shuffle = shuffle
-        self.reader = reading.ShardReader(batch_bytes)
+        self.reader = reading.ShardReader(batch_bytes, encoding)
         self.counters = {name: running.counter(name) for name in STAT_NAMES}
 
     def setup(self):
@@ -111,7 +113,7 @@ class ExtractLinkPartials(beam.DoFn):
         links, features, pending = [], [], 0
         shard_sums = counting.ShardSums(len(self.vocab))
         stats = {"shards": [shard.name]}
-        for batch in self.reader.batches(shard):
+        for batch in self.reader.batches(shard, stats):
             self.progress.update(len(batch.lines))
             sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
             batch_stats = vars(sentence_stats)
@@ -301,12 +303,14 @@ class CountLinks(beam.PTransform):
     reference : bool, use the per-occurrence ``CombinePerKey`` path
     add_to : str, a count directory whose buckets are merged with the new counts
     merge_rows : int, partial links a bucket's merge reads at once
+    encoding : str, the text's encoding
     """
 
     def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
-                 reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS):
+                 reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS, encoding="utf-8"):
         super().__init__()
         self.merge_rows = merge_rows
+        self.encoding = encoding
         self.settings, self.out = settings, out
         self.num_buckets, self.flush_links = num_buckets, flush_links
         self.batch_bytes = batch_bytes
@@ -317,11 +321,11 @@ class CountLinks(beam.PTransform):
     def expand(self, shards):
         if self.reference:
             partials = shards | "ReferencePartials" >> ReferenceLinkPartials(
-                self.settings, self.num_buckets, self.batch_bytes)
+                self.settings, self.num_buckets, self.batch_bytes, self.encoding)
         else:
             partials = shards | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
                 self.settings, self.num_buckets, self.flush_links, self.shuffle,
-                self.batch_bytes))
+                self.batch_bytes, self.encoding))
         if self.add_to:
             existing = (shards.pipeline
                         | "ExistingBuckets" >> beam.Create(list(range(self.num_buckets)))
@@ -352,7 +356,7 @@ def _previous_counts(args, config, tags):
 
 
 def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fingerprint, sources,
-                   shards, scratch, previous=None):
+                   shards, scratch, previous=None, encoding="utf-8", skip_invalid=False):
     """Check the totals, write empty files for buckets that got no data, then the
     manifest (last).
 
@@ -365,6 +369,8 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
         losscheck.add_totals(counted, part["totals"])
         written_buckets.update(part["buckets"])
     check_counts(counted, shards, previous)
+    reading.check_invalid_lines(counted, encoding, skip_invalid)
+    check_has_vocabulary_words(counted, previous, sources)
     ArrayShuffle("files", scratch).cleanup()
     num_types = len(config.feature_types())
     for bucket in sorted(set(range(num_buckets)) - written_buckets):
@@ -405,6 +411,22 @@ def check_counts(counted, shards, previous=None):
                      "events extracted", counted.get("events", 0))
 
 
+def check_has_vocabulary_words(counted, previous, sources):
+    """Raise :class:`SnmInputError` when the training text (with ``--add_to``, and the
+    previous count's) holds no word of the vocabulary: a model of ``<UNK>`` and ``</S>``
+    alone has nothing to learn (its perplexity is low and meaningless)."""
+    totals = [counted] + ([previous.totals] if previous else [])
+    words = sum(t.get("tokens", 0) for t in totals)
+    outside = sum(t.get("oov_tokens", 0) + t.get("marker_tokens", 0) for t in totals)
+    if words > outside:
+        return
+    raise SnmInputError(
+        f"--train {', '.join(s.glob for s in sources)}: too little text to train on: none of "
+        f"its {words:,} words is in the vocabulary, so the model could predict nothing but "
+        "<UNK> and </S>; give more training text, or a vocabulary of its words (--min_count "
+        "N builds one)")
+
+
 def vocab_file(path):
     """The vocabulary file ``--vocab`` names: the file itself, or a vocab directory's
     ``vocab.txt`` (its manifest checked); one line for anything else."""
@@ -429,7 +451,8 @@ def load_vocabulary(args, beam_args, sources):
     vocab_dir = storage.join(args.out, "vocab")
     vocab_stage.run(vocab_stage.VocabOptions(
         train=[f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources], out=vocab_dir,
-        min_count=args.min_count, batch_bytes=args.batch_bytes), beam_args)
+        min_count=args.min_count, batch_bytes=args.batch_bytes, encoding=args.encoding,
+        skip_invalid=args.skip_invalid), beam_args)
     return Vocabulary.parse(storage.read_bytes(storage.join(vocab_dir, "vocab.txt")).decode(),
                             storage.join(vocab_dir, "vocab.txt"))
 
@@ -451,10 +474,13 @@ class CountOptions:
     reference: bool = False
     batch_bytes: int = COUNT_BATCH_BYTES
     memory: Optional[str] = None  # --memory; None: the default budget
+    encoding: str = "utf-8"
+    skip_invalid: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
         running.absolute_paths(self, "out", "vocab", "add_to", "scratch")
+        check_encoding(self.encoding)
         if self.num_buckets is not None and not 1 <= self.num_buckets <= 65536:
             raise SnmInputError("--num_buckets must be between 1 and 65536")
         if self.flush_links is not None and self.flush_links < 1:
@@ -483,14 +509,15 @@ def run(args, beam_args=()):
     """Run the count pipeline; returns its manifest."""
     beam_args = list(beam_args)
     config = load_config(args.config)
-    sources = training_sources.parse_sources(args.train)
+    sources, _ = training_sources.spool_stdin(training_sources.parse_sources(args.train),
+                                              args.out)
     tags = training_sources.source_tags(sources)
     previous = None
     if args.add_to:
         previous, vocab, tags = _previous_counts(args, config, tags)
         args = dataclasses.replace(args, num_buckets=previous.num_buckets)
     files = training_sources.expand_sources(sources, tags)
-    training_sources.check_has_words(files)
+    training_sources.check_has_words(files, args.encoding)
     plan = plan_memory(
         MemoryBudget.parse(args.memory), running.workers_per_process(beam_args),
         training_sources.estimate_words(files), FeatureExtractor(config).occurrences_per_event,
@@ -516,11 +543,12 @@ def run(args, beam_args=()):
                                      args.batch_bytes,
                                      ArrayShuffle(args.shuffle, scratch,
                                                   release=runners.kind(p.options) == "local"),
-                                     args.reference, args.add_to, plan.merge_rows)
+                                     args.reference, args.add_to, plan.merge_rows,
+                                     args.encoding)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
                                                   sources, [s.name for s in shards], scratch,
-                                                  previous))
+                                                  previous, args.encoding, args.skip_invalid))
 
     try:
         metrics = running.run_pipeline(beam_args, build, "count",

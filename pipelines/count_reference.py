@@ -18,11 +18,11 @@ from snm_core.text import hashing
 from snm_core.text.tokenize import tokenize
 
 
-def _reference_pairs(shard, settings, batch_bytes):
+def _reference_pairs(shard, settings, batch_bytes, encoding):
     """Yield one ("link", ((key, word), 1)) and one ("feature", ...) element per occurrence."""
     vocab, extractor = settings.build()
     stats = {"shards": [shard.name]}
-    for batch in reading.ShardReader(batch_bytes).batches(shard):
+    for batch in reading.ShardReader(batch_bytes, encoding).batches(shard, stats):
         sentences, _, sentence_stats = tokenize(batch.lines, vocab)
         events = extractor.extract(sentences, tags=[batch.source])
         words = events.context_words()
@@ -57,15 +57,16 @@ def _reference_part(element, num_buckets):
 class ReferenceLinkPartials(beam.PTransform):
     """The slow, plain count: ``CombinePerKey(sum)`` over single occurrences."""
 
-    def __init__(self, settings, num_buckets, batch_bytes):
+    def __init__(self, settings, num_buckets, batch_bytes, encoding="utf-8"):
         super().__init__()
         self.settings = settings
         self.num_buckets = num_buckets
         self.batch_bytes = batch_bytes
+        self.encoding = encoding
 
     def expand(self, shards):
         tagged = shards | "Occurrences" >> beam.FlatMap(_reference_pairs, self.settings,
-                                                        self.batch_bytes)
+                                                        self.batch_bytes, self.encoding)
         links = (tagged
                  | "Links" >> beam.Filter(lambda kv: kv[0] == "link") | "LinkKV" >> beam.Values()
                  | "SumLinks" >> beam.CombinePerKey(sum)

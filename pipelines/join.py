@@ -53,10 +53,10 @@ HELDOUT_STATS = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_li
 class ExtractHeldoutEvents(beam.DoFn):
     """TextShard -> an events file per batch; yields ``("keys", (bucket, keys))`` and stats."""
 
-    def __init__(self, settings, out, batch_bytes):
+    def __init__(self, settings, out, batch_bytes, encoding="utf-8"):
         self.settings = settings
         self.out = out
-        self.reader = reading.ShardReader(batch_bytes)
+        self.reader = reading.ShardReader(batch_bytes, encoding)
         self.counters = {name: running.counter(name) for name in HELDOUT_STATS}
 
     def setup(self):
@@ -65,10 +65,11 @@ class ExtractHeldoutEvents(beam.DoFn):
         self.progress = running.worker_progress("join: held-out text read", "line")
 
     def process(self, shard):
-        yield "stats", {"shards": [shard.name]}
-        for batch in self.reader.batches(shard):
+        shard_stats = {"shards": [shard.name]}
+        for batch in self.reader.batches(shard, shard_stats):
             yield from self._batch(batch)
             self.progress.update(len(batch.lines))
+        yield "stats", shard_stats
 
     def _batch(self, batch):
         sentences, kept, stats = tokenize(batch.lines, self.vocab)
@@ -130,11 +131,13 @@ def check_join(stats, shards, num_buckets):
                      "held-out events written", stats.get("event_rows", 0))
 
 
-def write_manifest(results, out, settings, heldout, shards):
+def write_manifest(results, out, settings, heldout, shards, encoding="utf-8",
+                   skip_invalid=False):
     stats = {}
     for result in results:
         losscheck.add_totals(stats, result)
     check_join(stats, shards, settings.num_buckets)
+    reading.check_invalid_lines(stats, encoding, skip_invalid)
     for name in ("shards", "buckets", "event_rows"):
         stats.pop(name, None)
     event_files = sorted(stats.pop("event_files", []))
@@ -153,15 +156,17 @@ def write_manifest(results, out, settings, heldout, shards):
 class JoinHeldout(beam.PTransform):
     """Held-out TextShard s -> events files and small-M files in ``out``; output: stats dicts."""
 
-    def __init__(self, settings, out, batch_bytes=textfile.DEFAULT_BATCH_BYTES):
+    def __init__(self, settings, out, batch_bytes=textfile.DEFAULT_BATCH_BYTES,
+                 encoding="utf-8"):
         super().__init__()
         self.settings = settings
         self.out = out
         self.batch_bytes = batch_bytes
+        self.encoding = encoding
 
     def expand(self, shards):
         extracted = shards | "ExtractEvents" >> beam.ParDo(
-            ExtractHeldoutEvents(self.settings, self.out, self.batch_bytes))
+            ExtractHeldoutEvents(self.settings, self.out, self.batch_bytes, self.encoding))
         heldout_keys = (extracted
                         | "Keys" >> beam.Filter(lambda kv: kv[0] == "keys")
                         | "BucketKeys" >> beam.Values())
@@ -188,10 +193,13 @@ class JoinOptions:
     out: str
     batch_bytes: int = textfile.DEFAULT_BATCH_BYTES
     memory: Optional[str] = None  # --memory; None: the default budget
+    encoding: str = "utf-8"
+    skip_invalid: bool = False
 
     def __post_init__(self):
         running.absolute_paths(self, "count", "heldout", "out")
         MemoryBudget.parse(self.memory)
+        textfile.check_encoding(self.encoding)
 
 
 def run(args, beam_args=()):
@@ -210,9 +218,10 @@ def run(args, beam_args=()):
         shards = reading.text_shards(list(enumerate(paths)), p.options)
         _ = (p
              | "ListShards" >> beam.Create(shards)
-             | "Join" >> JoinHeldout(settings, args.out, args.batch_bytes)
+             | "Join" >> JoinHeldout(settings, args.out, args.batch_bytes, args.encoding)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, settings,
-                                                  args.heldout, [s.name for s in shards]))
+                                                  args.heldout, [s.name for s in shards],
+                                                  args.encoding, args.skip_invalid))
 
     metrics = running.run_pipeline(beam_args, build, "join", shared_paths=[args.out])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))

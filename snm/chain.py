@@ -79,6 +79,8 @@ class Plan:
     prune_to: Optional[int]
     fit_options: object = None  # FitOptions (snm) or LogLinearOptions (loglinear)
     ngram: bool = True  # an n-gram configuration (pruning criterion, ARPA)
+    encoding: str = "utf-8"  # --encoding of every text the run reads
+    skip_invalid: bool = False  # --skip_invalid
 
     def path(self, stage_name):
         return storage.join(self.out, STAGE[stage_name].directory)
@@ -136,24 +138,30 @@ def _inputs(plan, stage):
         inputs["target_links"] = plan.prune_to
     if plan.layout != "hashed" and stage.name in (plan.final, "eval"):
         inputs["layout"] = plan.layout  # (runs before --layout: hashed, no such input)
+    if plan.encoding != "utf-8" and {"train", "heldout", "test"} & set(stage.reads):
+        inputs["encoding"] = plan.encoding  # (runs before --encoding: utf-8, no such input)
     return inputs
 
 
 def _run_vocab(plan):
     vocab_stage.run(vocab_stage.VocabOptions(train=plan.train_specs, out=plan.path("vocab"),
-                                             min_count=plan.min_count), plan.beam_args)
+                                             min_count=plan.min_count, encoding=plan.encoding,
+                                             skip_invalid=plan.skip_invalid), plan.beam_args)
 
 
 def _run_count(plan):
     count_stage.run(count_stage.CountOptions(
         config=plan.config, train=plan.train_specs, out=plan.path("count"),
         vocab=None if plan.add_to else plan.vocab_path, add_to=plan.add_to,
-        num_buckets=plan.num_buckets, memory=plan.memory), plan.beam_args)
+        num_buckets=plan.num_buckets, memory=plan.memory, encoding=plan.encoding,
+        skip_invalid=plan.skip_invalid), plan.beam_args)
 
 
 def _run_join(plan):
     join_stage.run(join_stage.JoinOptions(count=plan.path("count"), heldout=plan.heldout,
-                                          out=plan.path("join"), memory=plan.memory),
+                                          out=plan.path("join"), memory=plan.memory,
+                                          encoding=plan.encoding,
+                                          skip_invalid=plan.skip_invalid),
                    plan.beam_args)
 
 
@@ -180,7 +188,8 @@ def _run_prune(plan):
 
 def _run_loglinear(plan):
     from snm_core.loglinear.directory import train  # numba: this family only
-    train(plan.path("count"), plan.heldout, plan.path("loglinear"), plan.fit_options)
+    train(plan.path("count"), plan.heldout, plan.path("loglinear"), plan.fit_options,
+          encoding=plan.encoding, skip_invalid=plan.skip_invalid)
 
 
 def _run_eval(plan):
@@ -188,7 +197,7 @@ def _run_eval(plan):
     # The plot is drawn (by snm.plot's helper process) while the test text is scored.
     plot = plotting.draw(plan.path("fit"), storage.join(plan.out, PLOT)) \
         if plan.family == "snm" else None
-    reports = evaluate(model_dir, plan.test)
+    reports = evaluate(model_dir, plan.test, plan.encoding, plan.skip_invalid)
     if plot is not None:
         plot()
     checkpoint("eval.scored")  # fault tests stop the run here
@@ -204,7 +213,15 @@ def _run_eval(plan):
 def _describe_eval(plan):
     reports = storage.read_json(plan.path("eval"))
     return "test perplexity " + ", ".join(f"{report['perplexity']:.2f} {name}"
-                                          for name, report in reports.items())
+                                          for name, report in reports.items()) \
+        + _skipped(next(iter(reports.values()), {}))
+
+
+def _skipped(totals):
+    """``"; N lines skipped (do not decode)"`` when a stage skipped lines of its text that
+    did not decode (its totals' ``invalid_lines``), else ``""``."""
+    invalid = totals.get("invalid_lines", 0)
+    return f"; {invalid:,} lines skipped (do not decode)" if invalid else ""
 
 
 def _describe_fit(plan):
@@ -224,15 +241,18 @@ def _describe_loglinear(plan):
 #: The chain, in order (see the module docstring).
 STAGES = (
     Stage("vocab", "vocab", "vocab", ("train",), _run_vocab,
-          lambda p: f"{p.manifest('vocab').vocabulary_size:,} words",
+          lambda p: f"{p.manifest('vocab').vocabulary_size:,} words"
+                    + _skipped(p.manifest("vocab").totals),
           families=("snm", "loglinear"), when=lambda p: not (p.vocab or p.add_to)),
     Stage("count", "count", "count", ("train",), _run_count,
           lambda p: f"{p.manifest('count').totals['tokens']:,} words -> "
-                    f"{p.manifest('count').totals['links']:,} links",
+                    f"{p.manifest('count').totals['links']:,} links"
+                    + _skipped(p.manifest("count").totals),
           families=("snm", "loglinear")),
     Stage("join", "join", "join", ("count", "heldout"), _run_join,
           lambda p: f"{p.manifest('join').totals['events']:,} held-out events, "
-                    f"{p.manifest('join').totals['small_m_links']:,} small-M links"),
+                    f"{p.manifest('join').totals['small_m_links']:,} small-M links"
+                    + _skipped(p.manifest("join").totals)),
     Stage("fit", "fit", "fit", ("join",), _run_fit, _describe_fit),
     Stage("apply", "model", "model", ("count", "fit"), _run_apply,
           lambda p: f"{p.manifest('apply').totals['links']:,} links"),

@@ -6,7 +6,7 @@ from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
 from snm_core.io.progress import Progress
-from snm_core.io.textfile import read_lines
+from snm_core.io.textfile import read_text
 from snm_core.loglinear.family import is_loglinear
 from snm_core.model.compact import load_model
 
@@ -24,8 +24,8 @@ def format_report(name, report):
           "the model never saw <UNK>; build the vocabulary with --min_count 2 or more)"]
          if report["zero_probability"] else [])
       + ([f"  Lines skipped:\t{report['invalid_lines']} that do not decode or hold a NUL "
-          f"byte (the first few logged), {report['empty_lines']} empty; the figures are over "
-          f"the other {report['sentences']} lines"]
+          f"byte (the first named in a warning), {report['empty_lines']} empty; the figures "
+          f"are over the other {report['sentences']} lines"]
          if report.get("invalid_lines") or report.get("empty_lines") else []))
 
 
@@ -110,24 +110,11 @@ def check_scoring_memory(command, memory, path):
         "the text": size * TEXT_BYTES_FACTOR})
 
 
-def check_undecoded(path, report, lines, encoding, skip):
-    """Raise :class:`SnmInputError` when lines of ``path`` did not decode (``report``'s
-    ``invalid_lines``) and ``skip`` is false: the report's figures are over the other lines,
-    which this says, with what to do."""
-    undecoded = report.get("invalid_lines", 0)
-    if undecoded and not skip:
-        name = "UTF-8" if encoding == "utf-8" else encoding
-        raise SnmInputError(
-            f"{path}: {undecoded:,} of {lines:,} lines are not valid {name} or hold a NUL "
-            f"byte (the first few logged); the figures are over the other "
-            f"{lines - undecoded:,}: give --encoding ENC to read them, or --skip_invalid to "
-            "accept the figures without them")
-
-
-def evaluate(model_dir, path):
+def evaluate(model_dir, path, encoding="utf-8", skip_invalid=False):
     """A report per model of a text file: ``{"adjusted": .., "unadjusted": ..}`` for an SNM,
-    ``{"loglinear": ..}`` for a log-linear model."""
-    return load_scorer(model_dir).evaluate_lines(read_lines(path))
+    ``{"loglinear": ..}`` for a log-linear model.  Lines that do not decode:
+    :func:`snm_core.io.textfile.check_invalid_lines`."""
+    return load_scorer(model_dir).evaluate_lines(read_text(path, encoding, skip_invalid))
 
 
 class FitProgress:

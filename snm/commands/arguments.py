@@ -19,7 +19,7 @@ from snm.evaluation import model_directory
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import DEFAULT_SHARE
 from snm_core.io.runlock import run_lock
-from snm_core.io.textfile import DEFAULT_BATCH_BYTES
+from snm_core.io.textfile import DEFAULT_BATCH_BYTES, MAX_INVALID_SHARE
 from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
 from snm_core.stages import manifests
 
@@ -158,7 +158,8 @@ def config_arguments(parser):
 def source_arguments(parser, batch_bytes=DEFAULT_BATCH_BYTES):
     """``--train [TAG=]GLOB ...`` and ``--batch_bytes`` (default ``batch_bytes``)."""
     parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
-                        help="training text (one sentence a line, plain or .gz); repeat "
+                        help="training text (one sentence a line, plain or .gz; - reads "
+                             "standard input, copied once to OUT/_stdin/train.txt); repeat "
                              "for several sources, each with its own TAG")
     parser.add_argument("--batch_bytes", type=int, default=batch_bytes,
                         help="text per numpy batch (default %(default)s)")
@@ -173,13 +174,16 @@ def memory_argument(parser):
 
 
 def text_arguments(parser):
-    """``--encoding`` and ``--skip_invalid``: how a text to score is read."""
+    """``--encoding`` and ``--skip_invalid``: how text is read, the same on every command
+    (:func:`snm_core.io.textfile.check_invalid_lines`)."""
     parser.add_argument("--encoding", default="utf-8",
-                        help="the text's encoding (default %(default)s), e.g. latin-1")
+                        help="the text's encoding (default %(default)s), e.g. latin-1, which "
+                             "decodes any byte")
     parser.add_argument("--skip_invalid", action="store_true",
-                        help="score the lines that decode and report the others as skipped "
-                             "(without it, lines that do not decode are an error, exit 2, "
-                             "after the report)")
+                        help="skip and count every line that does not decode or holds a NUL "
+                             "byte (default: off; such lines are skipped and counted up to "
+                             f"{100 * MAX_INVALID_SHARE:g}%% of the text's lines, more is an "
+                             "error, exit 2, naming the file and the first)")
 
 
 def layout_argument(parser, required=False):

@@ -12,6 +12,7 @@ def build_parser():
     parser = arguments.parser("count", stage.__doc__, beam=True)
     arguments.config_arguments(parser)
     arguments.source_arguments(parser, COUNT_BATCH_BYTES)
+    arguments.text_arguments(parser)
     parser.add_argument("--add_to", metavar="DIR",
                         help="an existing count directory: count only the new --train files "
                              "and write the sum of both to --out (same config, vocabulary "

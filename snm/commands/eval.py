@@ -7,14 +7,8 @@ report per model (``adjusted`` and ``unadjusted`` for an SNM, ``loglinear``).
 import json
 
 from snm.commands import arguments
-from snm.evaluation import (
-    check_scoring_memory,
-    check_undecoded,
-    format_report,
-    load_checked,
-    model_help,
-)
-from snm_core.io.textfile import read_lines
+from snm.evaluation import check_scoring_memory, format_report, load_checked, model_help
+from snm_core.io.textfile import read_text
 
 
 def build_parser():
@@ -35,7 +29,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     check_scoring_memory("eval", args.memory, args.file)
-    lines = read_lines(args.file, encoding=args.encoding)
+    lines = read_text(args.file, args.encoding, args.skip_invalid)
     reports = load_checked(args.model, args.unadjusted).evaluate_lines(lines)
     names = sorted(reports, key=lambda name: (name != "unadjusted") if args.unadjusted
                    else (name == "unadjusted"))
@@ -45,6 +39,4 @@ def main(argv=None):
         for name in names:
             print(format_report("Log-linear" if name == "loglinear" else name.capitalize(),
                                 reports[name]))
-    check_undecoded(args.file, reports[names[0]], len(lines), args.encoding,
-                    args.skip_invalid)
     return 0

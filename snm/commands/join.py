@@ -13,6 +13,7 @@ def build_parser():
     parser.add_argument("--out", required=True, help="output directory (a join/ directory)")
     parser.add_argument("--batch_bytes", type=int, default=DEFAULT_BATCH_BYTES,
                         help="held-out text read at once, in bytes (default %(default)s)")
+    arguments.text_arguments(parser)
     arguments.memory_argument(parser)
     return parser
 

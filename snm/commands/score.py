@@ -8,10 +8,10 @@ import sys
 import numpy as np
 
 from snm.commands import arguments
-from snm.evaluation import check_scoring_memory, check_undecoded, load_checked, model_help
+from snm.evaluation import check_scoring_memory, load_checked, model_help
 from snm_core.io import storage
 from snm_core.io.progress import Progress
-from snm_core.io.textfile import read_lines
+from snm_core.io.textfile import read_text
 from snm_core.model.scoring import SCORE_BATCH_LINES
 
 
@@ -33,10 +33,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     check_scoring_memory("score", args.memory, args.file)
     model = load_checked(args.model, args.unadjusted)
-    lines = read_lines(args.file, encoding=args.encoding)
-    # Refused before anything is written; with --skip_invalid such a line scores "0 0 0".
-    check_undecoded(args.file, {"invalid_lines": lines.count(None)}, len(lines),
-                    args.encoding, args.skip_invalid)
+    # Refused before anything is written; a line skipped for not decoding scores "0 0 0".
+    lines = read_text(args.file, args.encoding, args.skip_invalid)
     with contextlib.ExitStack() as stack:
         if args.out:  # written whole or not at all, local or remote
             out = io.TextIOWrapper(stack.enter_context(storage.atomic_output(args.out)),
@@ -57,7 +55,7 @@ def main(argv=None):
             for offset in range(end - start):
                 i = by_line.get(offset)
                 text = lines[start + offset]
-                text = "" if text is None else text  # not valid UTF-8: logged, not scored
+                text = "" if text is None else text  # did not decode: counted, not scored
                 if i is None:
                     out.write(f"0\t0\t0\t{text}\n")
                 else:

@@ -42,6 +42,7 @@ from snm_core.count.budget import BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.runlock import run_lock
+from snm_core.io.textfile import check_encoding
 from snm_core.loglinear import family as loglinear_family
 from snm_core.loglinear.family import LogLinearOptions
 from snm_core.model.layouts import ngram_trie
@@ -55,8 +56,9 @@ def build_parser():
     arguments.config_arguments(parser)
     parser.add_argument("--train", action="append", required=True, metavar="[TAG=]GLOB",
                         help="training text (one sentence a line, plain or .gz; a glob "
-                             "takes many files); repeat for several sources, TAG=GLOB "
-                             "naming each (pooled unless --tagged)")
+                             "takes many files; - reads standard input, as lmplz does, "
+                             "copied once to OUT/_stdin/train.txt); repeat for several "
+                             "sources, TAG=GLOB naming each (pooled unless --tagged)")
     parser.add_argument("--heldout", required=True, help="held-out text (trains theta)")
     parser.add_argument("--test", required=True, help="test text (evaluation only)")
     parser.add_argument("--out", required=True, help="run directory")
@@ -78,6 +80,7 @@ def build_parser():
                              f"(default: one per {BUCKET_OCCURRENCES:,} feature occurrences of "
                              "the text, more if the memory budget needs them, at least "
                              f"{DEFAULT_NUM_BUCKETS})")
+    arguments.text_arguments(parser)
     arguments.memory_argument(parser)
     parser.add_argument("--force", action="store_true", help="redo every stage (and write "
                         "into an --out that holds a stage's output, not a run's)")
@@ -186,6 +189,7 @@ def _plan(args, beam_args):
             raise SnmInputError("--family loglinear trains on pooled sources, unpruned, "
                                 "stored its own way: drop --tagged, --prune_to and --layout")
     fit_options = _loglinear_options(args) if loglinear else options_from(vars(args))
+    check_encoding(args.encoding)
     sources = training_sources.parse_sources(args.train, pooled=not args.tagged)
     if args.tagged and training_sources.source_tags(sources) == [""]:
         raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
@@ -193,24 +197,28 @@ def _plan(args, beam_args):
     if args.layout != "hashed":  # refused before any stage runs
         ngram_trie.ngram_span({"config": config.to_text(), "tags": tags}, args.config,
                               args.layout)
-    files = training_sources.expand_sources(sources)
-    training_sources.check_has_words(files)
     vocab = vocab_file(args.vocab) if args.vocab else None
     storage.check_file(args.heldout, "--heldout ")
     storage.check_file(args.test, "--test ")
     if args.prune_to is not None and args.prune_to < 1:
         raise SnmInputError("--prune_to must be at least 1")
     out = storage.absolute(args.out)
+    # --train -: read once, into the run directory, after every option is checked
+    sources, stdin_digest = training_sources.spool_stdin(sources, out)
+    files = training_sources.expand_sources(sources)
+    training_sources.check_has_words(files, args.encoding)
     add_to = storage.absolute(args.add_to) if args.add_to else None
     plan = chain.Plan(
         out=out, family=args.family, beam_args=list(beam_args),
         train_specs=[f"{s.tag}={s.glob}" if s.tag else s.glob for s in sources],
-        train_stamps=[storage.file_stamp(p) for _, p in files], tags=[s.tag for s in sources],
+        train_stamps=[_stamp(p, stdin_digest, out) for _, p in files],
+        tags=[s.tag for s in sources],
         config_text=config.to_text(), config=args.config, heldout=args.heldout,
         test=args.test, vocab=vocab, add_to=add_to, min_count=args.min_count,
         num_buckets=args.num_buckets, memory=args.memory, layout=args.layout,
         prune_to=args.prune_to,
-        fit_options=fit_options, ngram=bool(config.ngram_order))
+        fit_options=fit_options, ngram=bool(config.ngram_order), encoding=args.encoding,
+        skip_invalid=args.skip_invalid)
     if add_to:
         manifests.Count.read(add_to)  # a finished count, before anything is written
         if add_to == plan.path("count"):
@@ -218,3 +226,12 @@ def _plan(args, beam_args):
                                 "rewritten); give the previous run's")
     storage.makedirs(out)
     return plan
+
+
+def _stamp(path, stdin_digest, out):
+    """A training file's part of the signatures: its stamp (path, size, time), or for the
+    copy of standard input its content's digest, so that a run given the same text again
+    on standard input resumes."""
+    if stdin_digest and path == storage.join(out, *training_sources.STDIN_SPOOL):
+        return ["-", storage.file_stamp(path)[1], stdin_digest]
+    return storage.file_stamp(path)

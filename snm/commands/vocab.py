@@ -8,6 +8,7 @@ def build_parser():
     """The parser of ``snm vocab``."""
     parser = arguments.parser("vocab", stage.__doc__, beam=True)
     arguments.source_arguments(parser)
+    arguments.text_arguments(parser)
     parser.add_argument("--out", required=True, help="output directory (a vocab/ directory)")
     parser.add_argument("--min_count", type=int, default=stage.DEFAULT_MIN_COUNT,
                         help="keep words seen at least this often (default %(default)s)")

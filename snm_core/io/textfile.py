@@ -10,10 +10,13 @@ join, eval, score, ``snm features --input``):
 * a ``\r\n`` line end is a newline: its ``\r`` is dropped, so that no
   stage (nor ``snm score``'s echo of the line) sees it;
 * a UTF-8 byte order mark at the start of a file is dropped;
-* a line that is not valid UTF-8, or that holds a NUL byte (binary data, a
-  UTF-16 file, the zero-filled tail of a file a crash cut short), becomes
-  ``None``: skipped and counted by :func:`snm_core.text.tokenize`
-  (``invalid_lines``), the first few logged with file and line number;
+* a line that is not valid text in the encoding (UTF-8 unless ``--encoding``
+  says otherwise), or that holds a NUL byte (binary data, a UTF-16 file, the
+  zero-filled tail of a file a crash cut short), becomes ``None``: skipped and
+  counted by :func:`snm_core.text.tokenize` (``invalid_lines``) while such lines
+  are at most :data:`MAX_INVALID_SHARE` of the text's lines, or all of them with
+  ``--skip_invalid``; beyond that the text is refused, naming the file and the
+  first such line (:func:`check_invalid_lines`, the one policy of every command);
 * empty and whitespace-only lines are skipped and counted by ``tokenize``;
 * a line longer than a batch is read whole (in time linear in its length);
 * a damaged compressed file (truncated, or not compressed at all) is an
@@ -23,6 +26,7 @@ join, eval, score, ``snm features --input``):
 
 import bz2
 import contextlib
+import dataclasses
 import gzip
 import logging
 import sys
@@ -44,6 +48,10 @@ except ImportError:  # pragma: no cover - isal is a dependency; a platform witho
 DEFAULT_BATCH_BYTES = 1 << 19
 #: Invalid lines logged with their position before going quiet.
 MAX_LOGGED_BAD_LINES = 5
+#: The share of a text's lines that may fail to decode and be skipped without
+#: ``--skip_invalid``: a few damaged lines of a corpus are skipped (counted), a text in
+#: another encoding (a third of its lines, say) is refused rather than half-read.
+MAX_INVALID_SHARE = 0.001
 #: The name of standard input wherever a text file is read.
 STDIN = "-"
 #: Compression by file name ending.
@@ -115,6 +123,95 @@ class InvalidLineLog:
             _log.warning("%s, line %d: %s; line skipped", path, line_no, problem)
 
 
+class FirstInvalidLine:
+    """A ``log`` of :func:`line_batches` that keeps the first line that did not decode:
+    ``first`` is ``(path, line number, problem)``, or None."""
+
+    def __init__(self):
+        self.first = None
+
+    def __call__(self, path, line_no, problem):
+        if self.first is None:
+            self.first = (path, line_no, problem)
+
+
+def encoding_name(encoding):
+    """How messages name ``encoding``: ``UTF-8`` for Python's ``utf-8``."""
+    return "UTF-8" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+
+
+def check_encoding(encoding):
+    """Raise :class:`SnmInputError` unless ``encoding`` (``--encoding``) is a text encoding
+    that writes ASCII as ASCII: lines are cut at the byte ``\\n`` before they are decoded
+    (so UTF-16 cannot be read; UTF-8, latin-1, cp1252, ... can)."""
+    try:
+        ascii_kept = "\n\t a".encode(encoding).endswith(b"\n\t a")
+    except LookupError:
+        raise SnmInputError(f"--encoding {encoding}: no such text encoding") from None
+    if not ascii_kept:
+        raise SnmInputError(f"--encoding {encoding}: lines are cut at the byte \\n before "
+                            "they are decoded, so the encoding must write ASCII as ASCII "
+                            "(utf-8, latin-1, cp1252, ...); convert the text first, e.g. "
+                            f"iconv -f {encoding} -t utf-8")
+
+
+@dataclasses.dataclass(frozen=True)
+class InvalidLines:
+    """What a text held of lines that do not decode, for :func:`check_invalid_lines`.
+
+    Attributes
+    ----------
+    invalid : int
+        Lines that did not decode or hold a NUL byte.
+    lines : int
+        Every line read: sentences, empty and invalid lines.
+    first : tuple or None
+        ``(path, line number, problem)`` of the first invalid line (of the first file,
+        in the order given, that has one).
+    """
+
+    invalid: int
+    lines: int
+    first: tuple = None
+
+
+def check_invalid_lines(counted, encoding="utf-8", skip_invalid=False):
+    """The one policy of every command for lines that do not decode (or hold a NUL byte).
+
+    They are skipped and counted (``invalid_lines``) while they are at most
+    :data:`MAX_INVALID_SHARE` of the lines, or all of them with ``skip_invalid``
+    (``--skip_invalid``); one warning then names the first.  More than that share is
+    most likely a text in another encoding, whose figures would be over what happens
+    to decode: an error naming the file and the first such line.
+
+    Parameters
+    ----------
+    counted : InvalidLines
+    encoding : str
+        The text's encoding (``--encoding``), named in the messages.
+    skip_invalid : bool
+
+    Raises
+    ------
+    SnmInputError
+        ``PATH, line N: PROBLEM; ...``, when more than the share did not decode and
+        ``skip_invalid`` is false.
+    """
+    if not counted.invalid:
+        return
+    path, line_no, problem = counted.first or ("the text", 0, "does not decode")
+    what = (f"{counted.invalid:,} of {counted.lines:,} lines are not valid "
+            f"{encoding_name(encoding)} or hold a NUL byte")
+    if counted.invalid > MAX_INVALID_SHARE * counted.lines and not skip_invalid:
+        raise SnmInputError(
+            f"{path}, line {line_no}: {problem}; {what} "
+            f"({counted.invalid / max(counted.lines, 1):.2%}, more than the "
+            f"{MAX_INVALID_SHARE:.1%} skipped without --skip_invalid): give the text's "
+            "--encoding (e.g. latin-1), or --skip_invalid to skip and count them all")
+    _log.warning("%s, line %d: %s; %s: skipped, counted as invalid_lines", path, line_no,
+                 problem, what)
+
+
 def decode_lines(data, path, first_line, log=None, encoding="utf-8"):
     """Lines of ``data`` (whole lines); a line that is not valid text in ``encoding`` or that
     holds a NUL byte becomes None (and is logged)."""
@@ -133,8 +230,8 @@ def decode_lines(data, path, first_line, log=None, encoding="utf-8"):
             text = line.decode(encoding)
             problem = None
         except UnicodeDecodeError as e:
-            name = "UTF-8" if encoding == "utf-8" else encoding
-            text, problem = None, f"not valid {name} ({e.reason} at byte {e.start})"
+            text, problem = None, (f"not valid {encoding_name(encoding)} ({e.reason} at "
+                                   f"byte {e.start})")
         nul = line.find(b"\0")
         if text is not None and nul >= 0:
             text, problem = None, f"a NUL byte at byte {nul} (binary data or UTF-16 text?)"
@@ -196,9 +293,20 @@ def read_lines(path, log=None, encoding="utf-8"):
     """All lines of a text file (None for a line that is not valid text in ``encoding``, by
     default UTF-8, or that holds a NUL)."""
     log = log if log is not None else InvalidLineLog()
-    try:
-        "".encode(encoding)
-    except LookupError:
-        raise SnmInputError(f"--encoding {encoding}: no such text encoding") from None
+    check_encoding(encoding)
     return [line for _, lines in line_batches(path, log=log, encoding=encoding)
             for line in lines]
+
+
+def read_text(path, encoding="utf-8", skip_invalid=False):
+    """All lines of a text file to score (``snm eval``, ``score``, ``train``'s held-out and
+    test text read whole), :func:`check_invalid_lines` applied: None for each line that
+    did not decode, skipped by the tokenizer."""
+    check_encoding(encoding)
+    first = FirstInvalidLine()
+    lines = [line for _, batch in line_batches(path, log=first, encoding=encoding)
+             for line in batch]
+    if first.first is not None:
+        check_invalid_lines(InvalidLines(lines.count(None), len(lines), first.first),
+                            encoding, skip_invalid)
+    return lines

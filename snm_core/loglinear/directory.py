@@ -34,7 +34,7 @@ import numpy as np
 from snm_core.io import storage, tables
 from snm_core.io.arrays import padded_lists
 from snm_core.io.errors import SnmInputError
-from snm_core.io.textfile import read_lines
+from snm_core.io.textfile import read_text
 from snm_core.loglinear import path
 from snm_core.loglinear.family import KIND
 from snm_core.loglinear.model import (
@@ -236,12 +236,15 @@ class LogLinearScorer(LineScoring, StateScoring):
         return prob
 
 
-def train(count_dir, heldout_path, out_dir, options, say=print):
-    """Fit a log-linear model on a count directory, choosing λ and α on held-out text,
-    and write its model directory.  Returns the manifest."""
+def train(count_dir, heldout_path, out_dir, options, say=print, encoding="utf-8",
+          skip_invalid=False):
+    """Fit a log-linear model on a count directory, choosing λ and α on held-out text (in
+    ``encoding``; lines that do not decode: :func:`snm_core.io.textfile.read_text`), and
+    write its model directory.  Returns the manifest."""
     model, own, checked = from_counts(count_dir)
     order = parse_config(checked.manifest["config"]).ngram_order
-    heldout, _, _ = tokenize(read_lines(heldout_path), checked.vocabulary)
+    heldout, _, _ = tokenize(read_text(heldout_path, encoding, skip_invalid),
+                             checked.vocabulary)
     history, target = histories(heldout, order)
     dev = (model.tree.active(history), target)
     # One entry per training position: the pair of its whole history and target (all

@@ -128,9 +128,14 @@ def test_bad_input(corpus, tmp_path):
         f.write(b"begin0 the noun0\n\xff\xfe broken line\n\nthe noun1 verb0\n")
     empty = str(tmp_path / "empty.txt")
     open(empty, "w").close()
-    manifest = run_count(corpus, tmp_path / "c", "5gram", [str(tmp_path / "*.txt")])
+    # 1 line of 4 that does not decode: skipped and counted with --skip_invalid only.
+    manifest = run_count(corpus, tmp_path / "c", "5gram", [str(tmp_path / "*.txt")],
+                         "--skip_invalid")
     totals = manifest["totals"]
     assert (totals["sentences"], totals["invalid_lines"], totals["empty_lines"]) == (2, 1, 1)
+    with pytest.raises(SnmInputError, match=f"^{bad}, line 2: not valid UTF-8"):
+        run_count(corpus, tmp_path / "c2", "5gram", [str(tmp_path / "*.txt")])
+    assert not (tmp_path / "c2" / "manifest.json").exists()
     with pytest.raises(SnmInputError, match="matches no file"):
         run_count(corpus, tmp_path / "d", "5gram", [str(tmp_path / "nothing-*.txt")])
     with pytest.raises(SnmInputError, match="give every --train source a tag"):

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from pipelines import count_directory
-from pipelines.reading import ShardReader, TextShard
+from pipelines.reading import FIRST_INVALID, ShardReader, TextShard, check_invalid_lines
 from pipelines.shuffle import ArrayShuffle
 from snm_core.io.errors import SnmInputError
+from snm_core.io.textfile import MAX_INVALID_SHARE
 from snm_core.text.vocab import Vocabulary
 
 
@@ -30,6 +31,51 @@ def test_sharded_readers_together_read_every_batch_once(tmp_path):
             parts = [(b.first_line, b.lines) for i in range(n)
                      for b in ShardReader(64).batches(TextShard(0, path, i, n))]
             assert sorted(parts) == whole
+
+
+def test_each_shard_names_its_first_undecodable_line_by_the_files_numbering(tmp_path):
+    """A shard adds its first line that does not decode, numbered as in the file, to its
+    totals; over every reader of a file the first is the file's first.  The oracle: the
+    line numbers the file was written with."""
+    lines = [f"line {i} " + "word " * (i % 7) for i in range(200)]
+    bad = [37, 38, 120, 181]  # 1-based
+    body = b"".join(b"\xe9t\xe9 " + line.encode() + b"\n" if number in bad
+                    else line.encode() + b"\n" for number, line in enumerate(lines, 1))
+    path = str(tmp_path / "latin1.txt")
+    with open(path, "wb") as f:
+        f.write(body)
+    for n in (1, 2, 3):
+        firsts = []
+        for i in range(n):
+            totals = {}
+            read = [b for b in ShardReader(256).batches(TextShard(0, path, i, n, 4), totals)]
+            undecoded = [b.first_line + k for b in read for k, line in enumerate(b.lines)
+                         if line is None]
+            entries = totals.get(FIRST_INVALID, [])
+            assert [e[:3] for e in entries] == ([[4, undecoded[0], path]] if undecoded else [])
+            firsts += entries
+        assert min(e[1] for e in firsts) == bad[0]
+        assert firsts[0][3].startswith("not valid UTF-8 (invalid continuation byte")
+
+
+def test_stage_totals_over_the_share_name_the_first_line_of_the_first_file():
+    """The check where a stage sums its totals: the share is over all lines read; the
+    error names the lowest line of the lowest file number, whatever order the shards
+    reported in; a share at most MAX_INVALID_SHARE, or --skip_invalid, passes."""
+    lines = 10_000
+    over = {"sentences": lines - 30, "invalid_lines": 30, "empty_lines": 0,
+            FIRST_INVALID: [[1, 5, "b.txt", "not valid UTF-8 (x)"],
+                            [0, 900, "a.txt", "not valid UTF-8 (y)"],
+                            [0, 700, "a.txt", "not valid UTF-8 (z)"]]}
+    with pytest.raises(SnmInputError) as raised:
+        check_invalid_lines(dict(over))
+    assert str(raised.value).startswith("a.txt, line 700: not valid UTF-8 (z); 30 of 10,000 "
+                                        "lines")
+    check_invalid_lines(dict(over), skip_invalid=True)
+    within = {**over, "invalid_lines": int(MAX_INVALID_SHARE * lines),
+              "sentences": lines - int(MAX_INVALID_SHARE * lines)}
+    check_invalid_lines(within)
+    assert FIRST_INVALID not in within  # taken out: never a manifest total
 
 
 @pytest.mark.parametrize("mode", ["files", "beam"])

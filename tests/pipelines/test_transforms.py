@@ -28,7 +28,7 @@ from pipelines.apply import AdjustBucket
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.join import JoinHeldout
 from pipelines.prune import PruneBucket, RankHistogram, Source
-from pipelines.reading import TextShard
+from pipelines.reading import FIRST_INVALID, TextShard
 from pipelines.shuffle import ArrayShuffle
 from pipelines.vocab import WordCounts
 from snm.commands import count as count_cmd
@@ -71,6 +71,18 @@ def shard_names(shards):
     return sorted(shard.name for shard in shards)
 
 
+def first_invalid(path, file=0):
+    """The totals entry of ``path``'s first line that Python's UTF-8 decoder refuses, read
+    line by line: ``[file, line number, path, problem]``; None if every line decodes."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f.read().split(b"\n"), 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return [file, number, path, f"not valid UTF-8 ({e.reason} at byte {e.start})"]
+    return None
+
+
 @pytest.fixture(scope="module")
 def text(tmp_path_factory):
     """Two training sources (one gzipped, no final newline, both with edge cases), held-out
@@ -94,7 +106,7 @@ def text(tmp_path_factory):
     count = str(root / "count")
     assert count_cmd.main(["--config", str(config), "--vocab", vocab, "--train", f"man={a}",
                            "--train", f"web={b}", "--num_buckets", str(NUM_BUCKETS),
-                           "--out", count]) == 0
+                           "--out", count, "--skip_invalid"]) == 0  # 1 bad line of 164
     return {"a": str(a), "b": b, "dev": str(dev), "vocab": vocab, "count": count,
             "vocabulary": paper.vocabulary_words(vocab)}
 
@@ -193,7 +205,9 @@ def test_count_links_writes_the_counts_of_the_paper_definitions(text, tmp_path):
                    | count_stage.CountLinks(settings, out, NUM_BUCKETS, 300, BATCH_BYTES,
                                             ArrayShuffle("files", str(tmp_path / "scratch")))
                    | beam.Map(totals_of) | beam.combiners.ToList() | beam.Map(add_up))
-        assert_that(written, equal_to([{**totals, "shards": shard_names(shards)}]))
+        # Each shard that met a line that does not decode names its first (a.txt, line 81).
+        assert_that(written, equal_to([{**totals, "shards": shard_names(shards),
+                                        FIRST_INVALID: [first_invalid(text["a"])]}]))
     got_features, got_links, _ = paper.read_count_directory(out, manifest_names())
     assert got_features == features
     assert got_links == links
@@ -204,7 +218,8 @@ def test_count_links_adds_to_an_existing_count(text, tmp_path):
     second source's are the count of both."""
     old = str(tmp_path / "old")
     assert count_cmd.main(["--config", "5gram", "--vocab", text["vocab"], "--train", text["a"],
-                           "--num_buckets", str(NUM_BUCKETS), "--out", old]) == 0
+                           "--num_buckets", str(NUM_BUCKETS), "--out", old,
+                           "--skip_invalid"]) == 0
     out = str(tmp_path / "new")
     os.makedirs(out)
     vocab = Vocabulary.load(text["vocab"])
@@ -237,7 +252,8 @@ def reference_rows(element, words, type_names):
     each link of a feature's part, ``("stats", totals)`` for a shard's totals."""
     _, (kind, value) = element
     if kind == "stats":
-        return [("stats", tuple(sorted((k, v) for k, v in value.items() if k != "shards")))]
+        return [("stats", tuple(sorted((k, json.dumps(v)) for k, v in value.items()
+                                       if k != "shards")))]
     feature = value["features"]
     identity = (TAGS[0], type_names[int(feature["type"][0])],
                 tuple(words[i] for i in feature["words"][0] if i >= 0))
@@ -252,7 +268,8 @@ def test_reference_partials_are_one_part_per_feature_with_its_summed_links(text,
     shards = [TextShard(0, text["a"])]
     _, links, totals = paper.brute_force_count(CONFIG, [(TAGS[0], [text["a"]])],
                                                text["vocabulary"])
-    stats = tuple(sorted((name, totals[name]) for name in paper.STATS))
+    stats = tuple(sorted([(name, json.dumps(totals[name])) for name in paper.STATS]
+                         + [(FIRST_INVALID, json.dumps([first_invalid(text["a"])]))]))
     expected = [("link", identity, word, count) for (identity, word), (count, _) in links.items()]
     with pipeline() as p:
         rows = (p | beam.Create(shards)
