@@ -60,6 +60,8 @@ class AdjustBucket(beam.DoFn):
         self.spec = spec
         self.out = out
         self.links_counter = running.counter("links")
+        self.progress = running.worker_progress("apply", "buckets", "bucket",
+                                                settings.num_buckets)
 
     def setup(self):
         import io
@@ -68,8 +70,6 @@ class AdjustBucket(beam.DoFn):
         _, extractor = self.settings.build()
         self.type_salts = extractor.type_salts
         self.num_feature_types = len(extractor.feature_types)
-        self.progress = running.worker_progress("apply: buckets", "bucket",
-                                                self.settings.num_buckets)
 
     def process(self, bucket):
         paths = self.settings.bucket_paths(bucket)
@@ -129,10 +129,10 @@ class ApplyOptions:
         MemoryBudget.parse(self.memory)
 
 
-def run(args, beam_args=(), model_card=True):
+def run(args, beam_args=(), model_card=True, summary=True):
     """Run the apply pipeline, then build the scoring arrays and (unless ``model_card`` is
     false: ``snm train`` writes it once, with the evaluation) the model card; returns the
-    model's manifest."""
+    model's manifest.  ``summary``: print its totals (and Beam metrics) as a table."""
     beam_args = list(beam_args)
     settings = count_directory.CountDirectory.load(args.count)  # validated
     fit_manifest = validate_directory(args.fit, "fit").manifest  # theta.npy's header too
@@ -170,6 +170,7 @@ def run(args, beam_args=(), model_card=True):
     compile_model(args.out, args.layout, memory=budget)
     if model_card:
         write_model_card(args.out, manifest)
-    running.print_summary(f"snm apply: {manifest.totals['links']:,} links -> {args.out}",
-                          manifest.totals, metrics)
+    if summary:
+        running.print_summary(f"snm apply: {manifest.totals['links']:,} links -> {args.out}",
+                              manifest.totals, metrics)
     return manifest

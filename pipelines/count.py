@@ -93,7 +93,7 @@ class ExtractLinkPartials(beam.DoFn):
         self.num_buckets = num_buckets
         self.flush_links = flush_links
         self.shuffle = shuffle
-        self.reader = reading.ShardReader(batch_bytes, encoding)
+        self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress("count"))
         self.counters = {name: running.counter(name) for name in STAT_NAMES}
 
     def setup(self):
@@ -103,7 +103,6 @@ class ExtractLinkPartials(beam.DoFn):
         # the config: a type has at most one pair per event and window.
         self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
                               // self.extractor.max_windows_per_type)
-        self.progress = running.worker_progress("count: text read", "line")
         # Type ids (tag-major) of the features with no context words: their links are
         # summed over the shard (counting.ShardSums).
         self.context_free = np.array([t.num_words == 0 for t in self.extractor.feature_types]
@@ -114,7 +113,6 @@ class ExtractLinkPartials(beam.DoFn):
         shard_sums = counting.ShardSums(len(self.vocab))
         stats = {"shards": [shard.name]}
         for batch in self.reader.batches(shard, stats):
-            self.progress.update(len(batch.lines))
             sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
             batch_stats = vars(sentence_stats)
             for chunk in sentences.chunks(self.max_events):
@@ -172,13 +170,12 @@ class MergeBucket(beam.DoFn):
         self.shuffle = shuffle
         self.merge_rows = merge_rows
         self.features_counter = running.counter("features")
+        self.progress = running.worker_progress("count", "buckets merged", "bucket", num_buckets)
 
     def setup(self):
         running.configure_allocators()
         _, self.extractor = self.settings.build()
         self.parents = counting.parent_types(self.extractor.config)
-        self.progress = running.worker_progress("count: buckets merged", "bucket",
-                                                self.num_buckets)
 
     def process(self, element):
         bucket, parts = element
@@ -230,11 +227,11 @@ class WriteLinks(beam.DoFn):
         self.shuffle = shuffle
         self.merge_rows = merge_rows
         self.links_counter = running.counter("links")
+        self.progress = running.worker_progress("count", "buckets written", "bucket",
+                                                num_buckets)
 
     def setup(self):
         running.configure_allocators()
-        self.progress = running.worker_progress("count: buckets written", "bucket",
-                                                self.num_buckets)
 
     def process(self, element):
         bucket, parts = element
@@ -505,8 +502,9 @@ class CountOptions:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
 
 
-def run(args, beam_args=()):
-    """Run the count pipeline; returns its manifest."""
+def run(args, beam_args=(), summary=True):
+    """Run the count pipeline; returns its manifest.  ``summary``: print its totals (and
+    Beam metrics) as a table."""
     beam_args = list(beam_args)
     config = load_config(args.config)
     sources, _ = training_sources.spool_stdin(training_sources.parse_sources(args.train),
@@ -552,7 +550,8 @@ def run(args, beam_args=()):
 
     try:
         metrics = running.run_pipeline(beam_args, build, "count",
-                                       shared_paths=[args.out, scratch])
+                                       shared_paths=[args.out, scratch],
+                                       text=[path for _, path in files])
     except BaseException:
         ArrayShuffle("files", scratch).cleanup()  # a failed count's parts are of no use
         raise
@@ -561,6 +560,7 @@ def run(args, beam_args=()):
         logging.warning("%d feature keys are shared by two different features (64-bit hash "
                         "collisions, about n**2 / 2**65 expected among n features); their "
                         "counts are merged", manifest["totals"]["key_collisions"])
-    running.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out}",
-                          manifest["totals"], metrics)
+    if summary:
+        running.print_summary(f"snm count: {manifest['totals']['links']:,} links -> {args.out}",
+                              manifest["totals"], metrics)
     return manifest

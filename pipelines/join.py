@@ -56,19 +56,17 @@ class ExtractHeldoutEvents(beam.DoFn):
     def __init__(self, settings, out, batch_bytes, encoding="utf-8"):
         self.settings = settings
         self.out = out
-        self.reader = reading.ShardReader(batch_bytes, encoding)
+        self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress("join"))
         self.counters = {name: running.counter(name) for name in HELDOUT_STATS}
 
     def setup(self):
         running.configure_allocators()
         self.vocab, self.extractor = self.settings.build()
-        self.progress = running.worker_progress("join: held-out text read", "line")
 
     def process(self, shard):
         shard_stats = {"shards": [shard.name]}
         for batch in self.reader.batches(shard, shard_stats):
             yield from self._batch(batch)
-            self.progress.update(len(batch.lines))
         yield "stats", shard_stats
 
     def _batch(self, batch):
@@ -96,9 +94,7 @@ class JoinBucket(beam.DoFn):
         self.out = out
         self.num_buckets = num_buckets
         self.links_counter = running.counter("small_m_links")
-
-    def setup(self):
-        self.progress = running.worker_progress("join: buckets", "bucket", self.num_buckets)
+        self.progress = running.worker_progress("join", "buckets", "bucket", num_buckets)
 
     def process(self, element):
         bucket, grouped = element
@@ -202,8 +198,9 @@ class JoinOptions:
         textfile.check_encoding(self.encoding)
 
 
-def run(args, beam_args=()):
-    """Run the join pipeline; returns its manifest."""
+def run(args, beam_args=(), summary=True):
+    """Run the join pipeline; returns its manifest.  ``summary``: print its totals (and
+    Beam metrics) as a table."""
     beam_args = list(beam_args)
     settings = count_directory.CountDirectory.load(args.count)
     MemoryBudget.parse(args.memory).require("join", running.bucket_memory(
@@ -223,8 +220,10 @@ def run(args, beam_args=()):
                                                   args.heldout, [s.name for s in shards],
                                                   args.encoding, args.skip_invalid))
 
-    metrics = running.run_pipeline(beam_args, build, "join", shared_paths=[args.out])
+    metrics = running.run_pipeline(beam_args, build, "join", shared_paths=[args.out],
+                                   text=paths)
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
-    running.print_summary(f"snm join: {manifest['totals']['small_m_links']:,} small-M links -> "
-                          f"{args.out}", manifest["totals"], metrics)
+    if summary:
+        running.print_summary(f"snm join: {manifest['totals']['small_m_links']:,} small-M "
+                              f"links -> {args.out}", manifest["totals"], metrics)
     return manifest

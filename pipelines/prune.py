@@ -131,11 +131,11 @@ class RankHistogram(beam.DoFn):
 
     def __init__(self, source, level, prefix):
         self.source, self.level, self.prefix = source, level, prefix
+        self.progress = running.worker_progress("prune", f"ranks, pass {level + 1}", "bucket",
+                                                source.num_buckets)
 
     def setup(self):
         running.configure_allocators()
-        self.progress = running.worker_progress(f"prune: ranks, pass {self.level + 1}",
-                                                "bucket", self.source.num_buckets)
 
     def process(self, bucket):
         yield prune_lib.rank_histogram(self.source.ranks(bucket), self.level, self.prefix)
@@ -148,11 +148,11 @@ class PruneBucket(beam.DoFn):
     def __init__(self, source, threshold_rank, out):
         self.source, self.threshold_rank, self.out = source, threshold_rank, out
         self.links_counter = running.counter("links")
+        self.progress = running.worker_progress("prune", "writing", "bucket",
+                                                source.num_buckets)
 
     def setup(self):
         running.configure_allocators()
-        self.progress = running.worker_progress("prune: writing", "bucket",
-                                                self.source.num_buckets)
 
     def process(self, bucket):
         self.progress.update()
@@ -188,9 +188,9 @@ def write_manifest(totals, out, manifest, pruning):
                                    sum(t["features"] for t in totals), pruning)
 
 
-def prune_by_buckets(options, manifest, criterion, beam_args=()):
+def prune_by_buckets(options, manifest, criterion, beam_args=(), summary=True):
     """The ``mass`` or ``count`` pipeline (see the module docstring); returns the
-    pruned manifest."""
+    pruned manifest (``summary``: see :func:`run`)."""
     source = Source.of(options, manifest, criterion)
     buckets = list(range(source.num_buckets))
     histogram_path = storage.join(options.out, HISTOGRAM_FILE)
@@ -229,7 +229,7 @@ def prune_by_buckets(options, manifest, criterion, beam_args=()):
                                                    pruning))
 
     metrics = running.run_pipeline(beam_args, build, "prune", shared_paths=[options.out])
-    return _finish(options, manifest, metrics)
+    return _finish(options, manifest, metrics, summary)
 
 
 # --- the backoff criterion: steps over partitions (snm_core/model/backoff.py) -------------
@@ -240,11 +240,11 @@ class ScanBuckets(beam.DoFn):
 
     def __init__(self, job):
         self.job = job
+        self.progress = running.worker_progress("prune", "reading the model", "bucket group",
+                                                job.scans)
 
     def setup(self):
         running.configure_allocators()
-        self.progress = running.worker_progress("prune: reading the model", "bucket group",
-                                                self.job.scans)
 
     def process(self, group):
         yield from backoff.send(group, {}, self.job.scan(group), self.job.partitions)
@@ -265,12 +265,11 @@ class RunStep(beam.DoFn):
     def __init__(self, job, step, producers, destinations, previous=None):
         self.job, self.step, self.previous = job, step, previous
         self.producers, self.destinations = producers, destinations
+        self.progress = running.worker_progress(
+            "prune", f"{step[0]} join of order {step[1]}", "partition", job.partitions)
 
     def setup(self):
         running.configure_allocators()
-        self.progress = running.worker_progress(
-            f"prune: {self.step[0]} join of order {self.step[1]}", "partition",
-            self.job.partitions)
 
     def process(self, element):
         partition, messages = element
@@ -303,11 +302,10 @@ class PruneBackoffBucket(beam.DoFn):
 
     def __init__(self, job, out):
         self.job, self.out = job, out
+        self.progress = running.worker_progress("prune", "writing", "bucket", job.num_buckets)
 
     def setup(self):
         running.configure_allocators()
-        self.progress = running.worker_progress("prune: writing", "bucket",
-                                                self.job.num_buckets)
 
     def process(self, element):
         bucket, messages = element
@@ -351,9 +349,9 @@ def _save_totals(elements, partitions, path):
     storage.write_json(facts, path)
 
 
-def prune_backoff(options, manifest, beam_args=()):
+def prune_backoff(options, manifest, beam_args=(), summary=True):
     """The ``backoff`` pipelines (see the module docstring); returns the pruned
-    manifest."""
+    manifest (``summary``: see :func:`run`)."""
     scratch = shuffle.scratch_directory(options.out)
     budget = MemoryBudget.parse(options.memory)
     workers = running.workers_per_process(beam_args)
@@ -409,8 +407,9 @@ def prune_backoff(options, manifest, beam_args=()):
         run(form)
         facts = storage.read_json(totals_path)
         backoff.check_totals("prune", manifest, facts, job.order)
-        print(f"snm prune: back-off form and scores of {facts['links']:,} links in "
-              f"{job.partitions} partition(s) ({time.monotonic() - started:.1f} s)")
+        if summary:
+            print(f"snm prune: back-off form and scores of {facts['links']:,} links in "
+                  f"{job.partitions} partition(s) ({time.monotonic() - started:.1f} s)")
         if options.target_links is not None:
             rule = KeepRule(cut=select_cut(
                 lambda level, prefix: collect("histogram", lambda q: job.histogram(
@@ -441,20 +440,21 @@ def prune_backoff(options, manifest, beam_args=()):
             | "WriteManifest" >> running.CallOnce(write)))
     finally:
         storage.remove_tree(scratch)
-    return _finish(options, manifest, runs[-1])
+    return _finish(options, manifest, runs[-1], summary)
 
 
-def _finish(options, manifest, metrics):
+def _finish(options, manifest, metrics, summary=True):
     """compact/, the model card and the summary of a pruned model whose manifest is
     written."""
     pruned = storage.read_json(storage.join(options.out, tables.MANIFEST))
     compile_model(options.out, options.layout, memory=options.memory)
     write_model_card(options.out, pruned)
     before, after = manifest["totals"], pruned["totals"]
-    running.print_summary(f"snm prune: {after['links']:,} of {before['links']:,} links "
-                          f"({after['links'] / max(before['links'], 1):.1%}), "
-                          f"{after['features']:,} of {before['features']:,} features -> "
-                          f"{options.out}", after, metrics)
+    if summary:
+        running.print_summary(f"snm prune: {after['links']:,} of {before['links']:,} links "
+                              f"({after['links'] / max(before['links'], 1):.1%}), "
+                              f"{after['features']:,} of {before['features']:,} features -> "
+                              f"{options.out}", after, metrics)
     return pruned
 
 
@@ -468,8 +468,9 @@ def check_heldout(heldout, manifest):
                                 "snm join output on the counts this model was applied to")
 
 
-def run(options, beam_args=()):
-    """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest."""
+def run(options, beam_args=(), summary=True):
+    """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest.
+    ``summary``: print its totals (and Beam metrics) as a table."""
     from snm_core.stages.validation import validate_directory
     manifest = validate_directory(options.model, "model").manifest
     if options.layout != "hashed":  # refused before anything is pruned
@@ -479,8 +480,8 @@ def run(options, beam_args=()):
     if criterion != "backoff":
         if options.heldout:
             check_heldout(options.heldout, manifest)
-        return prune_by_buckets(options, manifest, criterion, beam_args)
+        return prune_by_buckets(options, manifest, criterion, beam_args, summary)
     if options.heldout:
         raise SnmInputError("--heldout weighs features for --criterion mass or count; "
                             "backoff weighs contexts by their training counts")
-    return prune_backoff(options, manifest, beam_args)
+    return prune_backoff(options, manifest, beam_args, summary)

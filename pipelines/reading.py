@@ -80,12 +80,14 @@ class ShardReader:
     Batches are about ``batch_bytes`` of text in ``encoding``, read by
     :func:`snm_core.io.textfile.line_batches` (a line that does not decode is None:
     skipped and counted by :func:`snm_core.text.tokenize`).  Build it in the DoFn's
-    constructor: it holds the DoFn's file counters.
+    constructor: it holds the DoFn's file counters, and ``progress``, the stage's
+    :func:`pipelines.running.text_progress` (the files' bytes read, as stored).
     """
 
-    def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES, encoding="utf-8"):
+    def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES, encoding="utf-8", progress=None):
         self.batch_bytes = batch_bytes
         self.encoding = encoding
+        self.progress = progress
         self.empty_files = counter("empty_files")
         self.files = counter("files")
 
@@ -101,7 +103,8 @@ class ShardReader:
         first = textfile.FirstInvalidLine()
         for first_line, lines in textfile.line_batches(shard.path, self.batch_bytes,
                                                         shard.shard, shard.shards, first,
-                                                        self.encoding):
+                                                        self.encoding,
+                                                        self.progress and self.progress.update):
             empty = False
             yield LineBatch(shard.source, shard.path, first_line, lines)
         if empty and shard.shard == 0:  # batch 0 of a file with any byte is reader 0's

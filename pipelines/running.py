@@ -1,6 +1,7 @@
 """Running a stage's pipeline: Beam options, the run itself, metrics, allocators, and
 :class:`CallOnce` for a stage's last step."""
 
+import contextlib
 import logging
 import re
 import sys
@@ -13,7 +14,7 @@ from pipelines import runners
 from snm_core.io import memory, storage
 from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
 from snm_core.io.memory import PROCESS_BYTES
-from snm_core.io.progress import Progress
+from snm_core.io.progress import StageProgress, WorkerProgress
 from snm_core.model.compact import LAYOUTS
 
 #: Namespace of every Beam counter the toolkit reports.
@@ -121,10 +122,23 @@ def bucket_memory(count_manifest, workers, link_bytes):
     return {"the process": PROCESS_BYTES, "a bucket a worker": int(workers * links * link_bytes)}
 
 
-def worker_progress(stage, unit, total=None):
-    """A worker's :class:`~snm_core.io.progress.Progress`: log lines, which reach the user
-    through the runner's logging (a worker cannot draw a bar on the user's terminal)."""
-    return Progress(stage, total=total, unit=unit, bar=False)
+def worker_progress(stage, phase, unit, total=None):
+    """What the workers do of ``phase`` of ``stage`` (a
+    :class:`~snm_core.io.progress.WorkerProgress`): make it in the DoFn's constructor and
+    call ``update(n)`` a batch or a bucket at a time.  On a local runner it adds to the
+    stage's one display (:func:`run_pipeline`); on a remote one each worker process logs
+    a line every few seconds."""
+    return WorkerProgress(stage, phase, unit, total)
+
+
+#: The phase of a stage's text reading: the files' bytes as stored (compressed or not).
+TEXT_READ = "text read"
+
+
+def text_progress(stage):
+    """The :func:`worker_progress` of a :class:`pipelines.reading.ShardReader`: the bytes
+    of the text files read, as stored; its total is :func:`run_pipeline`'s ``text``."""
+    return worker_progress(stage, TEXT_READ, "B")
 
 
 def configure_allocators():
@@ -180,7 +194,7 @@ class CallOnce(beam.PTransform):
                     [element for is_marker, element in items if not is_marker], *args)))
 
 
-def run_pipeline(beam_args, build, stage, shared_paths=()):
+def run_pipeline(beam_args, build, stage, shared_paths=(), text=()):
     """Build a pipeline with ``build(pipeline)`` and run it to the end.
 
     ``shared_paths``: directories every worker must read and write (checked
@@ -188,18 +202,28 @@ def run_pipeline(beam_args, build, stage, shared_paths=()):
     None on a runner that has none.  An :class:`SnmInputError` or
     :class:`SnmStageError` raised on a worker reaches the caller as itself,
     with its one line: runners wrap a worker's exception in their own.
+
+    On a local runner the stage's progress is one display in this process
+    (:class:`~snm_core.io.progress.StageProgress`) of what its workers report
+    (:func:`worker_progress`); ``text``: the text files the stage reads, whose sizes
+    are the total of its :data:`TEXT_READ`.
     """
-    pipeline = beam.Pipeline(options=pipeline_options(
-        runners.prepare(beam_args, shared_paths)))
+    options = pipeline_options(runners.prepare(beam_args, shared_paths))
+    pipeline = beam.Pipeline(options=options)
     build(pipeline)
+    display = contextlib.nullcontext()
+    if runners.kind(options) == "local":
+        display = StageProgress(stage, {TEXT_READ: sum(storage.file_stamp(path)[1]
+                                                       for path in text)})
     try:
-        result = pipeline.run()
-        try:
-            result.wait_until_finish()
-        finally:
-            client = getattr(result, "client", None)  # the Dask runner's
-            if client is not None:
-                client.close()
+        with display:
+            result = pipeline.run()
+            try:
+                result.wait_until_finish()
+            finally:
+                client = getattr(result, "client", None)  # the Dask runner's
+                if client is not None:
+                    client.close()
     except Exception as e:
         raise _snm_error(e, stage) from None
     return metric_totals(result)

@@ -40,7 +40,7 @@ class CountWordsFn(beam.CombineFn):
     """Word counts of text shards; accumulator ``(list of count tables, stats dict)``."""
 
     def __init__(self, batch_bytes=DEFAULT_BATCH_BYTES, encoding="utf-8"):
-        self.reader = reading.ShardReader(batch_bytes, encoding)
+        self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress("vocab"))
 
     def create_accumulator(self):
         return [], {}
@@ -144,8 +144,9 @@ class VocabOptions:
         check_encoding(self.encoding)
 
 
-def run(args, beam_args=()):
-    """Run the vocab pipeline; returns its manifest."""
+def run(args, beam_args=(), summary=True):
+    """Run the vocab pipeline; returns its manifest.  ``summary``: print its totals (and
+    Beam metrics) as a table."""
     beam_args = list(beam_args)
     sources, _ = training_sources.spool_stdin(training_sources.parse_sources(args.train),
                                               args.out)
@@ -162,8 +163,10 @@ def run(args, beam_args=()):
                                              args.max_size, sources, [s.name for s in shards],
                                              args.encoding, args.skip_invalid))
 
-    metrics = running.run_pipeline(beam_args, build, "vocab", shared_paths=[args.out])
+    metrics = running.run_pipeline(beam_args, build, "vocab", shared_paths=[args.out],
+                                   text=[path for _, path in files])
     manifest = storage.read_json(storage.join(args.out, tables.MANIFEST))
-    running.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
-                          manifest["totals"], metrics)
+    if summary:
+        running.print_summary(f"snm vocab: {manifest['vocabulary_size']:,} words -> {args.out}",
+                              manifest["totals"], metrics)
     return manifest

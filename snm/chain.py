@@ -19,6 +19,7 @@ changes its manifest, so the stages after it run again too.
 import dataclasses
 import hashlib
 import json
+import os
 import resource
 import time
 from typing import Callable, Optional
@@ -81,6 +82,7 @@ class Plan:
     ngram: bool = True  # an n-gram configuration (pruning criterion, ARPA)
     encoding: str = "utf-8"  # --encoding of every text the run reads
     skip_invalid: bool = False  # --skip_invalid
+    verbose: bool = False  # -v: each stage's totals, the fit's epochs, the eval's reports
 
     def path(self, stage_name):
         return storage.join(self.out, STAGE[stage_name].directory)
@@ -146,7 +148,8 @@ def _inputs(plan, stage):
 def _run_vocab(plan):
     vocab_stage.run(vocab_stage.VocabOptions(train=plan.train_specs, out=plan.path("vocab"),
                                              min_count=plan.min_count, encoding=plan.encoding,
-                                             skip_invalid=plan.skip_invalid), plan.beam_args)
+                                             skip_invalid=plan.skip_invalid), plan.beam_args,
+                    summary=plan.verbose)
 
 
 def _run_count(plan):
@@ -154,7 +157,7 @@ def _run_count(plan):
         config=plan.config, train=plan.train_specs, out=plan.path("count"),
         vocab=None if plan.add_to else plan.vocab_path, add_to=plan.add_to,
         num_buckets=plan.num_buckets, memory=plan.memory, encoding=plan.encoding,
-        skip_invalid=plan.skip_invalid), plan.beam_args)
+        skip_invalid=plan.skip_invalid), plan.beam_args, summary=plan.verbose)
 
 
 def _run_join(plan):
@@ -162,12 +165,21 @@ def _run_join(plan):
                                           out=plan.path("join"), memory=plan.memory,
                                           encoding=plan.encoding,
                                           skip_invalid=plan.skip_invalid),
-                   plan.beam_args)
+                   plan.beam_args, summary=plan.verbose)
+
+
+def _say(plan):
+    """How a stage tells its steps (the fit's candidates and epochs): printed with -v."""
+    return print if plan.verbose else lambda line: None
 
 
 def _run_fit(plan):
-    fit_directory(plan.path("join"), plan.path("fit"), plan.fit_options,
-                  progress=FitProgress())
+    progress = FitProgress()
+    try:
+        fit_directory(plan.path("join"), plan.path("fit"), plan.fit_options,
+                      say=print if plan.verbose else progress.say, progress=progress)
+    finally:
+        progress.close()
 
 
 def _run_apply(plan):
@@ -175,7 +187,8 @@ def _run_apply(plan):
     apply_stage.run(apply_stage.ApplyOptions(
         count=plan.path("count"), fit=plan.path("fit"), out=plan.path("apply"),
         layout="hashed" if plan.prune_to else plan.layout, memory=plan.memory), plan.beam_args,
-        model_card=plan.final != "apply")  # the final model's card: written by eval
+        model_card=plan.final != "apply",  # the final model's card: written by eval
+        summary=plan.verbose)
 
 
 def _run_prune(plan):
@@ -183,13 +196,13 @@ def _run_prune(plan):
     prune_stage.run(prune_stage.PruneOptions(
         model=plan.path("apply"), out=plan.path("prune"), target_links=plan.prune_to,
         heldout=None if plan.ngram else plan.path("join"),  # mass weighs held-out features
-        layout=plan.layout, memory=plan.memory), plan.beam_args)
+        layout=plan.layout, memory=plan.memory), plan.beam_args, summary=plan.verbose)
 
 
 def _run_loglinear(plan):
     from snm_core.loglinear.directory import train  # numba: this family only
     train(plan.path("count"), plan.heldout, plan.path("loglinear"), plan.fit_options,
-          encoding=plan.encoding, skip_invalid=plan.skip_invalid)
+          say=_say(plan), encoding=plan.encoding, skip_invalid=plan.skip_invalid)
 
 
 def _run_eval(plan):
@@ -206,8 +219,8 @@ def _run_eval(plan):
                          {storage.basename(plan.test): reports})
     storage.write_json(reports, plan.path("eval"))  # last: it marks the stage done
     for name, report in reports.items():
-        print(format_report("Log-linear" if name == "loglinear" else name.capitalize(),
-                            report))
+        _say(plan)(format_report("Log-linear" if name == "loglinear" else name.capitalize(),
+                                 report))
 
 
 def _describe_eval(plan):
@@ -279,8 +292,21 @@ def done_marker(plan, stage):
     return storage.join(path, tables.MANIFEST) if stage.kind else path
 
 
+#: The width of a stage line's result, so that the seconds after it line up.
+RESULT_WIDTH = 62
+
+
+def stage_line(name, result, seconds=None):
+    """A stage's one line: its name, what it made, and its seconds (None: it was up to
+    date, not run)."""
+    shown = "up to date" if seconds is None else f"{seconds:.1f} s"
+    return f"{name:<7} {result:<{RESULT_WIDTH}} {shown:>8}"
+
+
 class Runner:
-    """Runs a plan's stages in order, skipping those whose output is complete and current."""
+    """Runs a plan's stages in order, skipping those whose output is complete and current;
+    prints a line a stage as it ends, then where the model is (with ``plan.verbose``, each
+    stage's own report before its line)."""
 
     def __init__(self, plan, force):
         self.plan, self.force = plan, force
@@ -288,18 +314,18 @@ class Runner:
         self.state = {}
         if storage.isfile(self.state_path) and not force:
             self.state = storage.read_json(self.state_path)
-        self.rows = []
 
     def run(self):
         plan = self.plan
+        started = time.perf_counter()
         stages = stages_for(plan)
-        if "vocab" not in [s.name for s in stages]:
-            self.rows.append(("vocab", "given", None, plan.vocab_path))
-        for number, stage in enumerate(stages, 1):
-            self._stage(number, len(stages), stage)
-        self.summary()
+        if plan.verbose and "vocab" not in [s.name for s in stages]:
+            print(f"{'vocab':<7} {plan.vocab_path} (given)", flush=True)
+        for stage in stages:
+            self._stage(stage)
+        self.summary(time.perf_counter() - started)
 
-    def _stage(self, number, total, stage):
+    def _stage(self, stage):
         plan = self.plan
         reads = stage.reads + ((plan.final,) if "final" in stage.reads else ())
         inputs = _inputs(plan, dataclasses.replace(stage, reads=reads))
@@ -307,12 +333,8 @@ class Runner:
         previous = self.state.get(stage.name, {})
         if (not self.force and storage.exists(done_marker(plan, stage))
                 and previous.get("signature") == signature):
-            self.rows.append((stage.name, "skipped", previous.get("seconds"),
-                              stage.describe(plan)))
-            print(f"=== {number}/{total} {stage.name}: up to date, skipped "
-                  f"({stage.describe(plan)}) ===", flush=True)
+            print(stage_line(stage.name, stage.describe(plan)), flush=True)
             return
-        print(f"=== {number}/{total} {stage.name} ===", flush=True)
         start = time.perf_counter()
         try:
             stage.run(plan)
@@ -331,17 +353,28 @@ class Runner:
         self.state[stage.name] = {"signature": signature, "seconds": seconds,
                                   "summary": summary, "peak_rss_mib": round(peak_rss_mib())}
         storage.write_json(self.state, self.state_path)
-        self.rows.append((stage.name, "ran", seconds, summary))
-        print(f"=== {number}/{total} {stage.name}: {summary} ({seconds:.1f} s) ===",
-              flush=True)
+        print(stage_line(stage.name, summary, seconds), flush=True)
 
-    def summary(self):
-        print("\n== snm train summary ==")
-        print(f"{'stage':<7} {'status':<8} {'seconds':>9}  result")
-        for name, status, seconds, text in self.rows:
-            shown = "-" if seconds is None else f"{seconds:.1f}"
-            print(f"{name:<7} {status:<8} {shown:>9}  {text}")
-        print(f"peak RSS of one process: {peak_rss_mib():,.0f} MiB")
+    def summary(self, seconds):
+        """The run's time and peak memory, and where its model and reports are."""
+        plan = self.plan
+        print(stage_line("total", f"peak RSS of one process {peak_rss_mib():,.0f} MiB",
+                         seconds))
+        model = plan.path(plan.final)
+        card = " (model_card.md)" if storage.exists(storage.join(model, "model_card.md")) else ""
+        reports = [shown_path(storage.join(plan.out, name)) for name in (EVAL, PLOT)
+                   if storage.exists(storage.join(plan.out, name))]
+        print(", ".join([f"{'model':<7} {shown_path(model)}{card}"] + reports), flush=True)
+
+
+def shown_path(path):
+    """``path`` as the summary shows it: relative to the working directory when it is
+    under it, else as it is."""
+    if storage.is_remote(path):
+        return path
+    relative = os.path.relpath(path)
+    return path if relative == os.pardir or relative.startswith(os.pardir + os.sep) \
+        else relative
 
 
 def peak_rss_mib():

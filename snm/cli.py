@@ -92,6 +92,18 @@ class _QuietFilter(logging.Filter):
         return not any(marker in message for marker in self.MARKERS)
 
 
+class _AboveTheBar(logging.StreamHandler):
+    """On a terminal: each record is written on a line of its own above the progress bar
+    (tqdm clears the bar, writes, and draws it again), not into the bar's line."""
+
+    def emit(self, record):
+        try:
+            from tqdm import tqdm
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # as logging.StreamHandler does
+            self.handleError(record)
+
+
 def configure_logging():
     """Warnings and errors on stderr, as Beam's default, through :class:`_QuietFilter`.
 
@@ -99,7 +111,7 @@ def configure_logging():
     the root handler itself (``logging.basicConfig``)."""
     root = logging.getLogger()
     if not root.handlers:
-        handler = logging.StreamHandler()
+        handler = _AboveTheBar() if _stderr_is_terminal() else logging.StreamHandler()
         handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
         root.addHandler(handler)
         if root.level == logging.NOTSET or root.level > logging.WARNING:
@@ -107,6 +119,13 @@ def configure_logging():
     for handler in root.handlers:
         if not any(isinstance(f, _QuietFilter) for f in handler.filters):
             handler.addFilter(_QuietFilter())
+
+
+def _stderr_is_terminal():
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 #: Beam's S3 filesystem: Beam's first import loads every filesystem it has, S3's with

@@ -5,7 +5,7 @@ evaluating a text, the KenLM-style report, the fit's progress line (its plot:
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
-from snm_core.io.progress import Progress
+from snm_core.io.progress import Progress, Status
 from snm_core.io.textfile import read_text
 from snm_core.loglinear.family import is_loglinear
 from snm_core.model.compact import load_model
@@ -119,12 +119,27 @@ def evaluate(model_dir, path, encoding="utf-8", skip_invalid=False):
 
 class FitProgress:
     """The fit's epochs as progress (:class:`snm_core.io.progress.Progress`: a bar on a
-    terminal, log lines otherwise), for ``fit_directory(progress=...)``."""
+    terminal, log lines otherwise), for ``fit_directory(progress=...)``; ``say``, for
+    ``fit_directory(say=...)``, shows the steps it tells before them (the candidates'
+    epochs while it chooses) in place on a terminal (:class:`~snm_core.io.progress.Status`);
+    ``close()`` at the end."""
 
     def __init__(self):
-        self.epoch, self.progress = None, None
+        self.epoch, self.progress, self.status = None, None, None
+
+    def say(self, line):
+        if self.epoch is None:
+            self.status = self.status or Status()
+            self.status.show(f"fit: {line.strip()}")
+
+    def close(self):
+        for shown in (self.status, self.progress):
+            if shown is not None:
+                shown.close()
 
     def __call__(self, epoch, done, total):
+        if self.status is not None:
+            self.status.close()
         if epoch != self.epoch:
             if self.progress is not None:
                 self.progress.close()

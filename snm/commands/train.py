@@ -84,6 +84,10 @@ def build_parser():
     arguments.memory_argument(parser)
     parser.add_argument("--force", action="store_true", help="redo every stage (and write "
                         "into an --out that holds a stage's output, not a run's)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print each stage's totals (and Beam metrics), the fit's "
+                             "candidates and epochs and the test reports (default: a line a "
+                             "stage; stages.json and the manifests keep them either way)")
     parser.add_argument("--prune_to", type=int, metavar="LINKS",
                         help="also prune the model to this many links (snm prune, its default "
                              "criterion) into pruned/, which eval then evaluates")
@@ -151,12 +155,6 @@ def main(argv=None):
     with run_lock(storage.absolute(args.out), "snm train"):
         plan = _plan(args, beam_args)
         chain.Runner(plan, args.force).run()
-    final = plan.path(plan.final)
-    card = "" if plan.family == "loglinear" else \
-        f"  (card: {storage.join(final, 'model_card.md')})"
-    plot = "" if plan.family == "loglinear" else \
-        f"; plot: {storage.join(plan.out, chain.PLOT)}"
-    print(f"model: {final}{card}; eval: {plan.path('eval')}{plot}")
     return 0
 
 
@@ -218,7 +216,7 @@ def _plan(args, beam_args):
         num_buckets=args.num_buckets, memory=args.memory, layout=args.layout,
         prune_to=args.prune_to,
         fit_options=fit_options, ngram=bool(config.ngram_order), encoding=args.encoding,
-        skip_invalid=args.skip_invalid)
+        skip_invalid=args.skip_invalid, verbose=args.verbose)
     if add_to:
         manifests.Count.read(add_to)  # a finished count, before anything is written
         if add_to == plan.path("count"):

@@ -81,8 +81,16 @@ def open_text(path):
     Python's ``bz2``; ``.zst`` through pyarrow's zstd stream.  ``-`` is standard
     input (plain text), left open.
     """
+    with _open_streams(path) as (_, text):
+        yield text
+
+
+@contextlib.contextmanager
+def _open_streams(path):
+    """``(stored, text)``: ``path`` open for reading as stored (None for standard input),
+    and as a binary stream of its decompressed bytes (see :func:`open_text`)."""
     if path == STDIN:
-        yield sys.stdin.buffer
+        yield None, sys.stdin.buffer
         return
     try:
         raw = storage.open_input(path)
@@ -96,15 +104,15 @@ def open_text(path):
         compression = compression_of(path)
         if compression == "gzip":
             with _GzipFile(fileobj=raw, mode="rb") as f:
-                yield f
+                yield raw, f
         elif compression == "bz2":
             with bz2.BZ2File(raw, "rb") as f:
-                yield f
+                yield raw, f
         elif compression == "zstd":
             with pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd") as f:
-                yield f
+                yield raw, f
         else:
-            yield raw
+            yield raw, raw
     finally:
         raw.close()
 
@@ -242,7 +250,7 @@ def decode_lines(data, path, first_line, log=None, encoding="utf-8"):
 
 
 def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=None,
-                 encoding="utf-8"):
+                 encoding="utf-8", progress=None):
     """Yield ``(first_line, lines)`` for batches of about ``batch_bytes`` of text.
 
     Only batches ``shard, shard + shards, ...`` are decoded and yielded (line
@@ -252,11 +260,18 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
 
     A line longer than a batch makes one batch, however long: its pieces are
     kept apart until its newline arrives, then joined once.
+
+    ``progress(n)``, when given, is called once each of this reader's batches is
+    processed, with the bytes of the file as stored (compressed, for a compressed
+    file) that the batch was read from: the calls of a file's ``shards`` readers
+    add up to its size.
     """
     line_no = 1
     batch = 0
     pending = []  # what was read since the last newline (no newline in it)
-    with open_text(path) as f:
+    with _open_streams(path) as (stored, f):
+        # Every reader reads the same stream the same way, so their positions agree.
+        position = _position(stored) if progress is not None else None
         while True:
             try:
                 chunk = f.read(batch_bytes)
@@ -265,6 +280,7 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
                     f"{path}: cannot decompress it after line {line_no - 1} "
                     f"({type(e).__name__}: {e}); is it a complete "
                     f"{compression_of(path)} file?") from None
+            read_to = stored.tell() if position is not None else None
             if chunk:
                 cut = chunk.rfind(b"\n")
                 if cut < 0:
@@ -282,11 +298,24 @@ def line_batches(path, batch_bytes=DEFAULT_BATCH_BYTES, shard=0, shards=1, log=N
                 lines = decode_lines(data, path, line_no, log, encoding)
                 yield line_no, lines
                 line_no += len(lines)
+                if position is not None:
+                    progress(read_to - position)
             else:  # another reader's batch: only its lines are counted
                 line_no += data.count(b"\n") + (not data.endswith(b"\n"))
+            position = read_to
             batch += 1
             if not chunk:
                 break
+        if position is not None and batch % shards == shard and read_to > position:
+            progress(read_to - position)  # the end of the file, read after the last batch
+
+
+def _position(stored):
+    """Where ``stored`` is (bytes from the start), or None for a stream that cannot tell."""
+    try:
+        return stored.tell() if stored is not None else None
+    except (OSError, ValueError):
+        return None
 
 
 def read_lines(path, log=None, encoding="utf-8"):

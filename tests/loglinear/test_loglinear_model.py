@@ -145,7 +145,7 @@ def test_train_with_apg_reports_its_certificate(tmp_path, capsys):
     assert train_main(["--family", "loglinear", "--penalty", "tinf", "--config", "3gram",
                        "--train", train, "--heldout", dev, "--test", test, "--out", str(out),
                        "--lam", "1e-4", "--optimizer", "apg", "--tol", "1e-3",
-                       "--epochs", "40", "--num_buckets", "2"]) == 0
+                       "--epochs", "40", "--num_buckets", "2", "-v"]) == 0
     assert "certificate" in capsys.readouterr().out
     with open(out / "loglinear" / "manifest.json") as f:
         trial, = json.load(f)["trials"]

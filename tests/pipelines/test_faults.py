@@ -5,6 +5,7 @@ for, never after a sleep; the file size limit (RLIMIT_FSIZE) stands in for a ful
 """
 
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -48,9 +49,8 @@ def test_a_run_killed_anywhere_resumes_to_the_same_bytes(point, corpus, referenc
     stage = CHECKPOINTS[point]
     rerun = snm("train", *train_argv(corpus, out))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"{stage}: up to date, skipped" not in rerun.stdout
-    number = ("vocab", "count", "join", "fit", "apply", "eval").index(stage) + 1
-    assert f"=== {number}/6 {stage} ===" in rerun.stdout
+    # the stage's line ends with its seconds, not "up to date"
+    assert re.search(rf"^{stage} .* s$", rerun.stdout, re.MULTILINE), rerun.stdout
     assert_same_run(reference_run, out)
 
 
@@ -134,7 +134,7 @@ def test_a_full_disk_in_fit_leaves_the_earlier_stages_and_names_the_stage(corpus
     assert not (out / "model").exists()
     rerun = snm("train", *train_argv(corpus, out))
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert "count: up to date, skipped" in rerun.stdout
+    assert re.search(r"^count .* up to date$", rerun.stdout, re.MULTILINE), rerun.stdout
 
 
 def test_worker_faults_reach_the_user_as_one_line_naming_the_stage():
