@@ -17,7 +17,9 @@ flashlight (``--sections flashlight``): its ``LexiconDecoder`` (beam ``--beam_wi
 over the same labels, ``" "`` the word boundary, with a lexicon of the words of
 kernel's vocab.txt spelled in them (a word outside it cannot be output), its trie
 smeared with each model's unigram scores: no language model (``ZeroLM``), KenLM's
-own flashlight ``KenLM`` on the KN5 as a ``build_binary trie`` file, and the SNMs
+own flashlight ``KenLM`` on the KN5 as a ``build_binary trie`` file, a Python LM
+that hands each call to that ``KenLM`` (KN5's search and words: its extra seconds
+are the calls into Python alone), and the SNMs
 through ``snm.decoding.FlashlightLM``; ``lm_weight`` and ``word_score`` chosen on dev
 (a grid), the test decoded as for pyctcdecode.
 
@@ -290,6 +292,28 @@ class FlashlightDecoder:
         return " ".join(self.words[i] for i in best.words if i >= 0)
 
 
+def python_lm_floor(inner):
+    """A flashlight LM in Python that hands every call to ``inner`` (KenLM's flashlight
+    LM): the same search and words as KenLM's, so its seconds less KenLM's are what the
+    calls from C++ into Python cost, the least any LM written in Python adds."""
+    from flashlight.lib.text.decoder import LM
+
+    class Floor(LM):
+        def __init__(self):
+            LM.__init__(self)
+
+        def start(self, start_with_nothing):
+            return inner.start(start_with_nothing)
+
+        def score(self, state, usr_token_idx):
+            return inner.score(state, usr_token_idx)
+
+        def finish(self, state):
+            return inner.finish(state)
+
+    return Floor()
+
+
 def flashlight_decoders(paths, labels, beam_width):
     """No LM (flashlight's ZeroLM), KenLM's flashlight LM on the KN5 trie binary, and the
     SNMs through ``snm.decoding.FlashlightLM``, each with the same lexicon."""
@@ -307,7 +331,8 @@ def flashlight_decoders(paths, labels, beam_width):
     dictionary = Dictionary()
     for word in words:
         dictionary.add_entry(word)
-    lms = {"none": ZeroLM(), "kenlm_kn5": KenLM(paths["kn5_binary"], dictionary),
+    kn5 = KenLM(paths["kn5_binary"], dictionary)
+    lms = {"none": ZeroLM(), "kenlm_kn5": kn5, "python_lm_floor": python_lm_floor(kn5),
            "snm_5gram": FlashlightLM(api.load(paths["snm5"]), words),
            "snm_skip10gram": FlashlightLM(api.load(paths["skip10"]), words)}
     return {name: FlashlightDecoder(lm, words, labels, beam_width) for name, lm in lms.items()}
@@ -319,6 +344,10 @@ def flashlight_section(paths, labels, dev, test, dev_text, test_text, args):
     for name, decoder in found.items():
         # Without a model only word_score counts: it is all that keeps a lexicon decoder
         # from spelling a word as several short ones.
+        if name == "python_lm_floor":  # its seconds matter, not its words
+            decoder.reset_params(*tuned["kenlm_kn5"][:2])
+            tuned[name] = tuned["kenlm_kn5"]
+            continue
         tuned[name] = tune(decoder, dev, dev_text, args.beam_width,
                            FLASHLIGHT_ALPHAS if name != "none" else (0.0,), FLASHLIGHT_BETAS)
         print(f"tuned flashlight {name}: lm_weight {tuned[name][0]} word_score "
