@@ -36,7 +36,6 @@ and headers only).  Manifests written before checksums were recorded have none.
 import collections.abc
 import dataclasses
 import json
-import mmap
 import os
 from typing import ClassVar, Optional
 
@@ -260,7 +259,9 @@ def writer(kind):
 
 #: The checksum every manifest records of its files (the ``xxhash`` package's name for it).
 CHECKSUM = "xxh3_64"
-#: Bytes a remote file is read in while its checksum is computed.
+#: Bytes a file is read in while its checksum is computed: one buffer, reused, so that
+#: hashing a large model adds no more than this to a process's memory (a mapping of the
+#: file would add every page it touched to the process's resident set).
 CHECKSUM_READ_BYTES = 8 << 20
 
 
@@ -273,11 +274,11 @@ def file_checksum(path):
             while chunk := f.read(CHECKSUM_READ_BYTES):
                 digest.update(chunk)
         return digest.hexdigest()
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size:  # mmap refuses an empty file
-            # Mapped, not read: the page cache's pages are hashed without a copy.
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                digest.update(mapped)
+    buffer = bytearray(CHECKSUM_READ_BYTES)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while size := f.readinto(buffer):
+            digest.update(view[:size])
     return digest.hexdigest()
 
 
