@@ -89,6 +89,8 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
     def _refuse_unknown(self, args):
+        if any(a in ("-h", "--help") for a in args):
+            return  # the help, printed by the real pass, shows what is required
         required = [a for a in self._actions if a.required]
         required += [g for g in self._mutually_exclusive_groups if g.required]
         for item in required:

@@ -127,3 +127,13 @@ def test_other_usage_errors_are_one_line_too(capsys):
             main(argv)
         assert stop.value.code == 2
         assert capsys.readouterr().err == f"snm {argv[0]}: error: {message}\n"
+
+
+def test_help_usage_shows_required_options_as_required(capsys):
+    """The usage line of ``--help`` leaves a required option out of brackets."""
+    from snm.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--help"])
+    assert exit_info.value.code == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert "--out OUT" in usage and "[--out OUT]" not in usage
