@@ -17,13 +17,11 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
+from support.servers import beam_worker_pool
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("SNM_TEST_INSTALL"),
@@ -116,12 +114,6 @@ def assert_same_files(expected, got):
             assert a.read() == b.read(), name
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def test_the_sdist_holds_every_file_the_build_needs(sdist):
     import tarfile
     with tarfile.open(sdist) as tar:
@@ -167,35 +159,12 @@ def test_sdist_on_a_worker_pool_counts_the_local_runner_s_bytes(sdist, outside, 
     common = ["--config", "5gram", "--train", text["train"], "--vocab", text["vocab"]]
     assert count_cmd.main(common + ["--out", str(tmp_path / "local")]) == 0
 
-    port = free_port()
-    log = open(tmp_path / "pool.log", "wb")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    env.pop("PYTHONPATH", None)
-    pool = subprocess.Popen([bin_dir / "python", "-m",
-                             "apache_beam.runners.worker.worker_pool_main",
-                             f"--service_port={port}"], cwd=outside, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert pool.poll() is None, (tmp_path / "pool.log").read_text()
-            try:
-                socket.create_connection(("localhost", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the worker pool did not start listening"
-                time.sleep(0.1)
-        options = launchers.portable_options(job_endpoint="embed",
-                                             worker_pool=f"localhost:{port}")
+    with beam_worker_pool(str(bin_dir / "python"), outside, tmp_path / "pool.log") as address:
+        options = launchers.portable_options(job_endpoint="embed", worker_pool=address)
         assert count_cmd.main(common + ["--out", str(tmp_path / "pool")] + options) == 0
-    finally:
-        os.killpg(pool.pid, signal.SIGTERM)
-        pool.wait(timeout=30)
-        log.close()
     # The stages ran in the pool's workers: the pool starts each with the ``python`` on
     # its PATH, the new environment's.
     assert "Starting worker with command" in (tmp_path / "pool.log").read_text()
-    assert shutil.which("python", path=env["PATH"]) == str(bin_dir / "python")
     assert_same_files(tmp_path / "local", tmp_path / "pool")
 
 

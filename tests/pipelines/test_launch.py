@@ -17,11 +17,8 @@ import importlib.util
 import json
 import os
 import shlex
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 from apache_beam.options.pipeline_options import (
@@ -36,7 +33,7 @@ from apache_beam.options.pipeline_options import (
 )
 from support import REPO
 from support.runs import SLOW_SCRIPTS, assert_same_run, train_argv
-from support.servers import free_port
+from support.servers import beam_worker_pool
 
 from pipelines import runners
 from snm import launchers
@@ -571,39 +568,12 @@ def test_cron_retrain_tagged_shards(retrain):
 
 @pytest.fixture(scope="module")
 def worker_pool(tmp_path_factory):
-    """A Beam SDK worker pool on a free port, started in another working directory.
-
-    The pool starts each SDK worker as ``python -c ...`` with the ``python``
-    found on PATH, so this Python's directory goes first on PATH.
-    """
+    """A Beam SDK worker pool of this Python, started in another working directory."""
     tmp_path = tmp_path_factory.mktemp("worker-pool")
-    port = free_port()
     cwd = tmp_path / "pool-cwd"
     cwd.mkdir()
-    log = open(tmp_path / "worker_pool.log", "wb")
-    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
-    proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                             f"--service_port={port}"], cwd=cwd, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "worker_pool.log").read_text()
-            try:
-                socket.create_connection(("localhost", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the worker pool did not start listening"
-                time.sleep(0.1)
-        yield {"address": f"localhost:{port}", "cwd": cwd, "log": tmp_path / "worker_pool.log"}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the pool and the SDK workers it started
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+    with beam_worker_pool(sys.executable, cwd, tmp_path / "worker_pool.log") as address:
+        yield {"address": address, "cwd": cwd, "log": tmp_path / "worker_pool.log"}
 
 
 def test_portable_runner_with_a_worker_pool_matches_the_default_runner(
