@@ -28,8 +28,10 @@ Workers report a batch of text or a bucket at a time, never a line.
 3
 """
 
+import contextlib
 import dataclasses
 import functools
+import glob
 import logging
 import os
 import sys
@@ -46,6 +48,9 @@ POLL_SECONDS = 0.2
 #: The environment variable naming the file a stage's worker processes append their
 #: progress to (set while a :class:`StageProgress` with a channel is open).
 CHANNEL_ENV = "SNM_PROGRESS_CHANNEL"
+#: The start of a channel file's name, in the temporary directory: then the pid of the
+#: process that made it.
+CHANNEL_PREFIX = "snm-progress-"
 LOGGER = logging.getLogger("snm.progress")
 LOGGER.setLevel(logging.INFO)
 
@@ -217,7 +222,9 @@ class StageProgress:
     def __enter__(self):
         global _active
         if self._channel:
-            descriptor, path = tempfile.mkstemp(prefix="snm-progress-", suffix=".tsv")
+            _remove_orphaned_channels(tempfile.gettempdir())
+            descriptor, path = tempfile.mkstemp(prefix=f"{CHANNEL_PREFIX}{os.getpid()}-",
+                                                suffix=".tsv")
             os.close(descriptor)
             self._reader = open(path, "rb")
             self._environment = os.environ.get(CHANNEL_ENV)
@@ -335,6 +342,26 @@ class WorkerProgress:
 _shared = {}  # WorkerProgress token -> the Progress of its log lines in this process
 _shared_lock = threading.Lock()
 _channels = {}  # path -> descriptor open for appending, in this process
+
+
+def _remove_orphaned_channels(directory):
+    """Remove the channel files in ``directory`` of processes that are gone: a killed
+    process cannot remove its own."""
+    for path in glob.glob(os.path.join(directory, f"{CHANNEL_PREFIX}*-*.tsv")):
+        owner = os.path.basename(path)[len(CHANNEL_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _channel_descriptor(path):

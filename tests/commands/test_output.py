@@ -217,3 +217,18 @@ def test_the_readers_of_a_file_report_its_size_as_stored(name, readers, tmp_path
             pass
     assert sum(reported) == path.stat().st_size
     assert len(reported) > readers  # a report a batch, not one at the end
+
+
+def test_a_killed_run_s_channel_file_is_removed_by_the_next_stage(tmp_path, monkeypatch):
+    """SIGKILL leaves the channel file of the killed process; the next stage's display
+    removes the files of processes that are gone, never a live one's."""
+    monkeypatch.setattr(progress.tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    orphan = tmp_path / f"{progress.CHANNEL_PREFIX}{gone.pid}-abc.tsv"
+    live = tmp_path / f"{progress.CHANNEL_PREFIX}{os.getppid()}-def.tsv"
+    orphan.touch()
+    live.touch()
+    with progress.StageProgress("count", bar=False):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
