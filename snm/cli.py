@@ -234,8 +234,10 @@ def entry():
     status = main(freeze_imports=True)
     if status == INTERRUPTED:
         # Worker threads the interrupt stopped may still be running, and Python would
-        # wait for them at exit: the outputs they were writing are temporary files
-        # that the re-run replaces, and every manifest is written last.
+        # wait for them at exit; the files they were writing are removed (os._exit runs
+        # no atexit hook), and every manifest is written last.
+        from snm_core.io import storage
+        storage.remove_unfinished()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

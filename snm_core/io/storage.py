@@ -28,6 +28,7 @@ go in large ranges, and directories are not created (an object store has
 none; pyarrow would write a marker object for each).
 """
 
+import atexit
 import contextlib
 import fnmatch
 import glob as globlib
@@ -305,6 +306,22 @@ def atomic_output(path, direct=False, open_local=None):
         yield f
 
 
+#: The local temporary files this process is writing.  A stage that fails on one worker
+#: thread ends the process while another may be in the middle of a file, which no
+#: exception then reaches: :func:`remove_unfinished` removes what is left at exit.
+_UNFINISHED = set()
+
+
+def remove_unfinished():
+    """Remove the temporary files this process's writers have not finished (at exit)."""
+    for tmp in list(_UNFINISHED):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+atexit.register(remove_unfinished)
+
+
 @contextlib.contextmanager
 def _local_atomic_output(path, open_local):
     directory = os.path.dirname(os.path.abspath(path))
@@ -312,6 +329,7 @@ def _local_atomic_output(path, open_local):
     # Not mkstemp, whose 0600 would keep the finished file from the user's group and
     # services on a shared mount: the user's umask decides, as for any file they write.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    _UNFINISHED.add(tmp)
     try:
         with open_local(tmp) as f:
             yield f
@@ -320,6 +338,8 @@ def _local_atomic_output(path, open_local):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    finally:
+        _UNFINISHED.discard(tmp)
 
 
 class _RemoteWriter(io.RawIOBase):

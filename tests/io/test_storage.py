@@ -6,6 +6,7 @@ environment): no patched calls.  The server is the ``s3`` fixture (tests/conftes
 """
 
 import bz2
+import contextlib
 import gzip
 import io
 import json
@@ -386,3 +387,28 @@ def test_an_arpa_export_from_and_to_a_bucket_is_written_once_under_its_name(
     assert snm_main(["export-arpa", "--model", remote, "--out", out, "--memory", "204M"]) == 0
     assert gzip.decompress(storage.read_bytes(out)) == (tmp_path / "local.arpa").read_bytes()
     assert storage.listdir(f"{s3}/exports") == ["model.arpa.gz"]
+
+
+def test_unfinished_local_writes_are_removed_at_exit(tmp_path):
+    """A file still being written when the process ends (another worker thread's, after
+    one failed) leaves no temporary behind: the exit hook removes it."""
+    import threading
+
+    from snm_core.io import storage
+    writing, release = threading.Event(), threading.Event()
+
+    def write():
+        with contextlib.suppress(OSError), storage.atomic_output(str(tmp_path / "f.bin")) as f:
+            f.write(b"partial")
+            writing.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    assert writing.wait(10)
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    storage.remove_unfinished()  # what the exit hook does
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    release.set()
+    thread.join(10)
+    assert not os.listdir(tmp_path)  # its rename found nothing to rename
