@@ -336,6 +336,8 @@ class Runner:
             print(stage_line(stage.name, stage.describe(plan)), flush=True)
             return
         start = time.perf_counter()
+        if stage.kind is not None:  # a run killed in this stage left its unfinished files
+            storage.remove_temporaries(plan.path(stage.name))
         try:
             stage.run(plan)
         except SnmStageError as e:  # a fault: name the stage it stopped

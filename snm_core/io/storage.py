@@ -312,6 +312,19 @@ def atomic_output(path, direct=False, open_local=None):
 _UNFINISHED = set()
 
 
+def remove_temporaries(directory):
+    """Remove the temporary files (``*.tmp``) under a local stage directory: what a writer
+    killed outright (SIGKILL, a lost machine) left, before the stage runs again.  The
+    run's lock keeps any other writer out of it."""
+    if is_remote(directory) or not os.path.isdir(directory):
+        return
+    for root, _, names in os.walk(directory):
+        for name in names:
+            if name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(root, name))
+
+
 def remove_unfinished():
     """Remove the temporary files this process's writers have not finished (at exit)."""
     for tmp in list(_UNFINISHED):

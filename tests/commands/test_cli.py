@@ -267,3 +267,16 @@ def test_an_unbuilt_source_tree_in_the_working_directory_is_named(tmp_path, monk
     assert len(err.splitlines()) == 1 and "snm_core._loops is not built" in err
     assert f"source tree {clone / 'snm_core'}" in err and f"pip install -e {clone}" in err
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_stage_run_again_removes_what_a_killed_run_left_unfinished(tmp_path):
+    """A writer killed outright leaves its temporary file; the stage's next run removes
+    it, so the directory holds the stage's files only."""
+    args = ["train"] + _train_args(tmp_path) + ["--epochs", "1", "--variants", "unlexicalized"]
+    assert main(args) == 0
+    join = tmp_path / "run" / "join"
+    left = join / ".events-00000-of-00064.parquet.0123456789ab.tmp"
+    left.write_bytes(b"half a file")
+    (join / "manifest.json").unlink()  # as if the run had been killed in the join
+    assert main(args) == 0
+    assert not left.exists() and (join / "manifest.json").exists()
