@@ -168,8 +168,7 @@ def prepare(beam_args, shared_paths=()):
     other machines).  Other runners (Flink, Spark, portable) may share a mount
     with this machine, which cannot be checked from here (launch/flink.sh).
     """
-    from apache_beam.options.pipeline_options import PipelineOptions
-    from apache_beam.options.pipeline_options import DirectOptions
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
     args = normalize(beam_args)
     options = PipelineOptions(args)
     which = kind(options)

@@ -41,13 +41,10 @@ utterance (from one ``start`` to the next) each (state, word) is scored once.
 flashlight-text is not a dependency of snm itself: ``pip install flashlight-text``.
 """
 
-import math
-
 import numpy as np
 from flashlight.lib.text.decoder import LM, LMState
 
 import snm
-from snm_core.model.states import StateBatch
 from snm_core.text.vocab import BOS_ID, UNK_ID
 
 #: Spellings that flashlight's lexicons and KenLM use for what an SNM calls
@@ -114,13 +111,10 @@ class FlashlightLM(LM):
         index ``usr_token_idx``."""
         key = (state, usr_token_idx)
         found = self._scored.get(key)
-        if found is None:  # score_word's steps, without its conversions of the word
-            prob, _, after = self.model._advance(
-                StateBatch.of([self._ours[state]], self.model.state_width),
-                self._targets[usr_token_idx:usr_token_idx + 1])
-            p = float(prob[0])
-            found = self._scored[key] = (self._state(after[0]),
-                                         math.log10(p) if p > 0 else -math.inf)
+        if found is None:  # the word's model id was found once, at construction
+            log10, _, after = self.model.step(self._ours[state],
+                                              self._targets[usr_token_idx:usr_token_idx + 1])
+            found = self._scored[key] = (self._state(after), log10)
         return found
 
     def finish(self, state):

@@ -146,7 +146,8 @@ def to_scratch(partial, group, vocab_size):
         count = np.where(last, count[rows] - (pieces[rows] - 1) * SCRATCH_COUNT_MAX,
                          SCRATCH_COUNT_MAX)
         feature, word = feature[rows], word[rows]
-    return {"feature": feature, "word": word.astype(np.uint16 if narrow_words else np.int32),
+    return {"feature": feature,
+            "word": word.astype(np.uint16 if narrow_words else np.int32, copy=False),
             "count": count.astype(np.int32)}
 
 

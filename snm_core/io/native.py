@@ -72,10 +72,10 @@ def refuse_shadowing_tree(directory):
     tree = os.path.join(os.path.abspath(directory), "snm_core")
     if not os.path.isfile(os.path.join(tree, "__init__.py")) or os.path.samefile(tree, PACKAGE):
         return
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
     for module in EXTENSIONS:
         parts = module.split(".")[1:]
         folder, name = os.path.join(tree, *parts[:-1]), parts[-1]
-        suffixes = importlib.machinery.EXTENSION_SUFFIXES
         if not any(os.path.isfile(os.path.join(folder, name + s)) for s in suffixes):
             raise SnmInputError(not_built(module, tree))
 

@@ -235,10 +235,16 @@ class StateScoring:
 
     def score_word(self, state, word):
         """``(log10 P(word | state), the state after it)``: KenLM's ``BaseScore``."""
-        prob, _, after = self._advance(StateBatch.of([state], self.state_width),
-                                       self._target_ids([word]))
+        log10, _, after = self.step(state, self._target_ids([word]))
+        return log10, after
+
+    def step(self, state, target):
+        """One word after one state: ``(log10 probability, n-gram length, the state
+        after it)``, ``target`` an int32 array of the word's model id (as ``_target_ids``
+        gives it; a decoder adapter converts its words once)."""
+        prob, length, after = self._advance(StateBatch.of([state], self.state_width), target)
         p = prob[0]
-        return (float(np.log10(p)) if p > 0 else -math.inf), after[0]
+        return (float(np.log10(p)) if p > 0 else -math.inf), int(length[0]), after[0]
 
     def end_score(self, state):
         """log10 P(``</S>`` | state): the end of the sentence."""
@@ -255,8 +261,8 @@ class StateScoring:
     def __contains__(self, word):
         """``word in model``: the model predicts ``word`` (it is in the vocabulary and
         training saw it), as KenLM's ``in`` tells a word from ``<unk>``."""
-        found = self.vocab.id(word)
-        if found is None or found in (BOS_ID, EOS_ID, UNK_ID):
+        found = self.vocab.id(word)  # <UNK>'s id for a word outside the vocabulary
+        if found in (BOS_ID, EOS_ID, UNK_ID):
             return False
         word_map = getattr(self, "word_map", None)
         return word_map is None or int(word_map[found]) != UNK_ID
@@ -279,12 +285,9 @@ class StateScoring:
         """KenLM's ``BaseFullScore``: ``(log10 probability, n-gram length, oov)``, the
         state after the word written to ``out_state``."""
         target = self._target_ids([KENLM_MARKERS.get(word, word)])
-        prob, length, after = self._advance(StateBatch.of([in_state], self.state_width),
-                                            target)
-        out_state._assign(after[0])
-        with np.errstate(divide="ignore"):
-            return FullScore(float(np.log10(prob[0])), int(length[0]),
-                             bool(target[0] == UNK_ID))
+        log10, length, after = self.step(in_state, target)
+        out_state._assign(after)
+        return FullScore(log10, length, bool(target[0] == UNK_ID))
 
     def sentence_ids(self, sentence):
         """Model ids of the words of a sentence (a string), as ``snm eval`` reads them:
