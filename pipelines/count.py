@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from pipelines import count_directory, reading, runners, running, training_sources
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
-from snm_core.count import counting
+from snm_core.count import counting, thresholds
 from snm_core.count.budget import (
     COUNT_BATCH_BYTES,
     MAX_OCCURRENCES_PER_CHUNK,
@@ -55,6 +55,9 @@ from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
+#: Totals of what ``--min_feature_count`` left out (:mod:`snm_core.count.thresholds`).
+BELOW_THRESHOLD = ("below_threshold_features", "below_threshold_links",
+                   "below_threshold_occurrences")
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
               "marker_tokens", "events", "feature_occurrences")
 
@@ -163,8 +166,9 @@ class MergeBucket(beam.DoFn):
     (see :func:`snm_core.count.counting.extension_keys`), and the stats.
     """
 
-    def __init__(self, settings, out, num_buckets, shuffle, merge_rows):
+    def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None):
         self.settings = settings
+        self.min_feature_count = min_feature_count or {}
         self.out = out
         self.num_buckets = num_buckets
         self.shuffle = shuffle
@@ -176,6 +180,8 @@ class MergeBucket(beam.DoFn):
         running.configure_allocators()
         _, self.extractor = self.settings.build()
         self.parents = counting.parent_types(self.extractor.config)
+        self.minimum = thresholds.per_type(
+            self.min_feature_count, [t.name for t in self.extractor.feature_types])
 
     def process(self, element):
         bucket, parts = element
@@ -195,12 +201,16 @@ class MergeBucket(beam.DoFn):
                 self.shuffle.receive_group(payloads[start:stop], group), group),
             len(self.extractor.feature_types), self.merge_rows)
         self.shuffle.release(payloads)  # this bucket's parts, read
+        left_out = {}
+        if self.min_feature_count:
+            features, links, left_out = thresholds.keep_counted(features, links, self.minimum)
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
         self.progress.update()
         self.features_counter.inc(features.num_rows)
-        yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions})
+        yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions,
+                                 **left_out})
         yield bucket, ("links", self.shuffle.send(
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
         parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
@@ -301,11 +311,14 @@ class CountLinks(beam.PTransform):
     add_to : str, a count directory whose buckets are merged with the new counts
     merge_rows : int, partial links a bucket's merge reads at once
     encoding : str, the text's encoding
+    min_feature_count : dict, ``{type name: N}`` (:mod:`snm_core.count.thresholds`)
     """
 
     def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
-                 reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS, encoding="utf-8"):
+                 reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS, encoding="utf-8",
+                 min_feature_count=None):
         super().__init__()
+        self.min_feature_count = min_feature_count
         self.merge_rows = merge_rows
         self.encoding = encoding
         self.settings, self.out = settings, out
@@ -333,7 +346,8 @@ class CountLinks(beam.PTransform):
                 | "GroupByBucket" >> beam.GroupByKey()
                 | "MergeBuckets" >> beam.ParDo(MergeBucket(self.settings, self.out,
                                                            self.num_buckets, self.shuffle,
-                                                           self.merge_rows))
+                                                           self.merge_rows,
+                                                           self.min_feature_count))
                 | "GroupByLinkBucket" >> beam.GroupByKey()
                 | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle,
                                                         self.merge_rows)))
@@ -345,6 +359,11 @@ def _previous_counts(args, config, tags):
     previous = settings.manifest
     if parse_config(previous.config).to_text() != config.to_text():
         raise SnmInputError(f"--config differs from the configuration of {args.add_to}")
+    if previous.min_feature_count:
+        raise SnmInputError(
+            f"--add_to {args.add_to}: its counts left out features below "
+            f"{thresholds.OPTION}, so they cannot be added to (a feature left out there may "
+            "reach the threshold with the new text); count all the text again")
     if (tags == [""]) != (previous.tags == [""]):
         raise SnmInputError(f"{args.add_to} is {'pooled' if previous.tags == [''] else 'tagged'}"
                             "; give the new sources the same kind of tags")
@@ -353,7 +372,8 @@ def _previous_counts(args, config, tags):
 
 
 def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fingerprint, sources,
-                   shards, scratch, previous=None, encoding="utf-8", skip_invalid=False):
+                   shards, scratch, previous=None, encoding="utf-8", skip_invalid=False,
+                   min_feature_count=None):
     """Check the totals, write empty files for buckets that got no data, then the
     manifest (last).
 
@@ -379,7 +399,8 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
     files = [tables.bucket_file(prefix, b, num_buckets)
              for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
     totals = {name: counted.get(name, 0)
-              for name in STAT_NAMES + ("links", "features", "key_collisions", "link_count_sum")}
+              for name in STAT_NAMES + ("links", "features", "key_collisions", "link_count_sum")
+              + (BELOW_THRESHOLD if min_feature_count else ())}
     if previous:  # the new data's statistics plus the old ones (links, features are merged)
         for name in STAT_NAMES:
             totals[name] += previous.totals.get(name, 0)
@@ -389,7 +410,7 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
         vocabulary_fingerprint=vocab_fingerprint, num_buckets=num_buckets,
         sources=(previous.sources if previous else [])
         + [{"tag": s.tag, "glob": s.glob} for s in sources],
-        files=sorted(files), totals=totals)
+        files=sorted(files), totals=totals, min_feature_count=dict(min_feature_count or {}))
     storage.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
     return manifest.write(out)
 
@@ -402,7 +423,9 @@ def check_counts(counted, shards, previous=None):
     with losscheck.Checks("count") as checks:
         checks.each_once("text shards", shards, counted.get("shards", []))
         checks.equal("feature occurrences extracted", occurrences,
-                      "the sum of the link counts written", counted.get("link_count_sum", 0))
+                      "the sum of the link counts written and left out below a threshold",
+                      counted.get("link_count_sum", 0)
+                      + counted.get("below_threshold_occurrences", 0))
         checks.equal("words and sentence ends read",
                      counted.get("tokens", 0) + counted.get("sentences", 0),
                      "events extracted", counted.get("events", 0))
@@ -473,9 +496,11 @@ class CountOptions:
     memory: Optional[str] = None  # --memory; None: the default budget
     encoding: str = "utf-8"
     skip_invalid: bool = False
+    min_feature_count: tuple = ()  # [TYPES=]N specs (snm_core.count.thresholds)
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
+        object.__setattr__(self, "min_feature_count", tuple(self.min_feature_count or ()))
         running.absolute_paths(self, "out", "vocab", "add_to", "scratch")
         check_encoding(self.encoding)
         if self.num_buckets is not None and not 1 <= self.num_buckets <= 65536:
@@ -507,6 +532,8 @@ def run(args, beam_args=(), summary=True):
     Beam metrics) as a table."""
     beam_args = list(beam_args)
     config = load_config(args.config)
+    min_feature_count = thresholds.parse(args.min_feature_count, config.feature_types(),
+                                         counting.parent_types(config))
     sources, _ = training_sources.spool_stdin(training_sources.parse_sources(args.train),
                                               args.out)
     tags = training_sources.source_tags(sources)
@@ -542,11 +569,12 @@ def run(args, beam_args=(), summary=True):
                                      ArrayShuffle(args.shuffle, scratch,
                                                   release=runners.kind(p.options) == "local"),
                                      args.reference, args.add_to, plan.merge_rows,
-                                     args.encoding)
+                                     args.encoding, min_feature_count)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
                                                   sources, [s.name for s in shards], scratch,
-                                                  previous, args.encoding, args.skip_invalid))
+                                                  previous, args.encoding, args.skip_invalid,
+                                                  min_feature_count))
 
     try:
         metrics = running.run_pipeline(beam_args, build, "count",

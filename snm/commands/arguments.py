@@ -188,6 +188,16 @@ def text_arguments(parser):
                              "error, exit 2, naming the file and the first)")
 
 
+def min_feature_count_argument(parser):
+    """``--min_feature_count [TYPES=]N``, repeatable (:mod:`snm_core.count.thresholds`)."""
+    parser.add_argument("--min_feature_count", action="append", metavar="[TYPES=]N",
+                        help="leave out features seen fewer than N times, with their links "
+                             "(lmplz's --prune, SRILM's -gtNmin): TYPES is skip (every "
+                             "skip-gram type), ngram, a type's name such as 3-gram, or "
+                             "nothing (every type but the empty feature); repeat for several, "
+                             "later ones winning (default: keep every feature)")
+
+
 def layout_argument(parser, required=False):
     """``--layout``: the form of the model's scoring arrays (``compact/``)."""
     parser.add_argument("--layout", choices=LAYOUTS, required=required,

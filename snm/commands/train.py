@@ -38,6 +38,7 @@ from pipelines.count import vocab_file
 from snm import chain
 from snm.commands import arguments
 from snm.commands.fit import add_fit_args, options_from
+from snm_core.count import counting, thresholds
 from snm_core.count.budget import BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
@@ -80,6 +81,7 @@ def build_parser():
                              f"(default: one per {BUCKET_OCCURRENCES:,} feature occurrences of "
                              "the text, more if the memory budget needs them, at least "
                              f"{DEFAULT_NUM_BUCKETS})")
+    arguments.min_feature_count_argument(parser)
     arguments.text_arguments(parser)
     arguments.memory_argument(parser)
     parser.add_argument("--force", action="store_true", help="redo every stage (and write "
@@ -195,6 +197,8 @@ def _plan(args, beam_args):
     if args.layout != "hashed":  # refused before any stage runs
         ngram_trie.ngram_span({"config": config.to_text(), "tags": tags}, args.config,
                               args.layout)
+    thresholds.parse(args.min_feature_count or (), config.feature_types(),
+                     counting.parent_types(config))  # refused before any stage runs
     vocab = vocab_file(args.vocab) if args.vocab else None
     storage.check_file(args.heldout, "--heldout ")
     storage.check_file(args.test, "--test ")
@@ -213,6 +217,7 @@ def _plan(args, beam_args):
         tags=[s.tag for s in sources],
         config_text=config.to_text(), config=args.config, heldout=args.heldout,
         test=args.test, vocab=vocab, add_to=add_to, min_count=args.min_count,
+        min_feature_count=list(args.min_feature_count or []),
         num_buckets=args.num_buckets, memory=args.memory, layout=args.layout,
         prune_to=args.prune_to,
         fit_options=fit_options, ngram=bool(config.ngram_order), encoding=args.encoding,

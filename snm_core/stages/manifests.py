@@ -152,6 +152,9 @@ class Count(CorpusManifest):
 
     vocabulary_size: int = 0
     sources: list = dataclasses.field(default_factory=list)
+    #: ``{type name: N}``: the types whose features seen fewer than N times were left
+    #: out (``--min_feature_count``); empty when every feature was kept.
+    min_feature_count: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

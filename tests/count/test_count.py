@@ -198,6 +198,72 @@ def test_adding_shards_equals_counting_everything_at_once(corpus, tmp_path, tagg
                         "--out", str(tmp_path / "y"), "--train", corpus["b"]])
 
 
+THRESHOLDS = ["--min_feature_count", "2", "--min_feature_count", "skip=3"]
+#: What THRESHOLDS mean for SKIP_CONFIG's types: every type with words 2, skip-grams 3.
+THRESHOLD_TYPES = {"1-gram": 2, "2-gram": 2, "skip(r=1,s=*,a=0)": 3, "skip(r=1,s=*,a=1)": 3,
+                   "skip(r=1,s=*,a=2)": 3, "skip(r=1,s=1,a=0)": 3, "skip(r=1,s=1,a=1)": 3,
+                   "skip(r=1,s=2,a=0)": 3, "skip(r=1,s=2,a=1)": 3, "skip(r=2,s=1,a=0)": 3,
+                   "skip(r=2,s=2,a=0)": 3}
+
+
+@pytest.mark.parametrize("tagged, path", [(False, "fast"), (True, "fast"), (True, "reference")])
+def test_feature_thresholds_are_the_paper_definitions(corpus, tmp_path, tagged, path):
+    """With --min_feature_count, the features seen fewer times than their type's threshold
+    are gone with their links, every kept count is the whole text's, and continuation
+    counts count the kept extensions: the plain-Python count with the same rule."""
+    root = str(corpus["root"])
+    if tagged:
+        specs = [f"man={root}/a/*.txt", f"web={root}/b/*"]
+        sources = [("man", [corpus["a"]]), ("web", [corpus["b"]])]
+    else:
+        specs = [f"{root}/*/part-0*"]
+        sources = [("", [corpus["a"], corpus["b"]])]
+    extra = ["--flush_links", "500"] if path == "fast" else ["--reference"]
+    manifest = run_count(corpus, tmp_path / "counts", corpus["skip"], specs, *extra, *THRESHOLDS)
+    assert manifest.min_feature_count == THRESHOLD_TYPES
+    features, links, totals = paper.read_count_directory(tmp_path / "counts")
+    expected_features, expected_links, expected_totals = paper.brute_force_count(
+        SKIP_CONFIG, sources, paper.vocabulary_words(corpus["vocab"]), THRESHOLD_TYPES)
+    assert expected_totals["below_threshold_features"] > 0  # the test leaves some out
+    assert features == expected_features
+    assert links == expected_links
+    assert {name: totals[name] for name in expected_totals} == expected_totals
+
+
+def test_feature_thresholds_refused(corpus, tmp_path):
+    """Thresholds a count cannot keep are refused before counting, in one line each; a
+    count that left features out is not added to."""
+    def count(*flags, config=corpus["skip"], out="x"):
+        return run_count(corpus, tmp_path / out, config, [corpus["a"]], *flags)
+
+    for flags, message in [
+            (["0"], "at least 1"), (["skip=two"], "at least 1"),
+            (["0-gram=2"], "always kept"), (["7-gram=2"], "no feature type '7-gram'"),
+            (["1-gram=3"], "2-gram has threshold 1, below the 3 of 1-gram")]:
+        with pytest.raises(SnmInputError, match=message):
+            count(*sum((["--min_feature_count", f] for f in flags), []))
+    assert not os.path.exists(tmp_path / "x" / "manifest.json")
+    count("--min_feature_count", "ngram=2", config="5gram", out="old")
+    with pytest.raises(SnmInputError, match="cannot be added to"):
+        count_cmd.main(["--config", "5gram", "--add_to", str(tmp_path / "old"),
+                        "--out", str(tmp_path / "y"), "--train", corpus["b"]])
+
+
+def test_thresholds_on_added_text_equal_thresholds_on_all_text(corpus, tmp_path):
+    """--add_to onto a count that kept everything, with thresholds: the thresholds apply to
+    the sums, as if all the text had been counted at once."""
+    run_count(corpus, tmp_path / "all", corpus["skip"], [corpus["a"], corpus["b"]],
+              *THRESHOLDS)
+    run_count(corpus, tmp_path / "old", corpus["skip"], [corpus["a"]])
+    assert count_cmd.main(["--config", corpus["skip"], "--add_to", str(tmp_path / "old"),
+                           "--out", str(tmp_path / "added"), "--train", corpus["b"],
+                           *THRESHOLDS]) == 0
+    names = [n for n in os.listdir(tmp_path / "all") if n.endswith(".parquet")]
+    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "all", tmp_path / "added", names,
+                                               shallow=False)
+    assert not mismatch and not errors
+
+
 def test_readers_per_file_do_not_change_the_count(corpus, tmp_path, monkeypatch):
     """Each file is read by as many readers as the runner has workers (2 here); one
     reader per file (a cluster runner without --num_workers) counts the same bytes."""

@@ -189,9 +189,11 @@ def text_stats():
     return collections.Counter(dict.fromkeys(STATS, 0))
 
 
-def brute_force_count(config_text, sources, vocabulary):
+def brute_force_count(config_text, sources, vocabulary, min_feature_count=None):
     """The count of ``sources`` (``[(tag, [path, ...]), ...]``) by the definitions above;
-    ``vocabulary`` the set of words known (:func:`vocabulary_words`).
+    ``vocabulary`` the set of words known (:func:`vocabulary_words`); ``min_feature_count``
+    ``{type name: N}``: features of those types seen fewer than N times left out, and not
+    counted as extensions either.
 
     Returns ``(features, links, totals)``: ``{identity: (C(f,*), diversity)}``,
     ``{(identity, word): (C(f,w), N1+(. f w))}`` and the count manifest's totals.
@@ -209,6 +211,17 @@ def brute_force_count(config_text, sources, vocabulary):
                     stats["feature_occurrences"] += len(found)
                     for kind, feature_words in found:
                         link_counts[((tag, kind, feature_words), target)] += 1
+    below = {}
+    if min_feature_count:
+        seen = collections.Counter()
+        for (feature, _), count in link_counts.items():
+            seen[feature] += count
+        left_out = {f for f, n in seen.items() if n < min_feature_count.get(type_name(f[1]), 1)}
+        below = {"below_threshold_features": len(left_out),
+                 "below_threshold_links": sum(1 for f, _ in link_counts if f in left_out),
+                 "below_threshold_occurrences": sum(seen[f] for f in left_out)}
+        link_counts = collections.Counter({(f, w): n for (f, w), n in link_counts.items()
+                                           if f not in left_out})
     continuations = collections.Counter()
     for ((tag, kind, feature_words), target) in link_counts:
         parent = parent_type(kind)
@@ -222,7 +235,7 @@ def brute_force_count(config_text, sources, vocabulary):
         features[identity][0] += count
         features[identity][1] += 1
     totals = {**stats, "links": len(links), "features": len(features),
-              "link_count_sum": sum(link_counts.values()), "key_collisions": 0}
+              "link_count_sum": sum(link_counts.values()), "key_collisions": 0, **below}
     return {f: tuple(v) for f, v in features.items()}, links, totals
 
 

@@ -1,0 +1,99 @@
+"""Feature count thresholds: features seen fewer than N times in training are left out.
+
+``--min_feature_count [TYPES=]N`` (``snm count``, ``snm train``), given any number of
+times, later ones overriding earlier ones for the types they name.  TYPES is
+
+* ``skip``: every skip-gram type;
+* ``ngram``: every n-gram type of one word or more;
+* a type's name, as the count's manifest lists them (``3-gram``, ``skip(r=1,s=*,a=0)``);
+* nothing (a bare N): every type but the empty feature.
+
+The empty feature (``0-gram``, the unigram distribution) is never left out.  A feature
+below its type's threshold goes with all its links, after the bucket's counts are
+complete, so what is kept is exact: C(f,*), C(f,w) and the diversity of every kept
+feature are the counts of the whole text.  Continuation counts count the kept
+extensions only (KenLM's ``--prune`` counts what it keeps the same way).
+
+A type's threshold may not be below the threshold of the type it extends (an n-gram of
+the (n-1)-gram; a skip-gram (r, s, a) of (r-1, s, a)): an extension occurs at most as
+often as the feature it extends, so the kept features stay closed under suffixes, which
+scoring, back-off pruning and ARPA export rely on.
+"""
+
+import numpy as np
+import pyarrow as pa
+
+from snm_core.io.errors import SnmInputError
+
+OPTION = "--min_feature_count"
+GROUPS = ("skip", "ngram")
+
+
+def parse(specs, feature_types, parents):
+    """``{type name: N}`` (N >= 2, in the types' order) of the ``[TYPES=]N`` ``specs``.
+
+    ``feature_types``: the configuration's :class:`~snm_core.text.config.FeatureType`\\ s;
+    ``parents``: each type's index of the type it extends, -1 if none
+    (:func:`snm_core.count.counting.parent_types`).
+    """
+    minimum = [1] * len(feature_types)
+    names = [t.name for t in feature_types]
+    for spec in specs:
+        selector, _, value = str(spec).rpartition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise SnmInputError(f"{OPTION} {spec}: give [TYPES=]N with N a whole number of at "
+                                "least 1, e.g. skip=2")
+        chosen = _select(selector, feature_types, names, spec)
+        for i in chosen:
+            minimum[i] = n
+    for i, p in enumerate(parents):
+        if p >= 0 and minimum[i] < minimum[p]:
+            raise SnmInputError(
+                f"{OPTION}: {names[i]} has threshold {minimum[i]}, below the {minimum[p]} of "
+                f"{names[p]}, the type it extends; give it at least {minimum[p]}")
+    return {name: n for name, n in zip(names, minimum) if n > 1}
+
+
+def _select(selector, feature_types, names, spec):
+    if selector == "":
+        return [i for i, t in enumerate(feature_types) if t.num_words > 0]
+    if selector == "skip":
+        return [i for i, t in enumerate(feature_types) if t.kind == "skip"]
+    if selector == "ngram":
+        return [i for i, t in enumerate(feature_types) if t.kind == "ngram" and t.adjacent > 0]
+    if selector == "0-gram":
+        raise SnmInputError(f"{OPTION} {spec}: the empty feature (0-gram) gives the unigram "
+                            "distribution and is always kept")
+    if selector in names:
+        return [names.index(selector)]
+    raise SnmInputError(f"{OPTION} {spec}: no feature type {selector!r} in this configuration; "
+                        f"give skip, ngram or one of {', '.join(names[1:])}")
+
+
+def per_type(thresholds, feature_names):
+    """The threshold of each type (1: none) as an int64 array, from ``{name: N}``."""
+    return np.array([thresholds.get(name, 1) for name in feature_names], dtype=np.int64)
+
+
+def keep_counted(features, links, minimum):
+    """A bucket's tables without the features below their type's threshold, nor their links.
+
+    ``features`` (:data:`snm_core.io.tables.FEATURES`, sorted by key) and ``links`` (its
+    links, grouped by feature in the same order, ``diversity`` rows each); ``minimum``:
+    :func:`per_type`.  Returns ``(features, links, left_out)``, ``left_out`` the totals
+    ``below_threshold_features``, ``_links`` and ``_occurrences`` (the C(f,*) they had).
+    """
+    count = features["count"].to_numpy()
+    kept = count >= minimum[features["type"].to_numpy().astype(np.int64)]
+    left_out = {"below_threshold_features": int(len(kept) - kept.sum()),
+                "below_threshold_links": 0, "below_threshold_occurrences": 0}
+    if kept.all():
+        return features, links, left_out
+    link_kept = np.repeat(kept, features["diversity"].to_numpy())
+    left_out["below_threshold_links"] = int(len(link_kept) - link_kept.sum())
+    left_out["below_threshold_occurrences"] = int(count[~kept].sum())
+    return features.filter(pa.array(kept)), links.filter(pa.array(link_kept)), left_out
