@@ -74,6 +74,7 @@ setup(
                  # Counting's, the text layer's and the hashed layout's loops, through
                  # ctypes: numba's start costs a process about 0.9 s (snm_core/io/native.py).
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
+                                               "snm_core/count/sketch.c",
                                                "snm_core/text/words.c",
                                                "snm_core/model/layouts/hashed_loops.c"],
                            extra_compile_args=["-O3", "-std=c11"])],

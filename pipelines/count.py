@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from pipelines import count_directory, reading, runners, running, training_sources
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
-from snm_core.count import counting, thresholds
+from snm_core.count import counting, sketch, thresholds
 from snm_core.count.budget import (
     COUNT_BATCH_BYTES,
     MAX_OCCURRENCES_PER_CHUNK,
@@ -55,9 +55,10 @@ from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
-#: Totals of what ``--min_feature_count`` left out (:mod:`snm_core.count.thresholds`).
-BELOW_THRESHOLD = ("below_threshold_features", "below_threshold_links",
-                   "below_threshold_occurrences")
+#: The total of what ``--min_feature_count`` left out (:mod:`snm_core.count.thresholds`):
+#: feature occurrences, whether the sketch dropped them before the merge or the merge
+#: after (the features and links they made are not known: the sketch never counts them).
+BELOW_THRESHOLD = ("below_threshold_occurrences",)
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
               "marker_tokens", "events", "feature_occurrences")
 
@@ -91,13 +92,14 @@ class ExtractLinkPartials(beam.DoFn):
     """
 
     def __init__(self, settings, num_buckets, flush_links, shuffle, batch_bytes,
-                 encoding="utf-8"):
+                 encoding="utf-8", sketch=None):
         self.settings = settings
+        self.sketch_file = sketch
         self.num_buckets = num_buckets
         self.flush_links = flush_links
         self.shuffle = shuffle
         self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress("count"))
-        self.counters = {name: running.counter(name) for name in STAT_NAMES}
+        self.counters = {name: running.counter(name) for name in STAT_NAMES + BELOW_THRESHOLD}
 
     def setup(self):
         running.configure_allocators()
@@ -110,6 +112,7 @@ class ExtractLinkPartials(beam.DoFn):
         # summed over the shard (counting.ShardSums).
         self.context_free = np.array([t.num_words == 0 for t in self.extractor.feature_types]
                                      * len(self.extractor.tags))
+        self.sketch = self.sketch_file.load(self.extractor) if self.sketch_file else None
 
     def process(self, shard):
         links, features, pending = [], [], 0
@@ -122,9 +125,15 @@ class ExtractLinkPartials(beam.DoFn):
                 losscheck.add_totals(batch_stats, {"events": chunk.num_events})
                 # One feature type at a time: its arrays are a fraction of the chunk's.
                 for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
-                    batch_links, batch_features = counting.batch_partials(events)
                     losscheck.add_totals(batch_stats,
                                          {"feature_occurrences": events.num_pairs})
+                    if self.sketch is not None:
+                        events, left_out = self.sketch.keep_reaching(events)
+                        losscheck.add_totals(batch_stats,
+                                             {"below_threshold_occurrences": left_out})
+                        if not events.num_pairs:
+                            continue
+                    batch_links, batch_features = counting.batch_partials(events)
                     if len(batch_features["feature"]) == 1 and \
                             self.context_free[batch_features["type"][0]]:
                         shard_sums.add(batch_links, batch_features)
@@ -298,6 +307,84 @@ class ReadCountBucket(beam.DoFn):
                  for group, partial in part.items()}))
 
 
+@dataclasses.dataclass(frozen=True)
+class SketchFile:
+    """Where the count's feature sketch is, its shape and the thresholds it serves
+    (picklable; :mod:`snm_core.count.sketch`)."""
+
+    path: str
+    log2_cells: int
+    bits: int
+    min_feature_count: dict  # {type name: N}
+
+    def minimum(self, extractor):
+        """The threshold of each type id (tag-major), 1 for none."""
+        return np.tile(thresholds.per_type(self.min_feature_count,
+                                           [t.name for t in extractor.feature_types]),
+                       len(extractor.tags))
+
+    def load(self, extractor):
+        return _SketchFilter(sketch.FeatureSketch.load(self.path, self.log2_cells, self.bits),
+                             self.minimum(extractor))
+
+
+class _SketchFilter:
+    """A worker's loaded sketch: drops the occurrences of features that cannot reach
+    their type's threshold."""
+
+    def __init__(self, feature_sketch, minimum):
+        self.sketch, self.minimum = feature_sketch, minimum
+
+    def keep_reaching(self, events):
+        """``(events, occurrences left out)``: ``events`` (one type's, as the extractor
+        yields them) without the pairs whose feature's estimate is below the threshold."""
+        if not events.num_pairs or self.minimum[events.type[0]] <= 1:
+            return events, 0
+        keep = self.sketch.reaches(events.key, self.minimum[events.type[0]])
+        left_out = int(len(keep) - np.count_nonzero(keep))
+        if not left_out:
+            return events, 0
+        return events.select(keep), left_out
+
+
+class SketchShard(beam.DoFn):
+    """TextShard -> the path of a scratch file holding the sketch of its thresholded
+    feature occurrences (the first of the count's two passes over the text)."""
+
+    def __init__(self, settings, sketch_file, parts, batch_bytes, encoding="utf-8"):
+        self.settings, self.sketch_file, self.parts = settings, sketch_file, parts
+        self.reader = reading.ShardReader(batch_bytes, encoding,
+                                          running.text_progress("count: sketch"))
+
+    def setup(self):
+        running.configure_allocators()
+        self.vocab, self.extractor = self.settings.build()
+        self.minimum = self.sketch_file.minimum(self.extractor)
+        self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
+                              // self.extractor.max_windows_per_type)
+
+    def process(self, shard):
+        counted = sketch.FeatureSketch(self.sketch_file.log2_cells, self.sketch_file.bits)
+        for batch in self.reader.batches(shard):
+            sentences, _, _ = tokenize(batch.lines, self.vocab)
+            for chunk in sentences.chunks(self.max_events):
+                for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
+                    if events.num_pairs and self.minimum[events.type[0]] > 1:
+                        counted.add(events.key)
+        path = storage.join(self.parts, f"{shard.file:05d}-{shard.shard:05d}.sketch")
+        counted.save(path)
+        yield path
+        running.release_memory()
+
+
+def merge_sketches(parts, sketch_file):
+    """The workers' sketches summed into ``sketch_file.path`` (CallOnce); parts removed."""
+    sketch.merge_files(sorted(parts), sketch_file.path, sketch_file.log2_cells,
+                       sketch_file.bits)
+    for part in parts:
+        storage.remove_file(part)
+
+
 class CountLinks(beam.PTransform):
     """TextShard s -> count files in ``out``; output: each bucket's totals dict.
 
@@ -312,13 +399,16 @@ class CountLinks(beam.PTransform):
     merge_rows : int, partial links a bucket's merge reads at once
     encoding : str, the text's encoding
     min_feature_count : dict, ``{type name: N}`` (:mod:`snm_core.count.thresholds`)
+    sketch : SketchFile, the thresholded types' sketch (occurrences below it are dropped
+        before they are summed), or None
     """
 
     def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
                  reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS, encoding="utf-8",
-                 min_feature_count=None):
+                 min_feature_count=None, sketch=None):
         super().__init__()
         self.min_feature_count = min_feature_count
+        self.sketch = sketch
         self.merge_rows = merge_rows
         self.encoding = encoding
         self.settings, self.out = settings, out
@@ -335,7 +425,7 @@ class CountLinks(beam.PTransform):
         else:
             partials = shards | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
                 self.settings, self.num_buckets, self.flush_links, self.shuffle,
-                self.batch_bytes, self.encoding))
+                self.batch_bytes, self.encoding, self.sketch))
         if self.add_to:
             existing = (shards.pipeline
                         | "ExistingBuckets" >> beam.Create(list(range(self.num_buckets)))
@@ -422,10 +512,12 @@ def check_counts(counted, shards, previous=None):
         occurrences += previous.totals["feature_occurrences"]
     with losscheck.Checks("count") as checks:
         checks.each_once("text shards", shards, counted.get("shards", []))
+        left_out = counted.get("below_threshold_occurrences")
         checks.equal("feature occurrences extracted", occurrences,
-                      "the sum of the link counts written and left out below a threshold",
-                      counted.get("link_count_sum", 0)
-                      + counted.get("below_threshold_occurrences", 0))
+                      "the sum of the link counts written" + (
+                          " and of the occurrences left out below a threshold"
+                          if left_out is not None else ""),
+                      counted.get("link_count_sum", 0) + (left_out or 0))
         checks.equal("words and sentence ends read",
                      counted.get("tokens", 0) + counted.get("sentences", 0),
                      "events extracted", counted.get("events", 0))
@@ -527,6 +619,33 @@ class CountOptions:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
 
 
+def count_sketch(args, beam_args, settings, files, config, scratch, min_feature_count):
+    """The first pass of a thresholded count: the sketch of the thresholded types' feature
+    keys in ``scratch`` (:mod:`snm_core.count.sketch`), as a :class:`SketchFile`."""
+    workers = running.workers_per_process(beam_args)
+    budget = MemoryBudget.parse(args.memory)
+    occurrences = (training_sources.estimate_words(files)
+                   * FeatureExtractor(config).occurrences_per_event)
+    bits = sketch.cell_bits(max(min_feature_count.values()))
+    sketch_file = SketchFile(storage.join(scratch, "feature.sketch"),
+                             sketch.plan_cells(occurrences, bits,
+                                               budget.working() // (workers + 1)),
+                             bits, min_feature_count)
+    parts = storage.join(scratch, "sketch-parts")
+    storage.makedirs(parts)
+
+    def build(p):
+        _ = (p
+             | "ListShards" >> beam.Create(reading.text_shards(files, p.options))
+             | "Sketch" >> beam.ParDo(SketchShard(settings, sketch_file, parts,
+                                                 args.batch_bytes, args.encoding))
+             | "MergeSketches" >> running.CallOnce(merge_sketches, sketch_file))
+
+    running.run_pipeline(beam_args, build, "count: sketch", shared_paths=[args.out, scratch],
+                         text=[path for _, path in files])
+    return sketch_file
+
+
 def run(args, beam_args=(), summary=True):
     """Run the count pipeline; returns its manifest.  ``summary``: print its totals (and
     Beam metrics) as a table."""
@@ -559,6 +678,7 @@ def run(args, beam_args=(), summary=True):
     settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
     scratch = scratch_directory(args.out, args.scratch, running.workers_are_local(beam_args))
+    sketch_file = None
 
     def build(p):
         shards = reading.text_shards(files, p.options)
@@ -569,7 +689,7 @@ def run(args, beam_args=(), summary=True):
                                      ArrayShuffle(args.shuffle, scratch,
                                                   release=runners.kind(p.options) == "local"),
                                      args.reference, args.add_to, plan.merge_rows,
-                                     args.encoding, min_feature_count)
+                                     args.encoding, min_feature_count, sketch_file)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
                                                   sources, [s.name for s in shards], scratch,
@@ -577,6 +697,11 @@ def run(args, beam_args=(), summary=True):
                                                   min_feature_count))
 
     try:
+        # With --add_to the old counts' features are not in a sketch of the new text:
+        # the exact filter after the merge alone applies.
+        if min_feature_count and not args.add_to:
+            sketch_file = count_sketch(args, beam_args, settings, files, config, scratch,
+                                       min_feature_count)
         metrics = running.run_pipeline(beam_args, build, "count",
                                        shared_paths=[args.out, scratch],
                                        text=[path for _, path in files])

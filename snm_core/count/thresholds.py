@@ -12,7 +12,7 @@ The empty feature (``0-gram``, the unigram distribution) is never left out.  A f
 below its type's threshold goes with all its links, after the bucket's counts are
 complete, so what is kept is exact: C(f,*), C(f,w) and the diversity of every kept
 feature are the counts of the whole text.  Continuation counts count the kept
-extensions only (KenLM's ``--prune`` counts what it keeps the same way).
+extensions only (:mod:`snm_core.count.sketch` drops the others before they are counted).
 
 A type's threshold may not be below the threshold of the type it extends (an n-gram of
 the (n-1)-gram; a skip-gram (r, s, a) of (r-1, s, a)): an extension occurs at most as
@@ -84,16 +84,13 @@ def keep_counted(features, links, minimum):
 
     ``features`` (:data:`snm_core.io.tables.FEATURES`, sorted by key) and ``links`` (its
     links, grouped by feature in the same order, ``diversity`` rows each); ``minimum``:
-    :func:`per_type`.  Returns ``(features, links, left_out)``, ``left_out`` the totals
-    ``below_threshold_features``, ``_links`` and ``_occurrences`` (the C(f,*) they had).
+    :func:`per_type`.  Returns ``(features, links, left_out)``, ``left_out`` the total
+    ``below_threshold_occurrences`` (the C(f,*) of the features left out).
     """
     count = features["count"].to_numpy()
     kept = count >= minimum[features["type"].to_numpy().astype(np.int64)]
-    left_out = {"below_threshold_features": int(len(kept) - kept.sum()),
-                "below_threshold_links": 0, "below_threshold_occurrences": 0}
     if kept.all():
-        return features, links, left_out
+        return features, links, {"below_threshold_occurrences": 0}
     link_kept = np.repeat(kept, features["diversity"].to_numpy())
-    left_out["below_threshold_links"] = int(len(link_kept) - link_kept.sum())
-    left_out["below_threshold_occurrences"] = int(count[~kept].sum())
-    return features.filter(pa.array(kept)), links.filter(pa.array(link_kept)), left_out
+    return (features.filter(pa.array(kept)), links.filter(pa.array(link_kept)),
+            {"below_threshold_occurrences": int(count[~kept].sum())})

@@ -4,7 +4,8 @@ called through ctypes, which releases the GIL during a call.
 Why C and not numba: numba's start costs a process about 0.9 s (its import, its
 compiler's set-up, a cached function's load) and memory, and a kernel ``snm train`` is
 a few seconds; this library loads in a millisecond.  setup.py builds it from
-``snm_core/loops.c``, ``snm_core/io/radix.c``, ``snm_core/text/words.c`` and
+``snm_core/loops.c``, ``snm_core/io/radix.c``, ``snm_core/count/sketch.c``,
+``snm_core/text/words.c`` and
 ``snm_core/model/layouts/hashed_loops.c``; each Python module that wraps a loop
 declares its signature here (:func:`function`).
 """

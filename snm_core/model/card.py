@@ -45,11 +45,12 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
         f"{fit.get('heldout_perplexity_unadjusted', float('nan')):.2f} unadjusted, "
         f"{fit.get('heldout_perplexity', float('nan')):.2f} adjusted",
     ]
-    if totals.get("below_threshold_features"):
+    if totals.get("below_threshold_occurrences"):
+        share = totals["below_threshold_occurrences"] / max(totals["feature_occurrences"], 1)
         lines.insert(lines.index("## Data") + 3,
-                     f"- left out below --min_feature_count (snm count): "
-                     f"{totals['below_threshold_features']:,} features, "
-                     f"{totals['below_threshold_links']:,} links")
+                     f"- left out below --min_feature_count (snm count): the features of "
+                     f"{totals['below_threshold_occurrences']:,} feature occurrences "
+                     f"({share:.1%})")
     pruning = manifest.get("pruning")
     if pruning:
         before = pruning["links_before"]

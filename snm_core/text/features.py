@@ -80,6 +80,11 @@ class EventFeatures:
     def num_pairs(self):
         return len(self.key)
 
+    def select(self, keep):
+        """These events with only the pairs where the bool mask ``keep`` is true."""
+        return dataclasses.replace(self, event=self.event[keep], key=self.key[keep],
+                                   type=self.type[keep], generator=self.generator[keep])
+
     def context_words(self, pairs=None):
         """Identity words of the given pairs' features, oldest first, padded with -1.
 

@@ -217,9 +217,7 @@ def brute_force_count(config_text, sources, vocabulary, min_feature_count=None):
         for (feature, _), count in link_counts.items():
             seen[feature] += count
         left_out = {f for f, n in seen.items() if n < min_feature_count.get(type_name(f[1]), 1)}
-        below = {"below_threshold_features": len(left_out),
-                 "below_threshold_links": sum(1 for f, _ in link_counts if f in left_out),
-                 "below_threshold_occurrences": sum(seen[f] for f in left_out)}
+        below = {"below_threshold_occurrences": sum(seen[f] for f in left_out)}
         link_counts = collections.Counter({(f, w): n for (f, w), n in link_counts.items()
                                            if f not in left_out})
     continuations = collections.Counter()

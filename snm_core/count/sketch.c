@@ -1,0 +1,90 @@
+/* The count's feature sketch (snm_core/count/sketch.py): saturating counters of
+ * `bits` bits (2, 4 or 8), packed in bytes, 2^log2_cells of them.  A key counts in two
+ * cells of one 64-byte line (one cache miss an occurrence); its estimate is the smaller
+ * of the two, which is never below the key's true count.  Positions come from the key's
+ * bits, which are already a hash. */
+#include <stdint.h>
+
+#define LINE_BITS 9 /* cells of a line: 512 bits = 64 bytes */
+
+static inline void positions(uint64_t key, int64_t log2_cells, int bits, uint64_t *a,
+                             uint64_t *b) {
+    int line_cells = LINE_BITS - (bits == 2 ? 1 : bits == 4 ? 2 : 3);
+    if (line_cells > log2_cells) line_cells = (int)log2_cells; /* a sketch within a line */
+    uint64_t line = log2_cells > line_cells ? key >> (64 - (log2_cells - line_cells)) : 0;
+    uint64_t mask = ((uint64_t)1 << line_cells) - 1;
+    uint64_t first = key & mask, second = (key >> 16) & mask;
+    if (second == first) second ^= 1;
+    *a = (line << line_cells) | first;
+    *b = (line << line_cells) | second;
+}
+
+static inline unsigned get(const uint8_t *cells, int bits, uint64_t at) {
+    if (bits == 8) return cells[at];
+    int per = 8 / bits;
+    return (cells[at / per] >> ((at % per) * bits)) & ((1u << bits) - 1);
+}
+
+static inline void add(uint8_t *cells, int bits, uint64_t at) {
+    unsigned top = (1u << bits) - 1;
+    if (bits == 8) {
+        if (cells[at] < top) cells[at]++;
+        return;
+    }
+    int per = 8 / bits, shift = (int)(at % per) * bits;
+    uint8_t *byte = cells + at / per;
+    if (((*byte >> shift) & top) < top) *byte = (uint8_t)(*byte + (1u << shift));
+}
+
+/* Count each of `keys` once. */
+void sketch_add(uint8_t *cells, int64_t log2_cells, int32_t bits, const uint64_t *keys,
+                int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t a, b;
+        if (i + 8 < n) {
+            positions(keys[i + 8], log2_cells, bits, &a, &b);
+            __builtin_prefetch(cells + a * bits / 8, 1);
+        }
+        positions(keys[i], log2_cells, bits, &a, &b);
+        add(cells, bits, a);
+        add(cells, bits, b);
+    }
+}
+
+/* keep[i] = 1 when the estimate of keys[i] is at least `minimum`; returns how many. */
+int64_t sketch_keep(const uint8_t *cells, int64_t log2_cells, int32_t bits,
+                    const uint64_t *keys, int64_t n, int32_t minimum, uint8_t *keep) {
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t a, b;
+        if (i + 8 < n) {
+            positions(keys[i + 8], log2_cells, bits, &a, &b);
+            __builtin_prefetch(cells + a * bits / 8, 0);
+        }
+        positions(keys[i], log2_cells, bits, &a, &b);
+        unsigned x = get(cells, bits, a), y = get(cells, bits, b);
+        keep[i] = (x < y ? x : y) >= (unsigned)minimum;
+        kept += keep[i];
+    }
+    return kept;
+}
+
+/* into += other, cell by cell, saturating: the sketch of two workers' text. */
+void sketch_merge(uint8_t *into, const uint8_t *other, int64_t n_bytes, int32_t bits) {
+    int per = 8 / bits;
+    unsigned top = (1u << bits) - 1;
+    for (int64_t i = 0; i < n_bytes; i++) {
+        if (!other[i]) continue;
+        if (bits == 8) {
+            unsigned s = (unsigned)into[i] + other[i];
+            into[i] = (uint8_t)(s > top ? top : s);
+            continue;
+        }
+        uint8_t out = 0;
+        for (int c = 0; c < per; c++) {
+            unsigned s = ((into[i] >> (c * bits)) & top) + ((other[i] >> (c * bits)) & top);
+            out |= (uint8_t)((s > top ? top : s) << (c * bits));
+        }
+        into[i] = out;
+    }
+}
