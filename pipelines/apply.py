@@ -37,7 +37,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
 from snm_core.model.adjust import adjust_bucket
 from snm_core.model.card import write_model_card
-from snm_core.model.compact import build_resources, compile_model
+from snm_core.model.compact import HASHED_LAYOUTS, build_resources, compile_model
 from snm_core.model.layouts import ngram_trie
 from snm_core.model.layouts.hashed import COMPACT
 from snm_core.stages import manifests
@@ -139,7 +139,7 @@ def run(args, beam_args=(), model_card=True, summary=True):
     if fit_manifest.vocabulary_fingerprint != settings.manifest.vocabulary_fingerprint:
         raise SnmInputError(f"{args.fit} was fitted with another vocabulary than "
                             f"{args.count}; run snm join and snm fit on these counts")
-    if args.layout != "hashed":  # refused before the pipeline runs
+    if args.layout not in HASHED_LAYOUTS:  # refused before the pipeline runs
         ngram_trie.ngram_span(settings.manifest, args.count, args.layout)
     spec = MetaFeatureSpec(**fit_manifest.metafeatures)
     budget = MemoryBudget.parse(args.memory)

@@ -44,7 +44,7 @@ from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
 from snm_core.model import backoff
 from snm_core.model import prune as prune_lib
 from snm_core.model.card import write_model_card
-from snm_core.model.compact import compile_model
+from snm_core.model.compact import HASHED_LAYOUTS, compile_model
 from snm_core.model.layouts import ngram_trie
 from snm_core.model.prune_backoff import KeepRule, PruneJob, select_cut
 from snm_core.text.config import parse_config
@@ -473,7 +473,7 @@ def run(options, beam_args=(), summary=True):
     ``summary``: print its totals (and Beam metrics) as a table."""
     from snm_core.stages.validation import validate_directory
     manifest = validate_directory(options.model, "model").manifest
-    if options.layout != "hashed":  # refused before anything is pruned
+    if options.layout not in HASHED_LAYOUTS:  # refused before anything is pruned
         ngram_trie.ngram_span(manifest, options.model, options.layout)
     ngram = parse_config(manifest["config"]).ngram_order is not None
     criterion = options.criterion or ("backoff" if ngram else "mass")

@@ -46,6 +46,7 @@ from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import check_encoding
 from snm_core.loglinear import family as loglinear_family
 from snm_core.loglinear.family import LogLinearOptions
+from snm_core.model.compact import HASHED_LAYOUTS
 from snm_core.model.layouts import ngram_trie
 from snm_core.stages import manifests
 from snm_core.text.config import load_config
@@ -194,7 +195,7 @@ def _plan(args, beam_args):
     if args.tagged and training_sources.source_tags(sources) == [""]:
         raise SnmInputError("--tagged needs tagged sources: --train TAG=GLOB")
     tags = training_sources.source_tags(sources)
-    if args.layout != "hashed":  # refused before any stage runs
+    if args.layout not in HASHED_LAYOUTS:  # refused before any stage runs
         ngram_trie.ngram_span({"config": config.to_text(), "tags": tags}, args.config,
                               args.layout)
     thresholds.parse(args.min_feature_count or (), config.feature_types(),

@@ -23,11 +23,14 @@ from snm_core.stages import manifests, validation
 #: Layouts ``compact/`` may be built in (``--layout``): hashed keys (any
 #: model), or an n-gram model's trie, plain (:mod:`snm_core.model.layouts.trie`) or coded
 #: (:mod:`snm_core.model.layouts.small`).
-LAYOUTS = ("hashed", "trie", "small")
+LAYOUTS = ("hashed", "packed", "trie", "small")
+#: The layouts of hashed keys (any model): plain, or packed (4-byte entries).
+HASHED_LAYOUTS = ("hashed", "packed")
 #: Files of a model directory that a scoring directory copies, beside vocab.txt.
 CONFIG, CARD = "config.cfg", "model_card.md"
 LAYOUT_HELP = ("scoring arrays (compact/): hashed (the default: any model, with the unadjusted "
-               "model), trie (n-gram models: about 10 bytes a link, the fastest) or small "
+               "model), packed (any model: about 5 bytes a link and a feature, values within "
+               "0.07%%, no unadjusted model), trie (n-gram models: about 10 bytes a link, the fastest) or small "
                "(n-gram models: about 2.5 bytes a link, perplexity within 0.1%%)")
 
 
@@ -68,7 +71,7 @@ def build_resources(manifest, layout, budget=None, progress=None):
         budget = memory.MemoryBudget.parse(budget)
     # The trie layouts' least working memory depends on their sort keys' width: their
     # plan (trie_build.plan) checks it before any work.
-    parts = hashed_build.memory_parts(manifest) if layout == "hashed" else {}
+    parts = hashed_build.memory_parts(manifest) if layout in HASHED_LAYOUTS else {}
     budget.require(f"compact ({layout})", {"the process": memory.PROCESS_BYTES, **parts})
     return {"memory": budget.working(),
             "progress": progress or pass_progress(layout)}
@@ -87,7 +90,7 @@ def check_layout(manifest, model_dir, layout):
     the model (the trie layouts: n-gram models only)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    if layout != "hashed":
+    if layout not in HASHED_LAYOUTS:
         ngram_trie.ngram_span(manifest, model_dir, layout)
 
 
@@ -96,12 +99,13 @@ def _build(model_dir, manifest, layout, directory, resources, options):
     returns the compact manifest."""
     memory.configure_process("single")
     with memory.kept_heap("single"):  # a partition's arrays reused, not zeroed afresh
-        if layout == "hashed":
+        if layout in HASHED_LAYOUTS:
             # Its passes stream through their arrays: huge pages would only cost
             # their zeroing (the trie's builds, which probe theirs, keep them).
             with memory.small_pages():
                 return hashed_build.build_hashed(model_dir, manifest, directory,
-                                                 **resources, **options)
+                                                 packed=layout == "packed", **resources,
+                                                 **options)
         from snm_core.model.layouts import small, trie, trie_build  # numba: the tries only
         builder = small.build_small if layout == "small" else trie.build_trie
         shutil.rmtree(directory, ignore_errors=True)
@@ -175,7 +179,8 @@ def load_model(model_dir, mmap=True):
     compact_manifest = storage.join(stored_compact, tables.MANIFEST)
     layout = (storage.read_json(compact_manifest).get("layout")
               if storage.isfile(compact_manifest) else None)
-    built = layout in hashed.READ_LAYOUTS or layout in _trie_layouts(layout)
+    built = (layout in hashed.READ_LAYOUTS or layout == hashed.PACKED_LAYOUT
+             or layout in _trie_layouts(layout))
     # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
     checked = validation.validate_directory(model_dir, "model", parquet=not built)
     if not built:  # missing, or an older version of its layout ("small-0": small)
@@ -211,7 +216,7 @@ def _trie_layouts(layout):
     """``{layout version: (files, load, scorer)}`` of the trie layouts; empty for a hashed
     ``layout``, whose scoring does not import them (their loops are numba's, whose start
     costs a process about a second)."""
-    if layout in hashed.READ_LAYOUTS:
+    if layout in hashed.READ_LAYOUTS or layout == hashed.PACKED_LAYOUT:
         return {}
     from snm_core.model.layouts import small, trie
     return {small.SMALL_LAYOUT: (small.SMALL_FILES, small.load_small, small.SmallModel),

@@ -68,10 +68,39 @@ COLLISION = np.dtype([("key", "<u8"), ("feature", "<u8"), ("word", "<i8"), ("m",
 #: ``link_collisions``.
 SHARED = np.float32(-1.0)
 
+#: The packed layout (``--layout packed``): the same tables with 4-byte entries, the 16 key
+#: bits below the slot's and a 16-bit code of the value, and no c(w|f) (no unadjusted
+#: model).  Its compact manifest's ``layout``.
+PACKED_LAYOUT = "packed-1"
+PACKED_ENTRY = np.dtype([("remainder", "<u2"), ("value", "<u2")])
+PACKED_FILES = tuple(name for name in COMPACT_FILES if name != "link_c")
+#: Value codes: 0 is 0, the last is :data:`SHARED`, code k between is 2^((k - 2^15) /
+#: 512), 2^-64 to 2^64 in steps of 2^(1/512): a value is read within 0.068% (half a
+#: step).  M values are positive and far inside that range (values beyond it are clipped).
+CODE_STEPS_PER_OCTAVE = 512
+_CODE_ZERO = 1 << 15
+CODEBOOK = np.exp2((np.arange(1 << 16, dtype=np.float64) - _CODE_ZERO)
+                   / CODE_STEPS_PER_OCTAVE).astype(np.float32)
+CODEBOOK[0], CODEBOOK[-1] = 0.0, SHARED
+CODEBOOK.flags.writeable = False
+
+
+def value_codes(values):
+    """The packed layout's uint16 code of each value (:data:`CODEBOOK`)."""
+    values = np.asarray(values, np.float64)
+    with np.errstate(divide="ignore"):
+        steps = np.rint(np.log2(np.where(values > 0, values, 1.0)) * CODE_STEPS_PER_OCTAVE)
+    codes = np.clip(steps + _CODE_ZERO, 1, (1 << 16) - 2).astype(np.uint16)
+    codes[values == 0] = 0
+    codes[values == SHARED] = (1 << 16) - 1
+    return codes
+
 
 def compact_files(layout):
-    """The arrays of a hashed ``compact/`` of ``layout`` (one of :data:`READ_LAYOUTS`)."""
-    return LAYOUT_3_FILES if layout == 3 else COMPACT_FILES
+    """The arrays of a hashed ``compact/`` of ``layout`` (one of :data:`READ_LAYOUTS`, or
+    :data:`PACKED_LAYOUT`)."""
+    return (LAYOUT_3_FILES if layout == 3 else PACKED_FILES if layout == PACKED_LAYOUT
+            else COMPACT_FILES)
 
 
 def link_key_mask(bits):
@@ -194,26 +223,31 @@ class EntryTable:
     def __init__(self, entries, offsets, blocks, overflow):
         self.entries, self.offsets, self.blocks, self.overflow = entries, offsets, blocks, overflow
         self.shift = np.uint64(64 - int(round(math.log2(len(offsets) - 1))))
-        self.values = entries["value"]
-        # Contiguous views for the compiled loops (numba indexes a field view slower):
-        # entry p is words[2p] (its remainder) and value_words[2p + 1] (its value).
-        self.words = entries.view(np.uint32)
-        self.value_words = entries.view(np.float32)
+        self.packed = entries.dtype == PACKED_ENTRY
+        # A contiguous view for the compiled loops: entry p is words[2p] (its remainder)
+        # and words[2p + 1] (its value's bits, or code).
+        self.words = entries.view(np.uint16 if self.packed else np.uint32)
+        self.codebook = CODEBOOK if self.packed else None
         self.overflow_keys = np.ascontiguousarray(overflow["key"])
         self.overflow_rows = np.ascontiguousarray(overflow["row"])
 
     @classmethod
-    def build(cls, keys, values):
+    def build(cls, keys, values, packed=False):
         """A table in memory from sorted distinct keys and their values."""
-        writer = EntryTableWriter(len(keys))
+        writer = EntryTableWriter(len(keys), packed=packed)
         writer.add(keys, values)
         return cls(*writer.finish())
+
+    def value_of(self, rows):
+        """The values (float32) of entries ``rows``."""
+        values = self.entries["value"][rows]
+        return CODEBOOK[values] if self.packed else values
 
     @property
     def parts(self):
         """The arrays :func:`snm_core.model.layouts.hashed_kernels.find_entries` takes, in its order."""
         return (self.words, self.offsets, self.blocks, self.shift, self.overflow_keys,
-                self.overflow_rows)
+                self.overflow_rows, self.codebook)
 
     def find(self, queries):
         """Row of each query key, -1 where absent."""
@@ -273,13 +307,17 @@ class SlotIndexWriter:
 class EntryTableWriter:
     """An :class:`EntryTable` built from sorted keys a chunk at a time, written to
     ``directory/{name}_entries.npy``, ``_index.npy``, ``_blocks.npy`` and
-    ``_overflow.npy`` (or kept in memory without a directory)."""
+    ``_overflow.npy`` (or kept in memory without a directory); ``packed``: in
+    :data:`PACKED_ENTRY` s (16 stored bits, value codes)."""
 
-    def __init__(self, n, directory=None, name=None):
+    def __init__(self, n, directory=None, name=None, packed=False):
         self.n, self.directory, self.name = n, directory, name
         self.bits = table_bits(n)
-        self.low = np.uint64(64 - self.bits - 32)  # the stored bits' lowest
-        self.entries = self._output("entries", ENTRY, n)
+        self.packed = packed
+        self.entry = PACKED_ENTRY if packed else ENTRY
+        self.stored_mask = np.uint64(0xFFFF if packed else 0xFFFFFFFF)
+        self.low = np.uint64(64 - self.bits - (16 if packed else 32))  # the stored bits' lowest
+        self.entries = self._output("entries", self.entry, n)
         self.slots = SlotIndexWriter(self._output("index", np.uint16, (1 << self.bits) + 1))
         self.index = KeyIndexWriter(n, self.slots, bits=self.bits, dtype=np.int64)
         self.overflow = []
@@ -294,10 +332,10 @@ class EntryTableWriter:
 
     def add(self, keys, values):
         keys = np.ascontiguousarray(keys, np.uint64)
-        stored = keys >> self.low
-        entries = np.empty(len(keys), ENTRY)
-        entries["remainder"] = stored  # the low 32 of the shifted bits
-        entries["value"] = values
+        stored = (keys >> self.low) & self.stored_mask
+        entries = np.empty(len(keys), self.entry)
+        entries["remainder"] = stored
+        entries["value"] = value_codes(values) if self.packed else values
         if self.entries is None:
             self.kept.append(entries)
         else:
@@ -326,7 +364,7 @@ class EntryTableWriter:
             overflow["key"] = np.concatenate([k for k, _ in self.overflow])
             overflow["row"] = np.concatenate([r for _, r in self.overflow])
         if self.directory is None:
-            entries = np.concatenate(self.kept + [np.zeros(0, ENTRY)])
+            entries = np.concatenate(self.kept + [np.zeros(0, self.entry)])
             return entries, offsets, blocks, overflow
         for part, array in (("overflow", overflow), ("blocks", blocks)):
             storage.write_npy(array, os.path.join(self.directory, f"{self.name}_{part}.npy"))
@@ -357,9 +395,9 @@ class Model(LineScoring, StateScoring):
             EntryTable(*(arrays[f"{table}_{part}"]
                          for part in ("entries", "index", "blocks", "overflow")))
             for table in ("feature", "link"))
-        self.m_star = self.features.values
-        self.link_m = self.links.values
-        self.link_c = arrays["link_c"]
+        self.link_c = arrays.get("link_c")
+        if self.link_c is None:  # packed: no c(w|f)
+            self.REPORTS = {"adjusted": "prob"}
         seen = np.asarray(arrays["seen_words"])
         # Unseen words read as <UNK>; the markers keep their ids.
         self.word_map = np.where(seen, np.arange(len(seen)), UNK_ID).astype(np.int32)
@@ -426,25 +464,32 @@ class Model(LineScoring, StateScoring):
         type_bounds = np.searchsorted(events.type, np.arange(self.extractor.num_types + 1))
         sums = self._scorer.event_sums(events.key, events.event, type_bounds, events.target,
                                        events.num_events)
-        return Scores(events.target, events.sentence, *ratios(*sums, unadjusted))
+        return Scores(events.target, events.sentence,
+                      *ratios(*sums, unadjusted and self.link_c is not None))
 
     def _probabilities(self, pair_event, row, link_m, link_c, n_events, unadjusted=True):
         """(adjusted, unadjusted) P(target) per event from the pairs' feature rows and link
         values (0 where absent)."""
         present = row >= 0
         return ratios(
-            np.bincount(pair_event[present], weights=self.m_star[row[present]],
+            np.bincount(pair_event[present], weights=self.features.value_of(row[present]),
                         minlength=n_events),
             np.bincount(pair_event, weights=link_m, minlength=n_events),
             np.bincount(pair_event, weights=link_c, minlength=n_events),
-            np.bincount(pair_event[present], minlength=n_events), unadjusted)
+            np.bincount(pair_event[present], minlength=n_events),
+            unadjusted and self.link_c is not None)
 
     def prob(self, context, word):
         """P(word | context): ``context`` a list of words after ``<S>`` (strings)."""
         return float(self.distribution(context, [word])[0])
 
+    WITHOUT_UNADJUSTED = ("the packed layout keeps no unadjusted model; store it with "
+                          "--layout hashed")
+
     def distribution(self, context, words=None, unadjusted=False):
         """P(w | context) for the given words (default: every word the model predicts)."""
+        if unadjusted and self.link_c is None:
+            raise SnmInputError(self.WITHOUT_UNADJUSTED)
         ids = self.scored_words if words is None else self.word_map[self.vocab.ids(words)]
         # The sentence is the context alone: its last event, the one predicting </S>,
         # has the whole context (an EOS token appended would be a context word).
@@ -467,8 +512,9 @@ def load_compact(compact_dir, compact, vocabulary_size, mmap):
     directory (built before collisions were kept, so it has none) gets an empty
     ``link_collisions``."""
     n_features, n_links = compact["features"], compact["links"]
-    expected = {"feature_entries": (ENTRY, (n_features,)),
-                "link_entries": (ENTRY, (n_links,)), "link_c": (np.float32, (n_links,)),
+    entry = PACKED_ENTRY if compact["layout"] == PACKED_LAYOUT else ENTRY
+    expected = {"feature_entries": (entry, (n_features,)),
+                "link_entries": (entry, (n_links,)), "link_c": (np.float32, (n_links,)),
                 "seen_words": (np.bool_, (vocabulary_size,)),
                 "feature_overflow": (OVERFLOW, None), "link_overflow": (OVERFLOW, None),
                 "link_collisions": (COLLISION, None)}

@@ -34,7 +34,8 @@ from snm_core.io import model_files, storage
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.io.radix import argsort_keys
-from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT, SHARED,
+from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT,
+                                           PACKED_FILES, PACKED_LAYOUT, SHARED,
                                            EntryTableWriter, link_key_mask)
 from snm_core.model.layouts.hashed_build_kernels import RECORD, fill_records, group_by_bits
 from snm_core.model.layouts.npy import NpyWriter
@@ -153,8 +154,10 @@ def _sort_partition(path, work):
 
 
 def build_hashed(model_dir, manifest, directory, memory=None, progress=None, partition=None,
-                 fan_out_bits=FAN_OUT_BITS, link_key_bits=64, settle_every_link=None):
-    """:func:`snm_core.model.compact.compile_model` into the local ``directory``.
+                 fan_out_bits=FAN_OUT_BITS, link_key_bits=64, settle_every_link=None,
+                 packed=False):
+    """:func:`snm_core.model.compact.compile_model` into the local ``directory``;
+    ``packed``: the packed layout (4-byte entries, no c(w|f); ``hashed.PACKED_LAYOUT``).
 
     ``memory``: bytes of working memory (default: the default budget's, less the
     process's); ``progress(what, total, unit)``: a :class:`Progress` a pass;
@@ -165,7 +168,8 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     if memory is None:
         memory = MemoryBudget.parse().working()
     progress = progress or (lambda what, total=None, unit="link":
-                            Progress(f"compact hashed: {what}", total=total, unit=unit))
+                            Progress(f"compact {'packed' if packed else 'hashed'}: {what}",
+                                     total=total, unit=unit))
     n_features, n_links = manifest["totals"]["features"], manifest["totals"]["links"]
     partition = partition or partition_links(manifest, memory)
     mask = link_key_mask(link_key_bits)
@@ -178,7 +182,7 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
 
     # Pass 1: the tables, scattered by the keys' first bits; the feature table, seen words.
     paths = [os.path.join(scratch, f"{p:03x}") for p in range(1 << levels[0])]
-    feature_table = EntryTableWriter(n_features, directory, "feature")
+    feature_table = EntryTableWriter(n_features, directory, "feature", packed=packed)
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
     scatter = Scatter(paths, 64 - levels[0], levels[0])
@@ -219,8 +223,9 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
 
     # Pass 3: partitions sorted two at a time (the radix sort and the gathers release
     # the GIL) and written in order.
-    link_table = EntryTableWriter(n_links, directory, "link")
-    link_c = NpyWriter(os.path.join(directory, "link_c.npy"), np.float32, n_links)
+    link_table = EntryTableWriter(n_links, directory, "link", packed=packed)
+    link_c = None if packed else NpyWriter(os.path.join(directory, "link_c.npy"), np.float32,
+                                           n_links)
     # With keys cut short (a test's hook), an absent link would find a present one of the
     # same short key: every link goes to the collisions, settled by (feature, word).
     everything_shared = link_key_bits < 64 if settle_every_link is None else settle_every_link
@@ -246,10 +251,11 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
                 records["m"][shared] = records["c"][shared] = SHARED
                 shared_keys.append(np.unique(keys[shared]))
             link_table.add(keys, records["m"])
-            link_c.append(records["c"])
+            if link_c is not None:
+                link_c.append(records["c"])
             shown.update(len(records))
             del records, keys
-    sizes += link_table.finish() + link_c.close()
+    sizes += link_table.finish() + (link_c.close() if link_c is not None else 0)
     shutil.rmtree(scratch)
 
     shared_keys = np.concatenate(shared_keys + [np.zeros(0, np.uint64)])
@@ -260,7 +266,9 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     extra = {"link_collisions": len(collisions), "shared_links": shared_links}
     if link_key_bits != 64:
         extra["link_key_bits"] = link_key_bits
-    return manifests.Compact(layout=COMPACT_LAYOUT, files=[n + ".npy" for n in COMPACT_FILES],
+    files = PACKED_FILES if packed else COMPACT_FILES
+    return manifests.Compact(layout=PACKED_LAYOUT if packed else COMPACT_LAYOUT,
+                             files=[n + ".npy" for n in files],
                              features=int(n_features), links=int(n_links), bytes=int(sizes),
                              extra=extra).write(directory)
 

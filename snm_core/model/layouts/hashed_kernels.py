@@ -27,28 +27,31 @@ class _Table(ctypes.Structure):
     _fields_ = [("words", native.ptr), ("n_entries", native.i64), ("offsets", native.ptr),
                 ("blocks", native.ptr), ("block_bits", native.i64), ("shift", native.i64),
                 ("overflow_keys", native.ptr), ("overflow_rows", native.ptr),
-                ("n_overflow", native.i64)]
+                ("n_overflow", native.i64), ("codebook", native.ptr)]
 
     @classmethod
-    def of(cls, words, offsets, blocks, shift, overflow_keys, overflow_rows):
-        """From a table's ``parts`` (the arrays must outlive the structure)."""
-        return cls(native.address(words, np.uint32), len(words) // 2,
+    def of(cls, words, offsets, blocks, shift, overflow_keys, overflow_rows, codebook=None):
+        """From a table's ``parts`` (the arrays must outlive the structure): ``words``
+        uint32, or uint16 with the ``codebook`` of a packed table's value codes."""
+        return cls(native.address(words, np.uint16 if codebook is not None else np.uint32),
+                   len(words) // 2,
                    native.address(offsets, np.uint16), native.address(blocks, np.int64),
                    SLOT_BLOCK_BITS, int(shift), native.address(overflow_keys, np.uint64),
-                   native.address(overflow_rows, np.int64), len(overflow_keys))
+                   native.address(overflow_rows, np.int64), len(overflow_keys),
+                   native.address(codebook, np.float32))
 
 
 class _Links(ctypes.Structure):
     """The link values and the collision table (:data:`snm_core.model.layouts.hashed.
     COLLISION`) as the C loops read them."""
 
-    _fields_ = [("link_m", native.ptr), ("link_c", native.ptr), ("mask", native.u64)] + [
+    _fields_ = [("link_c", native.ptr), ("mask", native.u64)] + [
         (name, native.ptr) for name in ("keys", "features", "words", "m", "c")] + [
         ("n", native.i64)]
 
     @classmethod
-    def of(cls, link_m, link_c, mask, keys, features, words, m, c):
-        return cls(native.address(link_m, np.float32), native.address(link_c, np.float32),
+    def of(cls, link_c, mask, keys, features, words, m, c):
+        return cls(native.address(link_c, np.float32),
                    int(mask), native.address(keys, np.uint64),
                    native.address(features, np.uint64), native.address(words, np.int64),
                    native.address(m, np.float32), native.address(c, np.float32), len(keys))
@@ -77,9 +80,10 @@ def find(keys, start, shift, queries):
     return result
 
 
-def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, queries):
+def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, codebook,
+                 queries):
     """:meth:`snm_core.model.layouts.hashed.EntryTable.find` for an array of queries."""
-    table = _Table.of(words, offsets, blocks, shift, overflow_keys, overflow_rows)
+    table = _Table.of(words, offsets, blocks, shift, overflow_keys, overflow_rows, codebook)
     queries = np.ascontiguousarray(queries, np.uint64)
     result = np.empty(len(queries), np.int64)
     _find_entries(ctypes.byref(table), native.address(queries), len(queries),
@@ -88,7 +92,7 @@ def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, qu
 
 
 class _Scorer(ctypes.Structure):
-    _fields_ = [("features", _Table), ("m_star", _P), ("links", _Table), ("values", _Links),
+    _fields_ = [("features", _Table), ("links", _Table), ("values", _Links),
                 ("prerequisite", _P), ("n_types", native.i64), ("windows", _P),
                 ("type_windows", _P), ("types", native.i64), ("tags", native.i64),
                 ("salts", _P), ("link_length", _P), ("minimal", native.i64),
@@ -102,7 +106,7 @@ class Scorer:
     Parameters
     ----------
     features, links : :class:`snm_core.model.layouts.hashed.EntryTable`
-    link_c : float32 (n_links,), c(w|f)
+    link_c : float32 (n_links,), c(w|f), or None (a packed model: no unadjusted model)
     link_mask : uint64, the link key bits the table keeps (all but in tests)
     collisions : the collision table's columns (:data:`snm_core.model.layouts.hashed.
         COLLISION`), contiguous: a found entry whose M is negative (``SHARED``) is a key
@@ -128,8 +132,8 @@ class Scorer:
         self._arrays = (features, links, link_c, collisions, kept)  # what the pointers read
         prerequisite, windows, type_windows, salts, link_length = kept
         self._scorer = _Scorer(
-            _Table.of(*features.parts), native.address(features.value_words, np.float32),
-            _Table.of(*links.parts), _Links.of(links.value_words, link_c, link_mask, *collisions),
+            _Table.of(*features.parts), _Table.of(*links.parts),
+            _Links.of(link_c, link_mask, *collisions),
             native.address(prerequisite), len(prerequisite), native.address(windows),
             native.address(type_windows), salts.shape[1], salts.shape[0], native.address(salts),
             native.address(link_length), int(minimal), width, int(SEQUENCE_SEED))

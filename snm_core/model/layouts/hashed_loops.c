@@ -15,6 +15,7 @@
 /* Queries looked up per pass: enough loads in flight, temporaries in the L1/L2 cache. */
 #define BLOCK 1024
 #define STORED_BITS 32
+#define PACKED_STORED_BITS 16
 /* A match that the overflow table must settle (its next entry has the same stored bits). */
 #define TWIN (-2)
 
@@ -117,7 +118,9 @@ FIND_KEYS(find_keys64, int64_t)
 /* --- an EntryTable (stored bits of keys, two-level slot index, overflow) ---------------------- */
 
 typedef struct {
-    const uint32_t *words; /* entry p: remainder words[2p], value bits words[2p + 1] */
+    /* entry p: remainder words[2p], value bits words[2p + 1]; uint32 words, or uint16
+     * ones in a packed table (16 stored bits, a value code of `codebook`) */
+    const void *words;
     int64_t n_entries;
     const uint16_t *offsets;
     const int64_t *blocks;
@@ -126,7 +129,19 @@ typedef struct {
     const uint64_t *overflow_keys;
     const int64_t *overflow_rows;
     int64_t n_overflow;
+    const float *codebook; /* a packed table's value of each code; NULL: float32 values */
 } Table;
+
+/* The stored key bits of entry p. */
+static inline uint32_t stored_at(const Table *t, int64_t p) {
+    return t->codebook ? ((const uint16_t *)t->words)[2 * p] : ((const uint32_t *)t->words)[2 * p];
+}
+
+/* The value of entry p. */
+static inline double value_at(const Table *t, int64_t p) {
+    return t->codebook ? t->codebook[((const uint16_t *)t->words)[2 * p + 1]]
+                       : ((const float *)t->words)[2 * p + 1];
+}
 
 /* The lower bound of query in sorted keys[0..n). */
 static inline int64_t lower_bound(const uint64_t *keys, int64_t n, uint64_t query) {
@@ -150,7 +165,8 @@ static inline int64_t overflow_row(const Table *t, uint64_t query) {
 static void entry_positions(const Table *t, const uint64_t *queries, int64_t n, int64_t *found) {
     int64_t position[BLOCK], end[BLOCK];
     uint32_t first[BLOCK], wanted[BLOCK];
-    int64_t low = t->shift - STORED_BITS;
+    int64_t low = t->shift - (t->codebook ? PACKED_STORED_BITS : STORED_BITS);
+    uint64_t stored_mask = t->codebook ? 0xFFFF : 0xFFFFFFFF;
     if (t->n_entries == 0) {
         for (int64_t j = 0; j < n; j++)
             found[j] = -1;
@@ -160,21 +176,21 @@ static void entry_positions(const Table *t, const uint64_t *queries, int64_t n, 
         int64_t slot = (int64_t)(queries[j] >> t->shift);
         position[j] = t->blocks[slot >> t->block_bits] + t->offsets[slot];
         end[j] = t->blocks[(slot + 1) >> t->block_bits] + t->offsets[slot + 1];
-        wanted[j] = (uint32_t)(queries[j] >> low);
+        wanted[j] = (uint32_t)((queries[j] >> low) & stored_mask);
     }
     int64_t last = t->n_entries - 1;
     for (int64_t j = 0; j < n; j++)
-        first[j] = t->words[2 * (position[j] < last ? position[j] : last)];
+        first[j] = stored_at(t, position[j] < last ? position[j] : last);
     int64_t twins = 0;
     for (int64_t j = 0; j < n; j++) {
         found[j] = -1;
         if (position[j] >= end[j] || first[j] > wanted[j])
             continue;
         for (int64_t p = position[j]; p < end[j]; p++) {
-            uint32_t stored = t->words[2 * p];
+            uint32_t stored = stored_at(t, p);
             if (stored >= wanted[j]) {
                 if (stored == wanted[j]) {
-                    int twin = p + 1 < end[j] && t->words[2 * p + 2] == stored;
+                    int twin = p + 1 < end[j] && stored_at(t, p + 1) == stored;
                     found[j] = twin ? TWIN : p;
                     twins += twin;
                 }
@@ -198,8 +214,7 @@ void find_entries(const Table *t, const uint64_t *queries, int64_t n, int64_t *f
 
 /* The links several links' key shares: by (key, feature, word) ascending. */
 typedef struct {
-    const float *link_m; /* the link entries as float32: M_fw of row r at 2r + 1 */
-    const float *link_c;
+    const float *link_c; /* c(w|f) of each link; NULL in a packed model (no unadjusted) */
     uint64_t mask; /* the link key bits the table keeps (all but in tests) */
     const uint64_t *keys;
     const uint64_t *features;
@@ -223,7 +238,6 @@ static inline int64_t collision_row(const Links *l, uint64_t query, uint64_t fea
  * what the features of states need (hashed_kernels.Scorer fills it). */
 typedef struct {
     Table features;
-    const float *m_star; /* the feature entries as float32: M_f* of row r at 2r + 1 */
     Table links;
     Links values;
     const int64_t *prerequisite; /* (n_types,): the type id that must be found first, or -1 */
@@ -246,7 +260,6 @@ static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair
                  int64_t *n_features, uint8_t *row_found, uint8_t *link_found) {
     const Table *features = &sc->features, *links = &sc->links;
     const Links *l = &sc->values;
-    const float *m_star = sc->m_star;
     const int64_t *prerequisite = sc->prerequisite;
     int64_t n_types = sc->n_types;
     int64_t pair[BLOCK], row[BLOCK], linked[BLOCK], link[BLOCK];
@@ -270,7 +283,7 @@ static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair
             entry_positions(features, query, n, row);
             /* Branch-free gathers first (their cache misses overlap), sums after. */
             for (int64_t j = 0; j < n; j++)
-                value[j] = m_star[2 * (row[j] > 0 ? row[j] : 0) + 1];
+                value[j] = value_at(features, row[j] > 0 ? row[j] : 0);
             int64_t k = 0;
             for (int64_t j = 0; j < n; j++) {
                 if (row[j] < 0)
@@ -289,8 +302,8 @@ static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair
             entry_positions(links, query, k, link);
             for (int64_t j = 0; j < k; j++) {
                 int64_t r = link[j] > 0 ? link[j] : 0;
-                value[j] = l->link_m[2 * r + 1];
-                value_c[j] = l->link_c[r];
+                value[j] = value_at(links, r);
+                value_c[j] = l->link_c ? l->link_c[r] : 0.0;
             }
             for (int64_t j = 0; j < k; j++) {
                 if (link[j] < 0)
@@ -429,8 +442,8 @@ int64_t scorer_link_values(const Scorer *sc, const uint64_t *feature_keys, const
         m[i] = c[i] = 0.0;
         if (rows[i] < 0)
             continue;
-        m[i] = l->link_m[2 * rows[i] + 1];
-        c[i] = l->link_c[rows[i]];
+        m[i] = value_at(&sc->links, rows[i]);
+        c[i] = l->link_c ? l->link_c[rows[i]] : 0.0;
         if (m[i] < 0) {
             int64_t r = collision_row(l, queries[i], feature_keys[i], words[i]);
             m[i] = r >= 0 ? l->m[r] : 0.0;

@@ -51,7 +51,7 @@ def test_entry_table_finds_every_key_and_its_value_also_where_stored_bits_coinci
             writer.add(keys[part], values[part])
         table = EntryTable(*writer.finish())
         rows = table.find(keys)
-        assert [truth[k] for k in keys.tolist()] == table.values[rows].tolist()
+        assert [truth[k] for k in keys.tolist()] == table.value_of(rows).tolist()
         others = rng.integers(0, 2 ** 64, size=1000, dtype=np.uint64)
         assert np.all(table.find(others[~np.isin(others, keys)]) == -1)
 
