@@ -40,13 +40,14 @@ import numpy as np
 from pipelines import running, shuffle
 from snm_core.io import losscheck, model_files, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
+from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, parse_size
 from snm_core.model import backoff
 from snm_core.model import prune as prune_lib
 from snm_core.model.card import write_model_card
-from snm_core.model.compact import HASHED_LAYOUTS, compile_model
+from snm_core.model.compact import HASHED_LAYOUTS, compile_model, scoring_bytes
 from snm_core.model.layouts import ngram_trie
 from snm_core.model.prune_backoff import KeepRule, PruneJob, select_cut
+from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 
 CRITERIA = ("backoff",) + tuple(prune_lib.BUCKET_CRITERIA)
@@ -64,6 +65,7 @@ class PruneOptions:
     model: str
     out: str
     target_links: int = None
+    target_size: int = None  # bytes of the scoring directory (snm compact --out)
     threshold: float = None
     criterion: str = None  # None: backoff for n-gram configurations, else mass
     heldout: str = None  # a join directory on the model's counts
@@ -74,19 +76,26 @@ class PruneOptions:
     def __post_init__(self):
         running.absolute_paths(self, "model", "out", "heldout")
         running.check_layout(self.layout)
-        if (self.target_links is None) == (self.threshold is None):
-            raise SnmInputError("give --target_links N or --threshold T")
+        if isinstance(self.target_size, str):
+            object.__setattr__(self, "target_size", parse_size(self.target_size,
+                                                               "--target_size"))
+        given = [v is not None for v in (self.target_links, self.target_size, self.threshold)]
+        if sum(given) != 1:
+            raise SnmInputError("give one of --target_links N, --target_size SIZE or "
+                                "--threshold T")
         if self.target_links is not None and self.target_links < 1:
             raise SnmInputError("--target_links must be at least 1")
+        if self.target_size is not None and self.target_size < 1:
+            raise SnmInputError("--target_size must be at least one byte")
         if self.criterion not in (None,) + CRITERIA:
             raise SnmInputError(f"--criterion must be one of {', '.join(CRITERIA)}, "
                                 f"got {self.criterion!r}")
-        if self.heldout_weight is None:
-            object.__setattr__(self, "heldout_weight", HELDOUT_WEIGHT)
-        elif self.heldout is None:
+        if self.heldout is None and self.heldout_weight is not None:
             raise SnmInputError("--heldout_weight weighs the features of --heldout JOIN: "
                                 "give that too")
-        if not self.heldout_weight > 0:
+        if self.heldout is not None and self.heldout_weight is None:
+            object.__setattr__(self, "heldout_weight", HELDOUT_WEIGHT)
+        if self.heldout_weight is not None and not self.heldout_weight > 0:
             raise SnmInputError("--heldout_weight must be positive")
         MemoryBudget.parse(self.memory)
 
@@ -468,11 +477,83 @@ def check_heldout(heldout, manifest):
                                 "snm join output on the counts this model was applied to")
 
 
+#: Bytes a link of a pruned model takes in each layout, features and index included, for
+#: the first guess of :func:`prune_to_size` (kernel skip-10-gram and 5-gram models).
+NOMINAL_LINK_BYTES = {"hashed": 20, "packed": 9, "trie": 10, "small": 2.5}
+#: A size target is met within this share below it (never above).
+SIZE_TOLERANCE = 0.03
+#: Prunings a size target may take at most.
+SIZE_ROUNDS = 8
+#: Bytes the record of a size target adds to the pruned model's manifest, at most.
+SIZE_RECORD_BYTES = 1024
+
+
+def prune_to_size(options, manifest, beam_args=(), summary=True):
+    """Prune to ``options.target_size`` bytes of the scoring directory
+    (:func:`snm_core.model.compact.scoring_bytes`): prune to a number of links and
+    measure, then to a number interpolated between the closest prunings below and above
+    the target (a feature's entry comes with its first link kept, so the bytes grow
+    faster than the links), until the size is within :data:`SIZE_TOLERANCE` below the
+    target, the whole model fits, or the rounds run out (then the largest pruning below
+    it).  Returns the pruned manifest, whose ``pruning`` records the target and rounds."""
+    # The search aims below the target by what the manifest's record of it adds.
+    asked, total = options.target_size, int(manifest["totals"]["links"])
+    target = max(1, asked - SIZE_RECORD_BYTES)
+    goal = target * (1 - SIZE_TOLERANCE / 2)
+    under, over = None, None  # (links asked, bytes) of the closest prunings each side
+    links = max(1, min(total, int(goal / NOMINAL_LINK_BYTES[options.layout])))
+    rounds = []
+    for _ in range(SIZE_ROUNDS):
+        pruned = run(dataclasses.replace(options, target_links=links, target_size=None),
+                     beam_args, summary=False)
+        kept, size = int(pruned["totals"]["links"]), scoring_bytes(options.out)
+        rounds.append({"links": kept, "bytes": size})
+        if size <= target:
+            if size >= target * (1 - SIZE_TOLERANCE) or links >= total:
+                break
+            under = max(under or (0, 0), (links, size))
+        else:
+            over = min(over or (total + 1, 0), (links, size))
+        if under and over:
+            (l0, s0), (l1, s1) = under, over
+            following = int(l0 + (goal - s0) * (l1 - l0) / max(s1 - s0, 1))
+            following = min(max(following, l0 + 1), l1 - 1)
+        else:
+            following = int(links * goal / size)
+        following = max(1, min(total, following))
+        if following == links or (under and over and over[0] - under[0] <= 1):
+            break
+        links = following
+    if size > target or (under and size < under[1]):
+        if under is None:
+            raise SnmInputError(f"--target_size {asked:,} bytes: no pruning met it in "
+                                f"{len(rounds)} rounds (the last: {size:,} bytes at "
+                                f"{kept:,} links); give a larger size")
+        pruned = run(dataclasses.replace(options, target_links=under[0], target_size=None),
+                     beam_args, summary=False)
+        kept, size = int(pruned["totals"]["links"]), scoring_bytes(options.out)
+        rounds.append({"links": kept, "bytes": size})
+    pruned = dict(pruned)
+    pruned["pruning"] = {**pruned["pruning"], "target_size": asked, "size_rounds": rounds}
+    manifests.write_manifest(pruned, options.out, known=pruned.get("checksums"))
+    write_model_card(options.out, pruned)
+    size = scoring_bytes(options.out)
+    if summary:
+        before = manifest["totals"]
+        running.print_summary(
+            f"snm prune: {kept:,} of {before['links']:,} links, {size:,} bytes for "
+            f"--target_size {asked:,} ({len(rounds)} round(s)) -> {options.out}",
+            pruned["totals"], None)
+    return pruned
+
+
 def run(options, beam_args=(), summary=True):
     """Prune ``options.model`` into ``options.out``; returns the pruned model's manifest.
     ``summary``: print its totals (and Beam metrics) as a table."""
     from snm_core.stages.validation import validate_directory
     manifest = validate_directory(options.model, "model").manifest
+    if options.target_size is not None:
+        return prune_to_size(options, manifest, beam_args, summary)
     if options.layout not in HASHED_LAYOUTS:  # refused before anything is pruned
         ngram_trie.ngram_span(manifest, options.model, options.layout)
     ngram = parse_config(manifest["config"]).ngram_order is not None

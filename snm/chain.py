@@ -78,7 +78,7 @@ class Plan:
     num_buckets: Optional[int]  # None: from the memory budget
     memory: Optional[str]  # --memory, given to every stage
     layout: str
-    prune_to: Optional[int]
+    prune_to: object  # None, links (int) or a size of the scoring directory (str: "200M")
     fit_options: object = None  # FitOptions (snm) or LogLinearOptions (loglinear)
     ngram: bool = True  # an n-gram configuration (pruning criterion, ARPA)
     encoding: str = "utf-8"  # --encoding of every text the run reads
@@ -140,7 +140,10 @@ def _inputs(plan, stage):
     elif stage.name == "loglinear":
         inputs["options"] = dataclasses.asdict(plan.fit_options)
     elif stage.name == "prune":
-        inputs["target_links"] = plan.prune_to
+        if isinstance(plan.prune_to, str):
+            inputs["target_size"] = memory.parse_size(plan.prune_to, "--prune_to")
+        else:
+            inputs["target_links"] = plan.prune_to
     if plan.layout != "hashed" and stage.name in (plan.final, "eval"):
         inputs["layout"] = plan.layout  # (runs before --layout: hashed, no such input)
     if plan.encoding != "utf-8" and {"train", "heldout", "test"} & set(stage.reads):
@@ -198,7 +201,9 @@ def _run_apply(plan):
 def _run_prune(plan):
     from pipelines import prune as prune_stage  # numba (the back-off form): pruning only
     prune_stage.run(prune_stage.PruneOptions(
-        model=plan.path("apply"), out=plan.path("prune"), target_links=plan.prune_to,
+        model=plan.path("apply"), out=plan.path("prune"),
+        target_links=None if isinstance(plan.prune_to, str) else plan.prune_to,
+        target_size=plan.prune_to if isinstance(plan.prune_to, str) else None,
         heldout=None if plan.ngram else plan.path("join"),  # mass weighs held-out features
         layout=plan.layout, memory=plan.memory), plan.beam_args, summary=plan.verbose)
 

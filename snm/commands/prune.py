@@ -15,6 +15,11 @@ def build_parser():
                       help="links to keep (backoff: the unigrams always are, and an "
                            "n-gram's tag copies go together; mass, count: within 1%%, the empty "
                            "feature's links always kept)")
+    size.add_argument("--target_size", metavar="SIZE",
+                      help="bytes of the scoring directory (snm compact --out) to prune to, "
+                           "such as 200M or 2G (powers of 1024): links are kept so that it "
+                           "is at most this and within 3%% below, measured after pruning "
+                           "(a few prunings)")
     size.add_argument("--threshold", type=float,
                       help="keep the links whose score is at least this")
     parser.add_argument("--criterion", choices=stage.CRITERIA,

@@ -14,7 +14,7 @@ Stages, each in its own directory under ``--out`` (the table is
     3 join    join/       held-out events and small M                 (Beam)
     4 fit     fit/        theta, train_log.jsonl                      (one worker)
     5 apply   model/      the adjusted model, compact arrays          (Beam)
-   (+ prune   pruned/     with --prune_to N: the model pruned to N links)
+   (+ prune   pruned/     with --prune_to N|SIZE: the model pruned to N links or SIZE bytes)
     6 eval    eval.json, heldout_perplexity.png, the final model's model_card.md
 
 With ``--family loglinear`` (a log-linear model with a tree-structured
@@ -42,6 +42,7 @@ from snm_core.count import counting, thresholds
 from snm_core.count.budget import BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
+from snm_core.io.memory import parse_size
 from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import check_encoding
 from snm_core.loglinear import family as loglinear_family
@@ -91,9 +92,10 @@ def build_parser():
                         help="also print each stage's totals (and Beam metrics), the fit's "
                              "candidates and epochs and the test reports (default: a line a "
                              "stage; stages.json and the manifests keep them either way)")
-    parser.add_argument("--prune_to", type=int, metavar="LINKS",
-                        help="also prune the model to this many links (snm prune, its default "
-                             "criterion) into pruned/, which eval then evaluates")
+    parser.add_argument("--prune_to", metavar="LINKS|SIZE",
+                        help="also prune the model (snm prune, its default criterion) into "
+                             "pruned/, which eval then evaluates: to this many links, or to "
+                             "a size of its scoring directory such as 200M or 2G")
     arguments.layout_argument(parser)
     add_fit_args(parser)
     family = parser.add_argument_group("log-linear family (--family loglinear)")
@@ -203,8 +205,13 @@ def _plan(args, beam_args):
     vocab = vocab_file(args.vocab) if args.vocab else None
     storage.check_file(args.heldout, "--heldout ")
     storage.check_file(args.test, "--test ")
-    if args.prune_to is not None and args.prune_to < 1:
-        raise SnmInputError("--prune_to must be at least 1")
+    if args.prune_to is not None:
+        if args.prune_to.strip().isdigit():
+            args.prune_to = int(args.prune_to)
+            if args.prune_to < 1:
+                raise SnmInputError("--prune_to must be at least 1")
+        elif parse_size(args.prune_to, "--prune_to") < 1:
+            raise SnmInputError("--prune_to must be at least one byte")
     out = storage.absolute(args.out)
     # --train -: read once, into the run directory, after every option is checked
     sources, stdin_digest = training_sources.spool_stdin(sources, out)

@@ -176,6 +176,17 @@ def format_bytes(n):
     return f"{n} B"
 
 
+def parse_size(text, option):
+    """The bytes of a size such as ``200M``, ``2G``, ``1.5GB`` or ``4096`` (suffixes K, M,
+    G, T in powers of 1024; B optional); one line naming ``option`` otherwise."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGTB]?)B?\s*", str(text).upper())
+    if not match:
+        raise SnmInputError(f"{option} {text}: expected a size such as 200M or 2G")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
 def round_up(n):
     """A size to give as ``--memory`` that is at least ``n``: ``"1.3G"``, ``"700M"``."""
     if n >= 1 << 30:

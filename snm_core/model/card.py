@@ -63,6 +63,10 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
                   f"{pruning['target_links'] or '-'} links, score threshold "
                   f"{pruning['threshold']:.3g}",
                   f"- pruned from: {pruning['source']}"]
+        if pruning.get("target_size"):
+            rounds = pruning["size_rounds"]
+            lines.append(f"- to a size: at most {pruning['target_size']:,} bytes of the scoring "
+                         f"directory, {rounds[-1]['bytes']:,} after {len(rounds)} pruning(s)")
         if pruning.get("heldout"):
             lines.append(f"- the features of the held-out text in {pruning['heldout']} "
                          f"weighed {pruning['heldout_weight']:g} times more")

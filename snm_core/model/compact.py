@@ -166,6 +166,19 @@ def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
     return compact
 
 
+def scoring_bytes(model_dir):
+    """The bytes of the scoring directory ``snm compact --out`` would write of a model
+    with a built ``compact/``: its arrays and manifest, vocab.txt, the configuration and
+    a manifest, counted as the model's (which lists more files; the model card, a few
+    hundred bytes that change with every evaluation, aside)."""
+    stored_compact = storage.join(model_dir, COMPACT)
+    compact = manifests.Compact.read(stored_compact)
+    names = [storage.join(stored_compact, name) for name in compact["files"]] + [
+        storage.join(stored_compact, tables.MANIFEST), storage.join(model_dir, "vocab.txt"),
+        storage.join(model_dir, CONFIG), storage.join(model_dir, tables.MANIFEST)]
+    return sum(storage.file_stamp(name)[1] for name in names if storage.exists(name))
+
+
 def load_model(model_dir, mmap=True):
     """The scorer of a model directory; builds ``compact/`` first if it is missing.
 

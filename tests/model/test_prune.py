@@ -383,3 +383,72 @@ def test_train_prunes_a_skipgram_model_weighing_its_heldout_features(tmp_path, c
     assert abs(manifest["totals"]["links"] - 5000) <= 50
     assert manifest["pruning"]["criterion"].startswith("mass")
     assert manifest["pruning"]["heldout"] == str(tmp_path / "run" / "join")
+
+
+# --- to a size in bytes (--target_size, train --prune_to SIZE) -----------------------------
+
+@pytest.mark.parametrize("layout, criterion", [("packed", "mass"), ("hashed", "backoff")])
+def test_pruned_to_a_size_is_at_most_it_and_near(models, layout, criterion, tmp_path, capsys):
+    """The scoring directory (what snm compact --out ships) is at most the size asked and,
+    unless the layout's index doubles in the way, within 3% below it; a larger size keeps
+    more links; the card and manifest say what was asked and found."""
+    from snm_core.model.compact import scoring_bytes, write_scoring_directory
+    source = models["pooled"]
+    full = tmp_path / "full"
+    write_scoring_directory(str(source), layout, str(full))
+    whole = sum(f.stat().st_size for f in full.rglob("*") if f.is_file()
+                and f.name != "model_card.md")
+    kept = []
+    for share in (0.4, 0.7):
+        target = int(whole * share)
+        out = tmp_path / f"{share}"
+        assert main(["prune", "--model", str(source), "--out", str(out), "--target_size",
+                     str(target), "--layout", layout, "--criterion", criterion]) == 0
+        assert "bytes for --target_size" in capsys.readouterr().out
+        size = scoring_bytes(str(out))
+        shipped = tmp_path / f"{share}-shipped"
+        write_scoring_directory(str(out), layout, str(shipped))
+        assert size >= sum(f.stat().st_size for f in shipped.rglob("*") if f.is_file()
+                           and f.name != "model_card.md") > 0.95 * size
+        pruning = manifests.Model.read(str(out))["pruning"]
+        assert size <= target and pruning["target_size"] == target
+        assert size - 1024 <= pruning["size_rounds"][-1]["bytes"] <= size
+        assert size >= 0.97 * target or any(r["bytes"] > target for r in pruning["size_rounds"])
+        assert f"at most {target:,} bytes" in (out / "model_card.md").read_text()
+        kept.append(links_of(out))
+    assert kept[0] < kept[1] < links_of(source)
+
+
+def test_sizes_that_cannot_be_met_are_one_line_errors(models, tmp_path, capsys):
+    source = str(models["pooled"])
+    assert main(["prune", "--model", source, "--out", str(tmp_path / "x"), "--target_size",
+                 "2K", "--layout", "packed"]) == 2
+    assert "no pruning met it" in capsys.readouterr().err
+    assert main(["prune", "--model", source, "--out", str(tmp_path / "y"), "--target_size",
+                 "lots"]) == 2
+    assert "expected a size such as 200M" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["prune", "--model", source, "--out", str(tmp_path / "z"), "--target_size",
+              "1M", "--target_links", "5"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_train_prunes_to_a_size_of_its_scoring_directory(tmp_path, capsys):
+    from snm_core.model.compact import scoring_bytes
+    from snm_core.text import synthetic
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
+    corpus = {"train": train, "dev": dev, "test": test}
+    out = tmp_path / "run"
+    assert main(["train", *train_argv(corpus, out), "--layout", "packed"]) == 0
+    whole = scoring_bytes(str(out / "model"))
+    capsys.readouterr()
+    target = whole // 2
+    assert main(["train", *train_argv(corpus, out), "--layout", "packed",
+                 "--prune_to", f"{target / 1024:.1f}K"]) == 0
+    # apply again: a model to prune is stored hashed
+    assert capsys.readouterr().out.count("up to date") == 4
+    asked = int(float(f"{target / 1024:.1f}") * 1024)
+    assert manifests.Model.read(str(out / "pruned"))["pruning"]["target_size"] == asked
+    assert scoring_bytes(str(out / "pruned")) <= asked
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "many"]) == 2
+    assert "--prune_to many: expected a size" in capsys.readouterr().err
