@@ -175,9 +175,11 @@ class MergeBucket(beam.DoFn):
     (see :func:`snm_core.count.counting.extension_keys`), and the stats.
     """
 
-    def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None):
+    def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None,
+                 min_link_count=None):
         self.settings = settings
         self.min_feature_count = min_feature_count or {}
+        self.min_link_count = min_link_count or {}
         self.out = out
         self.num_buckets = num_buckets
         self.shuffle = shuffle
@@ -189,8 +191,9 @@ class MergeBucket(beam.DoFn):
         running.configure_allocators()
         _, self.extractor = self.settings.build()
         self.parents = counting.parent_types(self.extractor.config)
-        self.minimum = thresholds.per_type(
-            self.min_feature_count, [t.name for t in self.extractor.feature_types])
+        names = [t.name for t in self.extractor.feature_types]
+        self.minimum = thresholds.per_type(self.min_feature_count, names)
+        self.link_minimum = thresholds.per_type(self.min_link_count, names)
 
     def process(self, element):
         bucket, parts = element
@@ -211,8 +214,9 @@ class MergeBucket(beam.DoFn):
             len(self.extractor.feature_types), self.merge_rows)
         self.shuffle.release(payloads)  # this bucket's parts, read
         left_out = {}
-        if self.min_feature_count:
-            features, links, left_out = thresholds.keep_counted(features, links, self.minimum)
+        if self.min_feature_count or self.min_link_count:
+            features, links, left_out = thresholds.keep_counted(features, links, self.minimum,
+                                                                self.link_minimum)
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
@@ -398,16 +402,18 @@ class CountLinks(beam.PTransform):
     add_to : str, a count directory whose buckets are merged with the new counts
     merge_rows : int, partial links a bucket's merge reads at once
     encoding : str, the text's encoding
-    min_feature_count : dict, ``{type name: N}`` (:mod:`snm_core.count.thresholds`)
+    min_feature_count, min_link_count : dict, ``{type name: N}``
+        (:mod:`snm_core.count.thresholds`)
     sketch : SketchFile, the thresholded types' sketch (occurrences below it are dropped
         before they are summed), or None
     """
 
     def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
                  reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS, encoding="utf-8",
-                 min_feature_count=None, sketch=None):
+                 min_feature_count=None, sketch=None, min_link_count=None):
         super().__init__()
         self.min_feature_count = min_feature_count
+        self.min_link_count = min_link_count
         self.sketch = sketch
         self.merge_rows = merge_rows
         self.encoding = encoding
@@ -437,7 +443,8 @@ class CountLinks(beam.PTransform):
                 | "MergeBuckets" >> beam.ParDo(MergeBucket(self.settings, self.out,
                                                            self.num_buckets, self.shuffle,
                                                            self.merge_rows,
-                                                           self.min_feature_count))
+                                                           self.min_feature_count,
+                                                           self.min_link_count))
                 | "GroupByLinkBucket" >> beam.GroupByKey()
                 | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle,
                                                         self.merge_rows)))
@@ -449,11 +456,12 @@ def _previous_counts(args, config, tags):
     previous = settings.manifest
     if parse_config(previous.config).to_text() != config.to_text():
         raise SnmInputError(f"--config differs from the configuration of {args.add_to}")
-    if previous.min_feature_count:
+    if previous.min_feature_count or previous.min_link_count:
         raise SnmInputError(
-            f"--add_to {args.add_to}: its counts left out features below "
-            f"{thresholds.OPTION}, so they cannot be added to (a feature left out there may "
-            "reach the threshold with the new text); count all the text again")
+            f"--add_to {args.add_to}: its counts left out features or links below "
+            f"{thresholds.OPTION} or {thresholds.LINK_OPTION}, so they cannot be added to (a "
+            "feature left out there may reach the threshold with the new text); count all "
+            "the text again")
     if (tags == [""]) != (previous.tags == [""]):
         raise SnmInputError(f"{args.add_to} is {'pooled' if previous.tags == [''] else 'tagged'}"
                             "; give the new sources the same kind of tags")
@@ -463,7 +471,7 @@ def _previous_counts(args, config, tags):
 
 def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fingerprint, sources,
                    shards, scratch, previous=None, encoding="utf-8", skip_invalid=False,
-                   min_feature_count=None):
+                   min_feature_count=None, min_link_count=None):
     """Check the totals, write empty files for buckets that got no data, then the
     manifest (last).
 
@@ -490,7 +498,7 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
              for prefix in ("features", "links") for b in range(num_buckets)] + ["vocab.txt"]
     totals = {name: counted.get(name, 0)
               for name in STAT_NAMES + ("links", "features", "key_collisions", "link_count_sum")
-              + (BELOW_THRESHOLD if min_feature_count else ())}
+              + (BELOW_THRESHOLD if min_feature_count or min_link_count else ())}
     if previous:  # the new data's statistics plus the old ones (links, features are merged)
         for name in STAT_NAMES:
             totals[name] += previous.totals.get(name, 0)
@@ -500,7 +508,8 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
         vocabulary_fingerprint=vocab_fingerprint, num_buckets=num_buckets,
         sources=(previous.sources if previous else [])
         + [{"tag": s.tag, "glob": s.glob} for s in sources],
-        files=sorted(files), totals=totals, min_feature_count=dict(min_feature_count or {}))
+        files=sorted(files), totals=totals, min_feature_count=dict(min_feature_count or {}),
+        min_link_count=dict(min_link_count or {}))
     storage.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
     return manifest.write(out)
 
@@ -589,10 +598,12 @@ class CountOptions:
     encoding: str = "utf-8"
     skip_invalid: bool = False
     min_feature_count: tuple = ()  # [TYPES=]N specs (snm_core.count.thresholds)
+    min_link_count: tuple = ()  # [TYPES=]N specs
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
         object.__setattr__(self, "min_feature_count", tuple(self.min_feature_count or ()))
+        object.__setattr__(self, "min_link_count", tuple(self.min_link_count or ()))
         running.absolute_paths(self, "out", "vocab", "add_to", "scratch")
         check_encoding(self.encoding)
         if self.num_buckets is not None and not 1 <= self.num_buckets <= 65536:
@@ -653,6 +664,8 @@ def run(args, beam_args=(), summary=True):
     config = load_config(args.config)
     min_feature_count = thresholds.parse(args.min_feature_count, config.feature_types(),
                                          counting.parent_types(config))
+    min_link_count = thresholds.parse(args.min_link_count, config.feature_types(),
+                                      counting.parent_types(config), thresholds.LINK_OPTION)
     sources, _ = training_sources.spool_stdin(training_sources.parse_sources(args.train),
                                               args.out)
     tags = training_sources.source_tags(sources)
@@ -689,12 +702,13 @@ def run(args, beam_args=(), summary=True):
                                      ArrayShuffle(args.shuffle, scratch,
                                                   release=runners.kind(p.options) == "local"),
                                      args.reference, args.add_to, plan.merge_rows,
-                                     args.encoding, min_feature_count, sketch_file)
+                                     args.encoding, min_feature_count, sketch_file,
+                                     min_link_count)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
                                                   sources, [s.name for s in shards], scratch,
                                                   previous, args.encoding, args.skip_invalid,
-                                                  min_feature_count))
+                                                  min_feature_count, min_link_count))
 
     try:
         # With --add_to the old counts' features are not in a sketch of the new text:

@@ -75,6 +75,7 @@ class Plan:
     add_to: str  # a previous count directory, or None
     min_count: int
     min_feature_count: list  # --min_feature_count [TYPES=]N specs
+    min_link_count: list  # --min_link_count [TYPES=]N specs
     num_buckets: Optional[int]  # None: from the memory budget
     memory: Optional[str]  # --memory, given to every stage
     layout: str
@@ -135,6 +136,8 @@ def _inputs(plan, stage):
             inputs["add_to"] = manifest_digest(plan.add_to)
         if plan.min_feature_count:  # (runs before it: every feature, no such input)
             inputs["min_feature_count"] = plan.min_feature_count
+        if plan.min_link_count:
+            inputs["min_link_count"] = plan.min_link_count
     elif stage.name == "fit":
         inputs["options"] = plan.fit_options.signature()  # threads change speed only
     elif stage.name == "loglinear":
@@ -163,7 +166,8 @@ def _run_count(plan):
         config=plan.config, train=plan.train_specs, out=plan.path("count"),
         vocab=None if plan.add_to else plan.vocab_path, add_to=plan.add_to,
         num_buckets=plan.num_buckets, memory=plan.memory, encoding=plan.encoding,
-        skip_invalid=plan.skip_invalid, min_feature_count=plan.min_feature_count),
+        skip_invalid=plan.skip_invalid, min_feature_count=plan.min_feature_count,
+        min_link_count=plan.min_link_count),
         plan.beam_args, summary=plan.verbose)
 
 

@@ -196,6 +196,10 @@ def min_feature_count_argument(parser):
                              "skip-gram type), ngram, a type's name such as 3-gram, or "
                              "nothing (every type but the empty feature); repeat for several, "
                              "later ones winning (default: keep every feature)")
+    parser.add_argument("--min_link_count", action="append", metavar="[TYPES=]N",
+                        help="leave out the links (f, w) seen fewer than N times, TYPES as "
+                             "for --min_feature_count (a feature keeps its count C(f,*); one "
+                             "left without links goes; default: keep every link)")
 
 
 def layout_argument(parser, required=False):

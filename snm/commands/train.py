@@ -202,6 +202,8 @@ def _plan(args, beam_args):
                               args.layout)
     thresholds.parse(args.min_feature_count or (), config.feature_types(),
                      counting.parent_types(config))  # refused before any stage runs
+    thresholds.parse(args.min_link_count or (), config.feature_types(),
+                     counting.parent_types(config), thresholds.LINK_OPTION)
     vocab = vocab_file(args.vocab) if args.vocab else None
     storage.check_file(args.heldout, "--heldout ")
     storage.check_file(args.test, "--test ")
@@ -226,6 +228,7 @@ def _plan(args, beam_args):
         config_text=config.to_text(), config=args.config, heldout=args.heldout,
         test=args.test, vocab=vocab, add_to=add_to, min_count=args.min_count,
         min_feature_count=list(args.min_feature_count or []),
+        min_link_count=list(args.min_link_count or []),
         num_buckets=args.num_buckets, memory=args.memory, layout=args.layout,
         prune_to=args.prune_to,
         fit_options=fit_options, ngram=bool(config.ngram_order), encoding=args.encoding,

@@ -1,4 +1,4 @@
-"""Feature count thresholds: features seen fewer than N times in training are left out.
+"""Count thresholds: features seen fewer than N times in training are left out, and links.
 
 ``--min_feature_count [TYPES=]N`` (``snm count``, ``snm train``), given any number of
 times, later ones overriding earlier ones for the types they name.  TYPES is
@@ -14,6 +14,12 @@ complete, so what is kept is exact: C(f,*), C(f,w) and the diversity of every ke
 feature are the counts of the whole text.  Continuation counts count the kept
 extensions only (:mod:`snm_core.count.sketch` drops the others before they are counted).
 
+``--min_link_count [TYPES=]N`` takes the same TYPES and leaves out the links (f, w) of
+those types seen fewer than N times, and a feature left without links.  A kept
+feature's C(f,*) stays the whole text's (its c(w|f) = C(f,w)/C(f,*) do not sum to one:
+what the links left out carried is not given to the others); its diversity counts its
+kept links.
+
 A type's threshold may not be below the threshold of the type it extends (an n-gram of
 the (n-1)-gram; a skip-gram (r, s, a) of (r-1, s, a)): an extension occurs at most as
 often as the feature it extends, so the kept features stay closed under suffixes, which
@@ -26,10 +32,11 @@ import pyarrow as pa
 from snm_core.io.errors import SnmInputError
 
 OPTION = "--min_feature_count"
+LINK_OPTION = "--min_link_count"
 GROUPS = ("skip", "ngram")
 
 
-def parse(specs, feature_types, parents):
+def parse(specs, feature_types, parents, option=OPTION):
     """``{type name: N}`` (N >= 2, in the types' order) of the ``[TYPES=]N`` ``specs``.
 
     ``feature_types``: the configuration's :class:`~snm_core.text.config.FeatureType`\\ s;
@@ -45,20 +52,20 @@ def parse(specs, feature_types, parents):
         except ValueError:
             n = 0
         if n < 1:
-            raise SnmInputError(f"{OPTION} {spec}: give [TYPES=]N with N a whole number of at "
+            raise SnmInputError(f"{option} {spec}: give [TYPES=]N with N a whole number of at "
                                 "least 1, e.g. skip=2")
-        chosen = _select(selector, feature_types, names, spec)
+        chosen = _select(selector, feature_types, names, spec, option)
         for i in chosen:
             minimum[i] = n
     for i, p in enumerate(parents):
         if p >= 0 and minimum[i] < minimum[p]:
             raise SnmInputError(
-                f"{OPTION}: {names[i]} has threshold {minimum[i]}, below the {minimum[p]} of "
+                f"{option}: {names[i]} has threshold {minimum[i]}, below the {minimum[p]} of "
                 f"{names[p]}, the type it extends; give it at least {minimum[p]}")
     return {name: n for name, n in zip(names, minimum) if n > 1}
 
 
-def _select(selector, feature_types, names, spec):
+def _select(selector, feature_types, names, spec, option):
     if selector == "":
         return [i for i, t in enumerate(feature_types) if t.num_words > 0]
     if selector == "skip":
@@ -66,11 +73,11 @@ def _select(selector, feature_types, names, spec):
     if selector == "ngram":
         return [i for i, t in enumerate(feature_types) if t.kind == "ngram" and t.adjacent > 0]
     if selector == "0-gram":
-        raise SnmInputError(f"{OPTION} {spec}: the empty feature (0-gram) gives the unigram "
+        raise SnmInputError(f"{option} {spec}: the empty feature (0-gram) gives the unigram "
                             "distribution and is always kept")
     if selector in names:
         return [names.index(selector)]
-    raise SnmInputError(f"{OPTION} {spec}: no feature type {selector!r} in this configuration; "
+    raise SnmInputError(f"{option} {spec}: no feature type {selector!r} in this configuration; "
                         f"give skip, ngram or one of {', '.join(names[1:])}")
 
 
@@ -79,18 +86,32 @@ def per_type(thresholds, feature_names):
     return np.array([thresholds.get(name, 1) for name in feature_names], dtype=np.int64)
 
 
-def keep_counted(features, links, minimum):
-    """A bucket's tables without the features below their type's threshold, nor their links.
+def keep_counted(features, links, minimum, link_minimum=None):
+    """A bucket's tables without the features below their type's threshold, nor their
+    links, nor the links below their type's link threshold (and the features left
+    without links).
 
     ``features`` (:data:`snm_core.io.tables.FEATURES`, sorted by key) and ``links`` (its
-    links, grouped by feature in the same order, ``diversity`` rows each); ``minimum``:
-    :func:`per_type`.  Returns ``(features, links, left_out)``, ``left_out`` the total
-    ``below_threshold_occurrences`` (the C(f,*) of the features left out).
+    links, grouped by feature in the same order, ``diversity`` rows each); ``minimum``
+    and ``link_minimum``: :func:`per_type`.  Returns ``(features, links, left_out)``,
+    ``left_out`` the total ``below_threshold_occurrences`` (the C(f,w) of the links
+    left out).
     """
     count = features["count"].to_numpy()
-    kept = count >= minimum[features["type"].to_numpy().astype(np.int64)]
-    if kept.all():
+    diversity = features["diversity"].to_numpy()
+    type_index = features["type"].to_numpy().astype(np.int64)
+    kept = count >= minimum[type_index]
+    link_kept = np.repeat(kept, diversity)
+    if link_minimum is not None:
+        link_kept &= links["count"].to_numpy() >= np.repeat(link_minimum[type_index], diversity)
+    if link_kept.all():
         return features, links, {"below_threshold_occurrences": 0}
-    link_kept = np.repeat(kept, features["diversity"].to_numpy())
-    return (features.filter(pa.array(kept)), links.filter(pa.array(link_kept)),
-            {"below_threshold_occurrences": int(count[~kept].sum())})
+    left_out = int(links["count"].to_numpy()[~link_kept].sum())
+    row_feature = np.repeat(np.arange(len(count)), diversity)
+    kept_diversity = np.bincount(row_feature[link_kept], minlength=len(count))
+    alive = kept_diversity > 0
+    features = features.filter(pa.array(alive))
+    features = features.set_column(features.schema.get_field_index("diversity"), "diversity",
+                                   pa.array(kept_diversity[alive].astype(np.int64)))
+    return features, links.filter(pa.array(link_kept)), {
+        "below_threshold_occurrences": left_out}

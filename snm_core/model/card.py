@@ -48,9 +48,9 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
     if totals.get("below_threshold_occurrences"):
         share = totals["below_threshold_occurrences"] / max(totals["feature_occurrences"], 1)
         lines.insert(lines.index("## Data") + 3,
-                     f"- left out below --min_feature_count (snm count): the features of "
-                     f"{totals['below_threshold_occurrences']:,} feature occurrences "
-                     f"({share:.1%})")
+                     f"- left out below --min_feature_count or --min_link_count (snm "
+                     f"count): the links of {totals['below_threshold_occurrences']:,} feature "
+                     f"occurrences ({share:.1%})")
     pruning = manifest.get("pruning")
     if pruning:
         before = pruning["links_before"]

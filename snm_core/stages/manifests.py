@@ -155,6 +155,9 @@ class Count(CorpusManifest):
     #: ``{type name: N}``: the types whose features seen fewer than N times were left
     #: out (``--min_feature_count``); empty when every feature was kept.
     min_feature_count: dict = dataclasses.field(default_factory=dict)
+    #: ``{type name: N}``: the types whose links seen fewer than N times were left out
+    #: (``--min_link_count``).
+    min_link_count: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

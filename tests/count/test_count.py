@@ -230,6 +230,30 @@ def test_feature_thresholds_are_the_paper_definitions(corpus, tmp_path, tagged, 
     assert {name: totals[name] for name in expected_totals} == expected_totals
 
 
+@pytest.mark.parametrize("path", ["fast", "reference"])
+def test_link_thresholds_are_the_paper_definitions(corpus, tmp_path, path):
+    """With --min_link_count too, the links seen fewer times than their type's threshold
+    are gone, a kept feature keeps its C(f,*) and counts its kept links as its diversity,
+    and a feature left without links goes."""
+    specs = [f"man={corpus['a']}", f"web={corpus['b']}"]
+    sources = [("man", [corpus["a"]]), ("web", [corpus["b"]])]
+    link_types = {name: 2 for name in THRESHOLD_TYPES}
+    extra = ["--flush_links", "500"] if path == "fast" else ["--reference"]
+    manifest = run_count(corpus, tmp_path / "counts", corpus["skip"], specs, *extra,
+                         "--min_feature_count", "skip=3", "--min_link_count", "2")
+    assert manifest.min_link_count == link_types
+    features, links, totals = paper.read_count_directory(tmp_path / "counts")
+    expected_features, expected_links, expected_totals = paper.brute_force_count(
+        SKIP_CONFIG, sources, paper.vocabulary_words(corpus["vocab"]),
+        {name: 3 for name in THRESHOLD_TYPES if name.startswith("skip")}, link_types)
+    assert any(count > diversity_sum for count, diversity_sum in (
+        (c, sum(n for (f, _), (n, _) in expected_links.items() if f == identity))
+        for identity, (c, _) in expected_features.items()))  # some C(f,*) kept whole
+    assert features == expected_features
+    assert links == expected_links
+    assert {name: totals[name] for name in expected_totals} == expected_totals
+
+
 def test_feature_thresholds_refused(corpus, tmp_path):
     """Thresholds a count cannot keep are refused before counting, in one line each; a
     count that left features out is not added to."""

@@ -189,11 +189,13 @@ def text_stats():
     return collections.Counter(dict.fromkeys(STATS, 0))
 
 
-def brute_force_count(config_text, sources, vocabulary, min_feature_count=None):
+def brute_force_count(config_text, sources, vocabulary, min_feature_count=None,
+                      min_link_count=None):
     """The count of ``sources`` (``[(tag, [path, ...]), ...]``) by the definitions above;
     ``vocabulary`` the set of words known (:func:`vocabulary_words`); ``min_feature_count``
     ``{type name: N}``: features of those types seen fewer than N times left out, and not
-    counted as extensions either.
+    counted as extensions either; ``min_link_count`` the same of links, a feature keeping
+    its C(f,*) and counting its kept links as its diversity.
 
     Returns ``(features, links, totals)``: ``{identity: (C(f,*), diversity)}``,
     ``{(identity, word): (C(f,w), N1+(. f w))}`` and the count manifest's totals.
@@ -212,14 +214,17 @@ def brute_force_count(config_text, sources, vocabulary, min_feature_count=None):
                     for kind, feature_words in found:
                         link_counts[((tag, kind, feature_words), target)] += 1
     below = {}
-    if min_feature_count:
-        seen = collections.Counter()
-        for (feature, _), count in link_counts.items():
-            seen[feature] += count
-        left_out = {f for f, n in seen.items() if n < min_feature_count.get(type_name(f[1]), 1)}
-        below = {"below_threshold_occurrences": sum(seen[f] for f in left_out)}
-        link_counts = collections.Counter({(f, w): n for (f, w), n in link_counts.items()
-                                           if f not in left_out})
+    seen = collections.Counter()
+    for (feature, _), count in link_counts.items():
+        seen[feature] += count
+    if min_feature_count or min_link_count:
+        feature_min, link_min = min_feature_count or {}, min_link_count or {}
+        kept = collections.Counter({
+            (f, w): n for (f, w), n in link_counts.items()
+            if seen[f] >= feature_min.get(type_name(f[1]), 1)
+            and n >= link_min.get(type_name(f[1]), 1)})
+        below = {"below_threshold_occurrences": sum(link_counts.values()) - sum(kept.values())}
+        link_counts = kept
     continuations = collections.Counter()
     for ((tag, kind, feature_words), target) in link_counts:
         parent = parent_type(kind)
@@ -230,7 +235,7 @@ def brute_force_count(config_text, sources, vocabulary, min_feature_count=None):
     for ((tag, kind, feature_words), target), count in link_counts.items():
         identity = (tag, type_name(kind), feature_words)
         links[(identity, target)] = (count, continuations[((tag, kind, feature_words), target)])
-        features[identity][0] += count
+        features[identity][0] = seen[(tag, kind, feature_words)]
         features[identity][1] += 1
     totals = {**stats, "links": len(links), "features": len(features),
               "link_count_sum": sum(link_counts.values()), "key_collisions": 0, **below}
