@@ -8,7 +8,9 @@ For each corpus, in one run: ``lmplz -o 5`` and ``build_binary trie`` (and the q
 trie, ``-q 8 -b 8``) on the training text with the words outside vocab.txt as one
 placeholder word, scored by ``query``; the SNM 5-gram (``snm train --config 5gram
 --layout trie``); the skip-10-gram SNM (``snm train --config skip10gram
---min_feature_count skip=2 --layout packed``), then ``snm prune --target_size`` of it
+--layout packed`` with ``--thresholds``, by default features and links of the skip-gram
+types seen once and links of the 6- to 9-grams seen once left out), then ``snm prune
+--target_size`` of it
 to each of ``--sizes`` times the KN5 trie's bytes.  Each row: seconds, peak RSS of the
 process tree, peak disk of what it writes, the bytes of the model a decoder loads (the
 KenLM binary; SNM's scoring directory, ``snm compact --out``) and test perplexity.
@@ -36,6 +38,10 @@ SNM = [sys.executable, "-m", "snm"]
 KENLM_BIN = os.environ.get("KENLM_BIN", "/tmp/kenlm-build/bin")
 #: Words outside vocab.txt, as lmplz reads them: one ordinary word, as SNM's <UNK>.
 OOV_PLACEHOLDER = "OOVTOKEN"
+#: The skip-10-gram model's count thresholds: skip-gram features and links seen once, and
+#: the links of 6- to 9-grams seen once (benchmarks/README.md, "Count thresholds").
+THRESHOLDS = ("--min_feature_count skip=2 --min_link_count skip=2 "
+              + " ".join(f"--min_link_count {n}-gram=2" for n in range(6, 10)))
 #: Seeds of the sampled corpora's train, dev and test text.
 SAMPLE_SEEDS = (11, 911, 912)
 SAMPLE_HELDOUT_WORDS = (60_000, 120_000)
@@ -171,9 +177,9 @@ def run_corpus(name, paths, args):
                    test_perplexity=snm_perplexity(out + "/model", paths["test"],
                                                   os.path.join(run, "eval.log")))
     out = os.path.join(run, "snm-skip10")
-    row = measured(f"SNM skip-10 {args.threshold} packed",
+    row = measured("SNM skip-10 packed",
                    SNM + ["train", "--config", "skip10gram", "--out", out, "--layout", "packed",
-                          "--min_feature_count", args.threshold, *common], out)
+                          *args.thresholds.split(), *common], out)
     model = out + "/model"
     row.update(model_bytes=_shipped(model, "packed", run),
                test_perplexity=snm_perplexity(model, paths["test"], os.path.join(run, "eval.log")))
@@ -238,7 +244,8 @@ def main():
     parser.add_argument("--corpora", default="kernel",
                         help="kernel, mix, sampled-N (N words, e.g. sampled-10M)")
     parser.add_argument("--configs", default="5gram,skip10gram")
-    parser.add_argument("--threshold", default="skip=2", help="--min_feature_count")
+    parser.add_argument("--thresholds", default=THRESHOLDS,
+                        help="the skip-10-gram train's count thresholds (default: %(default)s)")
     parser.add_argument("--sizes", default="1,2,4",
                         type=lambda text: [float(x) for x in text.split(",")],
                         help="pruned sizes, in multiples of the KN5 trie's bytes")
