@@ -413,7 +413,9 @@ def test_pruned_to_a_size_is_at_most_it_and_near(models, layout, criterion, tmp_
         pruning = manifests.Model.read(str(out))["pruning"]
         assert size <= target and pruning["target_size"] == target
         assert size - 1024 <= pruning["size_rounds"][-1]["bytes"] <= size
-        assert size >= 0.97 * target or any(r["bytes"] > target for r in pruning["size_rounds"])
+        # within 3% below the target less the 1 KiB kept for the manifest's record of it
+        assert size >= 0.97 * (target - 1024) or any(r["bytes"] > target - 1024
+                                                     for r in pruning["size_rounds"])
         assert f"at most {target:,} bytes" in (out / "model_card.md").read_text()
         kept.append(links_of(out))
     assert kept[0] < kept[1] < links_of(source)
