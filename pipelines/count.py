@@ -50,6 +50,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.textfile import check_encoding
 from snm_core.stages import manifests
+from snm_core.text import hashing
 from snm_core.text.config import load_config, parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
@@ -92,9 +93,9 @@ class ExtractLinkPartials(beam.DoFn):
     """
 
     def __init__(self, settings, num_buckets, flush_links, shuffle, batch_bytes,
-                 encoding="utf-8", sketch=None):
+                 encoding="utf-8", sketches=()):
         self.settings = settings
-        self.sketch_file = sketch
+        self.sketch_files = tuple(sketches)
         self.num_buckets = num_buckets
         self.flush_links = flush_links
         self.shuffle = shuffle
@@ -112,7 +113,8 @@ class ExtractLinkPartials(beam.DoFn):
         # summed over the shard (counting.ShardSums).
         self.context_free = np.array([t.num_words == 0 for t in self.extractor.feature_types]
                                      * len(self.extractor.tags))
-        self.sketch = self.sketch_file.load(self.extractor) if self.sketch_file else None
+        loaded = {f.kind: f.load(self.extractor, len(self.vocab)) for f in self.sketch_files}
+        self.feature_sketch, self.link_sketch = loaded.get("features"), loaded.get("links")
 
     def process(self, shard):
         links, features, pending = [], [], 0
@@ -127,13 +129,15 @@ class ExtractLinkPartials(beam.DoFn):
                 for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
                     losscheck.add_totals(batch_stats,
                                          {"feature_occurrences": events.num_pairs})
-                    if self.sketch is not None:
-                        events, left_out = self.sketch.keep_reaching(events)
+                    if self.feature_sketch is not None:
+                        events, left_out = self.feature_sketch.keep_reaching(events)
                         losscheck.add_totals(batch_stats,
                                              {"below_threshold_occurrences": left_out})
                         if not events.num_pairs:
                             continue
                     batch_links, batch_features = counting.batch_partials(events)
+                    if self.link_sketch is not None:
+                        batch_links = self.link_sketch.collapse(batch_links, events.type[0])
                     if len(batch_features["feature"]) == 1 and \
                             self.context_free[batch_features["type"][0]]:
                         shard_sums.add(batch_links, batch_features)
@@ -189,7 +193,8 @@ class MergeBucket(beam.DoFn):
 
     def setup(self):
         running.configure_allocators()
-        _, self.extractor = self.settings.build()
+        vocab, self.extractor = self.settings.build()
+        self.vocab_size = len(vocab)  # the word of the link sketch's collapsed rows
         self.parents = counting.parent_types(self.extractor.config)
         names = [t.name for t in self.extractor.feature_types]
         self.minimum = thresholds.per_type(self.min_feature_count, names)
@@ -215,8 +220,9 @@ class MergeBucket(beam.DoFn):
         self.shuffle.release(payloads)  # this bucket's parts, read
         left_out = {}
         if self.min_feature_count or self.min_link_count:
-            features, links, left_out = thresholds.keep_counted(features, links, self.minimum,
-                                                                self.link_minimum)
+            features, links, left_out = thresholds.keep_counted(
+                features, links, self.minimum, self.link_minimum,
+                self.vocab_size if self.min_link_count else None)
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
@@ -313,31 +319,38 @@ class ReadCountBucket(beam.DoFn):
 
 @dataclasses.dataclass(frozen=True)
 class SketchFile:
-    """Where the count's feature sketch is, its shape and the thresholds it serves
-    (picklable; :mod:`snm_core.count.sketch`)."""
+    """Where one of the count's sketches is, its shape, and the thresholds it serves
+    (picklable; :mod:`snm_core.count.sketch`): of feature keys (``kind`` "features",
+    ``--min_feature_count``) or of link keys ("links", ``--min_link_count``)."""
 
+    kind: str
     path: str
     log2_cells: int
     bits: int
-    min_feature_count: dict  # {type name: N}
+    thresholds: dict  # {type name: N}
 
     def minimum(self, extractor):
         """The threshold of each type id (tag-major), 1 for none."""
-        return np.tile(thresholds.per_type(self.min_feature_count,
+        return np.tile(thresholds.per_type(self.thresholds,
                                            [t.name for t in extractor.feature_types]),
                        len(extractor.tags))
 
-    def load(self, extractor):
+    def keys(self, events):
+        """The keys this sketch counts of ``events``' pairs."""
+        if self.kind == "features":
+            return events.key
+        return hashing.link_key(events.key, events.target[events.event])
+
+    def load(self, extractor, vocab_size):
         return _SketchFilter(sketch.FeatureSketch.load(self.path, self.log2_cells, self.bits),
-                             self.minimum(extractor))
+                             self.minimum(extractor), vocab_size)
 
 
 class _SketchFilter:
-    """A worker's loaded sketch: drops the occurrences of features that cannot reach
-    their type's threshold."""
+    """A worker's loaded sketch: what cannot reach its type's threshold goes early."""
 
-    def __init__(self, feature_sketch, minimum):
-        self.sketch, self.minimum = feature_sketch, minimum
+    def __init__(self, loaded, minimum, vocab_size):
+        self.sketch, self.minimum, self.vocab_size = loaded, minimum, vocab_size
 
     def keep_reaching(self, events):
         """``(events, occurrences left out)``: ``events`` (one type's, as the extractor
@@ -350,43 +363,61 @@ class _SketchFilter:
             return events, 0
         return events.select(keep), left_out
 
+    def collapse(self, links, type_id):
+        """A batch's summed ``links`` partial of type ``type_id`` with the links whose
+        estimate is below the threshold summed into one row a feature, of word
+        :func:`snm_core.count.thresholds.collapsed_word` (the merge keeps C(f,*) exact
+        and then leaves those rows out)."""
+        minimum = self.minimum[type_id]
+        if minimum <= 1 or not len(links["feature"]):
+            return links
+        keep = self.sketch.reaches(hashing.link_key(links["feature"], links["word"]), minimum)
+        if keep.all():
+            return links
+        return thresholds.collapse_links(links, keep, self.vocab_size)
+
 
 class SketchShard(beam.DoFn):
-    """TextShard -> the path of a scratch file holding the sketch of its thresholded
-    feature occurrences (the first of the count's two passes over the text)."""
+    """TextShard -> ``(kind, path)`` of scratch files holding the sketches of its
+    thresholded feature or link keys (the first of the count's two passes over the
+    text)."""
 
-    def __init__(self, settings, sketch_file, parts, batch_bytes, encoding="utf-8"):
-        self.settings, self.sketch_file, self.parts = settings, sketch_file, parts
+    def __init__(self, settings, sketch_files, parts, batch_bytes, encoding="utf-8"):
+        self.settings, self.sketch_files, self.parts = settings, sketch_files, parts
         self.reader = reading.ShardReader(batch_bytes, encoding,
                                           running.text_progress("count: sketch"))
 
     def setup(self):
         running.configure_allocators()
         self.vocab, self.extractor = self.settings.build()
-        self.minimum = self.sketch_file.minimum(self.extractor)
+        self.minimum = [f.minimum(self.extractor) for f in self.sketch_files]
         self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
                               // self.extractor.max_windows_per_type)
 
     def process(self, shard):
-        counted = sketch.FeatureSketch(self.sketch_file.log2_cells, self.sketch_file.bits)
+        counted = [sketch.FeatureSketch(f.log2_cells, f.bits) for f in self.sketch_files]
         for batch in self.reader.batches(shard):
             sentences, _, _ = tokenize(batch.lines, self.vocab)
             for chunk in sentences.chunks(self.max_events):
                 for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
-                    if events.num_pairs and self.minimum[events.type[0]] > 1:
-                        counted.add(events.key)
-        path = storage.join(self.parts, f"{shard.file:05d}-{shard.shard:05d}.sketch")
-        counted.save(path)
-        yield path
+                    for file, minimum, cells in zip(self.sketch_files, self.minimum, counted):
+                        if events.num_pairs and minimum[events.type[0]] > 1:
+                            cells.add(file.keys(events))
+        for file, cells in zip(self.sketch_files, counted):
+            path = storage.join(self.parts,
+                                f"{file.kind}-{shard.file:05d}-{shard.shard:05d}.sketch")
+            cells.save(path)
+            yield file.kind, path
         running.release_memory()
 
 
-def merge_sketches(parts, sketch_file):
-    """The workers' sketches summed into ``sketch_file.path`` (CallOnce); parts removed."""
-    sketch.merge_files(sorted(parts), sketch_file.path, sketch_file.log2_cells,
-                       sketch_file.bits)
-    for part in parts:
-        storage.remove_file(part)
+def merge_sketches(parts, sketch_files):
+    """The workers' sketches of each kind summed into its file (CallOnce); parts removed."""
+    for file in sketch_files:
+        paths = sorted(path for kind, path in parts if kind == file.kind)
+        sketch.merge_files(paths, file.path, file.log2_cells, file.bits)
+        for path in paths:
+            storage.remove_file(path)
 
 
 class CountLinks(beam.PTransform):
@@ -404,17 +435,17 @@ class CountLinks(beam.PTransform):
     encoding : str, the text's encoding
     min_feature_count, min_link_count : dict, ``{type name: N}``
         (:mod:`snm_core.count.thresholds`)
-    sketch : SketchFile, the thresholded types' sketch (occurrences below it are dropped
-        before they are summed), or None
+    sketches : SketchFile s, the thresholded types' sketches (what cannot reach its
+        threshold goes before it is summed or sent)
     """
 
     def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
                  reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS, encoding="utf-8",
-                 min_feature_count=None, sketch=None, min_link_count=None):
+                 min_feature_count=None, sketches=(), min_link_count=None):
         super().__init__()
         self.min_feature_count = min_feature_count
         self.min_link_count = min_link_count
-        self.sketch = sketch
+        self.sketches = tuple(sketches)
         self.merge_rows = merge_rows
         self.encoding = encoding
         self.settings, self.out = settings, out
@@ -431,7 +462,7 @@ class CountLinks(beam.PTransform):
         else:
             partials = shards | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
                 self.settings, self.num_buckets, self.flush_links, self.shuffle,
-                self.batch_bytes, self.encoding, self.sketch))
+                self.batch_bytes, self.encoding, self.sketches))
         if self.add_to:
             existing = (shards.pipeline
                         | "ExistingBuckets" >> beam.Create(list(range(self.num_buckets)))
@@ -630,31 +661,37 @@ class CountOptions:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
 
 
-def count_sketch(args, beam_args, settings, files, config, scratch, min_feature_count):
-    """The first pass of a thresholded count: the sketch of the thresholded types' feature
-    keys in ``scratch`` (:mod:`snm_core.count.sketch`), as a :class:`SketchFile`."""
+def count_sketches(args, beam_args, settings, files, config, scratch, min_feature_count,
+                   min_link_count):
+    """The first pass of a thresholded count: the sketches of the thresholded types'
+    feature and link keys in ``scratch`` (:mod:`snm_core.count.sketch`), as
+    :class:`SketchFile` s sharing what the budget gives a worker."""
+    wanted = [(kind, given) for kind, given in (("features", min_feature_count),
+                                                ("links", min_link_count)) if given]
     workers = running.workers_per_process(beam_args)
     budget = MemoryBudget.parse(args.memory)
     occurrences = (training_sources.estimate_words(files)
                    * FeatureExtractor(config).occurrences_per_event)
-    bits = sketch.cell_bits(max(min_feature_count.values()))
-    sketch_file = SketchFile(storage.join(scratch, "feature.sketch"),
-                             sketch.plan_cells(occurrences, bits,
-                                               budget.working() // (workers + 1)),
-                             bits, min_feature_count)
+    share = budget.working() // ((workers + 1) * len(wanted))
+    sketch_files = []
+    for kind, given in wanted:
+        bits = sketch.cell_bits(max(given.values()))
+        sketch_files.append(SketchFile(kind, storage.join(scratch, f"{kind}.sketch"),
+                                       sketch.plan_cells(occurrences, bits, share), bits,
+                                       given))
     parts = storage.join(scratch, "sketch-parts")
     storage.makedirs(parts)
 
     def build(p):
         _ = (p
              | "ListShards" >> beam.Create(reading.text_shards(files, p.options))
-             | "Sketch" >> beam.ParDo(SketchShard(settings, sketch_file, parts,
+             | "Sketch" >> beam.ParDo(SketchShard(settings, sketch_files, parts,
                                                  args.batch_bytes, args.encoding))
-             | "MergeSketches" >> running.CallOnce(merge_sketches, sketch_file))
+             | "MergeSketches" >> running.CallOnce(merge_sketches, sketch_files))
 
     running.run_pipeline(beam_args, build, "count: sketch", shared_paths=[args.out, scratch],
                          text=[path for _, path in files])
-    return sketch_file
+    return sketch_files
 
 
 def run(args, beam_args=(), summary=True):
@@ -691,7 +728,7 @@ def run(args, beam_args=(), summary=True):
     settings = _Extractor(config.to_text(), tags, vocab_path, fingerprint)
 
     scratch = scratch_directory(args.out, args.scratch, running.workers_are_local(beam_args))
-    sketch_file = None
+    sketch_files = ()
 
     def build(p):
         shards = reading.text_shards(files, p.options)
@@ -702,7 +739,7 @@ def run(args, beam_args=(), summary=True):
                                      ArrayShuffle(args.shuffle, scratch,
                                                   release=runners.kind(p.options) == "local"),
                                      args.reference, args.add_to, plan.merge_rows,
-                                     args.encoding, min_feature_count, sketch_file,
+                                     args.encoding, min_feature_count, sketch_files,
                                      min_link_count)
              | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
                                                   config, tags, len(vocab), fingerprint,
@@ -713,9 +750,9 @@ def run(args, beam_args=(), summary=True):
     try:
         # With --add_to the old counts' features are not in a sketch of the new text:
         # the exact filter after the merge alone applies.
-        if min_feature_count and not args.add_to:
-            sketch_file = count_sketch(args, beam_args, settings, files, config, scratch,
-                                       min_feature_count)
+        if (min_feature_count or min_link_count) and not args.add_to:
+            sketch_files = count_sketches(args, beam_args, settings, files, config, scratch,
+                                          min_feature_count, min_link_count)
         metrics = running.run_pipeline(beam_args, build, "count",
                                        shared_paths=[args.out, scratch],
                                        text=[path for _, path in files])

@@ -86,14 +86,32 @@ def per_type(thresholds, feature_names):
     return np.array([thresholds.get(name, 1) for name in feature_names], dtype=np.int64)
 
 
-def keep_counted(features, links, minimum, link_minimum=None):
+def collapse_links(links, keep, collapsed_word):
+    """A batch's summed links partial (sorted by feature, then word) with the rows not in
+    the bool mask ``keep`` summed into one row a feature, of word ``collapsed_word`` (the
+    vocabulary's size: no word's id): the link sketch's early drop, which keeps what
+    C(f,*) needs and leaves the rows to :func:`keep_counted`."""
+    dropped = ~keep
+    feature, count = links["feature"][dropped], links["count"][dropped]
+    starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]])
+    merged = {"feature": np.concatenate([links["feature"][keep], feature[starts]]),
+              "word": np.concatenate([links["word"][keep],
+                                      np.full(len(starts), collapsed_word, np.int32)]),
+              "count": np.concatenate([links["count"][keep], np.add.reduceat(count, starts)])}
+    # kept rows first, each feature's collapsed row after them: (feature, word) order
+    order = np.argsort(merged["feature"], kind="stable")
+    return {name: column[order] for name, column in merged.items()}
+
+
+def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=None):
     """A bucket's tables without the features below their type's threshold, nor their
     links, nor the links below their type's link threshold (and the features left
     without links).
 
     ``features`` (:data:`snm_core.io.tables.FEATURES`, sorted by key) and ``links`` (its
     links, grouped by feature in the same order, ``diversity`` rows each); ``minimum``
-    and ``link_minimum``: :func:`per_type`.  Returns ``(features, links, left_out)``,
+    and ``link_minimum``: :func:`per_type`; ``collapsed_word``: the word of the rows
+    :func:`collapse_links` made, left out too.  Returns ``(features, links, left_out)``,
     ``left_out`` the total ``below_threshold_occurrences`` (the C(f,w) of the links
     left out).
     """
@@ -104,6 +122,8 @@ def keep_counted(features, links, minimum, link_minimum=None):
     link_kept = np.repeat(kept, diversity)
     if link_minimum is not None:
         link_kept &= links["count"].to_numpy() >= np.repeat(link_minimum[type_index], diversity)
+    if collapsed_word is not None:
+        link_kept &= links["word"].to_numpy() != collapsed_word
     if link_kept.all():
         return features, links, {"below_threshold_occurrences": 0}
     left_out = int(links["count"].to_numpy()[~link_kept].sum())

@@ -60,9 +60,9 @@ def test_a_large_sketch_leaves_out_most_keys_seen_once():
 
 
 def test_a_count_is_the_same_bytes_whatever_the_sketch(tmp_path, monkeypatch):
-    """A sketch of a few cells drops almost nothing before the merge, the default one
-    most of the features seen once: the exact filter after the merge makes both counts
-    the same files."""
+    """Sketches of a few cells drop almost nothing before the merge, the default ones
+    most of the features seen once and collapse most links seen once: the exact filter
+    after the merge makes both counts the same files."""
     from support.counts import write_lines
 
     from snm.commands import count as count_cmd
@@ -73,7 +73,8 @@ def test_a_count_is_the_same_bytes_whatever_the_sketch(tmp_path, monkeypatch):
     vocab = str(tmp_path / "vocab.txt")
     Vocabulary(sorted({w for s in sentences for w in s.split()})).save(vocab)
     argv = ["--config", "skip5gram", "--vocab", vocab, "--train", text, "--num_buckets", "4",
-            "--min_feature_count", "skip=2", "--min_feature_count", "ngram=3"]
+            "--min_feature_count", "skip=2", "--min_feature_count", "ngram=3",
+            "--min_link_count", "skip=2"]
     assert count_cmd.main(argv + ["--out", str(tmp_path / "default")]) == 0
     monkeypatch.setattr(sketch, "plan_cells", lambda occurrences, bits, memory: 4)
     assert count_cmd.main(argv + ["--out", str(tmp_path / "tiny")]) == 0
