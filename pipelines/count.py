@@ -137,7 +137,8 @@ class ExtractLinkPartials(beam.DoFn):
                             continue
                     batch_links, batch_features = counting.batch_partials(events)
                     if self.link_sketch is not None:
-                        batch_links = self.link_sketch.collapse(batch_links, events.type[0])
+                        batch_links, batch_features = self.link_sketch.collapse(
+                            batch_links, batch_features, events.type[0])
                     if len(batch_features["feature"]) == 1 and \
                             self.context_free[batch_features["type"][0]]:
                         shard_sums.add(batch_links, batch_features)
@@ -212,17 +213,18 @@ class MergeBucket(beam.DoFn):
         # of every batch); in a chunk, one group of columns at a time, each read
         # straight into its concatenation: the links are summed before the features
         # are read.
-        links, features, collisions = counting.merge_bucket_chunks(
+        collapsed_word = self.vocab_size if self.min_link_count else None
+        links, features, collisions, orphaned = counting.merge_bucket_chunks(
             [self.shuffle.rows(p, "links") for p in payloads],
             lambda start, stop, group: counting.from_scratch(
                 self.shuffle.receive_group(payloads[start:stop], group), group),
-            len(self.extractor.feature_types), self.merge_rows)
+            len(self.extractor.feature_types), self.merge_rows, collapsed_word)
         self.shuffle.release(payloads)  # this bucket's parts, read
         left_out = {}
         if self.min_feature_count or self.min_link_count:
             features, links, left_out = thresholds.keep_counted(
-                features, links, self.minimum, self.link_minimum,
-                self.vocab_size if self.min_link_count else None)
+                features, links, self.minimum, self.link_minimum, collapsed_word)
+            left_out["below_threshold_occurrences"] += orphaned
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))
         checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
@@ -363,18 +365,23 @@ class _SketchFilter:
             return events, 0
         return events.select(keep), left_out
 
-    def collapse(self, links, type_id):
-        """A batch's summed ``links`` partial of type ``type_id`` with the links whose
-        estimate is below the threshold summed into one row a feature, of word
-        :func:`snm_core.count.thresholds.collapsed_word` (the merge keeps C(f,*) exact
-        and then leaves those rows out)."""
+    def collapse(self, links, features, type_id):
+        """A batch's summed ``links`` and ``features`` partials of type ``type_id``, the
+        links whose estimate is below the threshold summed into one row a feature, of
+        the vocabulary's size as word (the merge keeps C(f,*) exact and then leaves
+        those rows out), and only the features with a link kept: one whose links all
+        collapsed everywhere is left out anyway, and where another batch keeps a link
+        that batch sends its row."""
         minimum = self.minimum[type_id]
         if minimum <= 1 or not len(links["feature"]):
-            return links
+            return links, features
         keep = self.sketch.reaches(hashing.link_key(links["feature"], links["word"]), minimum)
         if keep.all():
-            return links
-        return thresholds.collapse_links(links, keep, self.vocab_size)
+            return links, features
+        linked = np.unique(links["feature"][keep])
+        has_kept = np.isin(features["feature"], linked, assume_unique=True)
+        return (thresholds.collapse_links(links, keep, self.vocab_size),
+                {name: column[has_kept] for name, column in features.items()})
 
 
 class SketchShard(beam.DoFn):

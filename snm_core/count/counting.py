@@ -280,7 +280,7 @@ def merge_links(link_parts):
                      if len(count) else count.astype(np.int64)})
 
 
-def merge_bucket_chunks(rows, read, num_feature_types, max_rows):
+def merge_bucket_chunks(rows, read, num_feature_types, max_rows, collapsed_word=None):
     """:func:`merge_bucket` of a bucket whose partials are read a chunk at a time.
 
     A bucket holding a frequent feature (a context like "the" or ``<s>``, followed by
@@ -297,6 +297,13 @@ def merge_bucket_chunks(rows, read, num_feature_types, max_rows):
         parts ``start:stop``, concatenated
     num_feature_types : int
     max_rows : int
+    collapsed_word : the word of a link sketch's collapsed rows
+        (:func:`snm_core.count.thresholds.collapse_links`), or None.  Those of a feature
+        no batch sent a row of (every link of it collapsed everywhere: a feature the
+        thresholds leave out) are dropped here.
+
+    Returns ``(links, features, collisions, orphaned)``: ``orphaned`` the occurrences
+    those dropped rows counted.
     """
     links = features = None
     collisions = start = 0
@@ -317,8 +324,24 @@ def merge_bucket_chunks(rows, read, num_feature_types, max_rows):
         collisions += found
         start = stop
     if links is None:
-        return merge_bucket([], [], num_feature_types)
-    return links, feature_table(features, links, num_feature_types), collisions
+        return merge_bucket([], [], num_feature_types) + (0,)
+    orphaned = 0
+    if collapsed_word is not None:
+        links, orphaned = _without_orphans(links, features["feature"], collapsed_word)
+    return links, feature_table(features, links, num_feature_types), collisions, orphaned
+
+
+def _without_orphans(links, feature_keys, collapsed_word):
+    """``links`` (a table sorted by feature) without the rows of features not in the
+    sorted ``feature_keys`` (which must all be collapsed rows), and their counts' sum."""
+    keys = links["feature"].to_numpy()
+    at = np.minimum(np.searchsorted(feature_keys, keys), max(len(feature_keys) - 1, 0))
+    known = feature_keys[at] == keys if len(feature_keys) else np.zeros(len(keys), bool)
+    if known.all():
+        return links, 0
+    if np.any(links["word"].to_numpy()[~known] != collapsed_word):
+        raise ValueError("links of a feature no batch sent: only collapsed rows may be")
+    return links.filter(pa.array(known)), int(links["count"].to_numpy()[~known].sum())
 
 
 def merge_features(feature_parts, links, num_feature_types):

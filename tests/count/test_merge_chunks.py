@@ -46,7 +46,7 @@ def test_a_bucket_merged_in_chunks_sums_every_part():
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
     max_rows = sum(rows) // 3
-    links, features, collisions = merge_bucket_chunks(rows, read, NUM_TYPES, max_rows)
+    links, features, collisions, _ = merge_bucket_chunks(rows, read, NUM_TYPES, max_rows)
     chunks = reads[::2]
     assert len(chunks) >= 4  # the test merges several chunks, every part once, in order
     assert [start for start, _ in chunks] == [0] + [stop for _, stop in chunks[:-1]]
