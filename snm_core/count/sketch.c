@@ -36,15 +36,22 @@ static inline void add(uint8_t *cells, int bits, uint64_t at) {
     if (((*byte >> shift) & top) < top) *byte = (uint8_t)(*byte + (1u << shift));
 }
 
+/* Ask for the line of the key 8 ahead of i, so that its miss overlaps this key's work. */
+static inline void prefetch_ahead(const uint8_t *cells, int64_t log2_cells, int bits,
+                                  const uint64_t *keys, int64_t i, int64_t n) {
+    if (i + 8 < n) {
+        uint64_t a, b;
+        positions(keys[i + 8], log2_cells, bits, &a, &b);
+        __builtin_prefetch(cells + a * bits / 8);
+    }
+}
+
 /* Count each of `keys` once. */
 void sketch_add(uint8_t *cells, int64_t log2_cells, int32_t bits, const uint64_t *keys,
                 int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         uint64_t a, b;
-        if (i + 8 < n) {
-            positions(keys[i + 8], log2_cells, bits, &a, &b);
-            __builtin_prefetch(cells + a * bits / 8, 1);
-        }
+        prefetch_ahead(cells, log2_cells, bits, keys, i, n);
         positions(keys[i], log2_cells, bits, &a, &b);
         add(cells, bits, a);
         add(cells, bits, b);
@@ -57,10 +64,7 @@ int64_t sketch_keep(const uint8_t *cells, int64_t log2_cells, int32_t bits,
     int64_t kept = 0;
     for (int64_t i = 0; i < n; i++) {
         uint64_t a, b;
-        if (i + 8 < n) {
-            positions(keys[i + 8], log2_cells, bits, &a, &b);
-            __builtin_prefetch(cells + a * bits / 8, 0);
-        }
+        prefetch_ahead(cells, log2_cells, bits, keys, i, n);
         positions(keys[i], log2_cells, bits, &a, &b);
         unsigned x = get(cells, bits, a), y = get(cells, bits, b);
         keep[i] = (x < y ? x : y) >= (unsigned)minimum;

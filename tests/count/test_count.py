@@ -54,6 +54,19 @@ def run_count(corpus, out, config, sources, *extra):
     return manifests.Count.read(str(out))
 
 
+def sources_and_path(corpus, tagged, path):
+    """``(--train specs, the paper count's sources, flags)`` of the two sources, tagged
+    or pooled, counted by the fast path (flushing often) or ``--reference``."""
+    root = str(corpus["root"])
+    if tagged:
+        specs = [f"man={root}/a/*.txt", f"web={root}/b/*"]
+        sources = [("man", [corpus["a"]]), ("web", [corpus["b"]])]
+    else:
+        specs = [f"{root}/*/part-0*"]
+        sources = [("", [corpus["a"], corpus["b"]])]
+    return specs, sources, ["--flush_links", "500"] if path == "fast" else ["--reference"]
+
+
 @pytest.mark.parametrize("config_name, tagged, path", [
     ("5gram", False, "fast"), ("5gram", True, "fast"), ("skip", False, "fast"),
     ("skip", True, "fast"), ("skip", True, "reference")])
@@ -64,14 +77,7 @@ def test_counts_are_the_paper_definitions(corpus, tmp_path, config_name, tagged,
     times, ``--reference`` counts one element per occurrence."""
     config = corpus["skip"] if config_name == "skip" else "5gram"
     config_text = SKIP_CONFIG if config_name == "skip" else paper.APPENDIX_A
-    root = str(corpus["root"])
-    if tagged:
-        specs = [f"man={root}/a/*.txt", f"web={root}/b/*"]
-        sources = [("man", [corpus["a"]]), ("web", [corpus["b"]])]
-    else:
-        specs = [f"{root}/*/part-0*"]
-        sources = [("", [corpus["a"], corpus["b"]])]
-    extra = ["--flush_links", "500"] if path == "fast" else ["--reference"]
+    specs, sources, extra = sources_and_path(corpus, tagged, path)
     run_count(corpus, tmp_path / "counts", config, specs, *extra)
     features, links, totals = paper.read_count_directory(tmp_path / "counts")
     expected_features, expected_links, expected_totals = paper.brute_force_count(
@@ -211,14 +217,7 @@ def test_feature_thresholds_are_the_paper_definitions(corpus, tmp_path, tagged, 
     """With --min_feature_count, the features seen fewer times than their type's threshold
     are gone with their links, every kept count is the whole text's, and continuation
     counts count the kept extensions: the plain-Python count with the same rule."""
-    root = str(corpus["root"])
-    if tagged:
-        specs = [f"man={root}/a/*.txt", f"web={root}/b/*"]
-        sources = [("man", [corpus["a"]]), ("web", [corpus["b"]])]
-    else:
-        specs = [f"{root}/*/part-0*"]
-        sources = [("", [corpus["a"], corpus["b"]])]
-    extra = ["--flush_links", "500"] if path == "fast" else ["--reference"]
+    specs, sources, extra = sources_and_path(corpus, tagged, path)
     manifest = run_count(corpus, tmp_path / "counts", corpus["skip"], specs, *extra, *THRESHOLDS)
     assert manifest.min_feature_count == THRESHOLD_TYPES
     features, links, totals = paper.read_count_directory(tmp_path / "counts")
