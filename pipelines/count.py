@@ -56,9 +56,10 @@ from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 from snm_core.text.vocab import Vocabulary
 
-#: The total of what ``--min_feature_count`` left out (:mod:`snm_core.count.thresholds`):
-#: feature occurrences, whether the sketch dropped them before the merge or the merge
-#: after (the features and links they made are not known: the sketch never counts them).
+#: The total of what ``--min_feature_count`` and ``--min_link_count`` left out
+#: (:mod:`snm_core.count.thresholds`): feature occurrences, whether a sketch dropped them
+#: before the merge or the merge after (not the features and links they made: the
+#: feature sketch drops occurrences uncounted).
 BELOW_THRESHOLD = ("below_threshold_occurrences",)
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
               "marker_tokens", "events", "feature_occurrences")
@@ -82,6 +83,10 @@ class _Extractor:
 
 class ExtractLinkPartials(beam.DoFn):
     """TextShard -> ``(bucket, ("part", payload))`` and ``(0, ("stats", totals))``.
+
+    With ``sketches`` (:class:`SketchFile` s of a thresholded count), what cannot reach
+    its threshold goes before it is summed: a feature's occurrences, a batch's links
+    (collapsed into one row a feature).
 
     Each batch's links are summed at once (:func:`snm_core.count.counting.batch_partials`);
     the results are held until ``flush_links`` links are pending (and at the end
