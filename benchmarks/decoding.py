@@ -190,7 +190,7 @@ def kenlm_language_model(arpa):
     return PlaceholderLM(kenlm.Model(arpa), unigrams)
 
 
-def decoders(paths, labels):
+def decoders(paths, labels, extra=()):
     import pyctcdecode
 
     import snm as api
@@ -202,7 +202,10 @@ def decoders(paths, labels):
             "snm_5gram": pyctcdecode.BeamSearchDecoderCTC(
                 alphabet, PyctcdecodeLM(api.load(paths["snm5"]))),
             "snm_skip10gram": pyctcdecode.BeamSearchDecoderCTC(
-                alphabet, PyctcdecodeLM(api.load(paths["skip10"])))}
+                alphabet, PyctcdecodeLM(api.load(paths["skip10"]))),
+            **{f"snm_{os.path.basename(os.path.normpath(model))}":
+               pyctcdecode.BeamSearchDecoderCTC(alphabet, PyctcdecodeLM(api.load(model)))
+               for model in extra}}
 
 
 def decode_all(decoder, utterances, beam_width):
@@ -223,7 +226,7 @@ def tune(decoder, dev, references, beam_width, alphas=ALPHAS, betas=BETAS):
 
 
 def ctc_section(paths, labels, dev, test, dev_text, test_text, args):
-    found = decoders(paths, labels)
+    found = decoders(paths, labels, args.models)
     tuned = {"none": (None, None, wer(dev_text, decode_all(found["none"], dev,
                                                            args.beam_width)))}
     for name, decoder in found.items():
@@ -516,6 +519,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sections", default="ctc,flashlight,rescore,states")
+    parser.add_argument("--models", nargs="*", default=[],
+                        help="more SNM model or scoring directories for the ctc section, "
+                             "named by their directory (e.g. a packed skip-10-gram)")
     parser.add_argument("--dry_run", action="store_true", help="do not append to results.jsonl")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
