@@ -33,7 +33,6 @@ from snm_core.io.errors import SnmInputError
 
 OPTION = "--min_feature_count"
 LINK_OPTION = "--min_link_count"
-GROUPS = ("skip", "ngram")
 
 
 def parse(specs, feature_types, parents, option=OPTION):
