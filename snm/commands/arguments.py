@@ -188,8 +188,9 @@ def text_arguments(parser):
                              "error, exit 2, naming the file and the first)")
 
 
-def min_feature_count_argument(parser):
-    """``--min_feature_count [TYPES=]N``, repeatable (:mod:`snm_core.count.thresholds`)."""
+def threshold_arguments(parser):
+    """``--min_feature_count`` and ``--min_link_count [TYPES=]N``, repeatable
+    (:mod:`snm_core.count.thresholds`)."""
     parser.add_argument("--min_feature_count", action="append", metavar="[TYPES=]N",
                         help="leave out features seen fewer than N times, with their links "
                              "(lmplz's --prune, SRILM's -gtNmin): TYPES is skip (every "

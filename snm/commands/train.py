@@ -83,7 +83,7 @@ def build_parser():
                              f"(default: one per {BUCKET_OCCURRENCES:,} feature occurrences of "
                              "the text, more if the memory budget needs them, at least "
                              f"{DEFAULT_NUM_BUCKETS})")
-    arguments.min_feature_count_argument(parser)
+    arguments.threshold_arguments(parser)
     arguments.text_arguments(parser)
     arguments.memory_argument(parser)
     parser.add_argument("--force", action="store_true", help="redo every stage (and write "
