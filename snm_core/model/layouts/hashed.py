@@ -194,9 +194,8 @@ def index_bits(n):
 
 def table_bits(n, packed=False):
     """Top-bit slots of an :class:`EntryTable` over n keys: one to two keys a slot (two
-    to four would make lookups ~10% slower for ~0.7 bytes a key less), at most 32, so
-    that the 32 stored bits follow the slot's; in a packed table, made for its size,
-    two to four."""
+    to four make lookups slower for less memory), at most 32, so that the 32 stored bits
+    follow the slot's; in a packed table, made for its size, two to four."""
     return max(1, min(32, index_bits(n)) - (1 if packed else 0))
 
 
