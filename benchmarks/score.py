@@ -216,7 +216,7 @@ def main(argv=None):
     compact = os.path.join(args.model, "compact")
     nbytes = {os.path.basename(p)[:-4]: os.path.getsize(p)
               for p in glob.glob(os.path.join(compact, "*.npy"))}
-    links, features = len(model.link_m), len(model.m_star)
+    links, features = len(model.links.entries), len(model.features.entries)
     ngrams = arpa_ngrams(arpa)
     sizes = [("snm hashed layout, all arrays", sum(nbytes.values()), links, "link"),
              ("snm link arrays", sum(nbytes[n] for n in LINK_ARRAYS), links, "link"),
