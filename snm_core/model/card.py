@@ -41,16 +41,11 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
         f"words ({totals.get('oov_tokens', 0):,} out of vocabulary), {skipped:,} lines skipped",
         f"- model: {manifest['totals']['features']:,} features, "
         f"{manifest['totals']['links']:,} links",
+        *_left_out(totals),
         f"- held-out: {fit.get('heldout_events', 0):,} events; perplexity "
         f"{fit.get('heldout_perplexity_unadjusted', float('nan')):.2f} unadjusted, "
         f"{fit.get('heldout_perplexity', float('nan')):.2f} adjusted",
     ]
-    if totals.get("below_threshold_occurrences"):
-        share = totals["below_threshold_occurrences"] / max(totals["feature_occurrences"], 1)
-        lines.insert(lines.index("## Data") + 3,
-                     f"- left out below --min_feature_count or --min_link_count (snm "
-                     f"count): the links of {totals['below_threshold_occurrences']:,} feature "
-                     f"occurrences ({share:.1%})")
     pruning = manifest.get("pruning")
     if pruning:
         before = pruning["links_before"]
@@ -110,3 +105,13 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
                              f"{r['perplexity_excluding_oov']:.2f} | {r['oov']:,} | "
                              f"{r['words']:,} | {r['sentences']:,} |")
     storage.write_text("\n".join(lines) + "\n" + kept, card)  # kept: "\n## Evaluation..."
+
+
+def _left_out(totals):
+    """The Data section's line on what the count's thresholds left out, if they did."""
+    left_out = totals.get("below_threshold_occurrences")
+    if not left_out:
+        return []
+    share = left_out / max(totals["feature_occurrences"], 1)
+    return [f"- left out below --min_feature_count or --min_link_count (snm count): the "
+            f"links of {left_out:,} feature occurrences ({share:.1%})"]

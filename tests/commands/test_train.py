@@ -153,3 +153,21 @@ def test_a_second_run_on_one_directory_is_refused_until_the_first_is_gone(corpus
                                              "pid": int(child.stdout), "started": 0}))
     assert main(args(corpus, out)) == 0
     assert not (out / LOCK_NAME).exists()
+
+
+def test_thresholds_reach_the_count_and_the_card_and_rerun_the_count(corpus, tmp_path, capsys):
+    """--min_feature_count and --min_link_count go to the count (its manifest records
+    them), the model card says what they left out, and other thresholds run the count
+    and every stage after it again."""
+    out = tmp_path / "run"
+    thresholds = ["--min_feature_count", "skip=2", "--min_link_count", "2"]
+    assert main(args(corpus, out) + thresholds) == 0
+    count = json.loads((out / "count" / "manifest.json").read_text())
+    assert count["min_feature_count"] and count["min_link_count"]["1-gram"] == 2
+    left_out = count["totals"]["below_threshold_occurrences"]
+    assert left_out > 0
+    assert f"the links of {left_out:,} feature occurrences" in (
+        out / "model" / "model_card.md").read_text()
+    capsys.readouterr()
+    assert main(args(corpus, out) + thresholds[:2]) == 0
+    assert ran(capsys.readouterr().out) == ["count", "join", "fit", "apply", "eval"]
