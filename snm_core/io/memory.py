@@ -176,15 +176,22 @@ def format_bytes(n):
     return f"{n} B"
 
 
+def _size_parts(text):
+    """``(value, unit)`` of a size such as ``200M``, ``1.5GB``, ``4096`` or ``50%`` (the
+    unit one of :data:`_UNITS`' keys or ``%``), or None."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([%KMGTB]?)B?\s*", str(text).upper())
+    return (float(match.group(1)), match.group(2)) if match else None
+
+
 def parse_size(text, option):
     """The bytes of a size such as ``200M``, ``2G``, ``1.5GB`` or ``4096`` (suffixes K, M,
     G, T in powers of 1024; B optional); one line naming ``option`` otherwise."""
-    import re
-
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGTB]?)B?\s*", str(text).upper())
-    if not match:
+    parts = _size_parts(text)
+    if parts is None or parts[1] == "%":
         raise SnmInputError(f"{option} {text}: expected a size such as 200M or 2G")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    return int(parts[0] * _UNITS[parts[1]])
 
 
 def round_up(n):
@@ -216,12 +223,10 @@ class MemoryBudget:
         """The budget of ``--memory TEXT`` (None: the default)."""
         if text is None:
             return cls(physical_memory() * DEFAULT_SHARE)
-        import re
-
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([%KMGTB]?)B?\s*", str(text).upper())
-        if not match:
+        parts = _size_parts(text)
+        if parts is None:
             raise SnmInputError(f"--memory {text}: expected a size such as 8G, 512M or 50%")
-        value, unit = float(match.group(1)), match.group(2)
+        value, unit = parts
         total = value / 100 * physical_memory() if unit == "%" else value * _UNITS[unit]
         if total < 1 << 20:
             raise SnmInputError(f"--memory {text}: less than a megabyte")
