@@ -673,17 +673,14 @@ class CountOptions:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
 
 
-def count_sketches(args, beam_args, settings, files, config, scratch, min_feature_count,
-                   min_link_count):
+def count_sketches(args, beam_args, settings, files, scratch, min_feature_count,
+                   min_link_count, budget, workers, occurrences):
     """The first pass of a thresholded count: the sketches of the thresholded types'
     feature and link keys in ``scratch`` (:mod:`snm_core.count.sketch`), as
-    :class:`SketchFile` s sharing what the budget gives a worker."""
+    :class:`SketchFile` s sharing what ``budget`` (a :class:`MemoryBudget`) gives each
+    of ``workers``; ``occurrences``: the text's estimated feature occurrences."""
     wanted = [(kind, given) for kind, given in (("features", min_feature_count),
                                                 ("links", min_link_count)) if given]
-    workers = running.workers_per_process(beam_args)
-    budget = MemoryBudget.parse(args.memory)
-    occurrences = (training_sources.estimate_words(files)
-                   * FeatureExtractor(config).occurrences_per_event)
     share = budget.working() // ((workers + 1) * len(wanted))
     sketch_files = []
     for kind, given in wanted:
@@ -724,10 +721,11 @@ def run(args, beam_args=(), summary=True):
         args = dataclasses.replace(args, num_buckets=previous.num_buckets)
     files = training_sources.expand_sources(sources, tags)
     training_sources.check_has_words(files, args.encoding)
-    plan = plan_memory(
-        MemoryBudget.parse(args.memory), running.workers_per_process(beam_args),
-        training_sources.estimate_words(files), FeatureExtractor(config).occurrences_per_event,
-        args.flush_links, args.num_buckets, fixed_buckets=bool(args.add_to))
+    budget, workers = MemoryBudget.parse(args.memory), running.workers_per_process(beam_args)
+    words, per_event = (training_sources.estimate_words(files),
+                        FeatureExtractor(config).occurrences_per_event)
+    plan = plan_memory(budget, workers, words, per_event, args.flush_links, args.num_buckets,
+                       fixed_buckets=bool(args.add_to))
     args = dataclasses.replace(args, num_buckets=plan.num_buckets, flush_links=plan.flush_links)
     if not args.add_to:
         vocab = load_vocabulary(args, beam_args, sources)
@@ -763,8 +761,9 @@ def run(args, beam_args=(), summary=True):
         # With --add_to the old counts' features are not in a sketch of the new text:
         # the exact filter after the merge alone applies.
         if (min_feature_count or min_link_count) and not args.add_to:
-            sketch_files = count_sketches(args, beam_args, settings, files, config, scratch,
-                                          min_feature_count, min_link_count)
+            sketch_files = count_sketches(args, beam_args, settings, files, scratch,
+                                          min_feature_count, min_link_count, budget, workers,
+                                          words * per_event)
         metrics = running.run_pipeline(beam_args, build, "count",
                                        shared_paths=[args.out, scratch],
                                        text=[path for _, path in files])
