@@ -46,6 +46,43 @@ def tokenized_corpus(name, files):
     return vocab, [read(file) for file in files]
 
 
+#: What words outside vocab.txt become in lmplz's input, as SNM reads them as <UNK>:
+#: lmplz refuses a literal <unk> in text, and an ordinary placeholder word gives the
+#: reference's n-gram counts.
+OOV_PLACEHOLDER = "OOVTOKEN"
+
+
+def placeholder_text(paths, vocab_path, target):
+    """The text files ``paths`` (plain or ``.gz``) in one file ``target``, its lines' words
+    outside ``vocab_path``'s vocabulary as :data:`OOV_PLACEHOLDER` and blank lines left
+    out, for KenLM (made once)."""
+    import gzip
+
+    if not os.path.exists(target):
+        with open(vocab_path, encoding="utf-8") as f:
+            vocab = set(f.read().split("\n"))
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        with open(target + ".tmp", "w", encoding="utf-8") as out:
+            for path in paths:
+                opener = gzip.open if path.endswith(".gz") else open
+                with opener(path, "rt", encoding="utf-8") as f:
+                    for line in f:
+                        words = line.split()
+                        if words:
+                            out.write(" ".join(w if w in vocab else OOV_PLACEHOLDER
+                                               for w in words) + "\n")
+        os.replace(target + ".tmp", target)
+    return target
+
+
+def kenlm_binary(name):
+    """The path of KenLM's ``name`` (lmplz, build_binary, query) in ``KENLM_BIN``."""
+    path = os.path.join(os.environ.get("KENLM_BIN", "/tmp/kenlm-build/bin"), name)
+    if not os.path.exists(path):
+        raise SystemExit(f"{path} not found: build KenLM (benchmarks/README.md) or set KENLM_BIN")
+    return path
+
+
 def arpa_ngrams(path):
     """Total n-gram count from an ARPA file's \\data\\ header."""
     total = 0

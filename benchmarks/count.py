@@ -35,7 +35,14 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import WORK, corpus, print_table, record, run_measured  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    WORK,
+    corpus,
+    placeholder_text,
+    print_table,
+    record,
+    run_measured,
+)
 
 #: lmplz -o 5 -S 1G from ../shared/benchmarks/reference.md: wall s, peak RSS MiB.
 LMPLZ_REFERENCE = {"kernel": (4.55, 277), "mix": (17.51, 518)}
@@ -71,30 +78,10 @@ def fraction_files(fraction):
     return paths
 
 
-#: What out-of-vocabulary words become in lmplz's input: lmplz refuses a literal
-#: <unk> in text, and an ordinary placeholder word gives the reference's n-gram counts.
-OOV_PLACEHOLDER = "OOVTOKEN"
-
-
 def unk_text(setup):
     """The training text with words outside vocab.txt as one placeholder word, for lmplz."""
-    target = os.path.join(WORK, f"{setup}-train-unk.txt")
-    if not os.path.exists(target):
-        files, vocab_path = setup_files(setup)
-        with open(vocab_path, encoding="utf-8") as f:
-            vocab = set(f.read().split("\n"))
-        os.makedirs(WORK, exist_ok=True)
-        with open(target + ".tmp", "w", encoding="utf-8") as out:
-            for path in files:
-                with gzip.open(path, "rt", encoding="utf-8") as f:
-                    for line in f:
-                        words = line.split()
-                        if words:
-                            out.write(" ".join(w if w in vocab else OOV_PLACEHOLDER
-                                               for w in words))
-                            out.write("\n")
-        os.replace(target + ".tmp", target)
-    return target
+    files, vocab_path = setup_files(setup)
+    return placeholder_text(files, vocab_path, os.path.join(WORK, f"{setup}-train-unk.txt"))
 
 
 def run_count(label, files, vocab, config, mode, count_args=()):

@@ -61,7 +61,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from benchmarks.common import WORK, corpus, print_table, record  # noqa: E402
-from benchmarks.count import OOV_PLACEHOLDER, unk_text  # noqa: E402
+from benchmarks.common import OOV_PLACEHOLDER  # noqa: E402
+from benchmarks.count import unk_text  # noqa: E402
 
 HERE = os.path.join(WORK, "decoding")
 PEAK = 6.0

@@ -51,6 +51,7 @@ from benchmarks.common import (  # noqa: E402
     WORK,
     arpa_ngrams,
     corpus,
+    kenlm_binary,
     print_table,
     record,
     run_measured,
@@ -272,13 +273,6 @@ def measured(cmd, log, disk_paths, env=None, anonymous=None):
         sampler.join()
     peak[0] = max(peak[0], disk_bytes(disk_paths))
     return seconds, rss, peak[0]
-
-
-def kenlm_binary(name):
-    path = os.path.join(os.environ.get("KENLM_BIN", "/tmp/kenlm-build/bin"), name)
-    if not os.path.exists(path):
-        raise SystemExit(f"{path} not found: build KenLM (benchmarks/README.md) or set KENLM_BIN")
-    return path
 
 
 def stages(args):

@@ -31,13 +31,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import (HERE, WORK, corpus, print_table, record,  # noqa: E402
-                               run_measured)
+from benchmarks.common import (HERE, WORK, corpus, kenlm_binary,  # noqa: E402
+                               placeholder_text, print_table, record, run_measured)
 
 SNM = [sys.executable, "-m", "snm"]
-KENLM_BIN = os.environ.get("KENLM_BIN", "/tmp/kenlm-build/bin")
-#: Words outside vocab.txt, as lmplz reads them: one ordinary word, as SNM's <UNK>.
-OOV_PLACEHOLDER = "OOVTOKEN"
 #: The skip-10-gram model's count thresholds: skip-gram features and links seen once, and
 #: the links of 6- to 9-grams seen once (benchmarks/README.md, "Count thresholds"); the
 #: 6- to 9-grams' feature thresholds leave out nothing more (such a feature seen once has
@@ -47,13 +44,6 @@ THRESHOLDS = ("--min_feature_count skip=2 --min_link_count skip=2 " + " ".join(
 #: Seeds of the sampled corpora's train, dev and test text.
 SAMPLE_SEEDS = (11, 911, 912)
 SAMPLE_HELDOUT_WORDS = (60_000, 120_000)
-
-
-def kenlm(name):
-    path = os.path.join(KENLM_BIN, name)
-    if not os.path.exists(path):
-        raise SystemExit(f"{path} not found: build KenLM (benchmarks/README.md) or set KENLM_BIN")
-    return path
 
 
 def sampled_corpus(words, sampler):
@@ -101,21 +91,6 @@ def shared_corpus(name):
             "vocab": corpus(name, "vocab.txt")}
 
 
-def placeholder_text(paths, vocab_path, target):
-    """``paths`` with the words outside the vocabulary as :data:`OOV_PLACEHOLDER` (made once)."""
-    if not os.path.exists(target):
-        with open(vocab_path, encoding="utf-8") as f:
-            vocab = set(f.read().split("\n"))
-        with open(target + ".tmp", "w", encoding="utf-8") as out:
-            for path in paths:
-                for line in _read(path).splitlines():
-                    if line.split():
-                        out.write(" ".join(w if w in vocab else OOV_PLACEHOLDER
-                                           for w in line.split()) + "\n")
-        os.replace(target + ".tmp", target)
-    return target
-
-
 def directory_bytes(path):
     if os.path.isfile(path):
         return os.path.getsize(path)
@@ -133,7 +108,7 @@ def snm_perplexity(model, test, log):
 
 
 def kenlm_perplexity(binary, test):
-    out = subprocess.run([kenlm("query"), "-v", "summary", binary], stdin=open(test),
+    out = subprocess.run([kenlm_binary("query"), "-v", "summary", binary], stdin=open(test),
                          check=True, capture_output=True, text=True).stdout
     return float(next(line for line in out.splitlines()
                       if line.startswith("Perplexity including OOVs:")).split()[-1])
@@ -157,11 +132,12 @@ def run_corpus(name, paths, args):
     test = placeholder_text([paths["test"]], paths["vocab"], os.path.join(run, "test.txt"))
     arpa, tmp = os.path.join(run, "kn5.arpa"), os.path.join(run, "lmplz-tmp")
     os.makedirs(tmp)
-    measured("lmplz -o 5", ["bash", "-c", f"{kenlm('lmplz')} -o 5 -S {args.memory} -T {tmp} "
+    lmplz = kenlm_binary("lmplz")
+    measured("lmplz -o 5", ["bash", "-c", f"{lmplz} -o 5 -S {args.memory} -T {tmp} "
                             f"--discount_fallback < {train} > {arpa}"], run)
     for what, options in (("KN5 trie", []), ("KN5 trie -q 8 -b 8", ["-q", "8", "-b", "8"])):
         binary = os.path.join(run, what.replace(" ", "_") + ".bin")
-        row = measured(what, [kenlm("build_binary"), "-S", args.memory, "trie", *options,
+        row = measured(what, [kenlm_binary("build_binary"), "-S", args.memory, "trie", *options,
                               arpa, binary], run)
         row.update(model_bytes=os.path.getsize(binary), test_perplexity=kenlm_perplexity(
             binary, test))

@@ -27,7 +27,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from benchmarks.common import WORK, corpus, print_table, read_train_run, record, run_measured  # noqa: E402
-from benchmarks.count import OOV_PLACEHOLDER, setup_files, unk_text  # noqa: E402
+from benchmarks.common import OOV_PLACEHOLDER  # noqa: E402
+from benchmarks.count import setup_files, unk_text  # noqa: E402
 
 STAGES = ("vocab", "count", "join", "fit", "apply", "eval")
 
