@@ -24,9 +24,9 @@ _keep = native.function("sketch_keep", [native.ptr, native.i64, native.i32, nati
                                         native.i64, native.i32, native.ptr], native.i64)
 _merge = native.function("sketch_merge", [native.ptr, native.ptr, native.i64, native.i32])
 
-#: Cells a key's occurrences should have at least, for few false positives (two cells a
-#: key in one line: with a quarter of the cells touched, about 6-8% of the features
-#: seen once read as seen twice).
+#: Cells the sketch has for each feature occurrence of the text, at least (an occurrence
+#: touches two cells of a line; with at most a quarter of the cells touched, few
+#: features seen once read as seen twice: tests/count/test_sketch.py bounds the share).
 CELLS_PER_OCCURRENCE = 4
 MIN_LOG2_CELLS = 16
 MAX_LOG2_CELLS = 40
@@ -88,7 +88,7 @@ class FeatureSketch:
         return keep.view(bool)
 
     def save(self, path):
-        """Write the cells to a local ``path``."""
+        """Write the cells to ``path`` (local or remote)."""
         with storage.atomic_output(path) as f:
             f.write(memoryview(self.cells))
 
