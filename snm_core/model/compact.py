@@ -29,9 +29,10 @@ HASHED_LAYOUTS = ("hashed", "packed")
 #: Files of a model directory that a scoring directory copies, beside vocab.txt.
 CONFIG, CARD = "config.cfg", "model_card.md"
 LAYOUT_HELP = ("scoring arrays (compact/): hashed (the default: any model, with the unadjusted "
-               "model), packed (any model: about 4.7 bytes a link and a feature, values within "
-               "0.07%%, no unadjusted model), trie (n-gram models: about 10 bytes a link, the fastest) or small "
-               "(n-gram models: about 2.5 bytes a link, perplexity within 0.1%%)")
+               "model), packed (any model: about 4.7 bytes a link and a feature, values "
+               "within 0.07%%, no unadjusted model), trie (n-gram models: about 10 bytes a "
+               "link, the fastest) or small (n-gram models: about 2.5 bytes a link, perplexity "
+               "within 0.1%%)")
 
 
 def compile_model(model_dir, layout="hashed", memory=None, progress=None, **options):
