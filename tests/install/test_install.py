@@ -177,6 +177,24 @@ def reference_train(corpora, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def reference_skipgram(corpora, tmp_path_factory):
+    """A thresholded skip-gram ``snm train`` into the packed layout, in this process's
+    environment (the count's sketches and the packed lookups are C)."""
+    from snm.commands import train as train_cmd
+    out = tmp_path_factory.mktemp("reference-skip") / "run"
+    assert train_cmd.main(skipgram_args(corpora, out)) == 0
+    return out
+
+
+def skipgram_args(corpora, out):
+    small = os.path.join(corpora, "kernel-100k")
+    return ["--config", "skip10gram", "--train", f"{small}/train.txt", "--heldout",
+            f"{small}/dev.txt", "--test", f"{small}/test.txt", "--out", str(out),
+            "--min_feature_count", "skip=2", "--min_link_count", "skip=2", "--layout",
+            "packed", "--direct_num_workers", "2"]
+
+
 def kernel_args(corpora, out):
     kernel = os.path.join(corpora, "kernel")
     return ["--config", "5gram", "--train", f"{kernel}/train.txt.gz", "--vocab",
@@ -211,7 +229,8 @@ print(json.dumps({"score": model.score("the kernel is ready"),
 
 @pytest.mark.parametrize("which", ["oldest", "newest"])
 def test_snm_train_load_and_decode_on_the_oldest_and_newest_allowed(which, sdist, outside,
-                                                                    corpora, reference_train):
+                                                                    corpora, reference_train,
+                                                                    reference_skipgram):
     """Count, join, fit, apply, eval, load and pyctcdecode in an environment of the oldest
     Python and dependencies setup.py allows (and pip's choice for pyctcdecode with them),
     and of the newest (pyctcdecode beside numpy 2 without its numpy < 2 pin, as the
@@ -242,3 +261,17 @@ def test_snm_train_load_and_decode_on_the_oldest_and_newest_allowed(which, sdist
     assert smoke["score"] == pytest.approx(
         snm.load(str(reference_train / "model")).score("the kernel is ready"), abs=1e-9)
     assert smoke["decoded"] == "the kernel is"
+    # The thresholded count (its sketches) and the packed layout: the same counts (the
+    # Parquet files name the pyarrow that wrote them) and the same arrays.
+    import pyarrow.parquet as pq
+    skip = outside / f"{which}-skip"
+    run([bin_dir / "snm", "train"] + skipgram_args(corpora, skip), cwd=outside)
+    counts = sorted(p.name for p in (reference_skipgram / "count").glob("*.parquet"))
+    assert counts and all(pq.read_table(skip / "count" / n).equals(
+        pq.read_table(reference_skipgram / "count" / n)) for n in counts)
+    arrays = sorted(p.name for p in (reference_skipgram / "model" / "compact").glob("*.npy"))
+    assert arrays and all((skip / "model" / "compact" / n).read_bytes()
+                          == (reference_skipgram / "model" / "compact" / n).read_bytes()
+                          for n in arrays)
+    assert (skip / "fit" / "theta.npy").read_bytes() == \
+        (reference_skipgram / "fit" / "theta.npy").read_bytes()
