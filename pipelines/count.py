@@ -302,11 +302,15 @@ class WriteLinks(beam.DoFn):
 
 
 class ReadCountBucket(beam.DoFn):
-    """Bucket number -> the bucket of an existing count directory, as one part (``--add_to``)."""
+    """Bucket number -> the bucket of an existing count directory, as one part (``--add_to``,
+    or a count thresholded again: ``collapsed``, see
+    :func:`snm_core.count.counting.partials_from_tables`; its C(f,*) sum is then sent on
+    as the stat ``read_feature_counts``)."""
 
-    def __init__(self, settings, directory, num_buckets, shuffle):
+    def __init__(self, settings, directory, num_buckets, shuffle, collapsed=False):
         self.settings, self.directory = settings, directory
         self.num_buckets, self.shuffle = num_buckets, shuffle
+        self.collapsed = collapsed
 
     def setup(self):
         vocab, self.extractor = self.settings.build()
@@ -317,8 +321,12 @@ class ReadCountBucket(beam.DoFn):
             return storage.read_parquet(storage.join(
                 self.directory, tables.bucket_file(prefix, bucket, self.num_buckets)))
         links, features = read("links"), read("features")
+        if self.collapsed:
+            yield bucket, ("stats", {"read_feature_counts": int(pc.sum(features["count"]).as_py()
+                                                               or 0)})
         if links.num_rows:
-            part = counting.partials_from_tables(links, features, self.extractor)
+            part = counting.partials_from_tables(
+                links, features, self.extractor, self.vocab_size if self.collapsed else None)
             yield bucket, ("part", self.shuffle.send(
                 {group: counting.to_scratch(partial, group, self.vocab_size)
                  for group, partial in part.items()}))

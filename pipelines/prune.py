@@ -44,7 +44,8 @@ from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, parse_size
 from snm_core.model import backoff
 from snm_core.model import prune as prune_lib
 from snm_core.model.card import write_model_card
-from snm_core.model.compact import HASHED_LAYOUTS, compile_model, scoring_bytes
+from snm_core.model.compact import (HASHED_LAYOUTS, compile_model, predicted_scoring_bytes,
+                                    scoring_bytes)
 from snm_core.model.layouts import ngram_trie
 from snm_core.model.prune_backoff import KeepRule, PruneJob, select_cut
 from snm_core.stages import manifests
@@ -502,6 +503,11 @@ def prune_to_size(options, manifest, beam_args=(), summary=True):
     goal = target * (1 - SIZE_TOLERANCE / 2)
     under, over = None, None  # (links asked, bytes) of the closest prunings each side
     links = max(1, min(total, int(goal / NOMINAL_LINK_BYTES[options.layout])))
+    if options.layout in HASHED_LAYOUTS and predicted_scoring_bytes(
+            manifest["totals"]["features"], total, options.layout,
+            manifest["vocabulary_size"],
+            storage.file_stamp(storage.join(options.model, "vocab.txt"))[1]) <= target:
+        links = total  # the whole model fits (a model fitted on counts selected for it)
     rounds = []
     for _ in range(SIZE_ROUNDS):
         pruned = run(dataclasses.replace(options, target_links=links, target_size=None),

@@ -98,6 +98,17 @@ class Plan:
         return self.vocab or storage.join(self.add_to or self.path("vocab"), "vocab.txt")
 
     @property
+    def selects(self):
+        """Whether the model is fitted on counts selected for ``--prune_to`` (a model that is
+        not an n-gram model: :mod:`pipelines.select`)."""
+        return bool(self.prune_to) and not self.ngram and self.family == "snm"
+
+    @property
+    def counted(self):
+        """The stage whose counts join and apply read."""
+        return "select" if self.selects else "count"
+
+    @property
     def final(self):
         """The stage whose model eval evaluates."""
         return ("loglinear" if self.family == "loglinear"
@@ -125,6 +136,8 @@ def _inputs(plan, stage):
     for name in stage.reads:
         if name in given:
             inputs[name] = given[name]
+        elif name == "count" and stage.name in ("join", "apply"):
+            inputs[name] = manifest_digest(plan.path(plan.counted))
         elif name in STAGE:
             inputs[name] = manifest_digest(plan.path(name))
     if stage.name == "vocab":
@@ -142,7 +155,7 @@ def _inputs(plan, stage):
         inputs["options"] = plan.fit_options.signature()  # threads change speed only
     elif stage.name == "loglinear":
         inputs["options"] = dataclasses.asdict(plan.fit_options)
-    elif stage.name == "prune":
+    elif stage.name in ("select", "prune"):
         if isinstance(plan.prune_to, str):
             inputs["target_size"] = memory.parse_size(plan.prune_to, "--prune_to")
         else:
@@ -171,8 +184,23 @@ def _run_count(plan):
         plan.beam_args, summary=plan.verbose)
 
 
+def _run_select(plan):
+    from pipelines import select as select_stage
+    select_stage.run(select_stage.SelectOptions(
+        count=plan.path("count"), out=plan.path("select"),
+        target_links=None if isinstance(plan.prune_to, str) else plan.prune_to,
+        target_size=plan.prune_to if isinstance(plan.prune_to, str) else None,
+        layout=plan.layout, memory=plan.memory), plan.beam_args, summary=plan.verbose)
+
+
+def _describe_select(plan):
+    selected = plan.manifest("select")
+    return (f"level {selected['selection']['level']} link thresholds: "
+            f"{selected.totals['links']:,} of {plan.manifest('count').totals['links']:,} links")
+
+
 def _run_join(plan):
-    join_stage.run(join_stage.JoinOptions(count=plan.path("count"), heldout=plan.heldout,
+    join_stage.run(join_stage.JoinOptions(count=plan.path(plan.counted), heldout=plan.heldout,
                                           out=plan.path("join"), memory=plan.memory,
                                           encoding=plan.encoding,
                                           skip_invalid=plan.skip_invalid),
@@ -196,7 +224,7 @@ def _run_fit(plan):
 def _run_apply(plan):
     # With --prune_to the pruned model takes --layout; the model it is pruned from, hashed.
     apply_stage.run(apply_stage.ApplyOptions(
-        count=plan.path("count"), fit=plan.path("fit"), out=plan.path("apply"),
+        count=plan.path(plan.counted), fit=plan.path("fit"), out=plan.path("apply"),
         layout="hashed" if plan.prune_to else plan.layout, memory=plan.memory), plan.beam_args,
         model_card=plan.final != "apply",  # the final model's card: written by eval
         summary=plan.verbose)
@@ -275,6 +303,8 @@ STAGES = (
                     f"{p.manifest('count').totals['links']:,} links"
                     + _skipped(p.manifest("count").totals),
           families=("snm", "loglinear")),
+    Stage("select", "selected", "count", ("count",), _run_select, _describe_select,
+          when=lambda p: p.selects),
     Stage("join", "join", "join", ("count", "heldout"), _run_join,
           lambda p: f"{p.manifest('join').totals['events']:,} held-out events, "
                     f"{p.manifest('join').totals['small_m_links']:,} small-M links"

@@ -25,7 +25,7 @@ INTERRUPTED = 130
 #: Every subcommand: name -> its module in ``snm.commands`` (``main(argv)``, all its argparse).
 COMMANDS = {
     "vocab": "vocab", "count": "count", "join": "join", "fit": "fit", "apply": "apply",
-    "prune": "prune", "train": "train", "eval": "eval", "score": "score",
+    "select": "select", "prune": "prune", "train": "train", "eval": "eval", "score": "score",
     "export-arpa": "export_arpa", "compact": "compact", "validate": "validate",
     "features": "features", "synth": "synth", "sample": "sample", "query": "query",
     "rescore": "rescore",
@@ -36,6 +36,7 @@ SUMMARIES = {
     "train": "all the stages, from text to an evaluated model; resumable",
     "vocab": "word counts and the vocabulary of training text (Beam)",
     "count": "C(f,w), C(f,*) and continuation counts of training text (Beam)",
+    "select": "a count thresholded again for a model of a size; skip-gram models (Beam)",
     "join": "the held-out events and the count rows they touch, small M (Beam)",
     "fit": "the adjustment's weights, theta, learnt on small M",
     "apply": "the adjusted model: M of every link, as a model directory (Beam)",
@@ -53,7 +54,8 @@ SUMMARIES = {
 }
 #: The headings of ``snm --help`` and their commands.
 GROUPS = (("the whole chain", ("train",)),
-          ("its stages, one at a time", ("vocab", "count", "join", "fit", "apply", "prune")),
+          ("its stages, one at a time", ("vocab", "count", "select", "join", "fit", "apply",
+                                         "prune")),
           ("using a model", ("eval", "score", "query", "rescore", "sample", "export-arpa",
                              "compact", "validate")),
           ("inspecting", ("features", "synth")))

@@ -179,8 +179,14 @@ _COUNTED_LINKS = pa.schema([("feature", pa.uint64()), ("word", pa.int32()),
                            ("count", pa.int64())])
 
 
-def partials_from_tables(links, features, extractor):
-    """A count bucket's tables as one part, as if counted anew (for adding more data).
+def partials_from_tables(links, features, extractor, collapsed_word=None):
+    """A count bucket's tables as one part, as if counted anew (for adding more data, or
+    thresholding again).
+
+    ``collapsed_word``: where a feature's C(f,*) exceeds its links' sum (a count with
+    link thresholds), add a row of that word carrying the difference, as the link
+    sketch's collapsed rows do (:func:`snm_core.count.thresholds.collapse_links`), so
+    that the merge gives the feature its whole C(f,*) again.
 
     Returns ``{"links": links partial, "features": features partial}``.
     """
@@ -188,8 +194,21 @@ def partials_from_tables(links, features, extractor):
     type_id = (features["tag"].to_numpy().astype(np.int32) * n_types
                + features["type"].to_numpy().astype(np.int32))
     words, _ = padded_lists(features["words"], extractor.max_words, np.int32)
-    return {"links": {"feature": links["feature"].to_numpy(), "word": links["word"].to_numpy(),
-                      "count": links["count"].to_numpy()},
+    link_rows = {"feature": links["feature"].to_numpy(), "word": links["word"].to_numpy(),
+                 "count": links["count"].to_numpy()}
+    if collapsed_word is not None and links.num_rows:
+        diversity = features["diversity"].to_numpy()
+        ends = np.cumsum(diversity)
+        summed = np.add.reduceat(link_rows["count"], ends - diversity)
+        short = np.flatnonzero(features["count"].to_numpy() > summed)
+        if len(short):  # each after its feature's last link: (feature, word) order kept
+            at, keys = ends[short], features["feature"].to_numpy()[short]
+            link_rows = {
+                "feature": np.insert(link_rows["feature"], at, keys),
+                "word": np.insert(link_rows["word"], at, np.int32(collapsed_word)),
+                "count": np.insert(link_rows["count"], at,
+                                   features["count"].to_numpy()[short] - summed[short])}
+    return {"links": link_rows,
             "features": {"feature": features["feature"].to_numpy(), "type": type_id,
                          "words": words}}
 

@@ -113,5 +113,6 @@ def _left_out(totals):
     if not left_out:
         return []
     share = left_out / max(totals["feature_occurrences"], 1)
-    return [f"- left out below --min_feature_count or --min_link_count (snm count): the "
-            f"links of {left_out:,} feature occurrences ({share:.1%})"]
+    return [f"- left out below the count thresholds (--min_feature_count, --min_link_count, "
+            f"or those --prune_to chose): the links of {left_out:,} feature occurrences "
+            f"({share:.1%})"]

@@ -167,6 +167,19 @@ def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
     return compact
 
 
+#: What a hashed scoring directory holds besides its arrays and vocab.txt (manifests,
+#: the configuration, overflow entries), at most: :func:`predicted_scoring_bytes`'s margin.
+SCORING_EXTRA_BYTES = 64 << 10
+
+
+def predicted_scoring_bytes(features, links, layout, vocabulary_size, vocabulary_bytes):
+    """At most the bytes (:func:`scoring_bytes`) of a model of ``features`` and ``links``
+    in the hashed ``layout`` (hashed or packed), before it is built;
+    ``vocabulary_bytes``: its vocab.txt's."""
+    return (hashed.compact_bytes(features, links, vocabulary_size, layout == "packed")
+            + vocabulary_bytes + SCORING_EXTRA_BYTES)
+
+
 def scoring_bytes(model_dir):
     """The bytes of the scoring directory ``snm compact --out`` would write of a model
     with a built ``compact/``: its arrays and manifest, vocab.txt, the configuration and

@@ -199,6 +199,27 @@ def table_bits(n, packed=False):
     return max(1, min(32, index_bits(n)) - (1 if packed else 0))
 
 
+#: Bytes of a ``.npy`` file besides its elements (numpy pads every header to 128).
+NPY_HEADER_BYTES = 128
+
+
+def table_bytes(n, packed=False):
+    """The bytes of an :class:`EntryTable` of n keys as written (its overflow table, of a
+    few hundred keys at most, aside): entries, slot offsets and block starts."""
+    slots = (1 << table_bits(n, packed)) + 1
+    blocks = -(-slots // (1 << SLOT_BLOCK_BITS))
+    return (n * (PACKED_ENTRY if packed else ENTRY).itemsize + slots * 2 + blocks * 8
+            + 4 * NPY_HEADER_BYTES)
+
+
+def compact_bytes(features, links, vocabulary_size, packed=False):
+    """The bytes of the arrays of a ``compact/`` of ``features`` and ``links`` (without
+    link collisions or overflow entries: a few KB at most)."""
+    return (table_bytes(features, packed) + table_bytes(links, packed)
+            + (0 if packed else links * 4 + NPY_HEADER_BYTES)  # link_c
+            + vocabulary_size + 2 * NPY_HEADER_BYTES)  # seen_words, link_collisions
+
+
 class EntryTable:
     """Lookup of 64-bit keys in a compact table (see the module docstring).
 

@@ -1,0 +1,165 @@
+"""Counts selected for a size (``snm train --prune_to`` of a skip-gram model): the count
+the chosen thresholds would have given, and a model that fits."""
+
+import filecmp
+import os
+
+import numpy as np
+import pytest
+
+from snm_core.count import counting, size_thresholds, thresholds
+from snm_core.text.config import load_config
+
+
+def _count(tmp_path, name, text, vocab, extra=()):
+    from snm.commands import count as count_cmd
+    out = str(tmp_path / name)
+    assert count_cmd.main(["--config", "skip5gram", "--vocab", vocab, "--train", text,
+                           "--num_buckets", "4", "--out", out, *extra]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from support.counts import write_lines
+
+    from snm_core.text import synthetic
+    from snm_core.text.vocab import Vocabulary
+    folder = tmp_path_factory.mktemp("select")
+    sentences = synthetic.generate(600, seed=17)
+    text = write_lines(str(folder / "train.txt"), sentences)
+    vocab = str(folder / "vocab.txt")
+    Vocabulary(sorted({w for s in sentences for w in s.split()})).save(vocab)
+    return folder, text, vocab
+
+
+@pytest.mark.parametrize("given", [(), ("--min_feature_count", "skip=2",
+                                        "--min_link_count", "skip=2")])
+def test_selected_counts_are_what_counting_with_their_thresholds_gives(corpus, tmp_path,
+                                                                      given):
+    """Thresholding a finished count again (whose links may already have been thresholded,
+    so that C(f,*) exceeds its links' sum) gives the files a count of the text with the
+    chosen thresholds writes: C(f,*), diversity and continuation counts included; the
+    level chosen is the lowest that fits, and its links are what the histograms said."""
+    from pipelines import select
+    from snm_core.stages import manifests
+    _, text, vocab = corpus
+    source = _count(tmp_path, "source", text, vocab, given)
+    total = manifests.Count.read(source).totals["links"]
+    selected = select.run(select.SelectOptions(count=source, out=str(tmp_path / "selected"),
+                                               target_links=total // 3), summary=False)
+    assert selected["totals"]["links"] <= total // 3
+    level = selected["selection"]["level"]
+    assert level > 1
+    link_specs = [f"{name}={n}" for name, n in selected["min_link_count"].items()]
+    feature_specs = [f"{name}={n}" for name, n in selected["min_feature_count"].items()]
+    direct = _count(tmp_path, "direct", text, vocab,
+                    [arg for spec in link_specs for arg in ("--min_link_count", spec)]
+                    + [arg for spec in feature_specs for arg in ("--min_feature_count", spec)])
+    names = sorted(n for n in os.listdir(direct) if n.endswith(".parquet"))
+    match, mismatch, errors = filecmp.cmpfiles(direct, tmp_path / "selected", names,
+                                               shallow=False)
+    assert len(match) == 8 and not mismatch and not errors
+    ours, theirs = selected["totals"], manifests.Count.read(direct).totals
+    for name in ("links", "features", "link_count_sum", "feature_occurrences", "tokens",
+                 "below_threshold_occurrences"):
+        assert ours[name] == theirs[name], name
+    # one level lower would not have fitted
+    lower = select.run(select.SelectOptions(count=source, out=str(tmp_path / "lower"),
+                                            target_links=selected["totals"]["links"] - 1),
+                       summary=False)
+    assert lower["selection"]["level"] > level
+
+
+def test_the_ladder_raises_every_threshold_with_the_level_and_keeps_parents_below():
+    """Each type's threshold never falls as the level rises, never goes below the count's
+    own, and is at least its parent type's (the kept model stays suffix-closed); skip-gram
+    links take the level itself, shorter n-grams less."""
+    config = load_config("skip10gram")
+    types = config.feature_types()
+    parents = counting.parent_types(config)
+    given = thresholds.per_type(thresholds.parse(["skip=5", "9-gram=2"], types, parents),
+                                [t.name for t in types])
+    previous = given
+    for level in range(1, 40):
+        minimum = size_thresholds.ladder(level, types, given)
+        assert (minimum >= previous).all() and (minimum >= given).all()
+        has_parent = parents >= 0
+        assert (minimum[has_parent] >= minimum[parents[has_parent]]).all()
+        assert minimum[0] == 1  # the empty feature
+        assert all(minimum[i] >= level for i, t in enumerate(types) if t.kind == "skip")
+        previous = minimum
+
+
+def test_histograms_count_links_and_features_at_each_threshold(corpus, tmp_path):
+    """What :func:`size_thresholds.kept` reads off the histograms is what keeping the
+    links seen that often leaves, counted directly."""
+    import pyarrow.parquet as pq
+    _, text, vocab = corpus
+    source = _count(tmp_path, "plain", text, vocab)
+    types = load_config("skip5gram").feature_types()
+    tables = [(pq.read_table(os.path.join(source, f"features-{b:05d}-of-00004.parquet")),
+               pq.read_table(os.path.join(source, f"links-{b:05d}-of-00004.parquet")))
+              for b in range(4)]
+    counts = sum(size_thresholds.histograms(f, lk, len(types)) for f, lk in tables)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        minimum = rng.integers(1, 5, len(types))
+        links = features = 0
+        for f, lk in tables:
+            link_type = np.repeat(f["type"].to_numpy(), f["diversity"].to_numpy())
+            keep = lk["count"].to_numpy() >= minimum[link_type]
+            links += keep.sum()
+            owner = np.repeat(np.arange(f.num_rows), f["diversity"].to_numpy())
+            features += len(np.unique(owner[keep]))
+        assert size_thresholds.kept(counts, minimum) == (features, links)
+
+
+@pytest.mark.parametrize("layout", ["packed", "hashed"])
+def test_predicted_bytes_bound_the_built_scoring_directory(tmp_path, layout):
+    """The size the selection predicts for a model's features and links is at least its
+    scoring directory's, and within the margin kept for manifests and overflow entries."""
+    from snm.cli import main
+    from snm_core.model import compact
+    from snm_core.stages import manifests
+    from snm_core.text import synthetic
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
+    out = tmp_path / "run"
+    assert main(["train", "--config", "skip5gram", "--train", train, "--heldout", dev,
+                 "--test", test, "--out", str(out), "--min_count", "2", "--num_buckets", "4",
+                 "--metafeatures", "unlexicalized", "--epochs", "1", "--layout", layout]) == 0
+    model = manifests.Model.read(str(out / "model"))
+    predicted = compact.predicted_scoring_bytes(
+        model.totals["features"], model.totals["links"], layout, model["vocabulary_size"],
+        (out / "model" / "vocab.txt").stat().st_size)
+    built = compact.scoring_bytes(str(out / "model"))
+    assert built <= predicted <= built + compact.SCORING_EXTRA_BYTES
+
+
+def test_train_fits_a_skipgram_model_on_counts_selected_for_its_size(tmp_path, capsys):
+    """``snm train --prune_to SIZE`` of a skip-gram model fits on selected counts: the
+    model fits the size without pruning after the fit, and a re-run is up to date."""
+    from support.runs import train_argv
+
+    from snm.cli import main
+    from snm_core.model.compact import scoring_bytes
+    from snm_core.stages import manifests
+    from snm_core.text import synthetic
+    train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
+    argv = train_argv({"train": train, "dev": dev, "test": test}, tmp_path / "run")
+    argv[argv.index("5gram")] = "skip5gram"
+    assert main(["train", *argv, "--layout", "packed"]) == 0
+    whole = scoring_bytes(str(tmp_path / "run" / "model"))
+    capsys.readouterr()
+    target = whole // 3
+    size = f"{target // 1024}K"
+    assert main(["train", *argv, "--layout", "packed", "--prune_to", size]) == 0
+    out = capsys.readouterr().out
+    assert "select  level" in out
+    run = tmp_path / "run"
+    selected = manifests.Count.read(str(run / "selected"))
+    pruned = manifests.Model.read(str(run / "pruned"))
+    assert pruned.totals["links"] == selected.totals["links"]  # nothing pruned after the fit
+    assert scoring_bytes(str(run / "pruned")) <= (target // 1024) * 1024
+    assert main(["train", *argv, "--layout", "packed", "--prune_to", size]) == 0
+    assert capsys.readouterr().out.count("up to date") == 8
