@@ -9,9 +9,9 @@ trie, ``-q 8 -b 8``) on the training text with the words outside vocab.txt as on
 placeholder word, scored by ``query``; the SNM 5-gram (``snm train --config 5gram
 --layout trie``); the skip-10-gram SNM (``snm train --config skip10gram
 --layout packed`` with ``--thresholds``, by default features and links of the skip-gram
-types seen once and links of the 6- to 9-grams seen once left out), then ``snm prune
---target_size`` of it
-to each of ``--sizes`` times the KN5 trie's bytes.  Each row: seconds, peak RSS of the
+types seen once and links of the 6- to 9-grams seen once left out), then the same
+``snm train`` with ``--prune_to`` each of ``--sizes`` times the KN5 trie's bytes (its
+counts thresholded again for the size, then fitted: pipelines/select.py).  Each row: seconds, peak RSS of the
 process tree, peak disk of what it writes, the bytes of the model a decoder loads (the
 KenLM binary; SNM's scoring directory, ``snm compact --out``) and test perplexity.
 ``sampled-N`` corpora are N words of ``snm sample`` from the kernel skip-10-gram model
@@ -24,6 +24,7 @@ against model bytes.
 import argparse
 import glob
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -161,15 +162,17 @@ def run_corpus(name, paths, args):
     model = out + "/model"
     row.update(model_bytes=_shipped(model, "packed", run),
                test_perplexity=snm_perplexity(model, paths["test"], os.path.join(run, "eval.log")))
-    join = out + "/join"
     for times in args.sizes:
+        # The same run directory: the count is up to date; select, join, fit, apply, prune
+        # and eval run again for each size.
         target = int(kn5_bytes * times)
-        pruned = os.path.join(run, f"pruned-{times:g}x")
-        row = measured(f"SNM skip-10 pruned to {times:g}x KN5 trie",
-                       SNM + ["prune", "--model", model, "--out", pruned, "--layout", "packed",
-                              "--target_size", str(target), "--heldout", join, "--memory",
-                              args.memory], pruned, target_bytes=target)
+        row = measured(f"SNM skip-10 fitted at {times:g}x KN5 trie",
+                       SNM + ["train", "--config", "skip10gram", "--out", out, "--layout",
+                              "packed", *args.thresholds.split(), *common, "--prune_to",
+                              f"{target}B"], out, target_bytes=target)
+        pruned = out + "/pruned"
         row.update(model_bytes=_shipped(pruned, "packed", run),
+                   links=_links(pruned),
                    test_perplexity=snm_perplexity(pruned, paths["test"],
                                                   os.path.join(run, "eval.log")))
     for row in rows:
@@ -179,6 +182,11 @@ def run_corpus(name, paths, args):
         if row.get("model_bytes"):
             row["vs_kn5_bytes"] = round(row["model_bytes"] / kn5_bytes, 3)
     return rows
+
+
+def _links(model):
+    with open(os.path.join(model, "manifest.json")) as f:
+        return json.load(f)["totals"]["links"]
 
 
 def _shipped(model, layout, run):
