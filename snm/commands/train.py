@@ -11,6 +11,9 @@ Stages, each in its own directory under ``--out`` (the table is
     1 vocab   vocab/      word counts and vocabulary (skipped with --vocab, --add_to)
     2 count   count/      C(f,w), C(f,*), continuation counts        (Beam)
                           (with --add_to: of the new --train files, plus OLD's)
+   (+ select  selected/   with --prune_to, a skip-gram configuration: the count
+                          thresholded again so that the model fits; join and apply
+                          read it)                                   (Beam)
     3 join    join/       held-out events and small M                 (Beam)
     4 fit     fit/        theta, train_log.jsonl                      (one worker)
     5 apply   model/      the adjusted model, compact arrays          (Beam)
@@ -95,7 +98,9 @@ def build_parser():
     parser.add_argument("--prune_to", metavar="LINKS|SIZE",
                         help="also prune the model (snm prune, its default criterion) into "
                              "pruned/, which eval then evaluates: to this many links, or to "
-                             "a size of its scoring directory such as 200M or 2G")
+                             "a size of its scoring directory such as 200M or 2G; a model "
+                             "that is not an n-gram model is fitted on counts selected for "
+                             "that size (snm select) instead, and fits it whole")
     arguments.layout_argument(parser)
     add_fit_args(parser)
     family = parser.add_argument_group("log-linear family (--family loglinear)")
