@@ -26,7 +26,6 @@ import math
 
 from pyctcdecode.constants import AVG_TOKEN_LEN, DEFAULT_UNK_LOGP_OFFSET
 from pyctcdecode.language_model import AbstractLanguageModel
-from pygtrie import CharTrie
 
 import snm
 
@@ -68,7 +67,11 @@ class PyctcdecodeLM(AbstractLanguageModel):
         words = self.model.vocab.words
         self.unigrams = frozenset(words[i] for i in self.model.scored_words
                                   if words[i] not in ("</S>", "<UNK>"))
-        self._char_trie = CharTrie.fromkeys(self.unigrams)
+        # Every beginning of a known word (pyctcdecode's wrapper walks a character trie
+        # for each partial word; a set answers in one hash lookup).
+        self._prefixes = frozenset(word[:end] for word in self.unigrams
+                                   for end in range(len(word) + 1))
+        self._ids = {}  # word -> its model id, as StateScoring.step takes it
 
     @property
     def order(self):
@@ -82,7 +85,7 @@ class PyctcdecodeLM(AbstractLanguageModel):
     def score_partial_token(self, partial_token):
         """``unk_score_offset`` if ``partial_token`` begins no known word (scaled up for a
         long one), else 0: pyctcdecode's rule."""
-        unknown = not self._char_trie.has_node(partial_token)
+        unknown = partial_token not in self._prefixes
         score = self.unk_score_offset * unknown
         if len(partial_token) > AVG_TOKEN_LEN:
             score = score * len(partial_token) / AVG_TOKEN_LEN
@@ -94,7 +97,10 @@ class PyctcdecodeLM(AbstractLanguageModel):
         that ends after a space) scores only the end."""
         log10, state = 0.0, prev_state
         if word:
-            log10, state = self.model.score_word(prev_state, word)
+            target = self._ids.get(word)
+            if target is None:
+                target = self._ids[word] = self.model._target_ids([word])
+            log10, _, state = self.model.step(prev_state, target)
             if word not in self.unigrams:
                 log10 += self.unk_score_offset
         if is_last_word and self.score_boundary:
