@@ -186,8 +186,9 @@ class MergeBucket(beam.DoFn):
     """
 
     def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None,
-                 min_link_count=None):
+                 min_link_count=None, partial=None):
         self.settings = settings
+        self.partial = partial  # (lower, cut, widths): snm_core.count.size_thresholds
         self.min_feature_count = min_feature_count or {}
         self.min_link_count = min_link_count or {}
         self.out = out
@@ -228,7 +229,7 @@ class MergeBucket(beam.DoFn):
         left_out = {}
         if self.min_feature_count or self.min_link_count:
             features, links, left_out = thresholds.keep_counted(
-                features, links, self.minimum, self.link_minimum, collapsed_word)
+                features, links, self.minimum, self.link_minimum, collapsed_word, self.partial)
             left_out["below_threshold_occurrences"] += orphaned
         storage.write_parquet(features, storage.join(
             self.out, tables.bucket_file("features", bucket, self.num_buckets)))

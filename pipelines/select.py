@@ -20,7 +20,7 @@ from pipelines import count as count_stage
 from pipelines import count_directory, runners, running
 from pipelines.shuffle import ArrayShuffle, scratch_directory
 from snm_core.count import budget as count_budget
-from snm_core.count import size_thresholds, thresholds
+from snm_core.count import counting, size_thresholds, thresholds
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget, parse_size
@@ -29,7 +29,7 @@ from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 
-HISTOGRAM_FILE = "_link_count_histograms.npy"
+HISTOGRAM_FILE = "_link_count_histograms.npz"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,22 +58,26 @@ class SelectOptions:
 class BucketHistograms(beam.DoFn):
     """Bucket number -> :func:`snm_core.count.size_thresholds.histograms` of it."""
 
-    def __init__(self, source):
-        self.source = source
+    def __init__(self, source, widths):
+        self.source, self.widths = source, widths
         self.progress = running.worker_progress("select", "link counts read", "bucket",
                                                 source.num_buckets)
 
     def process(self, bucket):
         paths = self.source.bucket_paths(bucket)
-        features = storage.read_parquet(paths["features"], columns=["type", "diversity"])
-        links = storage.read_parquet(paths["links"], columns=["count"])
-        yield size_thresholds.histograms(features, links, len(self.source.manifest.feature_types))
+        features = storage.read_parquet(paths["features"], columns=["type", "diversity", "words"])
+        links = storage.read_parquet(paths["links"], columns=["count", "word"])
+        yield size_thresholds.histograms(features, links, len(self.source.manifest.feature_types),
+                                         self.widths)
         self.progress.update()
 
 
 def _save(counts, path):
     buffer = io.BytesIO()
-    np.save(buffer, sum(counts))
+    total = None
+    for bucket in counts:
+        total = bucket if total is None else total + bucket
+    np.savez(buffer, **total.arrays())
     storage.write_bytes(buffer.getvalue(), path)
 
 
@@ -119,6 +123,7 @@ def run(options, beam_args=(), summary=True):
     source = source_dir.manifest
     config = parse_config(source.config)
     types = config.feature_types()
+    widths = size_thresholds.root_widths(types, counting.parent_types(config))
     storage.makedirs(options.out)
     storage.remove_file(storage.join(options.out, tables.MANIFEST))
     histogram_path = storage.join(options.out, HISTOGRAM_FILE)
@@ -126,18 +131,24 @@ def run(options, beam_args=(), summary=True):
     def histograms(p):
         _ = (p
              | "Buckets" >> beam.Create(list(range(source.num_buckets)))
-             | "Histograms" >> beam.ParDo(BucketHistograms(source_dir))
+             | "Histograms" >> beam.ParDo(BucketHistograms(source_dir, widths))
              | "Save" >> running.CallOnce(_save, histogram_path))
 
     running.run_pipeline(beam_args, histograms, "select", shared_paths=[options.out])
-    counts = np.load(io.BytesIO(storage.read_bytes(histogram_path)))
+    with np.load(io.BytesIO(storage.read_bytes(histogram_path))) as saved:
+        counts = size_thresholds.Histograms(**{name: saved[name] for name in saved.files})
     storage.remove_file(histogram_path)
     vocab_bytes = storage.file_stamp(storage.join(options.count, "vocab.txt"))[1]
     given = thresholds.per_type(source.min_link_count, source.feature_types)
-    level, minimum, features, links = size_thresholds.choose(
+    level, minimum, partial, features, links = size_thresholds.choose(
         counts, types, given, fits(options, source.vocabulary_size, vocab_bytes))
     min_link_count = {name: int(n) for name, n in zip(source.feature_types, minimum) if n > 1}
-    selection = {"level": level, "target_links": options.target_links,
+    selection = {"level": level, "partial": partial and {
+                     "below": {name: int(n) for name, n, m in zip(source.feature_types,
+                                                                  partial[0], minimum) if n < m},
+                     "share": partial[1] / size_thresholds.BINS},
+                 "links": links, "features": features,  # as predicted; the totals agree
+                 "target_links": options.target_links,
                  "target_size": options.target_size, "layout": options.layout,
                  "links_before": source.totals["links"], "source": options.count,
                  "predicted_bytes": predicted_scoring_bytes(
@@ -161,7 +172,8 @@ def run(options, beam_args=(), summary=True):
              | "GroupByBucket" >> beam.GroupByKey()
              | "MergeBuckets" >> beam.ParDo(count_stage.MergeBucket(
                  source_dir, options.out, source.num_buckets, shuffle, plan.merge_rows,
-                 source.min_feature_count, min_link_count))
+                 source.min_feature_count, min_link_count,
+                 partial and (partial[0], partial[1], widths)))
              | "GroupByLinkBucket" >> beam.GroupByKey()
              | "WriteLinks" >> beam.ParDo(count_stage.WriteLinks(
                  options.out, source.num_buckets, shuffle, plan.merge_rows))

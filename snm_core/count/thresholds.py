@@ -102,7 +102,8 @@ def collapse_links(links, keep, collapsed_word):
     return {name: column[order] for name, column in merged.items()}
 
 
-def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=None):
+def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=None,
+                 partial=None):
     """A bucket's tables without the features below their type's threshold, nor their
     links, nor the links below their type's link threshold (and the features left
     without links).
@@ -110,7 +111,9 @@ def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=Non
     ``features`` (:data:`snm_core.io.tables.FEATURES`, sorted by key) and ``links`` (its
     links, grouped by feature in the same order, ``diversity`` rows each); ``minimum``
     and ``link_minimum``: :func:`per_type`; ``collapsed_word``: the word of the rows
-    :func:`collapse_links` made, left out too.  Returns ``(features, links, left_out)``,
+    :func:`collapse_links` made, left out too; ``partial``: ``(lower, cut, widths)``,
+    links seen at least ``lower[t]`` times whose bin is below ``cut`` kept as well
+    (:mod:`snm_core.count.size_thresholds`).  Returns ``(features, links, left_out)``,
     ``left_out`` the total ``below_threshold_occurrences`` (the C(f,w) of the links
     left out).
     """
@@ -120,7 +123,14 @@ def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=Non
     kept = count >= minimum[type_index]
     link_kept = np.repeat(kept, diversity)
     if link_minimum is not None:
-        link_kept &= links["count"].to_numpy() >= np.repeat(link_minimum[type_index], diversity)
+        link_count, link_type = links["count"].to_numpy(), np.repeat(type_index, diversity)
+        above = link_count >= link_minimum[link_type]
+        if partial is not None:
+            from snm_core.count.size_thresholds import link_bins
+            lower, cut, widths = partial
+            above |= (link_count >= lower[link_type]) & (
+                link_bins(features, links, widths) < cut)
+        link_kept &= above
     if collapsed_word is not None:
         link_kept &= links["word"].to_numpy() != collapsed_word
     if link_kept.all():

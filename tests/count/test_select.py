@@ -33,29 +33,50 @@ def corpus(tmp_path_factory):
     return folder, text, vocab
 
 
+def _specs(manifest):
+    return ([arg for name, n in manifest["min_link_count"].items()
+             for arg in ("--min_link_count", f"{name}={n}")]
+            + [arg for name, n in manifest["min_feature_count"].items()
+               for arg in ("--min_feature_count", f"{name}={n}")])
+
+
+def _links(directory):
+    """{(feature key, word): (count, continuation)} of a count directory."""
+    import pyarrow.parquet as pq
+    found = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("links-"):
+            table = pq.read_table(os.path.join(directory, name)).to_pydict()
+            for f, w, c in zip(table["feature"], table["word"], table["count"]):
+                found[f, w] = c
+    return found
+
+
 @pytest.mark.parametrize("given", [(), ("--min_feature_count", "skip=2",
                                         "--min_link_count", "skip=2")])
 def test_selected_counts_are_what_counting_with_their_thresholds_gives(corpus, tmp_path,
                                                                       given):
     """Thresholding a finished count again (whose links may already have been thresholded,
-    so that C(f,*) exceeds its links' sum) gives the files a count of the text with the
-    chosen thresholds writes: C(f,*), diversity and continuation counts included; the
-    level chosen is the lowest that fits, and its links are what the histograms said."""
+    so that C(f,*) exceeds its links' sum) at a whole level gives the files a count of the
+    text with those thresholds writes: C(f,*), diversity and continuation counts
+    included; the links and features kept are the ones the histograms predicted."""
     from pipelines import select
     from snm_core.stages import manifests
     _, text, vocab = corpus
     source = _count(tmp_path, "source", text, vocab, given)
     total = manifests.Count.read(source).totals["links"]
+    first = select.run(select.SelectOptions(count=source, out=str(tmp_path / "first"),
+                                            target_links=total // 3), summary=False)
+    assert first["selection"]["level"] > 1
+    assert first["totals"]["links"] == first["selection"]["links"] <= total // 3
+    assert first["totals"]["features"] == first["selection"]["features"]
+    # the level's own thresholds, counted directly, and selected for exactly their links
+    direct = _count(tmp_path, "direct", text, vocab, _specs(first))
+    level_links = manifests.Count.read(direct).totals["links"]
+    assert level_links <= first["totals"]["links"]
     selected = select.run(select.SelectOptions(count=source, out=str(tmp_path / "selected"),
-                                               target_links=total // 3), summary=False)
-    assert selected["totals"]["links"] <= total // 3
-    level = selected["selection"]["level"]
-    assert level > 1
-    link_specs = [f"{name}={n}" for name, n in selected["min_link_count"].items()]
-    feature_specs = [f"{name}={n}" for name, n in selected["min_feature_count"].items()]
-    direct = _count(tmp_path, "direct", text, vocab,
-                    [arg for spec in link_specs for arg in ("--min_link_count", spec)]
-                    + [arg for spec in feature_specs for arg in ("--min_feature_count", spec)])
+                                               target_links=level_links), summary=False)
+    assert selected["min_link_count"] == first["min_link_count"]
     names = sorted(n for n in os.listdir(direct) if n.endswith(".parquet"))
     match, mismatch, errors = filecmp.cmpfiles(direct, tmp_path / "selected", names,
                                                shallow=False)
@@ -64,11 +85,49 @@ def test_selected_counts_are_what_counting_with_their_thresholds_gives(corpus, t
     for name in ("links", "features", "link_count_sum", "feature_occurrences", "tokens",
                  "below_threshold_occurrences"):
         assert ours[name] == theirs[name], name
-    # one level lower would not have fitted
-    lower = select.run(select.SelectOptions(count=source, out=str(tmp_path / "lower"),
-                                            target_links=selected["totals"]["links"] - 1),
-                       summary=False)
-    assert lower["selection"]["level"] > level
+
+
+def test_a_share_of_a_step_keeps_links_between_the_levels_and_every_link_they_extend(
+        corpus, tmp_path):
+    """A target between two levels keeps every link of the higher level, some links of
+    the lower one only, and with each kept link the link it extends (its feature less the
+    oldest word, the same word): the model stays suffix-closed."""
+    import pyarrow.parquet as pq
+
+    from pipelines import select
+    from snm_core.stages import manifests
+    _, text, vocab = corpus
+    source = _count(tmp_path, "source", text, vocab)
+    total = manifests.Count.read(source).totals["links"]
+    chosen = select.run(select.SelectOptions(count=source, out=str(tmp_path / "chosen"),
+                                             target_links=total // 4), summary=False)
+    partial = chosen["selection"]["partial"]
+    assert partial and 0 < partial["share"] < 1
+    upper = _links(_count(tmp_path, "upper", text, vocab, _specs(chosen)))
+    lower_thresholds = {**chosen["min_link_count"], **partial["below"]}
+    lower = _links(_count(tmp_path, "lower", text, vocab,
+                          [arg for name, n in lower_thresholds.items() if n > 1
+                           for arg in ("--min_link_count", f"{name}={n}")]))
+    kept = _links(str(tmp_path / "chosen"))
+    assert set(upper) < set(kept) < set(lower)
+    assert all(lower[k] == c for k, c in kept.items())
+    # suffix-closed: the key of each feature from its type and words
+    types = manifests.Count.read(source)["feature_types"]
+    parents = counting.parent_types(load_config("skip5gram"))
+    key_of, words_of = {}, {}
+    for name in sorted(os.listdir(source)):
+        if name.startswith("features-"):
+            table = pq.read_table(os.path.join(source, name)).to_pydict()
+            for f, t, words in zip(table["feature"], table["type"], table["words"]):
+                key_of[t, tuple(words)] = f
+                words_of[f] = (t, tuple(words))
+    extended = 0
+    for feature, word in kept:
+        t, words = words_of[feature]
+        if parents[t] >= 0 and types[parents[t]] != "0-gram":
+            assert (key_of[parents[t], words[1:]], word) in kept
+            extended += 1
+    assert extended > 100
 
 
 def test_the_ladder_raises_every_threshold_with_the_level_and_keeps_parents_below():
@@ -93,26 +152,37 @@ def test_the_ladder_raises_every_threshold_with_the_level_and_keeps_parents_belo
 
 def test_histograms_count_links_and_features_at_each_threshold(corpus, tmp_path):
     """What :func:`size_thresholds.kept` reads off the histograms is what keeping the
-    links seen that often leaves, counted directly."""
+    links seen that often (and those one less often in the bins below a cut) leaves,
+    counted directly."""
     import pyarrow.parquet as pq
     _, text, vocab = corpus
     source = _count(tmp_path, "plain", text, vocab)
-    types = load_config("skip5gram").feature_types()
+    config = load_config("skip5gram")
+    types = config.feature_types()
+    widths = size_thresholds.root_widths(types, counting.parent_types(config))
     tables = [(pq.read_table(os.path.join(source, f"features-{b:05d}-of-00004.parquet")),
                pq.read_table(os.path.join(source, f"links-{b:05d}-of-00004.parquet")))
               for b in range(4)]
-    counts = sum(size_thresholds.histograms(f, lk, len(types)) for f, lk in tables)
+    parts = [size_thresholds.histograms(f, lk, len(types), widths) for f, lk in tables]
+    counts = parts[0] + parts[1] + parts[2] + parts[3]
     rng = np.random.default_rng(3)
-    for _ in range(5):
+    for _ in range(6):
         minimum = rng.integers(1, 5, len(types))
-        links = features = 0
-        for f, lk in tables:
-            link_type = np.repeat(f["type"].to_numpy(), f["diversity"].to_numpy())
-            keep = lk["count"].to_numpy() >= minimum[link_type]
-            links += keep.sum()
-            owner = np.repeat(np.arange(f.num_rows), f["diversity"].to_numpy())
-            features += len(np.unique(owner[keep]))
-        assert size_thresholds.kept(counts, minimum) == (features, links)
+        lower = np.maximum(minimum - rng.integers(0, 2, len(types)), 1)
+        cut = int(rng.integers(1, size_thresholds.BINS))
+        for partial in (None, (lower, cut)):
+            links = features = 0
+            for f, lk in tables:
+                link_type = np.repeat(f["type"].to_numpy(), f["diversity"].to_numpy())
+                count = lk["count"].to_numpy()
+                keep = count >= minimum[link_type]
+                if partial is not None:
+                    bins = size_thresholds.link_bins(f, lk, widths)
+                    keep |= (count >= lower[link_type]) & (bins < cut)
+                links += keep.sum()
+                owner = np.repeat(np.arange(f.num_rows), f["diversity"].to_numpy())
+                features += len(np.unique(owner[keep]))
+            assert size_thresholds.kept(counts, minimum, partial) == (features, links)
 
 
 @pytest.mark.parametrize("layout", ["packed", "hashed"])
