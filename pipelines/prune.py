@@ -480,7 +480,7 @@ def check_heldout(heldout, manifest):
 
 #: Bytes a link of a pruned model takes in each layout, features and index included, for
 #: the first guess of :func:`prune_to_size` (kernel skip-10-gram and 5-gram models).
-NOMINAL_LINK_BYTES = {"hashed": 20, "packed": 9, "trie": 10, "small": 2.5}
+NOMINAL_LINK_BYTES = {"hashed": 20, "packed": 7, "trie": 10, "small": 2.5}
 #: A size target is met within this share below it (never above).
 SIZE_TOLERANCE = 0.03
 #: Prunings a size target may take at most.

@@ -24,13 +24,13 @@ from snm_core.stages import manifests, validation
 #: model), or an n-gram model's trie, plain (:mod:`snm_core.model.layouts.trie`) or coded
 #: (:mod:`snm_core.model.layouts.small`).
 LAYOUTS = ("hashed", "packed", "trie", "small")
-#: The layouts of hashed keys (any model): plain, or packed (4-byte entries).
+#: The layouts of hashed keys (any model): plain, or packed (3-byte entries).
 HASHED_LAYOUTS = ("hashed", "packed")
 #: Files of a model directory that a scoring directory copies, beside vocab.txt.
 CONFIG, CARD = "config.cfg", "model_card.md"
 LAYOUT_HELP = ("scoring arrays (compact/): hashed (the default: any model, with the unadjusted "
-               "model), packed (any model: about 4.7 bytes a link and a feature, values "
-               "within 0.07%%, no unadjusted model), trie (n-gram models: about 10 bytes a "
+               "model), packed (any model: about 3.7 bytes a link and a feature, values "
+               "coded in 8 bits, no unadjusted model), trie (n-gram models: about 10 bytes a "
                "link, the fastest) or small (n-gram models: about 2.5 bytes a link, perplexity "
                "within 0.1%%)")
 

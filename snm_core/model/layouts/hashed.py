@@ -68,31 +68,68 @@ COLLISION = np.dtype([("key", "<u8"), ("feature", "<u8"), ("word", "<i8"), ("m",
 #: ``link_collisions``.
 SHARED = np.float32(-1.0)
 
-#: The packed layout (``--layout packed``): the same tables with 4-byte entries, the 16 key
-#: bits below the slot's and a 16-bit code of the value, and no c(w|f) (no unadjusted
-#: model).  Its compact manifest's ``layout``.
-PACKED_LAYOUT = "packed-2"
-PACKED_ENTRY = np.dtype([("remainder", "<u2"), ("value", "<u2")])
-PACKED_FILES = tuple(name for name in COMPACT_FILES if name != "link_c")
-#: Value codes: 0 is 0, the last is :data:`SHARED`, code k between is 2^((k - 2^15) /
-#: 512), 2^-64 to 2^64 in steps of 2^(1/512): a value is read within 0.068% (half a
-#: step).  M values are positive and far inside that range (values beyond it are clipped).
-CODE_STEPS_PER_OCTAVE = 512
-_CODE_ZERO = 1 << 15
-CODEBOOK = np.exp2((np.arange(1 << 16, dtype=np.float64) - _CODE_ZERO)
-                   / CODE_STEPS_PER_OCTAVE).astype(np.float32)
-CODEBOOK[0], CODEBOOK[-1] = 0.0, SHARED
-CODEBOOK.flags.writeable = False
+#: The packed layout (``--layout packed``): the same tables with 3-byte entries, the 16
+#: key bits below the slot's and an 8-bit code of the value in the table's own codebook
+#: (``{table}_codebook.npy``, :func:`fit_codebook`), and no c(w|f) (no unadjusted model).
+#: Its compact manifest's ``layout`` (an older packed layout is built again on load).
+PACKED_LAYOUT = "packed-3"
+PACKED_ENTRY = np.dtype([("remainder", "<u2"), ("value", "u1")])
+PACKED_FILES = tuple(name for name in COMPACT_FILES if name != "link_c") + (
+    "feature_codebook", "link_codebook")
+#: A packed table's codebook: code 0 is 0, code 255 :data:`SHARED`, codes 1 to 254 the
+#: centres of the values' log2, fitted by :data:`CODEBOOK_ROUNDS` rounds of Lloyd's
+#: algorithm on at most :data:`CODEBOOK_SAMPLE` of them.
+CODEBOOK_SIZE = 256
+CODEBOOK_ROUNDS = 40
+CODEBOOK_SAMPLE = 1 << 20
 
 
-def value_codes(values):
-    """The packed layout's uint16 code of each value (:data:`CODEBOOK`)."""
+def fit_codebook(values):
+    """A packed table's codebook (float32, :data:`CODEBOOK_SIZE`) for ``values`` (a
+    sample of its values: every k-th of a table's first buckets)."""
+    values = np.asarray(values, np.float64)
+    logs = np.log2(values[values > 0])
+    if len(logs) > CODEBOOK_SAMPLE:
+        logs = logs[::-(-len(logs) // CODEBOOK_SAMPLE)]
+    levels = CODEBOOK_SIZE - 2
+    distinct = np.unique(logs)
+    if len(distinct) <= levels:
+        centres = distinct
+    else:
+        # Started where squared error is least for a smooth density p (centres spread
+        # as p^(1/3)), then Lloyd's rounds.
+        counts, edges = np.histogram(logs, bins=16 * levels)
+        spread = np.cumsum(np.cbrt(counts))
+        centres = np.interp((np.arange(levels) + 0.5) / levels * spread[-1], spread,
+                            (edges[1:] + edges[:-1]) / 2)
+        for _ in range(CODEBOOK_ROUNDS):
+            nearest = np.searchsorted((centres[1:] + centres[:-1]) / 2, logs)
+            sums = np.bincount(nearest, logs, levels)
+            counts = np.bincount(nearest, minlength=levels)
+            centres = np.where(counts > 0, sums / np.maximum(counts, 1), centres)
+            # The extremes kept exact: a few values far out are not read as the mean of
+            # their cell.
+            centres[0], centres[-1] = distinct[0], distinct[-1]
+        centres = np.unique(centres)
+    codebook = np.ones(CODEBOOK_SIZE, np.float32)  # unused codes: the last centre, or 1
+    codebook[0] = 0.0
+    codebook[1:1 + len(centres)] = np.exp2(centres)
+    if len(centres):
+        codebook[1 + len(centres):-1] = codebook[len(centres)]
+    codebook[-1] = SHARED
+    return codebook
+
+
+def value_codes(values, codebook):
+    """Each value's code (uint8) in a packed table's ``codebook`` (:func:`fit_codebook`):
+    the nearest centre in log2; 0 for 0, the last for :data:`SHARED`."""
     values = np.asarray(values, np.float64)
     with np.errstate(divide="ignore"):
-        steps = np.rint(np.log2(np.where(values > 0, values, 1.0)) * CODE_STEPS_PER_OCTAVE)
-    codes = np.clip(steps + _CODE_ZERO, 1, (1 << 16) - 2).astype(np.uint16)
-    codes[values == 0] = 0
-    codes[values == SHARED] = (1 << 16) - 1
+        logs = np.log2(np.where(values > 0, values, 1.0))
+    centres = np.log2(codebook[1:-1].astype(np.float64))
+    codes = (1 + np.searchsorted((centres[1:] + centres[:-1]) / 2, logs)).astype(np.uint8)
+    codes[values <= 0] = 0
+    codes[values == SHARED] = CODEBOOK_SIZE - 1
     return codes
 
 
@@ -208,8 +245,9 @@ def table_bytes(n, packed=False):
     few hundred keys at most, aside): entries, slot offsets and block starts."""
     slots = (1 << table_bits(n, packed)) + 1
     blocks = -(-slots // (1 << SLOT_BLOCK_BITS))
+    codebook = CODEBOOK_SIZE * 4 + NPY_HEADER_BYTES if packed else 0
     return (n * (PACKED_ENTRY if packed else ENTRY).itemsize + slots * 2 + blocks * 8
-            + 4 * NPY_HEADER_BYTES)
+            + 4 * NPY_HEADER_BYTES + codebook)
 
 
 def compact_bytes(features, links, vocabulary_size, packed=False):
@@ -241,28 +279,29 @@ class EntryTable:
     [1, -1]
     """
 
-    def __init__(self, entries, offsets, blocks, overflow):
+    def __init__(self, entries, offsets, blocks, overflow, codebook=None):
         self.entries, self.offsets, self.blocks, self.overflow = entries, offsets, blocks, overflow
         self.shift = np.uint64(64 - int(round(math.log2(len(offsets) - 1))))
         self.packed = entries.dtype == PACKED_ENTRY
         # A contiguous view for the compiled loops: entry p is words[2p] (its remainder)
-        # and words[2p + 1] (its value's bits, or code).
-        self.words = entries.view(np.uint16 if self.packed else np.uint32)
-        self.codebook = CODEBOOK if self.packed else None
+        # and words[2p + 1] (its value's bits); packed, bytes 3p to 3p + 2.
+        self.words = entries.view(np.uint8 if self.packed else np.uint32)
+        self.codebook = np.asarray(codebook, np.float32) if self.packed else None
         self.overflow_keys = np.ascontiguousarray(overflow["key"])
         self.overflow_rows = np.ascontiguousarray(overflow["row"])
 
     @classmethod
     def build(cls, keys, values, packed=False):
         """A table in memory from sorted distinct keys and their values."""
-        writer = EntryTableWriter(len(keys), packed=packed)
+        writer = EntryTableWriter(len(keys), packed=packed,
+                                  codebook=fit_codebook(values) if packed else None)
         writer.add(keys, values)
         return cls(*writer.finish())
 
     def value_of(self, rows):
         """The values (float32) of entries ``rows``."""
         values = self.entries["value"][rows]
-        return CODEBOOK[values] if self.packed else values
+        return self.codebook[values] if self.packed else values
 
     @property
     def parts(self):
@@ -331,10 +370,11 @@ class EntryTableWriter:
     ``_overflow.npy`` (or kept in memory without a directory); ``packed``: in
     :data:`PACKED_ENTRY` s (16 stored bits, value codes)."""
 
-    def __init__(self, n, directory=None, name=None, packed=False):
+    def __init__(self, n, directory=None, name=None, packed=False, codebook=None):
         self.n, self.directory, self.name = n, directory, name
         self.bits = table_bits(n, packed)
         self.packed = packed
+        self.codebook = codebook  # packed: the table's (fit_codebook)
         self.entry = PACKED_ENTRY if packed else ENTRY
         self.stored_mask = np.uint64(0xFFFF if packed else 0xFFFFFFFF)
         self.low = np.uint64(64 - self.bits - (16 if packed else 32))  # the stored bits' lowest
@@ -356,7 +396,7 @@ class EntryTableWriter:
         stored = (keys >> self.low) & self.stored_mask
         entries = np.empty(len(keys), self.entry)
         entries["remainder"] = stored
-        entries["value"] = value_codes(values) if self.packed else values
+        entries["value"] = value_codes(values, self.codebook) if self.packed else values
         if self.entries is None:
             self.kept.append(entries)
         else:
@@ -386,10 +426,13 @@ class EntryTableWriter:
             overflow["row"] = np.concatenate([r for _, r in self.overflow])
         if self.directory is None:
             entries = np.concatenate(self.kept + [np.zeros(0, self.entry)])
-            return entries, offsets, blocks, overflow
-        for part, array in (("overflow", overflow), ("blocks", blocks)):
+            return entries, offsets, blocks, overflow, self.codebook
+        written = [("overflow", overflow), ("blocks", blocks)]
+        if self.packed:
+            written.append(("codebook", self.codebook))
+        for part, array in written:
             storage.write_npy(array, os.path.join(self.directory, f"{self.name}_{part}.npy"))
-        return self.entries.close() + self.slots.out.close() + overflow.nbytes + blocks.nbytes
+        return self.entries.close() + self.slots.out.close() + sum(a.nbytes for _, a in written)
 
 
 class Model(LineScoring, StateScoring):
@@ -414,7 +457,8 @@ class Model(LineScoring, StateScoring):
         self.extractor = FeatureExtractor(self.config, manifest["tags"])
         self.features, self.links = (
             EntryTable(*(arrays[f"{table}_{part}"]
-                         for part in ("entries", "index", "blocks", "overflow")))
+                         for part in ("entries", "index", "blocks", "overflow")),
+                       arrays.get(f"{table}_codebook"))
             for table in ("feature", "link"))
         self.link_c = arrays.get("link_c")
         if self.link_c is None:  # packed: no c(w|f)
@@ -538,9 +582,11 @@ def load_compact(compact_dir, compact, vocabulary_size, mmap):
                 "link_entries": (entry, (n_links,)), "link_c": (np.float32, (n_links,)),
                 "seen_words": (np.bool_, (vocabulary_size,)),
                 "feature_overflow": (OVERFLOW, None), "link_overflow": (OVERFLOW, None),
-                "link_collisions": (COLLISION, None)}
+                "link_collisions": (COLLISION, None),
+                "feature_codebook": (np.float32, (CODEBOOK_SIZE,)),
+                "link_codebook": (np.float32, (CODEBOOK_SIZE,))}
     for table, n in (("feature", n_features), ("link", n_links)):
-        slots = 1 << table_bits(n, entry == PACKED_ENTRY)
+        slots = 1 << table_bits(n, entry != ENTRY)
         expected[table + "_index"] = (np.uint16, (slots + 1,))
         expected[table + "_blocks"] = (np.int64, ((slots >> SLOT_BLOCK_BITS) + 1,))
     arrays = load_checked(compact_dir, compact_files(compact["layout"]), expected, mmap=mmap)

@@ -34,9 +34,9 @@ from snm_core.io import model_files, storage
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.io.radix import argsort_keys
-from snm_core.model.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT,
-                                           PACKED_FILES, PACKED_LAYOUT, SHARED,
-                                           EntryTableWriter, link_key_mask)
+from snm_core.model.layouts.hashed import (CODEBOOK_SAMPLE, COLLISION, COMPACT_FILES,
+                                           COMPACT_LAYOUT, PACKED_FILES, PACKED_LAYOUT, SHARED,
+                                           EntryTableWriter, fit_codebook, link_key_mask)
 from snm_core.model.layouts.hashed_build_kernels import RECORD, fill_records, group_by_bits
 from snm_core.model.layouts.npy import NpyWriter
 from snm_core.stages import manifests
@@ -145,6 +145,23 @@ def _bucket_records(model_dir, bucket, num_buckets, slice_links, mask, empty_typ
             [(records, words[empty[rows]]) for rows, records, words in slices])
 
 
+def _codebooks(model_dir, num_buckets):
+    """The packed tables' codebooks (features' M_f*, links' M_fw;
+    :func:`snm_core.model.layouts.hashed.fit_codebook`), fitted on the values of the first
+    buckets, enough for :data:`~snm_core.model.layouts.hashed.CODEBOOK_SAMPLE` of each (a
+    bucket is a range of hashed keys: a sample of the model)."""
+    samples = {"features": [], "matrix": []}
+    for bucket in range(num_buckets):
+        for table, key, column in (("features", "feature", "m_star"), ("matrix", "word", "m")):
+            if sum(len(v) for v in samples[table]) < CODEBOOK_SAMPLE:
+                samples[table].append(model_files.read_bucket(
+                    model_dir, table, bucket, num_buckets, [key, column])[column].to_numpy())
+        if all(sum(len(v) for v in values) >= CODEBOOK_SAMPLE for values in samples.values()):
+            break
+    return tuple(fit_codebook(np.concatenate(samples[table] + [np.zeros(0)]))
+                 for table in ("features", "matrix"))
+
+
 def _sort_partition(path, work):
     """A scratch partition's records sorted by key (the file is removed)."""
     records = np.fromfile(path, dtype=RECORD)
@@ -157,7 +174,7 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
                  fan_out_bits=FAN_OUT_BITS, link_key_bits=64, settle_every_link=None,
                  packed=False):
     """:func:`snm_core.model.compact.compile_model` into the local ``directory``;
-    ``packed``: the packed layout (4-byte entries, no c(w|f); ``hashed.PACKED_LAYOUT``).
+    ``packed``: the packed layout (3-byte entries, no c(w|f); ``hashed.PACKED_LAYOUT``).
 
     ``memory``: bytes of working memory (default: the default budget's, less the
     process's); ``progress(what, total, unit)``: a :class:`Progress` a pass;
@@ -180,9 +197,11 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     buckets = range(num_buckets)
     levels = scatter_levels(n_links, partition, fan_out_bits)
 
+    codebooks = _codebooks(model_dir, num_buckets) if packed else (None, None)
     # Pass 1: the tables, scattered by the keys' first bits; the feature table, seen words.
     paths = [os.path.join(scratch, f"{p:03x}") for p in range(1 << levels[0])]
-    feature_table = EntryTableWriter(n_features, directory, "feature", packed=packed)
+    feature_table = EntryTableWriter(n_features, directory, "feature", packed=packed,
+                                     codebook=codebooks[0])
     seen = np.zeros(manifest["vocabulary_size"], dtype=bool)
     empty_types = [i for i, name in enumerate(manifest["feature_types"]) if name == "0-gram"]
     scatter = Scatter(paths, 64 - levels[0], levels[0])
@@ -223,7 +242,8 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
 
     # Pass 3: partitions sorted two at a time (the radix sort and the gathers release
     # the GIL) and written in order.
-    link_table = EntryTableWriter(n_links, directory, "link", packed=packed)
+    link_table = EntryTableWriter(n_links, directory, "link", packed=packed,
+                                  codebook=codebooks[1])
     link_c = None if packed else NpyWriter(os.path.join(directory, "link_c.npy"), np.float32,
                                            n_links)
     # With keys cut short (a test's hook), an absent link would find a present one of the

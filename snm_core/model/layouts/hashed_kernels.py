@@ -32,9 +32,11 @@ class _Table(ctypes.Structure):
     @classmethod
     def of(cls, words, offsets, blocks, shift, overflow_keys, overflow_rows, codebook=None):
         """From a table's ``parts`` (the arrays must outlive the structure): ``words``
-        uint32, or uint16 with the ``codebook`` of a packed table's value codes."""
-        return cls(native.address(words, np.uint16 if codebook is not None else np.uint32),
-                   len(words) // 2,
+        uint32 (8-byte entries), or the bytes of a packed table's 3-byte entries with the
+        ``codebook`` of their value codes."""
+        packed = codebook is not None
+        return cls(native.address(words, np.uint8 if packed else np.uint32),
+                   len(words) // (3 if packed else 2),
                    native.address(offsets, np.uint16), native.address(blocks, np.int64),
                    SLOT_BLOCK_BITS, int(shift), native.address(overflow_keys, np.uint64),
                    native.address(overflow_rows, np.int64), len(overflow_keys),

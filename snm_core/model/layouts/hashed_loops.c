@@ -118,8 +118,9 @@ FIND_KEYS(find_keys64, int64_t)
 /* --- an EntryTable (stored bits of keys, two-level slot index, overflow) ---------------------- */
 
 typedef struct {
-    /* entry p: remainder words[2p], value bits words[2p + 1]; uint32 words, or uint16
-     * ones in a packed table (16 stored bits, a value code of `codebook`) */
+    /* entry p: remainder words[2p], value bits words[2p + 1] (uint32 words); in a packed
+     * table (a codebook given), bytes 3p and 3p + 1 the 16 stored bits (little-endian),
+     * byte 3p + 2 the value's code in `codebook` */
     const void *words;
     int64_t n_entries;
     const uint16_t *offsets;
@@ -134,12 +135,16 @@ typedef struct {
 
 /* The stored key bits of entry p. */
 static inline uint32_t stored_at(const Table *t, int64_t p) {
-    return t->codebook ? ((const uint16_t *)t->words)[2 * p] : ((const uint32_t *)t->words)[2 * p];
+    if (t->codebook) {
+        const uint8_t *entry = (const uint8_t *)t->words + 3 * p;
+        return (uint32_t)entry[0] | ((uint32_t)entry[1] << 8);
+    }
+    return ((const uint32_t *)t->words)[2 * p];
 }
 
 /* The value of entry p. */
 static inline double value_at(const Table *t, int64_t p) {
-    return t->codebook ? t->codebook[((const uint16_t *)t->words)[2 * p + 1]]
+    return t->codebook ? t->codebook[((const uint8_t *)t->words)[3 * p + 2]]
                        : ((const float *)t->words)[2 * p + 1];
 }
 
