@@ -3,10 +3,11 @@
 not an n-gram model.
 
 Two pipelines over the count's buckets: the first sums each bucket's histograms of link
-counts, from which the lowest level of link thresholds whose model fits is chosen; the
-second reads each bucket back as one part, as ``--add_to`` does, and merges it as the
-count's own merge does with those thresholds, so that the output is the count those
-thresholds would have given (continuation counts counted over the kept extensions).
+counts, from which the lowest level of link thresholds whose model fits is chosen, and
+the largest share of the step to it that fits too; the second reads each bucket back
+as one part, as ``--add_to`` does, and merges it as the count's own merge does with
+those thresholds (and that share), so that the output is the count they would have
+given (continuation counts counted over the kept extensions).
 """
 
 import dataclasses
@@ -65,19 +66,27 @@ class BucketHistograms(beam.DoFn):
 
     def process(self, bucket):
         paths = self.source.bucket_paths(bucket)
-        features = storage.read_parquet(paths["features"], columns=["type", "diversity", "words"])
+        features = storage.read_parquet(paths["features"],
+                                        columns=["type", "diversity", "words"])
         links = storage.read_parquet(paths["links"], columns=["count", "word"])
-        yield size_thresholds.histograms(features, links, len(self.source.manifest.feature_types),
-                                         self.widths)
+        yield size_thresholds.histograms(features, links,
+                                         len(self.source.manifest.feature_types), self.widths)
         self.progress.update()
 
 
-def _save(counts, path):
-    buffer = io.BytesIO()
+def _sum(parts):
+    """The sum of :class:`~snm_core.count.size_thresholds.Histograms` (None for none), as
+    Beam's combiner: each worker adds its buckets' before they are sent."""
     total = None
-    for bucket in counts:
-        total = bucket if total is None else total + bucket
-    np.savez(buffer, **total.arrays())
+    for part in parts:
+        if part is not None:
+            total = part if total is None else total + part
+    return total
+
+
+def _save(totals, path):
+    buffer = io.BytesIO()
+    np.savez(buffer, **_sum(totals).arrays())
     storage.write_bytes(buffer.getvalue(), path)
 
 
@@ -132,6 +141,7 @@ def run(options, beam_args=(), summary=True):
         _ = (p
              | "Buckets" >> beam.Create(list(range(source.num_buckets)))
              | "Histograms" >> beam.ParDo(BucketHistograms(source_dir, widths))
+             | "Sum" >> beam.CombineGlobally(_sum)
              | "Save" >> running.CallOnce(_save, histogram_path))
 
     running.run_pipeline(beam_args, histograms, "select", shared_paths=[options.out])
