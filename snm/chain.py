@@ -195,7 +195,10 @@ def _run_select(plan):
 
 def _describe_select(plan):
     selected = plan.manifest("select")
-    return (f"level {selected['selection']['level']} link thresholds: "
+    selection = selected["selection"]
+    share = (f" + {selection['partial']['share']:.0%} of the step"
+             if selection.get("partial") else "")
+    return (f"level {selection['level']} link thresholds{share}: "
             f"{selected.totals['links']:,} of {plan.manifest('count').totals['links']:,} links")
 
 
