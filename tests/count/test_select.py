@@ -233,3 +233,24 @@ def test_train_fits_a_skipgram_model_on_counts_selected_for_its_size(tmp_path, c
     assert scoring_bytes(str(run / "pruned")) <= (target // 1024) * 1024
     assert main(["train", *argv, "--layout", "packed", "--prune_to", size]) == 0
     assert capsys.readouterr().out.count("up to date") == 8
+
+
+def test_snm_select_on_the_command_line(corpus, tmp_path, capsys):
+    """``snm select`` writes a count directory that says what it was selected for; a size
+    no thresholds reach is a one-line error."""
+    from snm.cli import main
+    from snm_core.stages import manifests
+    _, text, vocab = corpus
+    source = _count(tmp_path, "source", text, vocab)
+    capsys.readouterr()
+    out = tmp_path / "selected"
+    assert main(["select", "--count", source, "--out", str(out), "--target_size", "300K",
+                 "--layout", "packed"]) == 0
+    assert "snm select: level" in capsys.readouterr().out
+    selected = manifests.Count.read(str(out))
+    assert selected["selection"]["target_size"] == 300 * 1024
+    assert selected["selection"]["predicted_bytes"] <= 300 * 1024
+    assert main(["select", "--count", source, "--out", str(tmp_path / "tiny"),
+                 "--target_size", "2K", "--layout", "packed"]) == 2
+    err = capsys.readouterr().err
+    assert "give a larger size" in err and len(err.strip().splitlines()) == 1
