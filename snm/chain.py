@@ -196,10 +196,9 @@ def _run_select(plan):
 def _describe_select(plan):
     selected = plan.manifest("select")
     selection = selected["selection"]
-    share = (f" + {selection['partial']['share']:.0%} of the step"
-             if selection.get("partial") else "")
-    return (f"level {selection['level']} link thresholds{share}: "
-            f"{selected.totals['links']:,} of {plan.manifest('count').totals['links']:,} links")
+    share = f" + {selection['partial']['share']:.0%} of a step" if selection.get("partial") else ""
+    return (f"level {selection['level']}{share}: {selected.totals['links']:,} of "
+            f"{plan.manifest('count').totals['links']:,} links")
 
 
 def _run_join(plan):
