@@ -13,8 +13,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import reading
-from snm_core.io import losscheck
-from snm_core.text import hashing
+from snm_core.io import key_ranges, losscheck
 from snm_core.text.tokenize import tokenize
 
 
@@ -51,7 +50,7 @@ def _reference_part(element, num_buckets):
                       "count": np.array(counts, np.int64)},
             "features": {"feature": keys[:1], "type": np.array([identity[0]], np.int32),
                          "words": np.array([identity[1]], np.int32)}}
-    return int(hashing.bucket_of(keys[:1], num_buckets)[0]), ("part", part)
+    return int(key_ranges.bucket_of(keys[:1], num_buckets)[0]), ("part", part)
 
 
 class ReferenceLinkPartials(beam.PTransform):

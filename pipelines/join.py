@@ -34,13 +34,12 @@ import numpy as np
 
 from pipelines import count_directory, reading, running
 from snm_core.fit import small_m
-from snm_core.io import losscheck, storage, tables, textfile
+from snm_core.io import key_ranges, losscheck, storage, tables, textfile
 from snm_core.io.arrays import sorted_distinct
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
 from snm_core.stages import manifests
-from snm_core.text import hashing
 from snm_core.text.tokenize import tokenize
 
 #: What a join worker holds, in bytes, a link of the count bucket it joins: the bucket's
@@ -80,7 +79,7 @@ class ExtractHeldoutEvents(beam.DoFn):
         name = f"events-{batch.source:04d}-{batch.first_line:09d}.parquet"
         storage.write_parquet(table, storage.join(self.out, name))
         keys = sorted_distinct(events.key)
-        buckets = hashing.bucket_of(keys, self.settings.num_buckets)
+        buckets = key_ranges.bucket_of(keys, self.settings.num_buckets)
         bounds = np.searchsorted(buckets, np.arange(self.settings.num_buckets + 1))
         for b in np.flatnonzero(np.diff(bounds)):
             yield "keys", (int(b), keys[bounds[b]:bounds[b + 1]])

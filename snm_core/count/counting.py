@@ -27,7 +27,7 @@ Partials are dicts of numpy arrays (they pickle cheaply):
 import numpy as np
 import pyarrow as pa
 
-from snm_core.io import tables
+from snm_core.io import key_ranges, tables
 from snm_core.io.arrays import (
     group_rows,
     padded_lists,
@@ -228,9 +228,9 @@ def cut_by_bucket(partial, num_buckets):
     """
     keys = partial["feature"]
     if np.all(keys[1:] >= keys[:-1]):
-        bounds = np.r_[np.searchsorted(keys, hashing.bucket_starts(num_buckets)), len(keys)]
+        bounds = np.r_[np.searchsorted(keys, key_ranges.bucket_starts(num_buckets)), len(keys)]
         return partial, bounds.astype(np.int64)
-    order, bounds = group_rows(hashing.bucket_of(keys, num_buckets), num_buckets)
+    order, bounds = group_rows(key_ranges.bucket_of(keys, num_buckets), num_buckets)
     return {k: v[order] for k, v in partial.items()}, bounds
 
 

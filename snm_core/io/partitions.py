@@ -7,7 +7,7 @@ batches from every producer's file.  Why Arrow IPC: a batch is its arrays' raw
 bytes (no encoding to undo, memory-mapped locally), any batch is read without the
 others, and pyarrow reads it from every file system :mod:`snm_core.io.storage` does.
 
-Partitions are key ranges (:func:`snm_core.text.hashing.bucket_of`), so the
+Partitions are key ranges (:func:`snm_core.io.key_ranges.bucket_of`), so the
 partitions of a table sorted within each, read in order, are one sorted table.
 """
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from snm_core.io import storage
 from snm_core.io.partition_kernels import group_bounds, scatter_by_group
-from snm_core.text.hashing import bucket_of
+from snm_core.io.key_ranges import bucket_of
 
 
 def partition_of(keys, partitions):

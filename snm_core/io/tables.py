@@ -34,7 +34,7 @@ with ``vocab.txt``, ``theta.npy``, ``config.cfg``, ``model_card.md`` and ``compa
 :data:`MATRIX` and :data:`MODEL_FEATURES`.
 
 Bucket b holds the features whose key lies in the b-th of N equal key ranges
-(:func:`snm_core.text.hashing.bucket_of`), with all their links, so the files in
+(:func:`snm_core.io.key_ranges.bucket_of`), with all their links, so the files in
 bucket order form one table sorted by feature.
 """
 

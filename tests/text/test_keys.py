@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from snm_core.count import counting
+from snm_core.io import key_ranges
 from snm_core.text import hashing
 from snm_core.text.config import preset
 from snm_core.text.features import FeatureExtractor
@@ -90,10 +91,10 @@ def test_mix64_and_combine_equal_their_integer_definitions():
 
 @pytest.mark.parametrize("num_buckets", [1, 3, 64, 1000, 65536])
 def test_bucket_starts_are_the_first_key_of_each_bucket(num_buckets):
-    starts = hashing.bucket_starts(num_buckets)
-    assert np.array_equal(hashing.bucket_of(starts, num_buckets), np.arange(num_buckets))
+    starts = key_ranges.bucket_starts(num_buckets)
+    assert np.array_equal(key_ranges.bucket_of(starts, num_buckets), np.arange(num_buckets))
     before = starts[1:] - np.uint64(1)  # the last key of the bucket before
-    assert np.array_equal(hashing.bucket_of(before, num_buckets), np.arange(num_buckets - 1))
+    assert np.array_equal(key_ranges.bucket_of(before, num_buckets), np.arange(num_buckets - 1))
 
 
 def test_cut_by_bucket_cuts_sorted_and_unsorted_partials_alike():
@@ -111,6 +112,6 @@ def test_cut_by_bucket_cuts_sorted_and_unsorted_partials_alike():
         assert sorted_bounds[0] == 0 and sorted_bounds[-1] == len(keys)
         for b in range(num_buckets):
             rows = slice(sorted_bounds[b], sorted_bounds[b + 1])
-            assert np.all(hashing.bucket_of(from_sorted["feature"][rows], num_buckets) == b)
+            assert np.all(key_ranges.bucket_of(from_sorted["feature"][rows], num_buckets) == b)
             assert sorted(from_sorted["word"][rows].tolist()) == \
                 sorted(from_unsorted["word"][rows].tolist())
