@@ -170,7 +170,7 @@ def run_corpus(name, paths, args):
                        SNM + ["train", "--config", "skip10gram", "--out", out, "--layout",
                               "packed", *args.thresholds.split(), *common, "--prune_to",
                               f"{target}B"], out, target_bytes=target)
-        pruned = out + "/pruned"
+        pruned = out + "/model"  # fitted at the size: no pruning after the fit
         row.update(model_bytes=_shipped(pruned, "packed", run),
                    links=_links(pruned),
                    test_perplexity=snm_perplexity(pruned, paths["test"],

@@ -112,7 +112,7 @@ class Plan:
     def final(self):
         """The stage whose model eval evaluates."""
         return ("loglinear" if self.family == "loglinear"
-                else "prune" if self.prune_to else "apply")
+                else "prune" if self.prune_to and not self.selects else "apply")
 
 
 def _digest(obj):
@@ -225,9 +225,11 @@ def _run_fit(plan):
 
 def _run_apply(plan):
     # With --prune_to the pruned model takes --layout; the model it is pruned from, hashed.
+    # Fitted on selected counts, the model fits the size whole: it is the final one.
     apply_stage.run(apply_stage.ApplyOptions(
         count=plan.path(plan.counted), fit=plan.path("fit"), out=plan.path("apply"),
-        layout="hashed" if plan.prune_to else plan.layout, memory=plan.memory), plan.beam_args,
+        layout=plan.layout if plan.final == "apply" else "hashed", memory=plan.memory),
+        plan.beam_args,
         model_card=plan.final != "apply",  # the final model's card: written by eval
         summary=plan.verbose)
 
@@ -238,7 +240,6 @@ def _run_prune(plan):
         model=plan.path("apply"), out=plan.path("prune"),
         target_links=None if isinstance(plan.prune_to, str) else plan.prune_to,
         target_size=plan.prune_to if isinstance(plan.prune_to, str) else None,
-        heldout=None if plan.ngram else plan.path("join"),  # mass weighs held-out features
         layout=plan.layout, memory=plan.memory), plan.beam_args, summary=plan.verbose)
 
 
@@ -317,7 +318,7 @@ STAGES = (
     Stage("prune", "pruned", "model", ("apply",), _run_prune,
           lambda p: f"{p.manifest('prune').totals['links']:,} of "
                     f"{p.manifest('apply').totals['links']:,} links",
-          when=lambda p: bool(p.prune_to)),
+          when=lambda p: p.final == "prune"),
     Stage("loglinear", "loglinear", "loglinear", ("count", "heldout"), _run_loglinear,
           _describe_loglinear, families=("loglinear",)),
     Stage("eval", EVAL, None, ("final", "test"), _run_eval, _describe_eval,

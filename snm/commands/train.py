@@ -13,11 +13,12 @@ Stages, each in its own directory under ``--out`` (the table is
                           (with --add_to: of the new --train files, plus OLD's)
    (+ select  selected/   with --prune_to, a skip-gram configuration: the count
                           thresholded again so that the model fits; join and apply
-                          read it)                                   (Beam)
+                          read it, and apply's model is the final one)  (Beam)
     3 join    join/       held-out events and small M                 (Beam)
     4 fit     fit/        theta, train_log.jsonl                      (one worker)
     5 apply   model/      the adjusted model, compact arrays          (Beam)
-   (+ prune   pruned/     with --prune_to N|SIZE: the model pruned to N links or SIZE bytes)
+   (+ prune   pruned/     with --prune_to N|SIZE, an n-gram configuration: the model
+                          pruned to N links or SIZE bytes)
     6 eval    eval.json, heldout_perplexity.png, the final model's model_card.md
 
 With ``--family loglinear`` (a log-linear model with a tree-structured
@@ -100,7 +101,7 @@ def build_parser():
                              "pruned/, which eval then evaluates: to this many links, or to "
                              "a size of its scoring directory such as 200M or 2G; a model "
                              "that is not an n-gram model is fitted on counts selected for "
-                             "that size (snm select) instead, and fits it whole")
+                             "that size (snm select) instead, into model/")
     arguments.layout_argument(parser)
     add_fit_args(parser)
     family = parser.add_argument_group("log-linear family (--family loglinear)")
