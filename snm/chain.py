@@ -184,13 +184,19 @@ def _run_count(plan):
         plan.beam_args, summary=plan.verbose)
 
 
+def _targets(plan):
+    """``--prune_to`` as the select and prune stages take it: a size (a string such as
+    ``200M``) or a number of links."""
+    size = isinstance(plan.prune_to, str)
+    return {"target_links": None if size else plan.prune_to,
+            "target_size": plan.prune_to if size else None}
+
+
 def _run_select(plan):
     from pipelines import select as select_stage
     select_stage.run(select_stage.SelectOptions(
-        count=plan.path("count"), out=plan.path("select"),
-        target_links=None if isinstance(plan.prune_to, str) else plan.prune_to,
-        target_size=plan.prune_to if isinstance(plan.prune_to, str) else None,
-        layout=plan.layout, memory=plan.memory), plan.beam_args, summary=plan.verbose)
+        count=plan.path("count"), out=plan.path("select"), layout=plan.layout,
+        memory=plan.memory, **_targets(plan)), plan.beam_args, summary=plan.verbose)
 
 
 def _describe_select(plan):
@@ -237,10 +243,8 @@ def _run_apply(plan):
 def _run_prune(plan):
     from pipelines import prune as prune_stage  # numba (the back-off form): pruning only
     prune_stage.run(prune_stage.PruneOptions(
-        model=plan.path("apply"), out=plan.path("prune"),
-        target_links=None if isinstance(plan.prune_to, str) else plan.prune_to,
-        target_size=plan.prune_to if isinstance(plan.prune_to, str) else None,
-        layout=plan.layout, memory=plan.memory), plan.beam_args, summary=plan.verbose)
+        model=plan.path("apply"), out=plan.path("prune"), layout=plan.layout,
+        memory=plan.memory, **_targets(plan)), plan.beam_args, summary=plan.verbose)
 
 
 def _run_loglinear(plan):
