@@ -107,7 +107,8 @@ def write_manifest(totals, out, settings, fit_manifest):
         vocabulary_fingerprint=counts.vocabulary_fingerprint, num_buckets=settings.num_buckets,
         files=sorted(files + ["vocab.txt", "theta.npy", "config.cfg"]),
         totals={k: sum(t[k] for t in totals) for k in ("links", "features")},
-        count_totals=counts.totals, sources=counts.sources, fit=fit_manifest.summary())
+        count_totals=counts.totals, sources=counts.sources, fit=fit_manifest.summary(),
+        extra={"selection": counts.extra["selection"]} if "selection" in counts.extra else {})
     storage.remove_stale(out, set(files), model_files.PATTERNS)
     # the rows files and vocab.txt are the count's, linked or copied: their checksums too
     return manifest.write(out, known=counts.checksums)

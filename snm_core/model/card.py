@@ -42,6 +42,7 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
         f"- model: {manifest['totals']['features']:,} features, "
         f"{manifest['totals']['links']:,} links",
         *_left_out(totals),
+        *_selected(manifest.get("selection")),
         f"- held-out: {fit.get('heldout_events', 0):,} events; perplexity "
         f"{fit.get('heldout_perplexity_unadjusted', float('nan')):.2f} unadjusted, "
         f"{fit.get('heldout_perplexity', float('nan')):.2f} adjusted",
@@ -105,6 +106,20 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
                              f"{r['perplexity_excluding_oov']:.2f} | {r['oov']:,} | "
                              f"{r['words']:,} | {r['sentences']:,} |")
     storage.write_text("\n".join(lines) + "\n" + kept, card)  # kept: "\n## Evaluation..."
+
+
+def _selected(selection):
+    """The Data section's line on the size the counts were selected for, if they were
+    (``snm select``: ``snm train --prune_to`` of a skip-gram model)."""
+    if not selection:
+        return []
+    target = (f"{selection['target_size']:,} bytes ({selection['layout']})"
+              if selection.get("target_size") else f"{selection['target_links']:,} links")
+    share = (f" and {selection['partial']['share']:.0%} of the step below it"
+             if selection.get("partial") else "")
+    return [f"- fitted at a size (snm train --prune_to, snm select): counts selected for at "
+            f"most {target}, link thresholds of level {selection['level']}{share}, from "
+            f"{selection['links_before']:,} links"]
 
 
 def _left_out(totals):

@@ -232,6 +232,8 @@ def test_train_fits_a_skipgram_model_on_counts_selected_for_its_size(tmp_path, c
     model = manifests.Model.read(str(run / "model"))
     assert model.totals["links"] == selected.totals["links"]
     assert not (run / "pruned").exists() and "prune " not in out
+    card = (run / "model" / "model_card.md").read_text()
+    assert f"counts selected for at most {(target // 1024) * 1024:,} bytes (packed)" in card
     assert scoring_bytes(str(run / "model")) <= (target // 1024) * 1024
     assert main(["train", *argv, "--layout", "packed", "--prune_to", size]) == 0
     assert capsys.readouterr().out.count("up to date") == 7
