@@ -11,9 +11,10 @@ placeholder word, scored by ``query``; the SNM 5-gram (``snm train --config 5gra
 --layout packed`` with ``--thresholds``, by default features and links of the skip-gram
 types seen once and links of the 6- to 9-grams seen once left out), then the same
 ``snm train`` with ``--prune_to`` each of ``--sizes`` times the KN5 trie's bytes (its
-counts thresholded again for the size, then fitted: pipelines/select.py).  Each row: seconds, peak RSS of the
-process tree, peak disk of what it writes, the bytes of the model a decoder loads (the
-KenLM binary; SNM's scoring directory, ``snm compact --out``) and test perplexity.
+counts thresholded again for the size, then fitted: pipelines/select.py).  Each row:
+seconds, peak RSS of the process tree, peak disk of what it writes, the bytes of the
+model a decoder loads (the KenLM binary; SNM's scoring directory, ``snm compact --out``)
+and test perplexity.
 ``sampled-N`` corpora are N words of ``snm sample`` from the kernel skip-10-gram model
 ``--sampler`` (dev and test sampled too), made once under benchmarks/work/.
 
@@ -163,17 +164,15 @@ def run_corpus(name, paths, args):
     row.update(model_bytes=_shipped(model, "packed", run),
                test_perplexity=snm_perplexity(model, paths["test"], os.path.join(run, "eval.log")))
     for times in args.sizes:
-        # The same run directory: the count is up to date; select, join, fit, apply, prune
-        # and eval run again for each size.
+        # The same run directory: the count is up to date; select, join, fit, apply and
+        # eval run again for each size (the model fits it: no prune stage).
         target = int(kn5_bytes * times)
         row = measured(f"SNM skip-10 fitted at {times:g}x KN5 trie",
                        SNM + ["train", "--config", "skip10gram", "--out", out, "--layout",
                               "packed", *args.thresholds.split(), *common, "--prune_to",
                               f"{target}B"], out, target_bytes=target)
-        pruned = out + "/model"  # fitted at the size: no pruning after the fit
-        row.update(model_bytes=_shipped(pruned, "packed", run),
-                   links=_links(pruned),
-                   test_perplexity=snm_perplexity(pruned, paths["test"],
+        row.update(model_bytes=_shipped(model, "packed", run), links=_links(model),
+                   test_perplexity=snm_perplexity(model, paths["test"],
                                                   os.path.join(run, "eval.log")))
     for row in rows:
         if row.get("test_perplexity") and rows[1].get("test_perplexity"):

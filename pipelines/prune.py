@@ -507,7 +507,7 @@ def prune_to_size(options, manifest, beam_args=(), summary=True):
             manifest["totals"]["features"], total, options.layout,
             manifest["vocabulary_size"],
             storage.file_stamp(storage.join(options.model, "vocab.txt"))[1]) <= target:
-        links = total  # the whole model fits (a model fitted on counts selected for it)
+        links = total  # the whole model fits: one pruning that keeps it, not a search
     rounds = []
     for _ in range(SIZE_ROUNDS):
         pruned = run(dataclasses.replace(options, target_links=links, target_size=None),

@@ -50,7 +50,8 @@ class Stage:
     name: str
     directory: str  # under the run directory (eval: its report file)
     kind: Optional[str]  # the directory's manifest kind; None for eval's file
-    reads: tuple  # the stages whose output it reads, and the run's input files
+    reads: tuple  # the stages whose output it reads, and the run's input files ("final",
+    # "counted": the plan's stage of that name)
     run: Callable  # run(plan): the stage's work, its done marker written last
     describe: Callable  # describe(plan): one line about its output
     families: tuple = ("snm",)
@@ -136,8 +137,6 @@ def _inputs(plan, stage):
     for name in stage.reads:
         if name in given:
             inputs[name] = given[name]
-        elif name == "count" and stage.name in ("join", "apply"):
-            inputs[name] = manifest_digest(plan.path(plan.counted))
         elif name in STAGE:
             inputs[name] = manifest_digest(plan.path(name))
     if stage.name == "vocab":
@@ -312,12 +311,12 @@ STAGES = (
           families=("snm", "loglinear")),
     Stage("select", "selected", "count", ("count",), _run_select, _describe_select,
           when=lambda p: p.selects),
-    Stage("join", "join", "join", ("count", "heldout"), _run_join,
+    Stage("join", "join", "join", ("counted", "heldout"), _run_join,
           lambda p: f"{p.manifest('join').totals['events']:,} held-out events, "
                     f"{p.manifest('join').totals['small_m_links']:,} small-M links"
                     + _skipped(p.manifest("join").totals)),
     Stage("fit", "fit", "fit", ("join",), _run_fit, _describe_fit),
-    Stage("apply", "model", "model", ("count", "fit"), _run_apply,
+    Stage("apply", "model", "model", ("counted", "fit"), _run_apply,
           lambda p: f"{p.manifest('apply').totals['links']:,} links"),
     Stage("prune", "pruned", "model", ("apply",), _run_prune,
           lambda p: f"{p.manifest('prune').totals['links']:,} of "
@@ -377,7 +376,8 @@ class Runner:
 
     def _stage(self, stage):
         plan = self.plan
-        reads = stage.reads + ((plan.final,) if "final" in stage.reads else ())
+        reads = stage.reads + tuple(getattr(plan, alias) for alias in ("final", "counted")
+                                    if alias in stage.reads)
         inputs = _inputs(plan, dataclasses.replace(stage, reads=reads))
         signature = _digest(inputs)
         previous = self.state.get(stage.name, {})

@@ -29,6 +29,7 @@ scoring, back-off pruning and ARPA export rely on.
 import numpy as np
 import pyarrow as pa
 
+from snm_core.count import size_thresholds
 from snm_core.io.errors import SnmInputError
 
 OPTION = "--min_feature_count"
@@ -126,10 +127,9 @@ def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=Non
         link_count, link_type = links["count"].to_numpy(), np.repeat(type_index, diversity)
         above = link_count >= link_minimum[link_type]
         if partial is not None:
-            from snm_core.count.size_thresholds import link_bins
             lower, cut, widths = partial
             above |= (link_count >= lower[link_type]) & (
-                link_bins(features, links, widths) < cut)
+                size_thresholds.link_bins(features, links, widths) < cut)
         link_kept &= above
     if collapsed_word is not None:
         link_kept &= links["word"].to_numpy() != collapsed_word

@@ -240,13 +240,19 @@ def table_bits(n, packed=False):
 NPY_HEADER_BYTES = 128
 
 
+def index_lengths(n, packed=False):
+    """``(offsets, blocks)``: the lengths of the slot offsets and block starts of an
+    :class:`EntryTable` of n keys."""
+    slots = 1 << table_bits(n, packed)
+    return slots + 1, (slots >> SLOT_BLOCK_BITS) + 1
+
+
 def table_bytes(n, packed=False):
     """The bytes of an :class:`EntryTable` of n keys as written (its overflow table, of a
     few hundred keys at most, aside): entries, slot offsets and block starts."""
-    slots = (1 << table_bits(n, packed)) + 1
-    blocks = -(-slots // (1 << SLOT_BLOCK_BITS))
+    offsets, blocks = index_lengths(n, packed)
     codebook = CODEBOOK_SIZE * 4 + NPY_HEADER_BYTES if packed else 0
-    return (n * (PACKED_ENTRY if packed else ENTRY).itemsize + slots * 2 + blocks * 8
+    return (n * (PACKED_ENTRY if packed else ENTRY).itemsize + offsets * 2 + blocks * 8
             + 4 * NPY_HEADER_BYTES + codebook)
 
 
@@ -586,9 +592,9 @@ def load_compact(compact_dir, compact, vocabulary_size, mmap):
                 "feature_codebook": (np.float32, (CODEBOOK_SIZE,)),
                 "link_codebook": (np.float32, (CODEBOOK_SIZE,))}
     for table, n in (("feature", n_features), ("link", n_links)):
-        slots = 1 << table_bits(n, entry != ENTRY)
-        expected[table + "_index"] = (np.uint16, (slots + 1,))
-        expected[table + "_blocks"] = (np.int64, ((slots >> SLOT_BLOCK_BITS) + 1,))
+        offsets, blocks = index_lengths(n, entry != ENTRY)
+        expected[table + "_index"] = (np.uint16, (offsets,))
+        expected[table + "_blocks"] = (np.int64, (blocks,))
     arrays = load_checked(compact_dir, compact_files(compact["layout"]), expected, mmap=mmap)
     arrays.setdefault("link_collisions", np.zeros(0, COLLISION))
     for table, n in (("feature", n_features), ("link", n_links)):
