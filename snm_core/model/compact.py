@@ -2,8 +2,9 @@
 
 ``compact/`` is a cache of the model's Parquet tables: :func:`compile_model`
 builds it in one of :data:`LAYOUTS` (hashed, any model; trie or small, n-gram
-models), and :func:`load_model` memory-maps it, building it first when it is
-missing or of an older layout, and returns the layout's scorer.
+models), and :func:`load_model` memory-maps it and returns the layout's scorer.
+Loading never writes: a model whose ``compact/`` is missing or of an older layout
+version is refused with the ``snm compact`` command that builds it.
 """
 
 import contextlib
@@ -194,7 +195,9 @@ def scoring_bytes(model_dir):
 
 
 def load_model(model_dir, mmap=True):
-    """The scorer of a model directory; builds ``compact/`` first if it is missing.
+    """The scorer of a model directory, from its ``compact/`` (never written here: a
+    model without current scoring arrays raises :class:`SnmInputError` naming the
+    ``snm compact`` command that builds them).
 
     A remote model's scoring arrays are copied to a local cache on first
     load (:func:`snm_core.io.storage.local_copy`) and memory-mapped from there.
@@ -208,11 +211,10 @@ def load_model(model_dir, mmap=True):
               if storage.isfile(compact_manifest) else None)
     built = (layout in hashed.READ_LAYOUTS or layout == hashed.PACKED_LAYOUT
              or layout in _trie_layouts(layout))
-    # Manifest, vocab.txt, theta.npy; the Parquet tables only if compact/ is built from them.
+    # Manifest, vocab.txt, theta.npy; the Parquet tables too where compact/ is not built.
     checked = validation.validate_directory(model_dir, "model", parquet=not built)
-    if not built:  # missing, or an older version of its layout ("small-0": small)
-        name = layout.split("-")[0] if isinstance(layout, str) else "hashed"
-        compile_model(model_dir, name if name in LAYOUTS else "hashed")
+    if not built:
+        raise SnmInputError(missing_arrays_message(model_dir, layout))
     compact = manifests.Compact.read(stored_compact)
     vocabulary_size = checked.manifest["vocabulary_size"]
     tries = _trie_layouts(compact["layout"])
@@ -228,6 +230,17 @@ def load_model(model_dir, mmap=True):
     arrays = hashed.load_compact(compact_dir, compact, vocabulary_size, mmap)
     return hashed.Model(checked.manifest, checked.vocabulary, arrays,
                         compact.get("link_key_bits", 64))
+
+
+def missing_arrays_message(model_dir, layout):
+    """What to do about a model directory whose ``compact/`` is missing (``layout`` None)
+    or of an older layout version."""
+    name = layout.split("-")[0] if isinstance(layout, str) else None
+    name = name if name in LAYOUTS else "hashed"
+    found = ("no scoring arrays (compact/)" if layout is None else
+             f"scoring arrays of an older layout version ({layout!r}, compact/)")
+    return (f"{model_dir}: {found}; build them with "
+            f"'snm compact --model {model_dir} --layout {name}'")
 
 
 def read_model_tables(model_dir):

@@ -347,6 +347,30 @@ def test_a_model_that_does_not_exist_is_named_so(run, tmp_path, capsys, command)
     assert line.startswith(f"snm {command}: error: {missing}: no such file or directory"), line
 
 
+@pytest.mark.parametrize("stale", ["missing", "older"])
+def test_loading_never_writes_a_model_without_its_arrays_names_snm_compact(run, tmp_path,
+                                                                          capsys, stale):
+    import snm
+    from snm_core.io.errors import SnmInputError
+    model = copy_run(run, tmp_path) / "model"
+    compact = model / "compact"
+    if stale == "missing":
+        shutil.rmtree(compact)
+    else:  # a layout version no build writes any more
+        manifest = json.loads((compact / tables.MANIFEST).read_text())
+        (compact / tables.MANIFEST).write_text(json.dumps({**manifest, "layout": "trie-1"}))
+    before = files_of(model)
+    advice = f"build them with 'snm compact --model {model} --layout"
+    with pytest.raises(SnmInputError, match=re.escape(advice)):
+        snm.load(str(model))
+    assert one_error(capsys, ["eval", "--model", str(model), run["corpus"][2]]
+                     ).startswith(f"snm eval: error: {model}: ")
+    assert files_of(model) == before  # a read wrote nothing
+    layout = "trie" if stale == "older" else "hashed"
+    assert cli.main(["compact", "--model", str(model), "--layout", layout]) == 0
+    assert snm.load(str(model)).perplexity("a b c") > 0
+
+
 # --- outputs are not replaced silently ----------------------------------------------------
 
 def files_of(directory):

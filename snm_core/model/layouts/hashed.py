@@ -22,7 +22,7 @@ An absent key matches a present one with probability about 2^-32 a lookup.
 
 About 13 bytes a link and 10 a feature.  ``compact/`` is a cache of the
 Parquet tables: layout 3 (before ``link_collisions``) is read as having none, any
-other older layout is rebuilt on load.  The builder is
+other older layout is refused on load (``snm compact`` builds it again).  The builder is
 :mod:`snm_core.model.layouts.hashed_build`; ``--layout trie`` and ``small``
 store an n-gram model as a trie instead (:mod:`snm_core.model.layouts.trie`,
 :mod:`snm_core.model.layouts.small`).
@@ -46,7 +46,7 @@ from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
 
 COMPACT = "compact"
 #: The layout of ``compact/`` (its manifest's ``layout``) written; those of
-#: :data:`READ_LAYOUTS` are read (3: no ``link_collisions``), another is rebuilt on load.
+#: :data:`READ_LAYOUTS` are read (3: no ``link_collisions``), another is refused on load.
 COMPACT_LAYOUT = 4
 READ_LAYOUTS = (3, 4)
 #: The files of layout 3; layout 4 adds ``link_collisions``.
@@ -71,7 +71,7 @@ SHARED = np.float32(-1.0)
 #: The packed layout (``--layout packed``): the same tables with 3-byte entries, the 16
 #: key bits below the slot's and an 8-bit code of the value in the table's own codebook
 #: (``{table}_codebook.npy``, :func:`fit_codebook`), and no c(w|f) (no unadjusted model).
-#: Its compact manifest's ``layout`` (an older packed layout is built again on load).
+#: Its compact manifest's ``layout`` (an older packed layout is refused on load).
 PACKED_LAYOUT = "packed-3"
 PACKED_ENTRY = np.dtype([("remainder", "<u2"), ("value", "u1")])
 PACKED_FILES = tuple(name for name in COMPACT_FILES if name != "link_c") + (
