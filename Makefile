@@ -8,7 +8,7 @@ DEMO := demo-output
 
 .PHONY: demo test compat clean
 
-$(STAMP): setup.py $(wildcard snm_core/*.c snm_core/*/*.c snm_core/*/*/*.c snm_core/*/*.h)
+$(STAMP): setup.py pyproject.toml $(wildcard snm_core/*.c snm_core/*/*.c snm_core/*/*/*.c snm_core/*/*.h snm/*/*.cpp)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

@@ -1,10 +1,31 @@
 import platform
 import re
+import sys
 
 from setuptools import Extension, find_packages, setup
 
 #: flashlight's decoders ship as wheels for CPython 3.10 to 3.12 only (no compiler asked).
 FLASHLIGHT = "flashlight-text>=0.0.7; python_version < '3.13'"
+
+
+
+def flashlight_extension():
+    """``snm.decoding._flashlight``: the C++ LM flashlight's decoders call without Python
+    (``snm.decoding.FlashlightLM`` of a hashed or packed model).  Optional: without a C++
+    compiler, or pybind11 (pyproject.toml asks for it; ``setup.py sdist`` runs without),
+    FlashlightLM is its Python class.  flashlight-text's wheels are built by GCC 10, whose
+    ABI tag pybind11 writes into the name of the registry modules share: a module built
+    by another GCC would not find flashlight's ``LM`` class to derive from."""
+    try:
+        import pybind11
+    except ImportError:
+        return []
+    return [Extension("snm.decoding._flashlight", ["snm/decoding/flashlight_native.cpp"],
+                      include_dirs=[pybind11.get_include()], language="c++",
+                      define_macros=[("PYBIND11_BUILD_ABI", '"_cxxabi1014"')],
+                      extra_compile_args=["-O2", "-std=c++17", "-fvisibility=hidden"],
+                      optional=True)]
+
 
 setup(
     name="snm-lm",
@@ -77,6 +98,7 @@ setup(
                                                "snm_core/count/sketch.c",
                                                "snm_core/text/words.c",
                                                "snm_core/model/layouts/hashed_loops.c"],
-                           extra_compile_args=["-O3", "-std=c11"])],
+                           extra_compile_args=["-O3", "-std=c11"])]
+                + (flashlight_extension() if sys.version_info < (3, 13) else []),
     entry_points={"console_scripts": ["snm=snm.cli:entry"]},
 )

@@ -19,9 +19,9 @@ kernel's vocab.txt spelled in them (a word outside it cannot be output), its tri
 smeared with each model's unigram scores: no language model (``ZeroLM``), KenLM's
 own flashlight ``KenLM`` on the KN5 as a ``build_binary trie`` file, a Python LM
 that hands each call to that ``KenLM`` (KN5's search and words: its extra seconds
-are the calls into Python alone), and the SNMs
-through ``snm.decoding.FlashlightLM``; ``lm_weight`` and ``word_score`` chosen on dev
-(a grid), the test decoded as for pyctcdecode.
+are the calls into Python alone), and the SNMs (hashed layout, and ``--models``)
+through ``snm.decoding.FlashlightLM``, its C++ LM; ``lm_weight`` and ``word_score``
+chosen on dev (a grid), the test decoded as for pyctcdecode.
 
 Decoders: pyctcdecode's ``BeamSearchDecoderCTC`` (beam ``--beam_width``) with no
 language model, with KenLM's KN5 (``lmplz -o 5 -S 1G`` on kernel's training text
@@ -74,8 +74,8 @@ GROUPS = ["aeiou", "bp", "dt", "gkc", "mn", "sz", "fv", "lr", "wy", "hj", "qx",
 ALPHAS = (0.3, 0.5, 0.8, 1.2)
 BETAS = (0.0, 1.0, 2.5)
 #: flashlight's lm_weight (on log10 probabilities, as its KenLM gives) and word_score.
-FLASHLIGHT_ALPHAS = (1.0, 1.5, 2.0)
-FLASHLIGHT_BETAS = (-2.0, -1.0, 0.0)
+FLASHLIGHT_ALPHAS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+FLASHLIGHT_BETAS = (-3.0, -2.0, -1.0, 0.0, 1.0)
 LM_WEIGHTS = (0.1, 0.2, 0.35, 0.5, 0.8)
 WORD_PENALTIES = (-1.0, 1.0, 2.5, 4.0, 6.0)
 #: pyctcdecode's log10 offset for a word outside the vocabulary.
@@ -121,7 +121,7 @@ def ensure_models(lmplz):
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.replace(kn5_binary + ".tmp", kn5_binary)
     return {"kn5": kn5, "kn5_binary": kn5_binary, "snm5": trie, "skip10": models["skip10gram"],
-            "snm5_arpa": snm_arpa}
+            "snm5_arpa": snm_arpa, "snm5_hashed": models["5gram"]}
 
 
 # --- simulated acoustics ----------------------------------------------------------------------
@@ -318,7 +318,7 @@ def python_lm_floor(inner):
     return Floor()
 
 
-def flashlight_decoders(paths, labels, beam_width):
+def flashlight_decoders(paths, labels, beam_width, extra=()):
     """No LM (flashlight's ZeroLM), KenLM's flashlight LM on the KN5 trie binary, and the
     SNMs through ``snm.decoding.FlashlightLM``, each with the same lexicon."""
     from flashlight.lib.text.decoder import ZeroLM
@@ -337,13 +337,16 @@ def flashlight_decoders(paths, labels, beam_width):
         dictionary.add_entry(word)
     kn5 = KenLM(paths["kn5_binary"], dictionary)
     lms = {"none": ZeroLM(), "kenlm_kn5": kn5, "python_lm_floor": python_lm_floor(kn5),
-           "snm_5gram": FlashlightLM(api.load(paths["snm5"]), words),
-           "snm_skip10gram": FlashlightLM(api.load(paths["skip10"]), words)}
+           "snm_5gram": FlashlightLM(api.load(paths["snm5_hashed"]), words),
+           "snm_skip10gram": FlashlightLM(api.load(paths["skip10"]), words),
+           **{f"snm_{os.path.basename(os.path.normpath(model))}":
+              FlashlightLM(api.load(model), words) for model in extra}}
+    assert all(FlashlightLM.compiled(lms[name]) for name in lms if name.startswith("snm_"))
     return {name: FlashlightDecoder(lm, words, labels, beam_width) for name, lm in lms.items()}
 
 
 def flashlight_section(paths, labels, dev, test, dev_text, test_text, args):
-    found = flashlight_decoders(paths, labels, args.beam_width)
+    found = flashlight_decoders(paths, labels, args.beam_width, args.models)
     tuned = {}
     for name, decoder in found.items():
         # Without a model only word_score counts: it is all that keeps a lexicon decoder
@@ -521,7 +524,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sections", default="ctc,flashlight,rescore,states")
     parser.add_argument("--models", nargs="*", default=[],
-                        help="more SNM model or scoring directories for the ctc section, "
+                        help="more SNM model or scoring directories for the ctc and flashlight sections, "
                              "named by their directory (e.g. a packed skip-10-gram)")
     parser.add_argument("--dry_run", action="store_true", help="do not append to results.jsonl")
     args = parser.parse_args(argv)

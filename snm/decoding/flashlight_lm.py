@@ -38,6 +38,13 @@ adapter gives equal SNM states (:class:`snm.State`) one ``LMState``, so the
 decoder merges exactly the histories the model cannot tell apart.  Within an
 utterance (from one ``start`` to the next) each (state, word) is scored once.
 
+flashlight calls its LM for every hypothesis a frame, from C++; a call into Python
+costs more than KenLM's whole answer.  So a model in the hashed or packed layout is
+answered by a C++ LM (``snm/decoding/flashlight_native.cpp``, built with the package
+where a C++ compiler is found) that calls the layout's C loop without Python; other
+layouts (trie, small, log-linear) by this Python class.  ``FlashlightLM.compiled(lm)``
+says which an adapter is.
+
 flashlight-text is not a dependency of snm itself: ``pip install flashlight-text``.
 """
 
@@ -45,11 +52,26 @@ import numpy as np
 from flashlight.lib.text.decoder import LM, LMState
 
 import snm
-from snm_core.text.vocab import BOS_ID, UNK_ID
+from snm_core.model.states import StateBatch
+from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
+
+try:  # the C++ LM: absent where the package was built without a C++ compiler
+    from snm.decoding._flashlight import SnmLM as _CompiledLM
+except ImportError:
+    _CompiledLM = None
 
 #: Spellings that flashlight's lexicons and KenLM use for what an SNM calls
 #: ``<UNK>`` and ``</S>``.
 MARKERS = {"<unk>": "<UNK>", "</s>": "</S>"}
+
+
+def target_ids(model, words):
+    """The model's id of each of flashlight's word indices (int32)."""
+    if hasattr(words, "entry_size"):  # a flashlight Dictionary
+        words = [words.get_entry(i) for i in range(words.entry_size())]
+    ids = model.vocab.ids([MARKERS.get(w, w) for w in words])
+    ids[ids == BOS_ID] = UNK_ID  # <S> is never predicted
+    return model._target_ids(ids.astype(np.int32))
 
 
 class FlashlightLM(LM):
@@ -68,22 +90,36 @@ class FlashlightLM(LM):
     score_boundary : bool, default True
         ``start(False)`` begins after ``<S>`` (else from no context), and ``finish``
         scores ``</S>`` (else 0).
+    compiled : bool or None, default None
+        None: the C++ LM where the model allows it (hashed, packed), else this class;
+        True: the C++ LM or ``ValueError``; False: this class.
 
     Attributes
     ----------
     model : the scorer
     """
 
-    def __init__(self, model, words, score_boundary=True):
+    def __new__(cls, model, words, score_boundary=True, compiled=None):
+        model = snm.load(model) if isinstance(model, str) else model
+        possible = _CompiledLM is not None and hasattr(model, "_scorer")  # hashed, packed
+        if compiled and not possible:
+            raise ValueError("a compiled FlashlightLM needs a hashed or packed model and "
+                             "snm built with a C++ compiler (snm.decoding._flashlight)")
+        if possible and compiled is not False:
+            return CompiledFlashlightLM(model, target_ids(model, words), score_boundary)
+        return super().__new__(cls)
+
+    def __init__(self, model, words, score_boundary=True, compiled=None):
         LM.__init__(self)
         self.model = snm.load(model) if isinstance(model, str) else model
-        if hasattr(words, "entry_size"):  # a flashlight Dictionary
-            words = [words.get_entry(i) for i in range(words.entry_size())]
-        ids = self.model.vocab.ids([MARKERS.get(w, w) for w in words])
-        ids[ids == BOS_ID] = UNK_ID  # <S> is never predicted
-        self._targets = self.model._target_ids(ids.astype(np.int32))  # the model's ids
+        self._targets = target_ids(self.model, words)
         self.score_boundary = score_boundary
         self._reset()
+
+    @staticmethod
+    def compiled(lm):
+        """Whether flashlight calls ``lm`` (a :class:`FlashlightLM`) without Python."""
+        return _CompiledLM is not None and isinstance(lm, _CompiledLM)
 
     def _reset(self):
         self._ours = {}  # LMState -> snm State
@@ -124,3 +160,24 @@ class FlashlightLM(LM):
             return state, 0.0
         log10, after = self.model.score_word(self._ours[state], "</S>")
         return self._state(after), log10
+
+
+if _CompiledLM is not None:
+    class CompiledFlashlightLM(_CompiledLM):
+        """:class:`FlashlightLM` of a hashed or packed model: the C++ LM, which calls the
+        layout's C loops of one state (``Scorer.state_loops``) with the model's ``Scorer``."""
+
+        def __init__(self, model, targets, score_boundary=True):
+            def row(state):
+                batch = StateBatch.of([state], model.state_width)
+                return (np.ascontiguousarray(batch.words[0], np.int32).tobytes(),
+                        int(batch.length[0]))
+
+            end = model._target_ids(np.array([EOS_ID], np.int32))
+            scorer, loops, pairs = model._scorer.state_loops()
+            _CompiledLM.__init__(
+                self, scorer, loops, model.state_width, pairs,
+                np.ascontiguousarray(targets, np.int32).tobytes(), *row(model.begin_state()),
+                *row(model.null_state()), int(end[0]), bool(score_boundary), model)
+            self.model = model
+            self.score_boundary = score_boundary

@@ -104,7 +104,8 @@ def flashlight_decode(decoder, log_probs):
     return decoder.decode(emissions.ctypes.data, *emissions.shape)[0]
 
 
-def test_flashlight_lexicon_decoder_lets_the_skip_gram_model_choose(skip_model):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_flashlight_lexicon_decoder_lets_the_skip_gram_model_choose(skip_model, compiled):
     """flashlight's lexicon decoder over characters: ``end1`` and ``end4`` tie in the
     acoustics; the SNM chooses right where flashlight's ZeroLM cannot."""
     decoder_module = pytest.importorskip("flashlight.lib.text.decoder")
@@ -132,7 +133,7 @@ def test_flashlight_lexicon_decoder_lets_the_skip_gram_model_choose(skip_model):
         return [" ".join(vocabulary[i] for i in flashlight_decode(decoder, ctc_log_probs(
             text, labels, tied={len(text) - 1: "14"})).words if i >= 0) for text in utterances]
 
-    assert decode_all(FlashlightLM(model, vocabulary)) == utterances
+    assert decode_all(FlashlightLM(model, vocabulary, compiled=compiled)) == utterances
     # The acoustics cannot tell: the decoder's choice is the model's preference.
     for text in utterances:
         other = text[:-1] + ("4" if text.endswith("1") else "1")
@@ -142,7 +143,8 @@ def test_flashlight_lexicon_decoder_lets_the_skip_gram_model_choose(skip_model):
         assert model.score(text) > model.score(other)
 
 
-def test_flashlight_lexicon_free_decoder_with_word_tokens(skip_model):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_flashlight_lexicon_free_decoder_with_word_tokens(skip_model, compiled):
     """The lexicon-free decoder calls the model with the acoustic model's tokens, here
     whole words (a word-piece model whose pieces are words)."""
     decoder_module = pytest.importorskip("flashlight.lib.text.decoder")
@@ -173,40 +175,45 @@ def test_flashlight_lexicon_free_decoder_with_word_tokens(skip_model):
         return [" ".join(tokens[i] for i in flashlight_decode(decoder, log_probs(text)).tokens
                          if i >= 2) for text in utterances]
 
-    assert decode_all(FlashlightLM(model, tokens)) == utterances
+    assert decode_all(FlashlightLM(model, tokens, compiled=compiled)) == utterances
     for text in utterances:  # tied in the acoustics, chosen by the model
         tied = log_probs(text)[-2]
         assert tied[tokens.index("end1")] == tied[tokens.index("end4")]
 
 
-def test_flashlight_adapter_scores_and_states(skip_model):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_flashlight_adapter_scores_and_states(skip_model, compiled):
     """log10 scores as flashlight's KenLM gives them, ``</s>`` at the end, one ``LMState``
-    for equal model states, and unknown words as ``<UNK>``."""
+    for equal model states, and unknown words as ``<UNK>``: the C++ LM flashlight calls
+    without Python, and the Python one."""
     pytest.importorskip("flashlight.lib.text.decoder")
     from snm.decoding import FlashlightLM
     model = snm.load(skip_model)
     words = ["the", "noun1", "verb4", "qqq", "<unk>"]
-    lm = FlashlightLM(model, words)
+    lm = FlashlightLM(model, words, compiled=compiled)
+    assert FlashlightLM.compiled(lm) == compiled
+    exact = {"abs": 1e-12} if not compiled else {"rel": 1e-6}  # flashlight's float scores
     state, total = lm.start(False), 0.0
     for i in range(3):
         state, log10 = lm.score(state, i)
         total += log10
     state, log10 = lm.finish(state)
-    assert total + log10 == pytest.approx(model.score("the noun1 verb4"), abs=1e-12)
+    assert total + log10 == pytest.approx(model.score("the noun1 verb4"), **exact)
     start = lm.start(False)
     assert lm.score(start, 3)[1] == lm.score(start, 4)[1] == pytest.approx(
-        model.score_word(model.begin_state(), "qqq")[0])
+        model.score_word(model.begin_state(), "qqq")[0], **exact)
     # Within an utterance, histories the model cannot tell apart (they differ only
     # beyond the words a state holds) reach one LMState: flashlight merges by it.
     width = model.state_width
     one, other = [1] * (width + 1), [2] + [1] * width
-    ends = []
-    for history in (one, other):
-        state = lm.start(False)  # a new utterance each: the states are compared below
-        for i in history:
-            state = lm.score(state, i)[0]
-        ends.append(lm._ours[state])
-    assert ends[0] == ends[1]
+    if not compiled:
+        ends = []
+        for history in (one, other):
+            state = lm.start(False)  # a new utterance each: the states are compared below
+            for i in history:
+                state = lm.score(state, i)[0]
+            ends.append(lm._ours[state])
+        assert ends[0] == ends[1]
     state, same = lm.start(False), []
     for history in (one, other):
         walk = state
@@ -216,9 +223,11 @@ def test_flashlight_adapter_scores_and_states(skip_model):
     assert same[0] is same[1]
     different = lm.score(lm.score(state, 0)[0], 1)[0]
     assert different is not same[0]
-    nothing = FlashlightLM(model, words, score_boundary=False)
+    nothing = FlashlightLM(model, words, score_boundary=False, compiled=compiled)
     state = nothing.start(False)
     assert nothing.finish(state) == (state, 0.0)
+    assert nothing.score(state, 0)[1] == pytest.approx(
+        model.score_word(model.null_state(), "the")[0], **exact)
 
 
 def read_line(stream, seconds):

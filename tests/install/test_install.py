@@ -118,15 +118,16 @@ def test_the_sdist_holds_every_file_the_build_needs(sdist):
     import tarfile
     with tarfile.open(sdist) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
-    sources = {os.path.relpath(p, ROOT) for pattern in ("*.c", "*.h", "*.cfg")
-               for p in glob.glob(os.path.join(ROOT, "snm_core", "**", pattern),
-                                  recursive=True)}
-    assert sources and sources <= names, sorted(sources - names)
+    sources = {os.path.relpath(p, ROOT) for package, pattern in (
+        ("snm_core", "*.c"), ("snm_core", "*.h"), ("snm_core", "*.cfg"), ("snm", "*.cpp"))
+               for p in glob.glob(os.path.join(ROOT, package, "**", pattern), recursive=True)}
+    assert sources and sources | {"pyproject.toml"} <= names, sorted(sources - names)
 
 
 def test_the_wheel_installs_without_a_compiler(outside, tmp_path, tmp_path_factory):
-    """``pip wheel .`` holds the built C libraries: installing it compiles nothing (any
-    compiler it called would fail here)."""
+    """``pip wheel .`` holds the built C libraries, and the C++ LM of flashlight's decoders
+    (pybind11 from pyproject.toml): installing it compiles nothing (any compiler it called
+    would fail here)."""
     with building_in_the_clone(tmp_path_factory):
         run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", ROOT, "-w",
              str(tmp_path)], cwd=outside)
@@ -137,9 +138,9 @@ def test_the_wheel_installs_without_a_compiler(outside, tmp_path, tmp_path_facto
     run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", wheel],
         cwd=outside, env=no_compiler)
     found = run([venv / "bin" / "python", "-c", "import importlib.util as u; print(*("
-                 "u.find_spec(m).origin for m in ('snm_core._loops', 'snm_core.fit._kernels')))"],
-                cwd=outside).split()
-    assert len(found) == 2 and all(p.startswith(str(venv)) and p.endswith(".so") for p in found)
+                 "u.find_spec(m).origin for m in ('snm_core._loops', 'snm_core.fit._kernels', "
+                 "'snm.decoding._flashlight')))"], cwd=outside).split()
+    assert len(found) == 3 and all(p.startswith(str(venv)) and p.endswith(".so") for p in found)
 
 
 def test_sdist_on_a_worker_pool_counts_the_local_runner_s_bytes(sdist, outside, corpora,

@@ -69,6 +69,9 @@ _event_sums = native.function("scorer_event_sums", [_P] * 5 + [native.i64] + [_P
 _link_values = native.function("scorer_link_values", [_P] * 3 + [native.i64, _P, _P],
                                native.i64)
 _advance = native.function("scorer_advance", [_P] * 4 + [native.i64, _P], native.i64)
+#: The loops of one state at a time, which a decoder's LM in C++ calls by address
+#: (:meth:`Scorer.state_loops`).
+STATE_LOOPS = ("scorer_state_features", "scorer_state_word", "scorer_next_state")
 
 
 def find(keys, start, shift, queries):
@@ -140,6 +143,16 @@ class Scorer:
             native.address(type_windows), salts.shape[1], salts.shape[0], native.address(salts),
             native.address(link_length), int(minimal), width, int(SEQUENCE_SEED))
         self._ref = ctypes.byref(self._scorer)
+        self._state_pairs = salts.shape[0] * int(type_windows[-1])  # tags x windows
+
+    def state_loops(self):
+        """``(address of this scorer's structure, addresses of STATE_LOOPS, room a
+        state's features need)``: what a decoder's LM in C++ calls
+        (``snm/decoding/flashlight_native.cpp``); valid while this scorer lives."""
+        library = native.library()
+        loops = tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+                      for name in STATE_LOOPS)
+        return ctypes.addressof(self._scorer), loops, self._state_pairs
 
     def event_sums(self, pair_key, pair_event, type_bounds, target, n_events):
         """Per-event sums over the pairs whose feature (and link) the model holds.

@@ -258,7 +258,13 @@ typedef struct {
 
 /* Per-event sums over the pairs whose feature (and link) the model holds; see
  * hashed_kernels.Scorer.event_sums.  Sums run over the pairs in their order.  row_found
- * and link_found: (n_types, n_events), zeros. */
+ * and link_found: (n_types, n_events), zeros.
+ *
+ * The pairs are looked up BLOCK at a time, whatever their types, so that the cache
+ * misses of one state's few pairs a type overlap (a decoder asks about one state at a
+ * time).  A pair whose prerequisite's pairs all came in earlier blocks is looked up only
+ * where the prerequisite was found; one whose prerequisite is in its own block is looked
+ * up, then dropped in order where the prerequisite was not found: the same sums. */
 static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair_event,
                  const int64_t *type_bounds, const int32_t *target, int64_t n_events,
                  double *m_star_sum, double *link_m_sum, double *link_c_sum,
@@ -266,65 +272,66 @@ static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair
     const Table *features = &sc->features, *links = &sc->links;
     const Links *l = &sc->values;
     const int64_t *prerequisite = sc->prerequisite;
-    int64_t n_types = sc->n_types;
-    int64_t pair[BLOCK], row[BLOCK], linked[BLOCK], link[BLOCK];
+    int64_t n_types = sc->n_types, n_pairs = type_bounds[n_types];
+    int64_t pair[BLOCK], type[BLOCK], row[BLOCK], linked[BLOCK], link_type[BLOCK], link[BLOCK];
     uint64_t query[BLOCK];
     double value[BLOCK], value_c[BLOCK];
-    for (int64_t t = 0; t < n_types; t++) {
-        int64_t before = prerequisite[t];
-        const uint8_t *row_before = before >= 0 ? row_found + before * n_events : NULL;
-        const uint8_t *link_before = before >= 0 ? link_found + before * n_events : NULL;
-        uint8_t *row_here = row_found + t * n_events, *link_here = link_found + t * n_events;
-        for (int64_t lo = type_bounds[t]; lo < type_bounds[t + 1]; lo += BLOCK) {
-            int64_t hi = lo + BLOCK < type_bounds[t + 1] ? lo + BLOCK : type_bounds[t + 1];
-            int64_t n = 0;
-            for (int64_t i = lo; i < hi; i++) {
-                if (!row_before || row_before[pair_event[i]]) {
-                    pair[n] = i;
-                    query[n] = pair_key[i];
-                    n++;
-                }
-            }
-            entry_positions(features, query, n, row);
-            /* Branch-free gathers first (their cache misses overlap), sums after. */
-            for (int64_t j = 0; j < n; j++)
-                value[j] = value_at(features, row[j] > 0 ? row[j] : 0);
-            int64_t k = 0;
-            for (int64_t j = 0; j < n; j++) {
-                if (row[j] < 0)
+    int64_t t = 0;
+    for (int64_t lo = 0; lo < n_pairs; lo += BLOCK) {
+        int64_t hi = lo + BLOCK < n_pairs ? lo + BLOCK : n_pairs;
+        int64_t n = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            while (i >= type_bounds[t + 1])
+                t++;
+            int64_t before = prerequisite[t];
+            if (before >= 0 && type_bounds[before + 1] <= lo &&
+                !row_found[before * n_events + pair_event[i]])
+                continue;
+            pair[n] = i;
+            type[n] = t;
+            query[n] = pair_key[i];
+            n++;
+        }
+        entry_positions(features, query, n, row);
+        /* Branch-free gathers first (their cache misses overlap), sums after. */
+        for (int64_t j = 0; j < n; j++)
+            value[j] = value_at(features, row[j] > 0 ? row[j] : 0);
+        int64_t k = 0;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t i = pair[j], event = pair_event[i], before = prerequisite[type[j]];
+            if (row[j] < 0 || (before >= 0 && !row_found[before * n_events + event]))
+                continue;
+            m_star_sum[event] += value[j];
+            n_features[event] += 1;
+            row_found[type[j] * n_events + event] = 1;
+            if (before >= 0 && type_bounds[before + 1] <= lo &&
+                !link_found[before * n_events + event])
+                continue;
+            linked[k] = i;
+            link_type[k] = type[j];
+            query[k] = hash64_combine(pair_key[i], (uint64_t)(int64_t)target[event]) & l->mask;
+            k++;
+        }
+        entry_positions(links, query, k, link);
+        for (int64_t j = 0; j < k; j++) {
+            int64_t r = link[j] > 0 ? link[j] : 0;
+            value[j] = value_at(links, r);
+            value_c[j] = l->link_c ? l->link_c[r] : 0.0;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            int64_t event = pair_event[linked[j]], before = prerequisite[link_type[j]];
+            if (link[j] < 0 || (before >= 0 && !link_found[before * n_events + event]))
+                continue;
+            if (value[j] < 0) { /* a shared key (rare): settled by (feature, word) */
+                int64_t r = collision_row(l, query[j], pair_key[linked[j]], target[event]);
+                if (r < 0)
                     continue;
-                int64_t i = pair[j], event = pair_event[i];
-                m_star_sum[event] += value[j];
-                n_features[event] += 1;
-                row_here[event] = 1;
-                if (!link_before || link_before[event]) {
-                    linked[k] = i;
-                    query[k] = hash64_combine(pair_key[i], (uint64_t)(int64_t)target[event])
-                               & l->mask;
-                    k++;
-                }
+                value[j] = l->m[r];
+                value_c[j] = l->c[r];
             }
-            entry_positions(links, query, k, link);
-            for (int64_t j = 0; j < k; j++) {
-                int64_t r = link[j] > 0 ? link[j] : 0;
-                value[j] = value_at(links, r);
-                value_c[j] = l->link_c ? l->link_c[r] : 0.0;
-            }
-            for (int64_t j = 0; j < k; j++) {
-                if (link[j] < 0)
-                    continue;
-                int64_t event = pair_event[linked[j]];
-                if (value[j] < 0) { /* a shared key (rare): settled by (feature, word) */
-                    int64_t r = collision_row(l, query[j], pair_key[linked[j]], target[event]);
-                    if (r < 0)
-                        continue;
-                    value[j] = l->m[r];
-                    value_c[j] = l->c[r];
-                }
-                link_m_sum[event] += value[j];
-                link_c_sum[event] += value_c[j];
-                link_here[event] = 1;
-            }
+            link_m_sum[event] += value[j];
+            link_c_sum[event] += value_c[j];
+            link_found[link_type[j] * n_events + event] = 1;
         }
     }
 }
@@ -460,42 +467,54 @@ int64_t scorer_link_values(const Scorer *sc, const uint64_t *feature_keys, const
     return 0;
 }
 
+/* The state after target, into row (width int32): the words of the longest n-gram found
+ * (matched) in a minimal model, else one word more than the state (at most the width);
+ * -1 before them, so that equal states have equal rows (state_kernels.shift_states, the
+ * trie layouts' and the log-linear family's numba twin).  Returns its length. */
+int64_t scorer_next_state(const Scorer *sc, const int32_t *words, int64_t length, int32_t target,
+                          int64_t matched, int32_t *row) {
+    int64_t width = sc->width, keep = sc->minimal ? matched : length + 1;
+    int64_t k = keep < 0 ? 0 : keep > width ? width : keep;
+    for (int64_t j = 0; j < width; j++)
+        row[j] = -1;
+    for (int64_t j = width - k; j < width - 1; j++)
+        row[j] = words[j + 1];
+    if (k)
+        row[width - 1] = target;
+    return k;
+}
+
 /* One event after each of n states (words (n, width), length (n,)); `out` holds, in
  * turn, prob (n float64) = P(target), matched (n int64) = the n-gram length of the
- * longest link found, and the states after the target, new_length (n int64) and
- * new_words (n, width int32), which keep the words of that n-gram in a minimal model,
- * else one word more than the state (at most the width); -1 before them, so that equal
- * states have equal rows (state_kernels.shift_states, the trie layouts' and the
- * log-linear family's numba twin).  One output buffer, so that a decoder's call of one
- * state addresses four arrays.  Returns -1 when out of memory. */
+ * longest link found, and the states after the target (scorer_next_state), new_length
+ * (n int64) and new_words (n, width int32).  One output buffer, so that a decoder's call
+ * of one state addresses four arrays.  Returns -1 when out of memory. */
 int64_t scorer_advance(const Scorer *sc, const int32_t *words, const int64_t *length,
                        const int32_t *target, int64_t n, void *out) {
     int64_t n_windows = sc->type_windows[sc->types], width = sc->width;
     double *prob = out;
     int64_t *matched = (int64_t *)(prob + n), *new_length = matched + n;
     int32_t *new_words = (int32_t *)(new_length + n);
-    size_t cells = (size_t)(n_windows * n) + 1, found_cells = (size_t)(sc->n_types * n) + 1;
-    uint64_t *base = calloc(cells, sizeof(uint64_t)), *remote = calloc(cells, sizeof(uint64_t));
-    uint8_t *valid = calloc(cells, 1), *fresh = calloc(cells, 1);
-    uint8_t *link_found = calloc(found_cells, 1);
-    double *m_star_sum = calloc(3 * (size_t)n + 1, sizeof(double));
-    int64_t *n_features = calloc((size_t)n + 1, sizeof(int64_t));
-    int64_t *type_bounds = malloc(sizeof(int64_t) * (sc->tags * sc->types + 1));
-    uint64_t *key = NULL;
-    int64_t *event = NULL, status = -1;
-    if (!base || !remote || !valid || !fresh || !link_found || !m_star_sum || !n_features ||
-        !type_bounds)
-        goto done;
-    int64_t total = state_windows(sc, words, n, length, base, remote, valid, fresh);
-    key = malloc(sizeof(uint64_t) * (sc->tags * total + 1));
-    event = malloc(sizeof(int64_t) * (sc->tags * total + 1));
-    if (!key || !event)
-        goto done;
-    state_pairs(sc, base, fresh, n, key, event, type_bounds);
+    /* One zeroed allocation for every temporary (a decoder calls this once a word). */
+    size_t cells = (size_t)(n_windows * n), found_cells = (size_t)(sc->n_types * n);
+    size_t pairs = (size_t)(sc->tags * n_windows * n), bounds = (size_t)(sc->tags * sc->types + 1);
+    size_t words8 = 2 * cells + 3 * (size_t)n + (size_t)n + bounds + 2 * pairs;
+    uint64_t *space = calloc(words8 + (2 * cells + 2 * found_cells + 7) / 8 + 1, 8);
+    if (!space)
+        return -1;
+    uint64_t *base = space, *remote = base + cells;
+    double *m_star_sum = (double *)(remote + cells);
     double *link_m_sum = m_star_sum + n, *link_c_sum = m_star_sum + 2 * n;
-    if (scorer_event_sums(sc, key, event, type_bounds, target, n, m_star_sum, link_m_sum,
-                          link_c_sum, n_features, link_found) < 0)
-        goto done;
+    int64_t *n_features = (int64_t *)(m_star_sum + 3 * n);
+    int64_t *type_bounds = n_features + n;
+    uint64_t *key = (uint64_t *)(type_bounds + bounds);
+    int64_t *event = (int64_t *)(key + pairs);
+    uint8_t *valid = (uint8_t *)(event + pairs), *fresh = valid + cells;
+    uint8_t *row_found = fresh + cells, *link_found = row_found + found_cells;
+    state_windows(sc, words, n, length, base, remote, valid, fresh);
+    state_pairs(sc, base, fresh, n, key, event, type_bounds);
+    sums(sc, key, event, type_bounds, target, n, m_star_sum, link_m_sum, link_c_sum, n_features,
+         row_found, link_found);
     for (int64_t i = 0; i < n; i++) {
         matched[i] = 0;
         for (int64_t t = 0; t < sc->n_types; t++) {
@@ -503,29 +522,103 @@ int64_t scorer_advance(const Scorer *sc, const int32_t *words, const int64_t *le
                 matched[i] = sc->link_length[t];
         }
         prob[i] = link_m_sum[i] / m_star_sum[i];
-        int64_t keep = sc->minimal ? matched[i] : length[i] + 1;
-        int64_t k = keep < 0 ? 0 : keep > width ? width : keep;
-        new_length[i] = k;
-        int32_t *row = new_words + i * width;
-        const int32_t *old = words + i * width;
-        for (int64_t j = 0; j < width; j++)
-            row[j] = -1;
-        for (int64_t j = width - k; j < width - 1; j++)
-            row[j] = old[j + 1];
-        if (k)
-            row[width - 1] = target[i];
+        new_length[i] = scorer_next_state(sc, words + i * width, length[i], target[i],
+                                          matched[i], new_words + i * width);
     }
-    status = 0;
-done:
-    free(base);
-    free(remote);
-    free(valid);
-    free(fresh);
-    free(link_found);
-    free(m_star_sum);
-    free(n_features);
-    free(type_bounds);
-    free(key);
-    free(event);
-    return status;
+    free(space);
+    return 0;
+}
+
+/* --- one state at a time (a decoder's LM: snm/decoding/flashlight_native.cpp) ---------------
+ * A decoder asks about many words after each state it extends: the state's features are
+ * found once (scorer_state_features), then each word costs its links' lookups only
+ * (scorer_state_word).  The sums are scorer_advance's, in its order. */
+
+/* The features of one state (words: width int32, right-aligned; length) that the model
+ * holds, in scorer_advance's pair order: keys and type ids (room for tags * windows of
+ * each), M_f* summed in that order (*m_star_sum).  Returns how many, -1 when out of
+ * memory. */
+int64_t scorer_state_features(const Scorer *sc, const int32_t *words, int64_t length,
+                              uint64_t *keys, int64_t *types, double *m_star_sum) {
+    int64_t n_windows = sc->type_windows[sc->types], n_types = sc->n_types;
+    size_t cells = (size_t)n_windows, pairs = (size_t)(sc->tags * n_windows);
+    size_t bounds = (size_t)(sc->tags * sc->types + 1);
+    uint64_t *space = calloc(2 * cells + bounds + 2 * pairs + (2 * cells + n_types + 7) / 8 + 1,
+                             8);
+    if (!space)
+        return -1;
+    uint64_t *base = space, *remote = base + cells;
+    int64_t *type_bounds = (int64_t *)(remote + cells);
+    uint64_t *key = (uint64_t *)(type_bounds + bounds);
+    int64_t *event = (int64_t *)(key + pairs);
+    uint8_t *valid = (uint8_t *)(event + pairs), *fresh = valid + cells;
+    uint8_t *row_found = fresh + cells;
+    state_windows(sc, words, 1, &length, base, remote, valid, fresh);
+    state_pairs(sc, base, fresh, 1, key, event, type_bounds);
+    int64_t n_pairs = type_bounds[n_types], found = 0, t = 0;
+    int64_t row[BLOCK], type[BLOCK];
+    *m_star_sum = 0.0;
+    for (int64_t lo = 0; lo < n_pairs; lo += BLOCK) {
+        int64_t n = (n_pairs - lo < BLOCK ? n_pairs - lo : BLOCK);
+        for (int64_t j = 0; j < n; j++) {
+            while (lo + j >= type_bounds[t + 1])
+                t++;
+            type[j] = t;
+        }
+        entry_positions(&sc->features, key + lo, n, row);
+        for (int64_t j = 0; j < n; j++) { /* in order: a prerequisite comes first */
+            int64_t before = sc->prerequisite[type[j]];
+            if (row[j] < 0 || (before >= 0 && !row_found[before]))
+                continue;
+            row_found[type[j]] = 1;
+            *m_star_sum += value_at(&sc->features, row[j]);
+            keys[found] = key[lo + j];
+            types[found] = type[j];
+            found++;
+        }
+    }
+    free(space);
+    return found;
+}
+
+/* P(target | the state) from its n features (scorer_state_features) and their m_star_sum;
+ * *matched: the n-gram length of the longest link found.  Returns -1.0 when out of
+ * memory. */
+double scorer_state_word(const Scorer *sc, const uint64_t *keys, const int64_t *types,
+                         int64_t n, double m_star_sum, int32_t target, int64_t *matched) {
+    const Links *l = &sc->values;
+    uint8_t local[256];
+    uint8_t *link_found = sc->n_types <= 256 ? local : malloc((size_t)sc->n_types);
+    if (!link_found)
+        return -1.0;
+    memset(link_found, 0, (size_t)sc->n_types);
+    uint64_t query[BLOCK];
+    int64_t link[BLOCK];
+    double link_m_sum = 0.0;
+    *matched = 0;
+    for (int64_t lo = 0; lo < n; lo += BLOCK) {
+        int64_t m = (n - lo < BLOCK ? n - lo : BLOCK);
+        for (int64_t j = 0; j < m; j++)
+            query[j] = hash64_combine(keys[lo + j], (uint64_t)(int64_t)target) & l->mask;
+        entry_positions(&sc->links, query, m, link);
+        for (int64_t j = 0; j < m; j++) { /* in order: a prerequisite's link comes first */
+            int64_t t = types[lo + j], before = sc->prerequisite[t];
+            if (link[j] < 0 || (before >= 0 && !link_found[before]))
+                continue;
+            double value = value_at(&sc->links, link[j]);
+            if (value < 0) { /* a shared key (rare): settled by (feature, word) */
+                int64_t r = collision_row(l, query[j], keys[lo + j], target);
+                if (r < 0)
+                    continue;
+                value = l->m[r];
+            }
+            link_m_sum += value;
+            link_found[t] = 1;
+            if (sc->link_length[t] > *matched)
+                *matched = sc->link_length[t];
+        }
+    }
+    if (link_found != local)
+        free(link_found);
+    return link_m_sum / m_star_sum;
 }
