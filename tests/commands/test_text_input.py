@@ -1,7 +1,7 @@
 """Text that does not decode, text too small to train on, and training text on standard
 input, as ``snm train``, ``count``, ``eval`` and ``score`` meet them.
 
-One policy on every command (README, "Input conventions and bad input"): lines that are
+One policy on every command (docs/guide.md, "Input conventions and bad input"): lines that are
 not valid in the text's encoding are skipped and counted while they are at most
 ``MAX_INVALID_SHARE`` of the lines, all of them with ``--skip_invalid``; beyond that the
 command exits 2 with one line naming the file and the first such line; ``--encoding

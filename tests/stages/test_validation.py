@@ -181,7 +181,7 @@ CASES = {
     "model theta float64": ("model", "theta.npy", float64_theta, evaluate,
                             "expected float32"),
     "model compact array truncated": ("model", "compact/link_entries.npy", truncate, evaluate,
-                                      "to have it built again"),
+                                      "build the arrays again: snm compact --model"),
     "model compact array garbage": ("model", "compact/feature_entries.npy", garbage, evaluate,
                                     "cannot load"),
 }

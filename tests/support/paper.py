@@ -6,7 +6,7 @@ tokenizer, the feature extractor, hashing, counting): a configuration is read by
 expression, a text file by ``bytes.split``, and every feature of every event is enumerated
 by its words.  The definitions (the SNM paper, section 2 and Appendices A-B; DESIGN.md
 4.1-4.2; the configuration fields and defaults of ``snm_core/text/config.py``'s docstring;
-the input rules of the README):
+the input rules of docs/guide.md):
 
 * a line ends at ``\\n``; a ``\\r`` before it and a byte order mark at the start of a file
   are dropped; a line that is not UTF-8 or holds a NUL byte is invalid, one with no word

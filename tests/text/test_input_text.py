@@ -1,6 +1,6 @@
 """Input text edge cases, through the code every stage reads text with.
 
-The rules (README, "Input conventions and bad input"; ``snm_core.text.tokenize`` and
+The rules (docs/guide.md, "Input conventions and bad input"; ``snm_core.text.tokenize`` and
 ``snm_core.io.textfile``): a line ends at ``\\n`` only; tokens are separated by
 what ``str.split()`` splits on; a ``\\r\\n`` line end and a byte order mark at
 the start of a file are dropped; a line holding a NUL byte is invalid, like

@@ -1,5 +1,5 @@
 """Keys: the hash functions' definitions, collision detection, and the rate the 64-bit
-keys give at the README's sizes."""
+keys give at the sizes docs/guide.md ("Files between stages") states."""
 
 import numpy as np
 import pytest

@@ -36,7 +36,7 @@ import numpy as np
 from snm_core.fit import kernels
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
-from snm_core.model.layouts.npy import NpyWriter, load_checked
+from snm_core.model.layouts.npy import NpyWriter, load_checked, rebuild_remedy
 from snm_core.model.scoring import LineScoring, Scores, ratios, suffix_closed
 from snm_core.model.states import StateBatch, StateScoring
 from snm_core.text.config import parse_config
@@ -595,11 +595,14 @@ def load_compact(compact_dir, compact, vocabulary_size, mmap):
         offsets, blocks = index_lengths(n, entry != ENTRY)
         expected[table + "_index"] = (np.uint16, (offsets,))
         expected[table + "_blocks"] = (np.int64, (blocks,))
-    arrays = load_checked(compact_dir, compact_files(compact["layout"]), expected, mmap=mmap)
+    remedy = rebuild_remedy(compact_dir, "packed" if compact["layout"] == PACKED_LAYOUT
+                            else "hashed")
+    arrays = load_checked(compact_dir, compact_files(compact["layout"]), expected, mmap=mmap,
+                          remedy=remedy)
     arrays.setdefault("link_collisions", np.zeros(0, COLLISION))
     for table, n in (("feature", n_features), ("link", n_links)):
         rows = arrays[table + "_overflow"]["row"]
         if len(rows) and (rows.min() < 0 or rows.max() >= n):
             raise SnmInputError(f"{os.path.join(compact_dir, table + '_overflow.npy')}: a row "
-                                f"outside the table; delete {compact_dir} to have it built again")
+                                f"outside the table; {remedy}")
     return arrays

@@ -49,6 +49,13 @@ class NpyWriter:
         return self.n * self.dtype.itemsize
 
 
+def rebuild_remedy(compact_dir, layout):
+    """What to do about a damaged scoring array of a model's ``compact/`` in ``layout``:
+    build it again (loading never writes into a model)."""
+    model = os.path.dirname(os.path.normpath(compact_dir))
+    return f"build the arrays again: snm compact --model {model} --layout {layout}"
+
+
 def load_checked(compact_dir, names, expected, agree=None, mmap=True, remedy=None):
     """``{name: array}`` of a local ``compact/`` directory's ``.npy`` files, each checked
     against ``expected[name] = (dtype or tuple of dtypes, shape or None for any 1-d)``,

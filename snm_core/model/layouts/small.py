@@ -35,7 +35,7 @@ from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts import huffman
 from snm_core.model.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
-from snm_core.model.layouts.npy import NpyWriter, load_checked
+from snm_core.model.layouts.npy import NpyWriter, load_checked, rebuild_remedy
 from snm_core.model.layouts.trie_build import SCRATCH, ExternalTrie
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
@@ -286,17 +286,18 @@ def load_small(compact_dir, compact, vocabulary_size, mmap=True):
                 "code_symbols": (np.int64, None), "level_values": (np.float64, None),
                 "code_limit": (np.uint64, codes), "code_first": (np.int64, codes),
                 "code_base": (np.int64, codes)}
+    remedy = rebuild_remedy(compact_dir, "small")
     arrays = load_checked(compact_dir, SMALL_FILES, expected, lambda a: (
         len(a["block_keys"]) == a["order_blocks"][-1] == len(a["block_offsets"])
         and len(a["span_sum"]) == len(a["span_context"])
-        and a["block_offsets"].max(initial=0) < 64 * len(a["bits"])), mmap)
+        and a["block_offsets"].max(initial=0) < 64 * len(a["bits"])), mmap, remedy)
     # Every event looks its word up in the empty context: decoded once, here.
     from snm_core.model.layouts import trie_kernels  # numba: loaded by scoring only
     *first_order, intact = trie_kernels.small_first_order(
         compact["tags"], compact["max_n"], _stored_tables(arrays, compact))
     if not intact:
         raise SnmInputError(f"{compact_dir}: bits.npy decodes to a word outside the "
-                            f"vocabulary; delete {compact_dir} to have it built again")
+                            f"vocabulary; {remedy}")
     return {**arrays, **dict(zip(FIRST_ORDER, first_order))}
 
 

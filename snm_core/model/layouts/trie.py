@@ -25,7 +25,7 @@ import numpy as np
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
 from snm_core.model.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
-from snm_core.model.layouts.npy import NpyWriter, load_checked
+from snm_core.model.layouts.npy import NpyWriter, load_checked, rebuild_remedy
 from snm_core.model.layouts.sorted_runs import SortedRuns
 from snm_core.model.layouts.trie_build import SCRATCH, ExternalTrie
 
@@ -178,9 +178,10 @@ def load_trie(compact_dir, compact, vocabulary_size, mmap=True):
                 "m_star_values": (np.float64, None),
                 "word_rank": (np.int64, vocabulary_size),
                 "seen_words": (np.bool_, vocabulary_size)}
+    remedy = rebuild_remedy(compact_dir, "trie")
     arrays = load_checked(compact_dir, TRIE_FILES, expected, lambda a: (
         a["order_entries"][-1] == len(a["entries"])
-        and a["order_contexts"][-1] == len(a["contexts"])), mmap)
+        and a["order_contexts"][-1] == len(a["contexts"])), mmap, remedy)
     # Each tag's empty context's entries by word rank (-1: none), for a direct lookup.
     first_order = np.full((compact["tags"], compact["radix"]), -1, dtype=np.int32)
     for tag in range(compact["tags"]):
@@ -189,7 +190,7 @@ def load_trie(compact_dir, compact, vocabulary_size, mmap=True):
         words = arrays["entries"]["word"][lo:hi]
         if words.max(initial=0) >= compact["radix"]:
             raise SnmInputError(f"{compact_dir}: entries.npy holds a word outside the "
-                                f"vocabulary; delete {compact_dir} to have it built again")
+                                f"vocabulary; {remedy}")
         first_order[tag, words] = np.arange(hi - lo)
     return {**arrays, "first_order": first_order}
 
