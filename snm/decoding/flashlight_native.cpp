@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <limits>
 #include <memory>
@@ -113,7 +114,11 @@ struct SnmState : LMState {
     std::vector<int64_t> feature_types;
     double m_star_sum = 0.0;
     std::vector<Scored> scored;
-    std::unordered_map<int, size_t> index;  // word -> position in scored, beyond kListed
+    std::vector<int32_t> index;  // beyond kListed: positions in scored by word, open addressing
+
+    static size_t slot(int word, size_t mask) {
+        return (static_cast<uint32_t>(word) * 2654435761u) & mask;
+    }
 
     Scored* find(int word) {
         if (scored.size() <= kListed) {
@@ -122,17 +127,31 @@ struct SnmState : LMState {
                     return &s;
             return nullptr;
         }
-        auto at = index.find(word);
-        return at == index.end() ? nullptr : &scored[at->second];
+        size_t mask = index.size() - 1;
+        for (size_t at = slot(word, mask); index[at] >= 0; at = (at + 1) & mask)
+            if (scored[index[at]].word == word)
+                return &scored[index[at]];
+        return nullptr;
     }
 
     void add(const Scored& answer) {
         scored.push_back(answer);
-        if (scored.size() == kListed + 1)
-            for (size_t i = 0; i < scored.size(); i++)
-                index.emplace(scored[i].word, i);
-        else if (scored.size() > kListed + 1)
-            index.emplace(answer.word, scored.size() - 1);
+        if (scored.size() <= kListed)
+            return;
+        if (2 * scored.size() > index.size()) {  // at most half full: built again, larger
+            index.assign(std::max<size_t>(64, 4 * index.size()), -1);
+            for (size_t i = 0; i + 1 < scored.size(); i++)
+                insert(scored[i].word, i);
+        }
+        insert(answer.word, scored.size() - 1);
+    }
+
+  private:
+    void insert(int word, size_t position) {
+        size_t mask = index.size() - 1, at = slot(word, mask);
+        while (index[at] >= 0)
+            at = (at + 1) & mask;
+        index[at] = static_cast<int32_t>(position);
     }
 };
 

@@ -230,6 +230,25 @@ def test_flashlight_adapter_scores_and_states(skip_model, compiled):
         model.score_word(model.null_state(), "the")[0], **exact)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_flashlight_adapter_answers_every_word_of_a_state_once(skip_model, compiled):
+    """A lexicon decoder asks about every word after the start state (its trie's unigram
+    scores): each answer is the model's, and asked again it is the same state and score."""
+    pytest.importorskip("flashlight.lib.text.decoder")
+    from snm.decoding import FlashlightLM
+    model = snm.load(skip_model)
+    words = [model.vocab.word(i) for i in model.scored_words]
+    lm = FlashlightLM(model, words, compiled=compiled)
+    start = lm.start(False)
+    first = [lm.score(start, i) for i in range(len(words))]
+    assert len(words) > 50  # beyond the short list of a state's answers
+    for i, word in enumerate(words):
+        assert first[i][1] == pytest.approx(model.score_word(model.begin_state(), word)[0],
+                                            rel=1e-6)
+        again = lm.score(start, i)
+        assert again[0] is first[i][0] and again[1] == first[i][1]
+
+
 def read_line(stream, seconds):
     """One line of ``stream``, or None if none came within ``seconds``."""
     ready, _, _ = select.select([stream], [], [], seconds)
