@@ -122,12 +122,12 @@ class ApplyOptions:
     fit: str  # the fit directory (theta.npy)
     out: str
     layout: str = "hashed"  # of compact/: snm_core.model.compact.LAYOUTS
-    memory: Optional[str] = None  # --memory; None: the default budget
+    memory: Optional[MemoryBudget] = None  # --memory (a text is parsed); None: the default
 
     def __post_init__(self):
         running.absolute_paths(self, "count", "fit", "out")
         running.check_layout(self.layout)
-        MemoryBudget.parse(self.memory)
+        object.__setattr__(self, "memory", MemoryBudget.of(self.memory))
 
 
 def run(args, beam_args=(), model_card=True, summary=True):
@@ -143,7 +143,7 @@ def run(args, beam_args=(), model_card=True, summary=True):
     if args.layout not in HASHED_LAYOUTS:  # refused before the pipeline runs
         ngram_trie.ngram_span(settings.manifest, args.count, args.layout)
     spec = MetaFeatureSpec(**fit_manifest.metafeatures)
-    budget = MemoryBudget.parse(args.memory)
+    budget = args.memory
     workers = running.workers_per_process(beam_args)
     budget.require("apply", {**running.bucket_memory(settings.manifest, workers,
                                                      APPLY_LINK_BYTES),

@@ -646,7 +646,7 @@ class CountOptions:
     scratch: Optional[str] = None
     reference: bool = False
     batch_bytes: int = COUNT_BATCH_BYTES
-    memory: Optional[str] = None  # --memory; None: the default budget
+    memory: Optional[MemoryBudget] = None  # --memory (a text is parsed); None: the default
     encoding: str = "utf-8"
     skip_invalid: bool = False
     min_feature_count: tuple = ()  # [TYPES=]N specs (snm_core.count.thresholds)
@@ -662,7 +662,7 @@ class CountOptions:
             raise SnmInputError("--num_buckets must be between 1 and 65536")
         if self.flush_links is not None and self.flush_links < 1:
             raise SnmInputError("--flush_links must be at least 1")
-        MemoryBudget.parse(self.memory)
+        object.__setattr__(self, "memory", MemoryBudget.of(self.memory))
         if self.min_count is not None and self.min_count < 1:
             raise SnmInputError("--min_count must be at least 1")
         if self.vocab is not None and self.min_count is not None:
@@ -730,7 +730,7 @@ def run(args, beam_args=(), summary=True):
         args = dataclasses.replace(args, num_buckets=previous.num_buckets)
     files = training_sources.expand_sources(sources, tags)
     training_sources.check_has_words(files, args.encoding)
-    budget, workers = MemoryBudget.parse(args.memory), running.workers_per_process(beam_args)
+    budget, workers = args.memory, running.workers_per_process(beam_args)
     words, per_event = (training_sources.estimate_words(files),
                         FeatureExtractor(config).occurrences_per_event)
     plan = plan_memory(budget, workers, words, per_event, args.flush_links, args.num_buckets,

@@ -187,13 +187,13 @@ class JoinOptions:
     heldout: str  # a file or glob
     out: str
     batch_bytes: int = textfile.DEFAULT_BATCH_BYTES
-    memory: Optional[str] = None  # --memory; None: the default budget
+    memory: Optional[MemoryBudget] = None  # --memory (a text is parsed); None: the default
     encoding: str = "utf-8"
     skip_invalid: bool = False
 
     def __post_init__(self):
         running.absolute_paths(self, "count", "heldout", "out")
-        MemoryBudget.parse(self.memory)
+        object.__setattr__(self, "memory", MemoryBudget.of(self.memory))
         textfile.check_encoding(self.encoding)
 
 
@@ -202,7 +202,7 @@ def run(args, beam_args=(), summary=True):
     Beam metrics) as a table."""
     beam_args = list(beam_args)
     settings = count_directory.CountDirectory.load(args.count)
-    MemoryBudget.parse(args.memory).require("join", running.bucket_memory(
+    args.memory.require("join", running.bucket_memory(
         settings.manifest, running.workers_per_process(beam_args), JOIN_LINK_BYTES))
     paths = storage.glob(args.heldout)
     if not paths:

@@ -30,6 +30,7 @@ Three criteria (:mod:`snm_core.model.prune` has the arithmetic):
 """
 
 import dataclasses
+from typing import Optional
 import io
 import math
 import time
@@ -72,7 +73,7 @@ class PruneOptions:
     heldout: str = None  # a join directory on the model's counts
     heldout_weight: float = None  # with heldout; None: HELDOUT_WEIGHT
     layout: str = "hashed"  # of compact/: LAYOUTS
-    memory: str = None  # --memory; None: the default budget
+    memory: Optional[MemoryBudget] = None  # --memory (a text is parsed); None: the default
 
     def __post_init__(self):
         running.absolute_paths(self, "model", "out", "heldout")
@@ -98,7 +99,7 @@ class PruneOptions:
             object.__setattr__(self, "heldout_weight", HELDOUT_WEIGHT)
         if self.heldout_weight is not None and not self.heldout_weight > 0:
             raise SnmInputError("--heldout_weight must be positive")
-        MemoryBudget.parse(self.memory)
+        object.__setattr__(self, "memory", MemoryBudget.of(self.memory))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,7 +364,7 @@ def prune_backoff(options, manifest, beam_args=(), summary=True):
     """The ``backoff`` pipelines (see the module docstring); returns the pruned
     manifest (``summary``: see :func:`run`)."""
     scratch = shuffle.scratch_directory(options.out)
-    budget = MemoryBudget.parse(options.memory)
+    budget = options.memory
     workers = running.workers_per_process(beam_args)
     budget.require("prune", {"the process": PROCESS_BYTES,
                              "a partition a worker": workers * backoff.MIN_MEMORY})

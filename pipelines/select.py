@@ -42,7 +42,7 @@ class SelectOptions:
     target_links: Optional[int] = None
     target_size: Optional[int] = None  # bytes of the scoring directory (snm compact --out)
     layout: str = "hashed"  # the scoring directory's: hashed or packed
-    memory: Optional[str] = None
+    memory: Optional[MemoryBudget] = None  # --memory (a text is parsed); None: the default
 
     def __post_init__(self):
         running.absolute_paths(self, "count", "out")
@@ -53,7 +53,7 @@ class SelectOptions:
         if self.layout not in ("hashed", "packed"):
             raise SnmInputError(f"--layout {self.layout}: a model that is not an n-gram model "
                                 "is stored hashed or packed; give one of those")
-        MemoryBudget.parse(self.memory)
+        object.__setattr__(self, "memory", MemoryBudget.of(self.memory))
 
 
 class BucketHistograms(beam.DoFn):
@@ -169,7 +169,7 @@ def run(options, beam_args=(), summary=True):
     scratch = scratch_directory(options.out, None, running.workers_are_local(beam_args))
     workers = running.workers_per_process(beam_args)
     plan = count_budget.plan_memory(
-        MemoryBudget.parse(options.memory), workers, source.totals["tokens"],
+        options.memory, workers, source.totals["tokens"],
         FeatureExtractor(config).occurrences_per_event, num_buckets=source.num_buckets,
         fixed_buckets=True)
 

@@ -78,7 +78,7 @@ class Plan:
     min_feature_count: list  # --min_feature_count [TYPES=]N specs
     min_link_count: list  # --min_link_count [TYPES=]N specs
     num_buckets: Optional[int]  # None: from the memory budget
-    memory: Optional[str]  # --memory, given to every stage
+    memory: Optional[memory.MemoryBudget]  # --memory, given to every stage
     layout: str
     prune_to: object  # None, links (int) or a size of the scoring directory (str: "200M")
     fit_options: object = None  # FitOptions (snm) or LogLinearOptions (loglinear)

@@ -105,7 +105,7 @@ def check_scoring_memory(command, memory, path):
     """Raise :class:`SnmInputError` unless ``--memory`` holds what ``command`` (eval,
     score) holds besides the memory-mapped model: the process, numba and the text."""
     size = storage.file_stamp(path)[1] if path != "-" and storage.isfile(path) else 0
-    MemoryBudget.parse(memory).require(command, {
+    MemoryBudget.of(memory).require(command, {
         "the process": PROCESS_BYTES, "numba": NUMBA_BYTES,
         "the text": size * TEXT_BYTES_FACTOR})
 

@@ -17,7 +17,7 @@ import sys
 from pipelines import runners
 from snm.evaluation import model_directory
 from snm_core.io.errors import SnmInputError
-from snm_core.io.memory import DEFAULT_SHARE
+from snm_core.io.memory import DEFAULT_SHARE, MemoryBudget
 from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES, MAX_INVALID_SHARE
 from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
@@ -81,7 +81,10 @@ class CommandParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
         self._refuse_unknown(args)
-        return super().parse_known_args(args, namespace)
+        namespace, rest = super().parse_known_args(args, namespace)
+        if hasattr(namespace, "memory"):  # --memory, typed once for everything below
+            namespace.memory = MemoryBudget.of(namespace.memory)
+        return namespace, rest
 
     def error(self, message):
         """argparse's usage errors (a value of the wrong type, a required option

@@ -12,7 +12,6 @@ beyond it: the arrays are the same at any budget) and shows each pass's progress
 
 from snm.commands import arguments
 from snm.evaluation import model_directory, model_help
-from snm_core.io.memory import MemoryBudget
 from snm_core.io.runlock import run_lock
 from snm_core.model.card import write_model_card
 from snm_core.model.compact import compile_model, write_scoring_directory
@@ -34,7 +33,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     args.model = model_directory(args.model, "snm compact")
     manifest = validate_directory(args.model, "model").manifest
-    budget = MemoryBudget.parse(args.memory)
+    budget = args.memory
     if args.out:
         with run_lock(args.out, "snm compact"):
             compact = write_scoring_directory(args.model, args.layout, args.out, memory=budget)

@@ -41,6 +41,7 @@ from snm_core.fit import kernels, trainer
 from snm_core.fit import metafeatures as mf
 from snm_core.fit.problem import VALIDATION_SHARE, load_join
 from snm_core.io import memory, storage, tables
+from snm_core.io.memory import MemoryBudget
 from snm_core.io.errors import SnmInputError
 from snm_core.stages import manifests, validation
 
@@ -91,7 +92,7 @@ class FitOptions:
     renormalize: str = "batch"
     seed: int = 0
     threads: int = 0  # 0: one per core
-    memory: str = None  # --memory; None: the default budget
+    memory: MemoryBudget = None  # --memory (a text is parsed); None: the default
 
     def __post_init__(self):
         self.variants = tuple(self.variants)
@@ -118,7 +119,7 @@ class FitOptions:
             raise SnmInputError(f"race_probe must be at least 0 (no probe) and below 1, got "
                                 f"{self.race_probe}")
         self.settings(0)  # batch_size, gamma, delta0, renormalize: checked there
-        memory.MemoryBudget.parse(self.memory)
+        self.memory = MemoryBudget.of(self.memory)
 
     @property
     def choosing(self):
@@ -303,7 +304,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     log_entries = []
     problems = {}
     join_manifest = validation.validate_directory(join_dir, "join").manifest
-    memory.MemoryBudget.parse(options.memory).require("fit", fit_memory(join_manifest, options))
+    options.memory.require("fit", fit_memory(join_manifest, options))
     # A directory without a manifest is not a finished fit: never old settings
     # beside a new theta if this run is cut short.
     storage.remove_file(storage.join(out_dir, tables.MANIFEST))

@@ -219,6 +219,13 @@ class MemoryBudget:
         self.given = given  # the --memory text, or None for the default
 
     @classmethod
+    def of(cls, value=None):
+        """The budget an option holds: a :class:`MemoryBudget` as it is, a ``--memory`` text
+        parsed (:meth:`parse`), None the default.  The command line parses ``--memory`` once
+        (``CommandParser``); a stage's options take either, for callers from Python."""
+        return value if isinstance(value, cls) else cls.parse(value)
+
+    @classmethod
     def parse(cls, text=None):
         """The budget of ``--memory TEXT`` (None: the default)."""
         if text is None:

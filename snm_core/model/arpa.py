@@ -76,7 +76,7 @@ def export_arpa(model_dir, out_path, memory=None, scratch=None, threads=None, sa
     if threads is not None and threads < 1:
         raise SnmInputError(f"--threads {threads}: give at least 1")
     threads = threads or min(os.cpu_count() or 1, 4)
-    budget = MemoryBudget.parse(memory)
+    budget = MemoryBudget.of(memory)
     budget.require("export-arpa", {"the process": PROCESS_BYTES,
                                    "a partition a thread": threads * MIN_MEMORY})
     with kept_heap("single"):  # the partitions' arrays reused, not zeroed afresh

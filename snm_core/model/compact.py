@@ -69,8 +69,7 @@ def build_resources(manifest, layout, budget=None, progress=None):
     memory (the budget less the process's), "progress": progress(what, total, unit), a
     Progress of one pass}``; the budget checked first (a one-line error naming what it
     must hold)."""
-    if not isinstance(budget, memory.MemoryBudget):
-        budget = memory.MemoryBudget.parse(budget)
+    budget = memory.MemoryBudget.of(budget)
     # The trie layouts' least working memory depends on their sort keys' width: their
     # plan (trie_build.plan) checks it before any work.
     parts = hashed_build.memory_parts(manifest) if layout in HASHED_LAYOUTS else {}

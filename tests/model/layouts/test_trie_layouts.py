@@ -255,11 +255,12 @@ def test_a_damaged_array_is_a_one_line_error_naming_it(models, layout, tmp_path)
     path = copy / "compact" / f"{name}.npy"
     stored = np.load(path)
     np.save(path, np.zeros(len(stored)))
-    with pytest.raises(SnmInputError, match=f"{name}.npy: float64 .* delete"):
+    remedy = re.escape(f"build the arrays again: snm compact --model {copy} --layout {layout}")
+    with pytest.raises(SnmInputError, match=f"{name}.npy: float64 .*{remedy}"):
         load_model(str(copy))
     np.save(path, stored[:-1])
     with pytest.raises(SnmInputError, match="(do not agree in length|bits.npy: uint64 of "
-                                            "shape).* delete"):  # one entry short
+                                            f"shape).*{remedy}"):  # one entry short
         load_model(str(copy))
 
 
@@ -275,7 +276,8 @@ def test_entries_outside_the_vocabulary_are_refused(models, layout, tmp_path):
     compact["radix"] = 3
     path.write_text(json.dumps(compact))
     message = {"trie": "entries.npy holds", "small": "bits.npy decodes to"}[layout]
-    with pytest.raises(SnmInputError, match=f"{message} a word outside the vocabulary; delete"):
+    with pytest.raises(SnmInputError, match=f"{message} a word outside the vocabulary; build "
+                                            "the arrays again: snm compact --model"):
         load_model(str(copy))
 
 
