@@ -97,7 +97,7 @@ setup(
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
                                                "snm_core/count/sketch.c",
                                                "snm_core/text/words.c",
-                                               "snm_core/model/layouts/hashed_loops.c"],
+                                               "snm_core/scoring/layouts/hashed_loops.c"],
                            extra_compile_args=["-O3", "-std=c11"])]
                 + (flashlight_extension() if sys.version_info < (3, 13) else []),
     entry_points={"console_scripts": ["snm=snm.cli:entry"]},

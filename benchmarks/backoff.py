@@ -135,7 +135,7 @@ def perplexities(model, setup):
     """``(snm eval's test perplexity, KenLM's of the last export, relative difference)``."""
     import kenlm
 
-    from snm_core.model.compact import load_model
+    from snm_core.scoring.compact import load_model
     with open(corpus(setup, "test.txt"), encoding="utf-8") as f:
         test = [line.strip() for line in f if line.strip()]
     lm = kenlm.Model(os.path.join(ROOT, "out", "export", "out.arpa"))

@@ -27,7 +27,7 @@ TEST = os.path.join(REPO, "..", "shared", "corpora", "kernel", "test.txt")
 SUMS = """
 import sys, time
 import numpy as np
-from snm_core.model.compact import load_model
+from snm_core.scoring.compact import load_model
 from snm_core.text.tokenize import SentenceBatch, tokenize
 m = load_model(sys.argv[1])
 lines = [l.strip() for l in open(sys.argv[2])]

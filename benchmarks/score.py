@@ -1,4 +1,4 @@
-"""Scoring speed of `snm_core.model.layouts.hashed.Model` beside the kenlm Python module, and model sizes.
+"""Scoring speed of `snm_core.scoring.layouts.hashed.Model` beside the kenlm Python module, and model sizes.
 
     python benchmarks/score.py                          # kernel 5-gram, kernel/test.txt
     python benchmarks/score.py --model DIR --text FILE
@@ -44,7 +44,7 @@ from benchmarks.common import MODE, WORK, arpa_ngrams, corpus, print_table, reco
 
 REPEATS = 15
 PPL_TOLERANCE = 1e-4  # largest relative perplexity difference between snm and kenlm
-SMALL_TOLERANCE = 1e-3  # the small layout's values are rounded (snm_core/model/layouts/small.py)
+SMALL_TOLERANCE = 1e-3  # the small layout's values are rounded (snm_core/scoring/layouts/small.py)
 TRIE_LAYOUTS = ("trie", "small")
 SNM_THREADS = (1, 2)
 FIT_EPOCHS = 3
@@ -78,7 +78,7 @@ def build_model(model):
 
 def layout_copy(model, layout):
     """``MODEL-LAYOUT/``: the model's files hard-linked, its compact/ in ``layout``."""
-    from snm_core.model.compact import compile_model
+    from snm_core.scoring.compact import compile_model
     copy = model.rstrip("/") + "-" + layout
     manifest = os.path.join(copy, "compact", "manifest.json")
     if newer(manifest, os.path.join(model, "manifest.json")):
@@ -149,7 +149,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import kenlm
 
-    from snm_core.model.compact import load_model
+    from snm_core.scoring.compact import load_model
 
     text = args.text or corpus("kernel", "test.txt")
     if args.model == DEFAULT_MODEL:

@@ -18,7 +18,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from snm_core.io import memory as memory_budget  # noqa: E402
-from snm_core.model.layouts import small, trie, trie_build  # noqa: E402
+from snm_core.scoring.layouts import small, trie, trie_build  # noqa: E402
 from snm_core.stages import manifests  # noqa: E402
 
 

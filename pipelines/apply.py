@@ -35,11 +35,11 @@ from snm_core.io import losscheck, model_files, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
-from snm_core.model.adjust import adjust_bucket
-from snm_core.model.card import write_model_card
-from snm_core.model.compact import HASHED_LAYOUTS, build_resources, compile_model
-from snm_core.model.layouts import ngram_trie
-from snm_core.model.layouts.hashed import COMPACT
+from snm_core.apply.adjust import adjust_bucket
+from snm_core.scoring.card import write_model_card
+from snm_core.scoring.compact import HASHED_LAYOUTS, build_resources, compile_model
+from snm_core.scoring.layouts import ngram_trie
+from snm_core.scoring.layouts.hashed import COMPACT
 from snm_core.stages import manifests
 from snm_core.stages.validation import validate_directory
 
@@ -121,7 +121,7 @@ class ApplyOptions:
     count: str  # the count directory
     fit: str  # the fit directory (theta.npy)
     out: str
-    layout: str = "hashed"  # of compact/: snm_core.model.compact.LAYOUTS
+    layout: str = "hashed"  # of compact/: snm_core.scoring.compact.LAYOUTS
     memory: Optional[MemoryBudget] = None  # --memory (a text is parsed); None: the default
 
     def __post_init__(self):

@@ -33,7 +33,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import count_directory, reading, running
-from snm_core.fit import small_m
+from snm_core.join import small_m
 from snm_core.io import key_ranges, losscheck, storage, tables, textfile
 from snm_core.io.arrays import sorted_distinct
 from snm_core.io.checkpoints import checkpoint

@@ -9,14 +9,14 @@ directory of the same buckets (``eval``, ``score`` and, for n-gram models pruned
 diversity recomputed from the links it keeps and features left without links
 dropped.  Its manifest gains ``pruning``; the model card says what was removed.
 
-Three criteria (:mod:`snm_core.model.prune` has the arithmetic):
+Three criteria (:mod:`snm_core.prune.criteria` has the arithmetic):
 
 * ``backoff`` (default for n-gram configurations): the relative entropy that
   removing a link causes in the model's back-off form, the pruned model closed
   under ARPA's rules.  The back-off form is joins by suffix key over key-range
   partitions on scratch storage (``OUT/_scratch``), one Beam element a model bucket
   or a partition, a ``GroupByKey`` on the partition between steps
-  (:mod:`snm_core.model.backoff`); then passes over the partitions find the cut
+  (:mod:`snm_core.arpa.backoff`); then passes over the partitions find the cut
   that keeps the target, and each model bucket is rewritten with the rows its
   partitions keep.  A worker holds one partition (``--memory``) or one model bucket.
 * ``mass`` (default otherwise) and ``count`` (any configuration): the
@@ -42,13 +42,13 @@ from pipelines import running, shuffle
 from snm_core.io import losscheck, model_files, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, parse_size
-from snm_core.model import backoff
-from snm_core.model import prune as prune_lib
-from snm_core.model.card import write_model_card
-from snm_core.model.compact import (HASHED_LAYOUTS, compile_model, predicted_scoring_bytes,
+from snm_core.arpa import backoff
+from snm_core.prune import criteria as prune_lib
+from snm_core.scoring.card import write_model_card
+from snm_core.scoring.compact import (HASHED_LAYOUTS, compile_model, predicted_scoring_bytes,
                                     scoring_bytes)
-from snm_core.model.layouts import ngram_trie
-from snm_core.model.prune_backoff import KeepRule, PruneJob, select_cut
+from snm_core.scoring.layouts import ngram_trie
+from snm_core.prune.backoff import KeepRule, PruneJob, select_cut
 from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 
@@ -138,7 +138,7 @@ class Source:
 
 
 class RankHistogram(beam.DoFn):
-    """Bucket number -> :func:`snm_core.model.prune.rank_histogram` of its links' ranks."""
+    """Bucket number -> :func:`snm_core.prune.criteria.rank_histogram` of its links' ranks."""
 
     def __init__(self, source, level, prefix):
         self.source, self.level, self.prefix = source, level, prefix
@@ -226,7 +226,7 @@ def prune_by_buckets(options, manifest, criterion, beam_args=(), summary=True):
         threshold_rank, threshold = prune_lib.score_rank(options.threshold), options.threshold
     primary, tie = prune_lib.BUCKET_CRITERIA[criterion]
     pruning = {"criterion": f"{criterion}: the {primary} mass, ties by the {tie} mass "
-                            "(snm_core/model/prune.py)", "suffix_closed": False,
+                            "(snm_core/prune/criteria.py)", "suffix_closed": False,
                "heldout": options.heldout, "heldout_weight": source.scoring.heldout_weight,
                "target_links": options.target_links, "threshold": threshold,
                "links_before": manifest["totals"]["links"],
@@ -243,7 +243,7 @@ def prune_by_buckets(options, manifest, criterion, beam_args=(), summary=True):
     return _finish(options, manifest, metrics, summary)
 
 
-# --- the backoff criterion: steps over partitions (snm_core/model/backoff.py) -------------
+# --- the backoff criterion: steps over partitions (snm_core/arpa/backoff.py) -------------
 
 class ScanBuckets(beam.DoFn):
     """A group of model buckets -> their contexts and entries cut into partitions;
@@ -431,7 +431,7 @@ def prune_backoff(options, manifest, beam_args=(), summary=True):
         else:
             rule = KeepRule(threshold=options.threshold)
         pruning = {"criterion": "relative entropy in the back-off form "
-                                "(snm_core/model/prune_backoff.py)",
+                                "(snm_core/prune/backoff.py)",
                    "suffix_closed": True, "target_links": options.target_links,
                    "threshold": options.threshold,
                    "links_before": manifest["totals"]["links"],
@@ -492,7 +492,7 @@ SIZE_RECORD_BYTES = 1024
 
 def prune_to_size(options, manifest, beam_args=(), summary=True):
     """Prune to ``options.target_size`` bytes of the scoring directory
-    (:func:`snm_core.model.compact.scoring_bytes`): prune to a number of links and
+    (:func:`snm_core.scoring.compact.scoring_bytes`): prune to a number of links and
     measure, then to a number interpolated between the closest prunings below and above
     the target (a feature's entry comes with its first link kept, so the bytes grow
     faster than the links), until the size is within :data:`SIZE_TOLERANCE` below the

@@ -15,7 +15,7 @@ from snm_core.io import memory, storage
 from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
 from snm_core.io.memory import PROCESS_BYTES
 from snm_core.io.progress import StageProgress, WorkerProgress
-from snm_core.model.compact import LAYOUTS
+from snm_core.scoring.compact import LAYOUTS
 
 #: Namespace of every Beam counter the toolkit reports.
 METRICS_NAMESPACE = "snm"

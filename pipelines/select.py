@@ -25,7 +25,7 @@ from snm_core.count import counting, size_thresholds, thresholds
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget, parse_size
-from snm_core.model.compact import predicted_scoring_bytes
+from snm_core.scoring.compact import predicted_scoring_bytes
 from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor

@@ -29,7 +29,7 @@ Examples
 """
 
 from snm.evaluation import load_scorer
-from snm_core.model.states import State, StateBatch
+from snm_core.scoring.states import State, StateBatch
 
 __all__ = ["load", "State", "StateBatch"]
 
@@ -47,11 +47,11 @@ def load(path):
     Returns
     -------
     model
-        :class:`snm_core.model.layouts.hashed.Model`,
-        :class:`snm_core.model.layouts.trie.TrieModel`,
-        :class:`snm_core.model.layouts.small.SmallModel` or
+        :class:`snm_core.scoring.layouts.hashed.Model`,
+        :class:`snm_core.scoring.layouts.trie.TrieModel`,
+        :class:`snm_core.scoring.layouts.small.SmallModel` or
         :class:`snm_core.loglinear.directory.LogLinearScorer`; each has the methods
-        of :class:`snm_core.model.states.StateScoring` (module docstring).
+        of :class:`snm_core.scoring.states.StateScoring` (module docstring).
 
     Raises
     ------

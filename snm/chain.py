@@ -34,7 +34,7 @@ from snm_core.fit.selection import fit_directory
 from snm_core.io import memory, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.io.errors import SnmStageError
-from snm_core.model.card import write_model_card
+from snm_core.scoring.card import write_model_card
 from snm_core.stages import manifests
 
 #: The run directory's record of what each stage ran on.

@@ -8,7 +8,7 @@ from snm_core.io.memory import PROCESS_BYTES, MemoryBudget
 from snm_core.io.progress import Progress, Status
 from snm_core.io.textfile import read_text
 from snm_core.loglinear.family import is_loglinear
-from snm_core.model.compact import load_model
+from snm_core.scoring.compact import load_model
 
 
 def format_report(name, report):
@@ -77,7 +77,7 @@ def model_directory(path, command=None):
 
 def load_scorer(model_dir):
     """The scorer of any model directory, by its manifest's kind: an SNM model's
-    (:func:`snm_core.model.compact.load_model`) or a log-linear one's; a run directory
+    (:func:`snm_core.scoring.compact.load_model`) or a log-linear one's; a run directory
     gives its final model's (:func:`model_directory`)."""
     model_dir = model_directory(model_dir)
     if is_loglinear(model_dir):

@@ -1,6 +1,6 @@
 /* The extension `snm_core._loops`: the C loops of counting, text and the hashed layout
  * (snm_core/io/radix.c, snm_core/count/sketch.c, snm_core/text/words.c,
- * snm_core/model/layouts/hashed_loops.c),
+ * snm_core/scoring/layouts/hashed_loops.c),
  * called through ctypes (snm_core/io/native.py).  A module object, so that pip builds
  * and installs the library like any extension. */
 #define PY_SSIZE_T_CLEAN

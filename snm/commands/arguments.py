@@ -20,7 +20,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import DEFAULT_SHARE, MemoryBudget
 from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import DEFAULT_BATCH_BYTES, MAX_INVALID_SHARE
-from snm_core.model.compact import LAYOUT_HELP, LAYOUTS
+from snm_core.scoring.compact import LAYOUT_HELP, LAYOUTS
 from snm_core.stages import manifests
 
 

@@ -13,8 +13,8 @@ beyond it: the arrays are the same at any budget) and shows each pass's progress
 from snm.commands import arguments
 from snm.evaluation import model_directory, model_help
 from snm_core.io.runlock import run_lock
-from snm_core.model.card import write_model_card
-from snm_core.model.compact import compile_model, write_scoring_directory
+from snm_core.scoring.card import write_model_card
+from snm_core.scoring.compact import compile_model, write_scoring_directory
 from snm_core.stages.validation import validate_directory
 
 

@@ -4,7 +4,7 @@ from snm.commands import arguments
 from snm.evaluation import model_directory, model_help
 from snm_core.loglinear.directory import export_arpa as export_loglinear_arpa
 from snm_core.loglinear.family import is_loglinear
-from snm_core.model.arpa import export_arpa
+from snm_core.arpa.export import export_arpa
 
 
 def build_parser():

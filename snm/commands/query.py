@@ -26,7 +26,7 @@ import numpy as np
 from snm.commands import arguments
 from snm.evaluation import format_report, load_scorer, model_help
 from snm_core.io.textfile import STDIN, InvalidLineLog, decode_lines, line_batches
-from snm_core.model.scoring import PerplexityTotals
+from snm_core.scoring.base import PerplexityTotals
 from snm_core.text.vocab import EOS_ID
 
 #: The end of a sentence as KenLM's ``query`` prints it (our ``</S>``).

@@ -7,7 +7,7 @@ from snm.commands import arguments
 from snm.evaluation import model_directory, model_help
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
-from snm_core.model.sample import SampleOptions, interrupted_message, sample
+from snm_core.sample.draw import SampleOptions, interrupted_message, sample
 from snm_core.stages import manifests
 
 

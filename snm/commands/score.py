@@ -12,7 +12,7 @@ from snm.evaluation import check_scoring_memory, load_checked, model_help
 from snm_core.io import storage
 from snm_core.io.progress import Progress
 from snm_core.io.textfile import read_text
-from snm_core.model.scoring import SCORE_BATCH_LINES
+from snm_core.scoring.base import SCORE_BATCH_LINES
 
 
 def build_parser():

@@ -51,8 +51,8 @@ from snm_core.io.runlock import run_lock
 from snm_core.io.textfile import check_encoding
 from snm_core.loglinear import family as loglinear_family
 from snm_core.loglinear.family import LogLinearOptions
-from snm_core.model.compact import HASHED_LAYOUTS
-from snm_core.model.layouts import ngram_trie
+from snm_core.scoring.compact import HASHED_LAYOUTS
+from snm_core.scoring.layouts import ngram_trie
 from snm_core.stages import manifests
 from snm_core.text.config import load_config
 

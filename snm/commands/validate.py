@@ -25,7 +25,7 @@ from snm.cli import COMMANDS
 from snm.commands import arguments
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.model.layouts.hashed import COMPACT
+from snm_core.scoring.layouts.hashed import COMPACT
 from snm_core.stages import manifests, validation
 
 

@@ -52,7 +52,7 @@ import numpy as np
 from flashlight.lib.text.decoder import LM, LMState
 
 import snm
-from snm_core.model.states import StateBatch
+from snm_core.scoring.states import StateBatch
 from snm_core.text.vocab import BOS_ID, EOS_ID, UNK_ID
 
 try:  # the C++ LM: absent where the package was built without a C++ compiler

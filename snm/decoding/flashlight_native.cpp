@@ -3,7 +3,7 @@
 //
 // flashlight calls its LM once per (hypothesis, word ending there) per frame; through
 // Python each call costs more than KenLM's whole answer.  This class answers in C++, with
-// the hashed layout's C loops of one state (snm_core/model/layouts/hashed_loops.c; their
+// the hashed layout's C loops of one state (snm_core/scoring/layouts/hashed_loops.c; their
 // addresses and the model's Scorer handed over by Python): a state's features are found
 // when it is first asked about, and each new (state, word) costs the word's links; one met
 // before in the utterance is a lookup.  Equal SNM states share one LMState, so the decoder
@@ -80,7 +80,7 @@ using fl::lib::text::LMStatePtr;
 
 namespace {
 
-// The hashed layout's loops for one state at a time (snm_core/model/layouts/hashed_loops.c).
+// The hashed layout's loops for one state at a time (snm_core/scoring/layouts/hashed_loops.c).
 using StateFeatures = int64_t (*)(const void* scorer, const int32_t* words, int64_t length,
                                   uint64_t* keys, int64_t* types, double* m_star_sum);
 using StateWord = double (*)(const void* scorer, const uint64_t* keys, const int64_t* types,

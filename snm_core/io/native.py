@@ -6,7 +6,7 @@ compiler's set-up, a cached function's load) and memory, and a kernel ``snm trai
 a few seconds; this library loads in a millisecond.  setup.py builds it from
 ``snm_core/loops.c``, ``snm_core/io/radix.c``, ``snm_core/count/sketch.c``,
 ``snm_core/text/words.c`` and
-``snm_core/model/layouts/hashed_loops.c``; each Python module that wraps a loop
+``snm_core/scoring/layouts/hashed_loops.c``; each Python module that wraps a loop
 declares its signature here (:func:`function`).
 """
 

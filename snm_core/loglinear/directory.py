@@ -46,11 +46,11 @@ from snm_core.loglinear.model import (
     own_counts_from_totals,
 )
 from snm_core.loglinear.optimizers import fit
-from snm_core.model import arpa
-from snm_core.model.layouts.npy import load_checked
-from snm_core.model.layouts.state_kernels import shift_states
-from snm_core.model.scoring import LineScoring, Scores
-from snm_core.model.states import StateBatch, StateScoring
+from snm_core.arpa import export as arpa
+from snm_core.scoring.layouts.npy import load_checked
+from snm_core.scoring.layouts.state_kernels import shift_states
+from snm_core.scoring.base import LineScoring, Scores
+from snm_core.scoring.states import StateBatch, StateScoring
 from snm_core.stages import manifests, validation
 from snm_core.text.config import parse_config
 from snm_core.text.tokenize import SentenceBatch, tokenize
@@ -162,8 +162,8 @@ def load_arrays(directory):
 class LogLinearScorer(LineScoring, StateScoring):
     """A log-linear model directory loaded for scoring (``snm eval``, ``snm score``).
 
-    Thread-safe like :class:`snm_core.model.layouts.hashed.Model`: nothing changes after loading.
-    A state (:mod:`snm_core.model.states`) holds the words of the deepest node of the
+    Thread-safe like :class:`snm_core.scoring.layouts.hashed.Model`: nothing changes after loading.
+    A state (:mod:`snm_core.scoring.states`) holds the words of the deepest node of the
     history, which alone decides what follows.
     """
 
@@ -182,7 +182,7 @@ class LogLinearScorer(LineScoring, StateScoring):
         self.state_width = max(1, self.order - 1)
 
     def _advance(self, states, target):
-        """:meth:`snm_core.model.states.StateScoring._advance`: the log-probability from the
+        """:meth:`snm_core.scoring.states.StateScoring._advance`: the log-probability from the
         deepest node of the state's words; the new state holds the words of the deepest
         node of the history with the target."""
         width = self.state_width

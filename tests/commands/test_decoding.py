@@ -19,7 +19,7 @@ from support.models import build_model
 
 import snm
 from snm.cli import main
-from snm_core.model.compact import compile_model
+from snm_core.scoring.compact import compile_model
 
 pyctcdecode = pytest.importorskip("pyctcdecode")
 from snm.decoding import PyctcdecodeLM  # noqa: E402  (needs pyctcdecode)

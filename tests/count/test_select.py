@@ -190,7 +190,7 @@ def test_predicted_bytes_bound_the_built_scoring_directory(tmp_path, layout):
     """The size the selection predicts for a model's features and links is at least its
     scoring directory's, and within the margin kept for manifests and overflow entries."""
     from snm.cli import main
-    from snm_core.model import compact
+    from snm_core.scoring import compact
     from snm_core.stages import manifests
     from snm_core.text import synthetic
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)
@@ -213,7 +213,7 @@ def test_train_fits_a_skipgram_model_on_counts_selected_for_its_size(tmp_path, c
     from support.runs import train_argv
 
     from snm.cli import main
-    from snm_core.model.compact import scoring_bytes
+    from snm_core.scoring.compact import scoring_bytes
     from snm_core.stages import manifests
     from snm_core.text import synthetic
     train, dev, test = synthetic.write_corpus(str(tmp_path / "corpus"), 600, 80, 80, seed=4)

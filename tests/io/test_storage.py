@@ -359,8 +359,8 @@ def test_a_run_directory_in_s3_is_locked_by_a_conditional_write(s3):
 def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, ngram_model, tmp_path, monkeypatch):
     """``compact/`` in the trie layout for a model in a bucket: built locally, uploaded,
     read back through the local cache, scoring as the local model does."""
-    from snm_core.model.compact import compile_model, load_model
-    from snm_core.model.layouts.trie import TrieModel
+    from snm_core.scoring.compact import compile_model, load_model
+    from snm_core.scoring.layouts.trie import TrieModel
     monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
     local, test = tmp_path / "built", ngram_model[1]
     shutil.copytree(ngram_model[0], local)

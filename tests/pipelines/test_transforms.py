@@ -34,7 +34,7 @@ from pipelines.vocab import WordCounts
 from snm.commands import count as count_cmd
 from snm_core.fit.metafeatures import MetaFeatureSpec
 from snm_core.io import tables
-from snm_core.model import prune as prune_lib
+from snm_core.prune import criteria as prune_lib
 from snm_core.text import synthetic
 from snm_core.text.config import load_config, parse_config
 from snm_core.text.vocab import Vocabulary

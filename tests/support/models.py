@@ -7,7 +7,7 @@ from snm.commands import apply as apply_cmd
 from snm.commands import count as count_cmd
 from snm.commands import join as join_cmd
 from snm_core.fit.selection import FitOptions, fit_directory
-from snm_core.model.compact import read_model_tables
+from snm_core.scoring.compact import read_model_tables
 from snm_core.text import synthetic
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor

@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.count import counting
-from snm_core.fit import small_m
+from snm_core.join import small_m
 from snm_core.fit.metafeatures import VARIANTS
 from snm_core.fit.problem import AdjustmentProblem, Events, type_fingerprints
 from snm_core.io.arrays import sorted_distinct

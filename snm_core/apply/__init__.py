@@ -1,0 +1,1 @@
+"""Apply: the fitted adjustment applied to the counts (``snm apply``)."""

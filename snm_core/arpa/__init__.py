@@ -1,0 +1,1 @@
+"""ARPA: the back-off form of an n-gram model and its exact ARPA export."""

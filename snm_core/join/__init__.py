@@ -1,0 +1,1 @@
+"""The join: held-out events and small M (``snm join``'s logic)."""

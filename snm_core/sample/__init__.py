@@ -1,0 +1,1 @@
+"""Sampling text from a model (``snm sample``)."""

@@ -1,0 +1,1 @@
+"""Scoring: a model's scoring arrays in their layouts, line and state scoring, the model card."""
