@@ -14,7 +14,7 @@ Each value needs another row's: the suffix's.  So the form is computed order by
 order as joins on hashed keys (contexts and entries are named by 64-bit keys of
 their words, untagged: :func:`context_keys`, :func:`snm_core.text.hashing.link_key`),
 and every table is cut into ``partitions`` key ranges on scratch storage
-(:mod:`snm_core.io.partitions`), so that a step holds one partition of one order.
+(:mod:`snm_core.arpa.partitions`), so that a step holds one partition of one order.
 The steps, for entry order n = 1..N (contexts of length k = n - 1):
 
 ``scan`` (per group of model buckets, in chunks of ``chunk_links`` links)
@@ -56,7 +56,7 @@ import numpy as np
 from snm_core.io import losscheck, model_files, storage
 from snm_core.io.errors import SnmInputError
 from snm_core.io.file_pool import FilePool
-from snm_core.io.partitions import PartitionedWriter, by_group, partition_of, read_partition
+from snm_core.arpa.partitions import PartitionedWriter, by_group, partition_of, read_partition
 from snm_core.io.progress import Progress
 from snm_core.arpa import backoff_kernels
 from snm_core.text import hashing

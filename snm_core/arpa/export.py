@@ -11,7 +11,7 @@ The back-off form is computed by joins on disk within a memory budget
 section is written partition by partition: a partition's entries sorted by key, so
 that a section lists its n-grams in the order of their 64-bit keys whatever the
 budget.  A partition's lines are formatted at once by a compiled loop
-(:mod:`snm_core.arpa.export_kernels`, the numbers by :mod:`snm_core.io.float_text`) and
+(:mod:`snm_core.arpa.export_kernels`, the numbers by :mod:`snm_core.arpa.float_text`) and
 written to the output as they are made: ``.gz`` compressed (isal), a local file around
 the page cache (:mod:`snm_core.io.direct`), a remote file as one multipart upload.
 """
@@ -26,9 +26,9 @@ import pyarrow as pa
 from snm_core.io import storage
 from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
-from snm_core.io.float_text import MAX_CHARS
+from snm_core.arpa.float_text import MAX_CHARS
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, kept_heap
-from snm_core.io.partitions import partition_of
+from snm_core.arpa.partitions import partition_of
 from snm_core.arpa.export_kernels import (
     SLACK,
     assemble_lines,
@@ -263,7 +263,7 @@ def vocabulary_text(names):
 
 def format_lines(vocab_text, words, log_prob, backoff):
     """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
-    form, as pyarrow's cast writes it: :mod:`snm_core.io.float_text`) as one uint8
+    form, as pyarrow's cast writes it: :mod:`snm_core.arpa.float_text`) as one uint8
     array; ``vocab_text`` the vocabulary's :func:`vocabulary_text`,
     ``words`` int (k, n), oldest first.  A back-off of -0 stays ``-0``."""
     vocab_start, vocab, cells = vocab_text

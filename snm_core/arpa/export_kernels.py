@@ -12,7 +12,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from snm_core.io.float_text import put_float32
+from snm_core.arpa.float_text import put_float32
 
 TAB, SPACE, NEWLINE = 9, 32, 10
 #: Bytes a string is copied by at once, and the output's room past its lines.
@@ -109,14 +109,14 @@ def words_bytes(words, vocab_start):
 def assemble_lines(words, cells, vocab, vocab_start, prob_bits, backoff_bits, out):
     """Write line i = ``prob TAB words TAB backoff NEWLINE`` (no back-off column when
     ``backoff_bits`` is empty) into ``out`` (uint8, room for the lines with
-    :data:`~snm_core.io.float_text.MAX_CHARS` a number, plus :data:`SLACK`); returns
+    :data:`~snm_core.arpa.float_text.MAX_CHARS` a number, plus :data:`SLACK`); returns
     the bytes of the lines.
 
     The words of line i are ``words[i]`` (int (k, n), oldest first), joined by SPACE;
     ``cells``: the words' :func:`word_cells`, ``vocab``/``vocab_start``: their UTF-8
     bytes and offsets (word w is ``vocab[vocab_start[w]:vocab_start[w + 1]]``).
     ``prob_bits``, ``backoff_bits``: line i's float32 numbers as their bits, written
-    in their shortest form (:func:`~snm_core.io.float_text.put_float32`)."""
+    in their shortest form (:func:`~snm_core.arpa.float_text.put_float32`)."""
     pos = 0
     n = words.shape[1]
     with_backoff = len(backoff_bits) > 0

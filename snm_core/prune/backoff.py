@@ -38,7 +38,7 @@ renormalised (:func:`snm_core.prune.criteria.pruned_tables`).
 import numpy as np
 
 from snm_core.io.errors import SnmInputError
-from snm_core.io.partitions import partition_of, read_partition
+from snm_core.arpa.partitions import partition_of, read_partition
 from snm_core.arpa.backoff import BackoffJob, lookup
 
 #: A rank is three words, compared in order: the effective score's float64 bits (a

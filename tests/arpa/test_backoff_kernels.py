@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from snm_core.io.partitions import by_group
+from snm_core.arpa.partitions import by_group
 from snm_core.arpa.backoff_kernels import find
 
 
