@@ -13,7 +13,10 @@ A stage is skipped when its directory holds a complete output (its done
 marker: the manifest, or ``eval.json``) made from the same inputs:
 ``stages.json`` keeps, per stage, a digest of its settings, its input files
 (path, size, time) and the manifests of the stages it reads.  A re-run stage
-changes its manifest, so the stages after it run again too.
+changes its manifest, so the stages after it run again too.  Under
+:data:`FINAL_MODEL` it names the directory of the last run's final model, which
+``--model RUN`` stands for (a ``pruned/`` left by an earlier run with ``--prune_to``
+is not).
 """
 
 import dataclasses
@@ -39,6 +42,8 @@ from snm_core.stages import manifests
 
 #: The run directory's record of what each stage ran on.
 STATE = "stages.json"
+#: The key of ``stages.json`` that names the run's final model directory (not a stage).
+FINAL_MODEL = "final_model"
 EVAL = "eval.json"
 PLOT = "heldout_perplexity.png"
 
@@ -370,6 +375,10 @@ class Runner:
         stages = stages_for(plan)
         if plan.verbose and "vocab" not in [s.name for s in stages]:
             print(f"{'vocab':<7} {plan.vocab_path} (given)", flush=True)
+        final = STAGE[plan.final].directory
+        if self.state.get(FINAL_MODEL) != final:  # before any stage: a killed run knows it
+            self.state[FINAL_MODEL] = final
+            storage.write_json(self.state, self.state_path)
         for stage in stages:
             self._stage(stage)
         self.summary(time.perf_counter() - started)

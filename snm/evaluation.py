@@ -34,6 +34,9 @@ RUN_STATE = "stages.json"
 #: A run's model directories, in the order ``--model RUN`` takes the first there: the
 #: pruned model, the log-linear one, the model (:data:`snm.chain.STAGES`' directories).
 RUN_MODELS = ("pruned", "loglinear", "model")
+#: The key of ``stages.json`` naming the run's final model directory
+#: (:data:`snm.chain.FINAL_MODEL`); a run written before it has none.
+RUN_FINAL_MODEL = "final_model"
 
 
 def model_help(reads_tables=False):
@@ -49,16 +52,23 @@ def model_help(reads_tables=False):
 
 def model_directory(path, command=None):
     """The model directory ``--model PATH`` names: ``path`` itself, or for a run directory
-    (``snm train --out``: ``stages.json`` and no manifest of its own) the run's final model,
-    the first of :data:`RUN_MODELS` there.
+    (``snm train --out``: ``stages.json`` and no manifest of its own) the run's final model:
+    the one ``stages.json`` names (the last run's), else the first of :data:`RUN_MODELS`
+    there.
 
     ``command`` (``"snm sample"``): a command that reads the model's tables, which a
     scoring directory (``snm compact --out``) does not hold; such a directory is then
     refused with one line naming the model it came from.
     """
-    if storage.isfile(storage.join(path, RUN_STATE)) and \
-            not storage.isfile(storage.join(path, tables.MANIFEST)):
-        path = next((storage.join(path, name) for name in RUN_MODELS
+    state = storage.join(path, RUN_STATE)
+    if storage.isfile(state) and not storage.isfile(storage.join(path, tables.MANIFEST)):
+        try:
+            final = storage.read_json(state).get(RUN_FINAL_MODEL)
+        except (ValueError, AttributeError):
+            final = None  # not the JSON object snm train writes: the directories decide
+        names = ([final] if isinstance(final, str) and final in RUN_MODELS else []) + list(
+            RUN_MODELS)
+        path = next((storage.join(path, name) for name in names
                      if storage.isdir(storage.join(path, name))),
                     storage.join(path, RUN_MODELS[-1]))
     if command is not None and storage.isfile(storage.join(path, tables.MANIFEST)):

@@ -46,10 +46,7 @@ def run(tmp_path_factory):
     corpus = synthetic.write_corpus(str(root / "corpus"), num_train=300, num_dev=60,
                                     num_test=30, seed=5)
     out = root / "run"
-    assert cli.main(["train", "--config", "5gram", "--train", corpus[0],
-                     "--heldout", corpus[1], "--test", corpus[2], "--out", str(out),
-                     "--metafeatures", "unlexicalized", "--epochs", "1",
-                     "--hash_size", str(HASH_SIZE), "--num_buckets", str(BUCKETS)]) == 0
+    assert cli.main(run_args({"corpus": corpus}, out)) == 0
     shipped = root / "shipped"
     assert cli.main(["compact", "--model", str(out / "model"), "--layout", "trie",
                      "--out", str(shipped)]) == 0
@@ -290,18 +287,43 @@ def test_a_run_directory_stands_for_its_model(run, tmp_path, capsys, command):
         assert source == model
 
 
-def test_a_run_directory_stands_for_its_pruned_model_if_it_pruned(run, tmp_path, capsys):
+def run_args(run, out, *more):
+    """The fixture's ``snm train`` arguments, into ``out``, and ``more``."""
+    corpus = run["corpus"]
+    return ["train", "--config", "5gram", "--train", corpus[0], "--heldout", corpus[1],
+            "--test", corpus[2], "--out", str(out), "--metafeatures", "unlexicalized",
+            "--epochs", "1", "--hash_size", str(HASH_SIZE), "--num_buckets", str(BUCKETS),
+            *more]
+
+
+def test_a_run_directory_stands_for_the_final_model_of_its_last_train(run, tmp_path,
+                                                                        capsys):
+    """Pruned when the last ``snm train`` pruned; its model when it did not, though an
+    earlier train left a ``pruned/`` (the same run directory trained again)."""
     copy = copy_run(run, tmp_path)
-    assert cli.main(["prune", "--model", str(copy / "model"), "--out", str(copy / "pruned"),
-                     "--target_links", "400"]) == 0
     test = run["corpus"][2]
-    capsys.readouterr()
-    assert cli.main(["eval", "--model", str(copy / "pruned"), test, "--json"]) == 0
-    pruned = capsys.readouterr().out
-    assert cli.main(["eval", "--model", str(copy / "model"), test, "--json"]) == 0
-    assert capsys.readouterr().out != pruned  # the two models differ
-    assert cli.main(["eval", "--model", str(copy), test, "--json"]) == 0
-    assert capsys.readouterr().out == pruned
+
+    def evaluated(model):
+        capsys.readouterr()
+        assert cli.main(["eval", "--model", str(model), test, "--json"]) == 0
+        return capsys.readouterr().out
+
+    assert cli.main(run_args(run, copy, "--prune_to", "400")) == 0
+    pruned = evaluated(copy / "pruned")
+    assert evaluated(copy / "model") != pruned  # the two models differ
+    assert evaluated(copy) == pruned
+    assert cli.main(run_args(run, copy)) == 0  # trained again without --prune_to
+    assert (copy / "pruned").is_dir()  # left as it was
+    assert evaluated(copy) == evaluated(copy / "model")
+    (copy / chain_state()).write_text(json.dumps(  # a run from before the record
+        {k: v for k, v in json.loads((copy / chain_state()).read_text()).items()
+         if k != "final_model"}))
+    assert evaluated(copy) == pruned  # then the first model directory there, as before
+
+
+def chain_state():
+    from snm import chain
+    return chain.STATE
 
 
 def test_a_log_linear_run_directory_stands_for_its_log_linear_model(loglinear_run, capsys):
