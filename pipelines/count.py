@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import count_directory, reading, runners, running, training_sources
+from pipelines.count_sketch import count_sketches
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
-from snm_core.count import counting, sketch, thresholds
+from snm_core.count import counting, thresholds
 from snm_core.count.budget import (
     COUNT_BATCH_BYTES,
     MAX_OCCURRENCES_PER_CHUNK,
@@ -50,7 +51,6 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.textfile import check_encoding
 from snm_core.stages import manifests
-from snm_core.text import hashing
 from snm_core.text.config import load_config, parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
@@ -84,9 +84,9 @@ class _Extractor:
 class ExtractLinkPartials(beam.DoFn):
     """TextShard -> ``(bucket, ("part", payload))`` and ``(0, ("stats", totals))``.
 
-    With ``sketches`` (:class:`SketchFile` s of a thresholded count), what cannot reach
-    its threshold goes before it is summed: a feature's occurrences, a batch's links
-    (collapsed into one row a feature).
+    With ``sketches`` (:class:`pipelines.count_sketch.SketchFile` s of a thresholded
+    count), what cannot reach its threshold goes before it is summed: a feature's
+    occurrences, a batch's links (collapsed into one row a feature).
 
     Each batch's links are summed at once (:func:`snm_core.count.counting.batch_partials`);
     the results are held until ``flush_links`` links are pending (and at the end
@@ -333,114 +333,6 @@ class ReadCountBucket(beam.DoFn):
                  for group, partial in part.items()}))
 
 
-@dataclasses.dataclass(frozen=True)
-class SketchFile:
-    """Where one of the count's sketches is, its shape, and the thresholds it serves
-    (picklable; :mod:`snm_core.count.sketch`): of feature keys (``kind`` "features",
-    ``--min_feature_count``) or of link keys ("links", ``--min_link_count``)."""
-
-    kind: str
-    path: str
-    log2_cells: int
-    bits: int
-    thresholds: dict  # {type name: N}
-
-    def minimum(self, extractor):
-        """The threshold of each type id (tag-major), 1 for none."""
-        return np.tile(thresholds.per_type(self.thresholds,
-                                           [t.name for t in extractor.feature_types]),
-                       len(extractor.tags))
-
-    def keys(self, events):
-        """The keys this sketch counts of ``events``' pairs."""
-        if self.kind == "features":
-            return events.key
-        return hashing.link_key(events.key, events.target[events.event])
-
-    def load(self, extractor, vocab_size):
-        return _SketchFilter(sketch.FeatureSketch.load(self.path, self.log2_cells, self.bits),
-                             self.minimum(extractor), vocab_size)
-
-
-class _SketchFilter:
-    """A worker's loaded sketch: what cannot reach its type's threshold goes early."""
-
-    def __init__(self, loaded, minimum, vocab_size):
-        self.sketch, self.minimum, self.vocab_size = loaded, minimum, vocab_size
-
-    def keep_reaching(self, events):
-        """``(events, occurrences left out)``: ``events`` (one type's, as the extractor
-        yields them) without the pairs whose feature's estimate is below the threshold."""
-        if not events.num_pairs or self.minimum[events.type[0]] <= 1:
-            return events, 0
-        keep = self.sketch.reaches(events.key, self.minimum[events.type[0]])
-        left_out = int(len(keep) - np.count_nonzero(keep))
-        if not left_out:
-            return events, 0
-        return events.select(keep), left_out
-
-    def collapse(self, links, features, type_id):
-        """A batch's summed ``links`` and ``features`` partials of type ``type_id``, the
-        links whose estimate is below the threshold summed into one row a feature, of
-        the vocabulary's size as word (the merge keeps C(f,*) exact and then leaves
-        those rows out), and only the features with a link kept: one whose links all
-        collapsed everywhere is left out anyway, and where another batch keeps a link
-        that batch sends its row."""
-        minimum = self.minimum[type_id]
-        if minimum <= 1 or not len(links["feature"]):
-            return links, features
-        keep = self.sketch.reaches(hashing.link_key(links["feature"], links["word"]), minimum)
-        if keep.all():
-            return links, features
-        linked = np.unique(links["feature"][keep])
-        has_kept = np.isin(features["feature"], linked, assume_unique=True)
-        return (thresholds.collapse_links(links, keep, self.vocab_size),
-                {name: column[has_kept] for name, column in features.items()})
-
-
-class SketchShard(beam.DoFn):
-    """TextShard -> ``(kind, path)`` of scratch files holding the sketches of its
-    thresholded feature or link keys (the first of the count's two passes over the
-    text)."""
-
-    def __init__(self, settings, sketch_files, parts, batch_bytes, encoding="utf-8"):
-        self.settings, self.sketch_files, self.parts = settings, sketch_files, parts
-        self.reader = reading.ShardReader(batch_bytes, encoding,
-                                          running.text_progress("count: sketch"))
-
-    def setup(self):
-        running.configure_allocators()
-        self.vocab, self.extractor = self.settings.build()
-        self.minimum = [f.minimum(self.extractor) for f in self.sketch_files]
-        self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
-                              // self.extractor.max_windows_per_type)
-
-    def process(self, shard):
-        counted = [sketch.FeatureSketch(f.log2_cells, f.bits) for f in self.sketch_files]
-        for batch in self.reader.batches(shard):
-            sentences, _, _ = tokenize(batch.lines, self.vocab)
-            for chunk in sentences.chunks(self.max_events):
-                for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
-                    for file, minimum, cells in zip(self.sketch_files, self.minimum, counted):
-                        if events.num_pairs and minimum[events.type[0]] > 1:
-                            cells.add(file.keys(events))
-        for file, cells in zip(self.sketch_files, counted):
-            path = storage.join(self.parts,
-                                f"{file.kind}-{shard.file:05d}-{shard.shard:05d}.sketch")
-            cells.save(path)
-            yield file.kind, path
-        running.release_memory()
-
-
-def merge_sketches(parts, sketch_files):
-    """The workers' sketches of each kind summed into its file (CallOnce); parts removed."""
-    for file in sketch_files:
-        paths = sorted(path for kind, path in parts if kind == file.kind)
-        sketch.merge_files(paths, file.path, file.log2_cells, file.bits)
-        for path in paths:
-            storage.remove_file(path)
-
-
 class CountLinks(beam.PTransform):
     """TextShard s -> count files in ``out``; output: each bucket's totals dict.
 
@@ -456,7 +348,7 @@ class CountLinks(beam.PTransform):
     encoding : str, the text's encoding
     min_feature_count, min_link_count : dict, ``{type name: N}``
         (:mod:`snm_core.count.thresholds`)
-    sketches : SketchFile s, the thresholded types' sketches (what cannot reach its
+    sketches : count_sketch.SketchFile s, the thresholded types' sketches (what cannot reach its
         threshold goes before it is summed or sent)
     """
 
@@ -680,36 +572,6 @@ class CountOptions:
                                     "intact until the new ones are complete")
         if self.shuffle not in MODES:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
-
-
-def count_sketches(args, beam_args, settings, files, scratch, min_feature_count,
-                   min_link_count, budget, workers, occurrences):
-    """The first pass of a thresholded count: the sketches of the thresholded types'
-    feature and link keys in ``scratch`` (:mod:`snm_core.count.sketch`), as
-    :class:`SketchFile` s sharing what ``budget`` (a :class:`MemoryBudget`) gives each
-    of ``workers``; ``occurrences``: the text's estimated feature occurrences."""
-    wanted = [(kind, given) for kind, given in (("features", min_feature_count),
-                                                ("links", min_link_count)) if given]
-    share = budget.working() // ((workers + 1) * len(wanted))
-    sketch_files = []
-    for kind, given in wanted:
-        bits = sketch.cell_bits(max(given.values()))
-        sketch_files.append(SketchFile(kind, storage.join(scratch, f"{kind}.sketch"),
-                                       sketch.plan_cells(occurrences, bits, share), bits,
-                                       given))
-    parts = storage.join(scratch, "sketch-parts")
-    storage.makedirs(parts)
-
-    def build(p):
-        _ = (p
-             | "ListShards" >> beam.Create(reading.text_shards(files, p.options))
-             | "Sketch" >> beam.ParDo(SketchShard(settings, sketch_files, parts,
-                                                 args.batch_bytes, args.encoding))
-             | "MergeSketches" >> running.CallOnce(merge_sketches, sketch_files))
-
-    running.run_pipeline(beam_args, build, "count: sketch", shared_paths=[args.out, scratch],
-                         text=[path for _, path in files])
-    return sketch_files
 
 
 def run(args, beam_args=(), summary=True):
