@@ -10,7 +10,7 @@ holds one bucket, whatever the model's size.  Written to ``.npy`` files:
   M_f* (float64 bits: the sum of its row's M_fw), then a sentinel whose first
   link is n_l;
 * ``index``, int32 (int64 past 2^31 features) (2^bits + 1,): the KeyIndex over
-  the keys (:class:`snm_core.scoring.layouts.hashed.KeyIndex`);
+  the keys (:class:`snm_core.scoring.layouts.hashed_tables.KeyIndex`);
 * ``links``, uint64 (2 n_l,): the rows' alias tables
   (:func:`snm_core.sample.kernels.alias_rows`), per link a threshold
   (float64 bits), then its word and its alias word (uint32 each).
@@ -33,7 +33,7 @@ import numpy as np
 
 from snm_core.io import model_files, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.scoring.layouts.hashed import KeyIndexWriter, index_bits
+from snm_core.scoring.layouts.hashed_tables import KeyIndexWriter, index_bits
 from snm_core.scoring.layouts.npy import NpyWriter, load_checked
 from snm_core.sample.kernels import RECORD, alias_rows
 

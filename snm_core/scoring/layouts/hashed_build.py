@@ -16,7 +16,7 @@ are written to their ``.npy`` files in order
 3. *sort*: each partition sorted alone (two at a time) and written in order.
 
 Links whose whole link keys are equal (about n^2 / 2^65 pairs) meet in one
-partition (``shared_links`` in the manifest counts them); their entries get :data:`~snm_core.scoring.layouts.hashed.SHARED` and,
+partition (``shared_links`` in the manifest counts them); their entries get :data:`~snm_core.scoring.layouts.hashed_tables.SHARED` and,
 in a last pass over the tables that runs only then, their (key, feature, word,
 M, c) go to ``link_collisions``.  The arrays depend on nothing but the model:
 not on the partitions, the passes or the memory.
@@ -34,9 +34,10 @@ from snm_core.io import model_files, storage
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
 from snm_core.io.radix import argsort_keys
-from snm_core.scoring.layouts.hashed import (CODEBOOK_SAMPLE, COLLISION, COMPACT_FILES,
-                                           COMPACT_LAYOUT, PACKED_FILES, PACKED_LAYOUT, SHARED,
-                                           EntryTableWriter, fit_codebook, link_key_mask)
+from snm_core.scoring.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT,
+                                           PACKED_FILES, PACKED_LAYOUT, link_key_mask)
+from snm_core.scoring.layouts.hashed_tables import (CODEBOOK_SAMPLE, SHARED, EntryTableWriter,
+                                                  fit_codebook)
 from snm_core.scoring.layouts.hashed_build_kernels import RECORD, fill_records, group_by_bits
 from snm_core.scoring.layouts.npy import NpyWriter
 from snm_core.stages import manifests
@@ -147,8 +148,8 @@ def _bucket_records(model_dir, bucket, num_buckets, slice_links, mask, empty_typ
 
 def _codebooks(model_dir, num_buckets):
     """The packed tables' codebooks (features' M_f*, links' M_fw;
-    :func:`snm_core.scoring.layouts.hashed.fit_codebook`), fitted on the values of the first
-    buckets, enough for :data:`~snm_core.scoring.layouts.hashed.CODEBOOK_SAMPLE` of each (a
+    :func:`snm_core.scoring.layouts.hashed_tables.fit_codebook`), fitted on the values of the first
+    buckets, enough for :data:`~snm_core.scoring.layouts.hashed_tables.CODEBOOK_SAMPLE` of each (a
     bucket is a range of hashed keys: a sample of the model)."""
     samples = {"features": [], "matrix": []}
     for bucket in range(num_buckets):

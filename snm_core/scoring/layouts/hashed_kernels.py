@@ -17,12 +17,12 @@ import numpy as np
 from snm_core.io import native
 from snm_core.text.hashing import SEQUENCE_SEED
 
-#: :data:`snm_core.scoring.layouts.hashed.SLOT_BLOCK_BITS` (hashed imports this module, not back).
+#: :data:`snm_core.scoring.layouts.hashed_tables.SLOT_BLOCK_BITS` (hashed_tables imports this module, not back).
 SLOT_BLOCK_BITS = 8
 
 
 class _Table(ctypes.Structure):
-    """An :class:`snm_core.scoring.layouts.hashed.EntryTable` as the C loops read it."""
+    """An :class:`snm_core.scoring.layouts.hashed_tables.EntryTable` as the C loops read it."""
 
     _fields_ = [("words", native.ptr), ("n_entries", native.i64), ("offsets", native.ptr),
                 ("blocks", native.ptr), ("block_bits", native.i64), ("shift", native.i64),
@@ -75,7 +75,7 @@ STATE_LOOPS = ("scorer_state_features", "scorer_state_word", "scorer_next_state"
 
 
 def find(keys, start, shift, queries):
-    """:meth:`snm_core.scoring.layouts.hashed.KeyIndex.find` for an array of queries."""
+    """:meth:`snm_core.scoring.layouts.hashed_tables.KeyIndex.find` for an array of queries."""
     queries = np.ascontiguousarray(queries, np.uint64)
     result = np.empty(len(queries), np.int64)
     _find_keys[start.dtype.itemsize * 8](
@@ -87,7 +87,7 @@ def find(keys, start, shift, queries):
 
 def find_entries(words, offsets, blocks, shift, overflow_keys, overflow_rows, codebook,
                  queries):
-    """:meth:`snm_core.scoring.layouts.hashed.EntryTable.find` for an array of queries."""
+    """:meth:`snm_core.scoring.layouts.hashed_tables.EntryTable.find` for an array of queries."""
     table = _Table.of(words, offsets, blocks, shift, overflow_keys, overflow_rows, codebook)
     queries = np.ascontiguousarray(queries, np.uint64)
     result = np.empty(len(queries), np.int64)
@@ -110,7 +110,7 @@ class Scorer:
 
     Parameters
     ----------
-    features, links : :class:`snm_core.scoring.layouts.hashed.EntryTable`
+    features, links : :class:`snm_core.scoring.layouts.hashed_tables.EntryTable`
     link_c : float32 (n_links,), c(w|f), or None (a packed model: no unadjusted model)
     link_mask : uint64, the link key bits the table keeps (all but in tests)
     collisions : the collision table's columns (:data:`snm_core.scoring.layouts.hashed.

@@ -16,8 +16,8 @@ import snm
 from snm.cli import main
 from snm_core.io.progress import Progress
 from snm_core.scoring.compact import compile_model, load_model, read_model_tables
-from snm_core.scoring.layouts import hashed, hashed_build, hashed_build_kernels, hashed_kernels
-from snm_core.scoring.layouts.hashed import EntryTable, EntryTableWriter, KeyIndex, table_bits
+from snm_core.scoring.layouts import hashed_build, hashed_build_kernels, hashed_kernels, hashed_tables
+from snm_core.scoring.layouts.hashed_tables import EntryTable, EntryTableWriter, KeyIndex, table_bits
 from snm_core.text.hashing import GOLDEN, fmix64_steps, link_key
 from snm_core.text.tokenize import tokenize
 
@@ -82,7 +82,7 @@ def test_an_entry_table_written_to_files_holds_only_its_block_starts(tmp_path):
 
 
 def test_compiled_lookups_use_the_slot_blocks_the_compact_arrays_are_written_with():
-    assert hashed_kernels.SLOT_BLOCK_BITS == hashed.SLOT_BLOCK_BITS
+    assert hashed_kernels.SLOT_BLOCK_BITS == hashed_tables.SLOT_BLOCK_BITS
 
 
 def test_build_records_equal_the_numpy_definitions():

@@ -13,7 +13,7 @@ from support.models import brute_force_perplexity
 from snm.cli import main
 from snm_core.io.errors import SnmInputError
 from snm_core.scoring.compact import compile_model, load_model
-from snm_core.scoring.layouts import hashed
+from snm_core.scoring.layouts import hashed_tables
 from snm_core.text.tokenize import tokenize
 
 
@@ -51,13 +51,13 @@ def value_ratios(float_model, packed_model):
 def test_a_value_is_coded_as_the_nearest_centre(sample, value):
     """In log2, the code's value is the nearest of the codebook's centres (brute force);
     zero and the shared marker keep their own codes."""
-    codebook = hashed.fit_codebook(sample)
-    code = int(hashed.value_codes([value], codebook)[0])
+    codebook = hashed_tables.fit_codebook(sample)
+    code = int(hashed_tables.value_codes([value], codebook)[0])
     centres = np.log2(codebook[1:-1].astype(np.float64))
     assert 1 <= code <= 254
     assert abs(centres[code - 1] - np.log2(value)) <= np.min(np.abs(centres - np.log2(value))) \
         + 1e-9
-    codes = hashed.value_codes([0.0, hashed.SHARED], codebook)
+    codes = hashed_tables.value_codes([0.0, hashed_tables.SHARED], codebook)
     assert codebook[codes].tolist() == [0.0, -1.0]
 
 
@@ -67,13 +67,13 @@ def test_a_fitted_codebook_codes_closer_than_even_steps():
     values = np.exp2(np.random.default_rng(1).normal(-12, 5, 200_000))
 
     def mean_error(codebook):
-        decoded = codebook[hashed.value_codes(values, codebook)]
+        decoded = codebook[hashed_tables.value_codes(values, codebook)]
         return np.mean(np.abs(decoded / values - 1))
 
     even = np.zeros(256, np.float32)
     even[1:-1] = np.exp2(np.linspace(np.log2(values.min()), np.log2(values.max()), 254))
-    even[-1] = hashed.SHARED
-    assert mean_error(hashed.fit_codebook(values)) < 0.9 * mean_error(even)
+    even[-1] = hashed_tables.SHARED
+    assert mean_error(hashed_tables.fit_codebook(values)) < 0.9 * mean_error(even)
 
 
 def test_packed_model_is_the_float_model_within_its_rounding(pair):
@@ -125,12 +125,12 @@ def test_a_packed_table_finds_every_key_and_settles_twins():
     twins = keys[:2000] ^ np.uint64(1)  # the same bits but the lowest: twins of the first
     keys = np.unique(np.concatenate([keys, twins]))
     values = rng.random(len(keys)).astype(np.float32) + np.float32(0.5)
-    table = hashed.EntryTable.build(keys, values, packed=True)
+    table = hashed_tables.EntryTable.build(keys, values, packed=True)
     rows = table.find(keys)
     np.testing.assert_array_equal(rows, np.arange(len(keys)))
     codebook = table.codebook
     np.testing.assert_array_equal(table.value_of(rows),
-                                  codebook[hashed.value_codes(values, codebook)])
+                                  codebook[hashed_tables.value_codes(values, codebook)])
     absent = rng.integers(0, 2**64, 200_000, dtype=np.uint64, endpoint=False)
     absent = absent[~np.isin(absent, keys)]
     assert np.mean(table.find(absent) >= 0) < 10 * 2.0 ** -16
