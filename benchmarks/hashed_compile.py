@@ -2,7 +2,7 @@
 whether the arrays are byte-identical between budgets and to another checkout's build.
 
     python benchmarks/hashed_compile.py --model RUN/model --memory 8G 300M 206M \\
-        [--other /work/main] [--rounds 3] [--open_files 400] [--work DIR]
+        [--other CHECKOUT] [--rounds 3] [--open_files 400] [--work DIR]
 
 Each round copies the model directory once a build (into --work), then runs
 `/usr/bin/time -v nice python -m snm compact --model COPY --layout hashed

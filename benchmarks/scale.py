@@ -1,7 +1,7 @@
 """Billion-word scale (issue 32): corpora sampled from a model of mix, then every stage on them.
 
     nice python benchmarks/scale.py corpora                  # the model, then the corpora
-    nice python benchmarks/scale.py corpora --sizes 50M,100M --dir /data/scale
+    nice python benchmarks/scale.py corpora --sizes 50M,100M --dir SCRATCH_DIR
     nice python benchmarks/scale.py sampler --words 20M      # snm sample on 1 and 2 threads
     python benchmarks/scale.py stages --sizes 50M,100M --memory 8G --check_arpa
 
