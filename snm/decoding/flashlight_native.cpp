@@ -102,8 +102,8 @@ struct Scored {
 // An SNM state: the words the model can still use, right-aligned in `width` slots (-1
 // before them), as scorer_advance reads and writes them; the features of the state the
 // model holds, found when it is first asked about; and the words scored after it.  Most
-// states are asked about nothing or a word or two (a short list); the start state about
-// every word of the lexicon (an index beside the list).
+// states are never asked about (the beam drops them); one that is, about a hundred words
+// (kernel), the start state every word of the lexicon: a short list, then an index.
 struct SnmState : LMState {
     static constexpr size_t kListed = 8;
     uint64_t hash = 0;
