@@ -102,8 +102,8 @@ struct Scored {
 // An SNM state: the words the model can still use, right-aligned in `width` slots (-1
 // before them), as scorer_advance reads and writes them; the features of the state the
 // model holds, found when it is first asked about; and the words scored after it.  Most
-// states are never asked about (the beam drops them); one that is, about a hundred words
-// (kernel), the start state every word of the lexicon: a short list, then an index.
+// states are never asked about (the beam drops them); one that is, about many words, the
+// start state about every word of the lexicon: a short list, then an index.
 struct SnmState : LMState {
     static constexpr size_t kListed = 8;
     uint64_t hash = 0;
@@ -157,7 +157,7 @@ struct SnmState : LMState {
 
 // The states of one utterance, each once (equal words and length: one state), allocated
 // together and freed together: the LMStatePtrs handed to the decoder share the arena's
-// count (aliasing shared_ptrs), so that the ~20,000 states an utterance makes cost no
+// count (aliasing shared_ptrs), so that the many states an utterance makes cost no
 // allocation each, and the arena lives while the decoder holds any of them.
 struct Arena {
     static constexpr size_t kChunk = 1 << 16;  // words of a chunk of the states' words
