@@ -38,7 +38,7 @@ from pipelines import count_directory, reading, runners, running, training_sourc
 from pipelines.count_sketch import count_sketches
 from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
-from snm_core.count import counting, thresholds
+from snm_core.count import continuation, counting, thresholds
 from snm_core.count.budget import (
     COUNT_BATCH_BYTES,
     MAX_OCCURRENCES_PER_CHUNK,
@@ -182,7 +182,7 @@ class MergeBucket(beam.DoFn):
 
     Yields ``(bucket, ("links", payload))`` for this bucket's summed links,
     ``(parent bucket, ("extensions", payload))`` for the links they extend
-    (see :func:`snm_core.count.counting.extension_keys`), and the stats.
+    (see :func:`snm_core.count.continuation.extension_keys`), and the stats.
     """
 
     def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None,
@@ -202,7 +202,7 @@ class MergeBucket(beam.DoFn):
         running.configure_allocators()
         vocab, self.extractor = self.settings.build()
         self.vocab_size = len(vocab)  # the word of the link sketch's collapsed rows
-        self.parents = counting.parent_types(self.extractor.config)
+        self.parents = continuation.parent_types(self.extractor.config)
         names = [t.name for t in self.extractor.feature_types]
         self.minimum = thresholds.per_type(self.min_feature_count, names)
         self.link_minimum = thresholds.per_type(self.min_link_count, names)
@@ -240,7 +240,7 @@ class MergeBucket(beam.DoFn):
                                  **left_out})
         yield bucket, ("links", self.shuffle.send(
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
-        parent_feature, parent_link = counting.extension_keys(features, links, self.extractor,
+        parent_feature, parent_link = continuation.extension_keys(features, links, self.extractor,
                                                               self.parents)
         # Cut by the parent feature's bucket; only the link keys travel.
         names, bounds = counting.cut_by_bucket({"feature": parent_feature, "link": parent_link},
@@ -285,7 +285,7 @@ class WriteLinks(beam.DoFn):
         # of the 1-word contexts.
         bounds = counting.chunk_bounds([self.shuffle.rows(p, "extensions") for p in extensions],
                                        self.merge_rows)
-        links = counting.add_continuation(links, (
+        links = continuation.add_continuation(links, (
             self.shuffle.receive_group(extensions[start:stop], "extensions")["link"]
             for start, stop in zip(bounds, bounds[1:])))
         self.shuffle.release(extensions + ([links_payload] if links_payload is not None else []))
@@ -580,9 +580,9 @@ def run(args, beam_args=(), summary=True):
     beam_args = list(beam_args)
     config = load_config(args.config)
     min_feature_count = thresholds.parse(args.min_feature_count, config.feature_types(),
-                                         counting.parent_types(config))
+                                         continuation.parent_types(config))
     min_link_count = thresholds.parse(args.min_link_count, config.feature_types(),
-                                      counting.parent_types(config), thresholds.LINK_OPTION)
+                                      continuation.parent_types(config), thresholds.LINK_OPTION)
     sources, _ = training_sources.spool_stdin(training_sources.parse_sources(args.train),
                                               args.out)
     tags = training_sources.source_tags(sources)

@@ -21,7 +21,7 @@ from pipelines import count as count_stage
 from pipelines import count_directory, runners, running
 from pipelines.shuffle import ArrayShuffle, scratch_directory
 from snm_core.count import budget as count_budget
-from snm_core.count import counting, size_thresholds, thresholds
+from snm_core.count import continuation, size_thresholds, thresholds
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget, parse_size
@@ -132,7 +132,7 @@ def run(options, beam_args=(), summary=True):
     source = source_dir.manifest
     config = parse_config(source.config)
     types = config.feature_types()
-    widths = size_thresholds.root_widths(types, counting.parent_types(config))
+    widths = size_thresholds.root_widths(types, continuation.parent_types(config))
     storage.makedirs(options.out)
     storage.remove_file(storage.join(options.out, tables.MANIFEST))
     histogram_path = storage.join(options.out, HISTOGRAM_FILE)

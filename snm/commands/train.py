@@ -42,7 +42,7 @@ from pipelines.count import vocab_file
 from snm import chain
 from snm.commands import arguments
 from snm.commands.fit import add_fit_args, options_from
-from snm_core.count import counting, thresholds
+from snm_core.count import continuation, thresholds
 from snm_core.count.budget import BUCKET_OCCURRENCES, DEFAULT_NUM_BUCKETS
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
@@ -207,9 +207,9 @@ def _plan(args, beam_args):
         ngram_trie.ngram_span({"config": config.to_text(), "tags": tags}, args.config,
                               args.layout)
     thresholds.parse(args.min_feature_count or (), config.feature_types(),
-                     counting.parent_types(config))  # refused before any stage runs
+                     continuation.parent_types(config))  # refused before any stage runs
     thresholds.parse(args.min_link_count or (), config.feature_types(),
-                     counting.parent_types(config), thresholds.LINK_OPTION)
+                     continuation.parent_types(config), thresholds.LINK_OPTION)
     vocab = vocab_file(args.vocab) if args.vocab else None
     storage.check_file(args.heldout, "--heldout ")
     storage.check_file(args.test, "--test ")

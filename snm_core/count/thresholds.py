@@ -41,7 +41,7 @@ def parse(specs, feature_types, parents, option=OPTION):
 
     ``feature_types``: the configuration's :class:`~snm_core.text.config.FeatureType`\\ s;
     ``parents``: each type's index of the type it extends, -1 if none
-    (:func:`snm_core.count.counting.parent_types`).
+    (:func:`snm_core.count.continuation.parent_types`).
     """
     minimum = [1] * len(feature_types)
     names = [t.name for t in feature_types]

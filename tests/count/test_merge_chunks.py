@@ -83,7 +83,7 @@ def test_chunks_are_consecutive_runs_within_the_limit():
 def test_continuation_counts_names_read_in_chunks():
     import pyarrow as pa
 
-    from snm_core.count.counting import add_continuation
+    from snm_core.count.continuation import add_continuation
     from snm_core.text.hashing import link_key
     rng = np.random.default_rng(8)
     feature = np.sort(rng.integers(1, 2 ** 63, 300, dtype=np.uint64)).repeat(3)

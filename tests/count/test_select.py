@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from snm_core.count import counting, size_thresholds, thresholds
+from snm_core.count import continuation, size_thresholds, thresholds
 from snm_core.text.config import load_config
 
 
@@ -113,7 +113,7 @@ def test_a_share_of_a_step_keeps_links_between_the_levels_and_every_link_they_ex
     assert all(lower[k] == c for k, c in kept.items())
     # suffix-closed: the key of each feature from its type and words
     types = manifests.Count.read(source)["feature_types"]
-    parents = counting.parent_types(load_config("skip5gram"))
+    parents = continuation.parent_types(load_config("skip5gram"))
     key_of, words_of = {}, {}
     for name in sorted(os.listdir(source)):
         if name.startswith("features-"):
@@ -136,7 +136,7 @@ def test_the_ladder_raises_every_threshold_with_the_level_and_keeps_parents_belo
     links take the level itself, shorter n-grams less."""
     config = load_config("skip10gram")
     types = config.feature_types()
-    parents = counting.parent_types(config)
+    parents = continuation.parent_types(config)
     given = thresholds.per_type(thresholds.parse(["skip=5", "9-gram=2"], types, parents),
                                 [t.name for t in types])
     previous = given
@@ -159,7 +159,7 @@ def test_histograms_count_links_and_features_at_each_threshold(corpus, tmp_path)
     source = _count(tmp_path, "plain", text, vocab)
     config = load_config("skip5gram")
     types = config.feature_types()
-    widths = size_thresholds.root_widths(types, counting.parent_types(config))
+    widths = size_thresholds.root_widths(types, continuation.parent_types(config))
     tables = [(pq.read_table(os.path.join(source, f"features-{b:05d}-of-00004.parquet")),
                pq.read_table(os.path.join(source, f"links-{b:05d}-of-00004.parquet")))
               for b in range(4)]

@@ -4,7 +4,7 @@ tests, and the tiny problem they share."""
 import numpy as np
 import pyarrow as pa
 
-from snm_core.count import counting
+from snm_core.count import continuation, counting
 from snm_core.join import small_m
 from snm_core.fit.metafeatures import VARIANTS
 from snm_core.fit.problem import AdjustmentProblem, Events, type_fingerprints
@@ -48,9 +48,9 @@ def count_tables(config, sources, vocab, tags=None):
         feature_parts.append(features)
     links, features, _ = counting.merge_bucket(link_parts, feature_parts,
                                                len(config.feature_types()))
-    _, extensions = counting.extension_keys(features, links, extractor,
-                                            counting.parent_types(config))
-    return counting.add_continuation(links, extensions), features
+    _, extensions = continuation.extension_keys(features, links, extractor,
+                                            continuation.parent_types(config))
+    return continuation.add_continuation(links, extensions), features
 
 
 def join_tables(config, sources, heldout_lines, vocab, tags=None):
