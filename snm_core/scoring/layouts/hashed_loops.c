@@ -256,6 +256,90 @@ typedef struct {
     uint64_t seed;
 } Scorer;
 
+/* The feature half of a block of n pairs (n <= BLOCK), pair j of feature key keys[j],
+ * type id types[j] and event events[j] (events NULL: every pair of event 0).  The
+ * features are looked up together; then, in order, a found one whose type's
+ * prerequisite was found for its event adds M_f* to m_star_sum[event] (and 1 to
+ * n_features[event], unless NULL), marks row_found (n_types, n_events), and sets
+ * kept[j]; kept[j] is 0 for the others. */
+static void feature_block(const Scorer *sc, const uint64_t *keys, const int64_t *types,
+                          const int64_t *events, int64_t n, int64_t n_events,
+                          double *m_star_sum, int64_t *n_features, uint8_t *row_found,
+                          uint8_t *kept) {
+    const Table *features = &sc->features;
+    int64_t row[BLOCK];
+    double value[BLOCK];
+    entry_positions(features, keys, n, row);
+    /* Branch-free gathers first (their cache misses overlap), sums after. */
+    for (int64_t j = 0; j < n; j++)
+        value[j] = value_at(features, row[j] > 0 ? row[j] : 0);
+    for (int64_t j = 0; j < n; j++) {
+        int64_t event = events ? events[j] : 0, before = sc->prerequisite[types[j]];
+        kept[j] = row[j] >= 0 && (before < 0 || row_found[before * n_events + event]);
+        if (!kept[j])
+            continue;
+        m_star_sum[event] += value[j];
+        if (n_features)
+            n_features[event] += 1;
+        row_found[types[j] * n_events + event] = 1;
+    }
+}
+
+/* The link half of a block of k found features (k <= BLOCK), feature j of key keys[j],
+ * type id types[j] and event events[j] (NULL: event 0): the links (keys[j],
+ * target[event]) are looked up together; then, in order, a found one whose type's
+ * prerequisite link was found for its event adds M_fw to link_m_sum[event] (and c(w|f)
+ * to link_c_sum[event], unless NULL) and marks link_found (n_types, n_events). */
+static void link_block(const Scorer *sc, const uint64_t *keys, const int64_t *types,
+                       const int64_t *events, int64_t k, const int32_t *target,
+                       int64_t n_events, double *link_m_sum, double *link_c_sum,
+                       uint8_t *link_found) {
+    const Table *links = &sc->links;
+    const Links *l = &sc->values;
+    uint64_t query[BLOCK];
+    int64_t link[BLOCK];
+    double value[BLOCK], value_c[BLOCK];
+    if (k <= 0)
+        return;
+    for (int64_t j = 0; j < k; j++)
+        query[j] = hash64_combine(keys[j], (uint64_t)(int64_t)target[events ? events[j] : 0])
+                   & l->mask;
+    entry_positions(links, query, k, link);
+    for (int64_t j = 0; j < k; j++) {
+        int64_t r = link[j] > 0 ? link[j] : 0;
+        value[j] = value_at(links, r);
+        value_c[j] = l->link_c ? l->link_c[r] : 0.0;
+    }
+    for (int64_t j = 0; j < k; j++) {
+        int64_t event = events ? events[j] : 0, before = sc->prerequisite[types[j]];
+        if (link[j] < 0 || (before >= 0 && !link_found[before * n_events + event]))
+            continue;
+        if (value[j] < 0) { /* a shared key (rare): settled by (feature, word) */
+            int64_t r = collision_row(l, query[j], keys[j], target[event]);
+            if (r < 0)
+                continue;
+            value[j] = l->m[r];
+            value_c[j] = l->c[r];
+        }
+        link_m_sum[event] += value[j];
+        if (link_c_sum)
+            link_c_sum[event] += value_c[j];
+        link_found[types[j] * n_events + event] = 1;
+    }
+}
+
+/* The n-gram length of the longest link found for `event` (link_found (n_types,
+ * n_events)); 0 for none or skip-grams only. */
+static int64_t longest_link(const Scorer *sc, const uint8_t *link_found, int64_t n_events,
+                            int64_t event) {
+    int64_t matched = 0;
+    for (int64_t t = 0; t < sc->n_types; t++) {
+        if (link_found[t * n_events + event] && sc->link_length[t] > matched)
+            matched = sc->link_length[t];
+    }
+    return matched;
+}
+
 /* Per-event sums over the pairs whose feature (and link) the model holds; see
  * hashed_kernels.Scorer.event_sums.  Sums run over the pairs in their order.  row_found
  * and link_found: (n_types, n_events), zeros.
@@ -269,13 +353,11 @@ static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair
                  const int64_t *type_bounds, const int32_t *target, int64_t n_events,
                  double *m_star_sum, double *link_m_sum, double *link_c_sum,
                  int64_t *n_features, uint8_t *row_found, uint8_t *link_found) {
-    const Table *features = &sc->features, *links = &sc->links;
-    const Links *l = &sc->values;
     const int64_t *prerequisite = sc->prerequisite;
-    int64_t n_types = sc->n_types, n_pairs = type_bounds[n_types];
-    int64_t pair[BLOCK], type[BLOCK], row[BLOCK], linked[BLOCK], link_type[BLOCK], link[BLOCK];
-    uint64_t query[BLOCK];
-    double value[BLOCK], value_c[BLOCK];
+    int64_t n_pairs = type_bounds[sc->n_types];
+    int64_t type[BLOCK], event[BLOCK];
+    uint64_t key[BLOCK];
+    uint8_t kept[BLOCK];
     int64_t t = 0;
     for (int64_t lo = 0; lo < n_pairs; lo += BLOCK) {
         int64_t hi = lo + BLOCK < n_pairs ? lo + BLOCK : n_pairs;
@@ -287,52 +369,26 @@ static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair
             if (before >= 0 && type_bounds[before + 1] <= lo &&
                 !row_found[before * n_events + pair_event[i]])
                 continue;
-            pair[n] = i;
+            key[n] = pair_key[i];
             type[n] = t;
-            query[n] = pair_key[i];
+            event[n] = pair_event[i];
             n++;
         }
-        entry_positions(features, query, n, row);
-        /* Branch-free gathers first (their cache misses overlap), sums after. */
-        for (int64_t j = 0; j < n; j++)
-            value[j] = value_at(features, row[j] > 0 ? row[j] : 0);
-        int64_t k = 0;
+        feature_block(sc, key, type, event, n, n_events, m_star_sum, n_features, row_found,
+                      kept);
+        int64_t k = 0; /* the found features whose links are looked up, in place */
         for (int64_t j = 0; j < n; j++) {
-            int64_t i = pair[j], event = pair_event[i], before = prerequisite[type[j]];
-            if (row[j] < 0 || (before >= 0 && !row_found[before * n_events + event]))
+            int64_t before = prerequisite[type[j]];
+            if (!kept[j] || (before >= 0 && type_bounds[before + 1] <= lo &&
+                             !link_found[before * n_events + event[j]]))
                 continue;
-            m_star_sum[event] += value[j];
-            n_features[event] += 1;
-            row_found[type[j] * n_events + event] = 1;
-            if (before >= 0 && type_bounds[before + 1] <= lo &&
-                !link_found[before * n_events + event])
-                continue;
-            linked[k] = i;
-            link_type[k] = type[j];
-            query[k] = hash64_combine(pair_key[i], (uint64_t)(int64_t)target[event]) & l->mask;
+            key[k] = key[j];
+            type[k] = type[j];
+            event[k] = event[j];
             k++;
         }
-        entry_positions(links, query, k, link);
-        for (int64_t j = 0; j < k; j++) {
-            int64_t r = link[j] > 0 ? link[j] : 0;
-            value[j] = value_at(links, r);
-            value_c[j] = l->link_c ? l->link_c[r] : 0.0;
-        }
-        for (int64_t j = 0; j < k; j++) {
-            int64_t event = pair_event[linked[j]], before = prerequisite[link_type[j]];
-            if (link[j] < 0 || (before >= 0 && !link_found[before * n_events + event]))
-                continue;
-            if (value[j] < 0) { /* a shared key (rare): settled by (feature, word) */
-                int64_t r = collision_row(l, query[j], pair_key[linked[j]], target[event]);
-                if (r < 0)
-                    continue;
-                value[j] = l->m[r];
-                value_c[j] = l->c[r];
-            }
-            link_m_sum[event] += value[j];
-            link_c_sum[event] += value_c[j];
-            link_found[link_type[j] * n_events + event] = 1;
-        }
+        link_block(sc, key, type, event, k, target, n_events, link_m_sum, link_c_sum,
+                   link_found);
     }
 }
 
@@ -343,15 +399,13 @@ static void sums(const Scorer *sc, const uint64_t *pair_key, const int64_t *pair
  * included): base, remote (n_windows, n), valid, fresh (n_windows, n) zeros.  A
  * window (r, s, a) is extracted where r + s + a <= length, as the extractor's depth
  * rule; a tied type's window whose remote words an earlier (shorter-skip) window of
- * the same type saw gives no pair (a feature once an event).  Returns the pairs of
- * one tag. */
-static int64_t state_windows(const Scorer *sc, const int32_t *words, int64_t n,
+ * the same type saw gives no pair (a feature once an event). */
+static void state_windows(const Scorer *sc, const int32_t *words, int64_t n,
                              const int64_t *length, uint64_t *base, uint64_t *remote,
                              uint8_t *valid, uint8_t *fresh) {
     const int64_t *windows = sc->windows, *type_windows = sc->type_windows;
     int64_t types = sc->types, width = sc->width;
     uint64_t seed = sc->seed;
-    int64_t total = 0;
     for (int64_t t = 0; t < types; t++) {
         for (int64_t g = type_windows[t]; g < type_windows[t + 1]; g++) {
             int64_t r = windows[3 * g], s = windows[3 * g + 1], a = windows[3 * g + 2];
@@ -376,12 +430,10 @@ static int64_t state_windows(const Scorer *sc, const int32_t *words, int64_t n,
                         is_fresh = 0;
                 }
                 fresh[g * n + i] = is_fresh;
-                total += is_fresh;
                 base[g * n + i] = h;
             }
         }
     }
-    return total;
 }
 
 /* The pairs of state_windows' windows in the order in which the extractor gives an
@@ -516,11 +568,7 @@ int64_t scorer_advance(const Scorer *sc, const int32_t *words, const int64_t *le
     sums(sc, key, event, type_bounds, target, n, m_star_sum, link_m_sum, link_c_sum, n_features,
          row_found, link_found);
     for (int64_t i = 0; i < n; i++) {
-        matched[i] = 0;
-        for (int64_t t = 0; t < sc->n_types; t++) {
-            if (link_found[t * n + i] && sc->link_length[t] > matched[i])
-                matched[i] = sc->link_length[t];
-        }
+        matched[i] = longest_link(sc, link_found, n, i);
         prob[i] = link_m_sum[i] / m_star_sum[i];
         new_length[i] = scorer_next_state(sc, words + i * width, length[i], target[i],
                                           matched[i], new_words + i * width);
@@ -556,7 +604,8 @@ int64_t scorer_state_features(const Scorer *sc, const int32_t *words, int64_t le
     state_windows(sc, words, 1, &length, base, remote, valid, fresh);
     state_pairs(sc, base, fresh, 1, key, event, type_bounds);
     int64_t n_pairs = type_bounds[n_types], found = 0, t = 0;
-    int64_t row[BLOCK], type[BLOCK];
+    int64_t type[BLOCK];
+    uint8_t kept[BLOCK];
     *m_star_sum = 0.0;
     for (int64_t lo = 0; lo < n_pairs; lo += BLOCK) {
         int64_t n = (n_pairs - lo < BLOCK ? n_pairs - lo : BLOCK);
@@ -565,16 +614,13 @@ int64_t scorer_state_features(const Scorer *sc, const int32_t *words, int64_t le
                 t++;
             type[j] = t;
         }
-        entry_positions(&sc->features, key + lo, n, row);
-        for (int64_t j = 0; j < n; j++) { /* in order: a prerequisite comes first */
-            int64_t before = sc->prerequisite[type[j]];
-            if (row[j] < 0 || (before >= 0 && !row_found[before]))
-                continue;
-            row_found[type[j]] = 1;
-            *m_star_sum += value_at(&sc->features, row[j]);
-            keys[found] = key[lo + j];
-            types[found] = type[j];
-            found++;
+        feature_block(sc, key + lo, type, NULL, n, 1, m_star_sum, NULL, row_found, kept);
+        for (int64_t j = 0; j < n; j++) {
+            if (kept[j]) {
+                keys[found] = key[lo + j];
+                types[found] = type[j];
+                found++;
+            }
         }
     }
     free(space);
@@ -586,38 +632,16 @@ int64_t scorer_state_features(const Scorer *sc, const int32_t *words, int64_t le
  * memory. */
 double scorer_state_word(const Scorer *sc, const uint64_t *keys, const int64_t *types,
                          int64_t n, double m_star_sum, int32_t target, int64_t *matched) {
-    const Links *l = &sc->values;
     uint8_t local[256];
     uint8_t *link_found = sc->n_types <= 256 ? local : malloc((size_t)sc->n_types);
     if (!link_found)
         return -1.0;
     memset(link_found, 0, (size_t)sc->n_types);
-    uint64_t query[BLOCK];
-    int64_t link[BLOCK];
     double link_m_sum = 0.0;
-    *matched = 0;
-    for (int64_t lo = 0; lo < n; lo += BLOCK) {
-        int64_t m = (n - lo < BLOCK ? n - lo : BLOCK);
-        for (int64_t j = 0; j < m; j++)
-            query[j] = hash64_combine(keys[lo + j], (uint64_t)(int64_t)target) & l->mask;
-        entry_positions(&sc->links, query, m, link);
-        for (int64_t j = 0; j < m; j++) { /* in order: a prerequisite's link comes first */
-            int64_t t = types[lo + j], before = sc->prerequisite[t];
-            if (link[j] < 0 || (before >= 0 && !link_found[before]))
-                continue;
-            double value = value_at(&sc->links, link[j]);
-            if (value < 0) { /* a shared key (rare): settled by (feature, word) */
-                int64_t r = collision_row(l, query[j], keys[lo + j], target);
-                if (r < 0)
-                    continue;
-                value = l->m[r];
-            }
-            link_m_sum += value;
-            link_found[t] = 1;
-            if (sc->link_length[t] > *matched)
-                *matched = sc->link_length[t];
-        }
-    }
+    for (int64_t lo = 0; lo < n; lo += BLOCK)
+        link_block(sc, keys + lo, types + lo, NULL, n - lo < BLOCK ? n - lo : BLOCK, &target, 1,
+                   &link_m_sum, NULL, link_found);
+    *matched = longest_link(sc, link_found, 1, 0);
     if (link_found != local)
         free(link_found);
     return link_m_sum / m_star_sum;
