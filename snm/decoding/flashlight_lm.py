@@ -107,11 +107,12 @@ class FlashlightLM(LM):
                              "snm built with a C++ compiler (snm.decoding._flashlight)")
         if possible and compiled is not False:
             return CompiledFlashlightLM(model, target_ids(model, words), score_boundary)
-        return super().__new__(cls)
+        lm = super().__new__(cls)
+        lm.model = model  # loaded once, here: __init__ is given the path again
+        return lm
 
     def __init__(self, model, words, score_boundary=True, compiled=None):
         LM.__init__(self)
-        self.model = snm.load(model) if isinstance(model, str) else model
         self._targets = target_ids(self.model, words)
         self.score_boundary = score_boundary
         self._reset()

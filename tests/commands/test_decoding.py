@@ -223,6 +223,8 @@ def test_flashlight_adapter_scores_and_states(skip_model, compiled):
     assert same[0] is same[1]
     different = lm.score(lm.score(state, 0)[0], 1)[0]
     assert different is not same[0]
+    by_path = FlashlightLM(skip_model, words, compiled=compiled)  # a directory: loaded
+    assert by_path.score(by_path.start(False), 0)[1] == lm.score(lm.start(False), 0)[1]
     nothing = FlashlightLM(model, words, score_boundary=False, compiled=compiled)
     state = nothing.start(False)
     assert nothing.finish(state) == (state, 0.0)
