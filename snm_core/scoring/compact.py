@@ -19,6 +19,7 @@ from snm_core.io.runlock import LOCK_NAME
 from snm_core.scoring.card import write_model_card
 from snm_core.scoring.layouts import hashed, hashed_build, ngram_trie
 from snm_core.scoring.layouts.hashed import COMPACT
+from snm_core.scoring.layouts.npy import compact_command
 from snm_core.stages import manifests, validation
 
 #: Layouts ``compact/`` may be built in (``--layout``): hashed keys (any
@@ -238,8 +239,7 @@ def missing_arrays_message(model_dir, layout):
     name = name if name in LAYOUTS else "hashed"
     found = ("no scoring arrays (compact/)" if layout is None else
              f"scoring arrays of an older layout version ({layout!r}, compact/)")
-    return (f"{model_dir}: {found}; build them with "
-            f"'snm compact --model {model_dir} --layout {name}'")
+    return f"{model_dir}: {found}; build them with '{compact_command(model_dir, name)}'"
 
 
 def read_model_tables(model_dir):

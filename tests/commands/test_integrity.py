@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
-from snm import cli
+from snm import chain, cli
 from snm_core.io import tables
 from snm_core.stages import manifests
 from snm_core.text import synthetic
@@ -315,15 +315,10 @@ def test_a_run_directory_stands_for_the_final_model_of_its_last_train(run, tmp_p
     assert cli.main(run_args(run, copy)) == 0  # trained again without --prune_to
     assert (copy / "pruned").is_dir()  # left as it was
     assert evaluated(copy) == evaluated(copy / "model")
-    (copy / chain_state()).write_text(json.dumps(  # a run from before the record
-        {k: v for k, v in json.loads((copy / chain_state()).read_text()).items()
-         if k != "final_model"}))
+    state = copy / chain.STATE
+    state.write_text(json.dumps(  # a run from before the record
+        {k: v for k, v in json.loads(state.read_text()).items() if k != chain.FINAL_MODEL}))
     assert evaluated(copy) == pruned  # then the first model directory there, as before
-
-
-def chain_state():
-    from snm import chain
-    return chain.STATE
 
 
 def test_a_log_linear_run_directory_stands_for_its_log_linear_model(loglinear_run, capsys):
@@ -338,8 +333,9 @@ def test_a_log_linear_run_directory_stands_for_its_log_linear_model(loglinear_ru
 
 def test_the_run_models_are_the_stage_table_s_model_directories():
     """``--model RUN`` looks for the directories the chain writes its models to."""
-    from snm import chain, evaluation
+    from snm import evaluation
     assert evaluation.RUN_STATE == chain.STATE
+    assert evaluation.RUN_FINAL_MODEL == chain.FINAL_MODEL
     assert sorted(evaluation.RUN_MODELS) == sorted(
         stage.directory for stage in chain.STAGES if stage.kind in ("model", "loglinear"))
 

@@ -49,11 +49,16 @@ class NpyWriter:
         return self.n * self.dtype.itemsize
 
 
+def compact_command(model_dir, layout):
+    """The command that builds a model's scoring arrays (``compact/``) in ``layout``: what
+    a model without usable arrays says to run, since loading never writes into a model."""
+    return f"snm compact --model {model_dir} --layout {layout}"
+
+
 def rebuild_remedy(compact_dir, layout):
-    """What to do about a damaged scoring array of a model's ``compact/`` in ``layout``:
-    build it again (loading never writes into a model)."""
+    """What to do about a damaged scoring array of a model's ``compact/`` in ``layout``."""
     model = os.path.dirname(os.path.normpath(compact_dir))
-    return f"build the arrays again: snm compact --model {model} --layout {layout}"
+    return f"build the arrays again: {compact_command(model, layout)}"
 
 
 def load_checked(compact_dir, names, expected, agree=None, mmap=True, remedy=None):
