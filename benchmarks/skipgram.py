@@ -157,15 +157,17 @@ def run_corpus(name, paths, args):
                    test_perplexity=snm_perplexity(out + "/model", paths["test"],
                                                   os.path.join(run, "eval.log")))
     out = os.path.join(run, "snm-skip10")
-    row = measured("SNM skip-10 packed",
-                   SNM + ["train", "--config", "skip10gram", "--out", out, "--layout", "packed",
-                          *args.thresholds.split(), *common], out)
     model = out + "/model"
-    row.update(model_bytes=_shipped(model, "packed", run),
-               test_perplexity=snm_perplexity(model, paths["test"], os.path.join(run, "eval.log")))
+    if args.full:
+        row = measured("SNM skip-10 packed",
+                       SNM + ["train", "--config", "skip10gram", "--out", out, "--layout",
+                              "packed", *args.thresholds.split(), *common], out)
+        row.update(model_bytes=_shipped(model, "packed", run), test_perplexity=snm_perplexity(
+            model, paths["test"], os.path.join(run, "eval.log")))
     for times in args.sizes:
-        # The same run directory: the count is up to date; select, join, fit, apply and
-        # eval run again for each size (the model fits it: no prune stage).
+        # The same run directory: after the first train the count is up to date; select,
+        # join, fit, apply and eval run again for each size (the model fits it: no prune
+        # stage).
         target = int(kn5_bytes * times)
         row = measured(f"SNM skip-10 fitted at {times:g}x KN5 trie",
                        SNM + ["train", "--config", "skip10gram", "--out", out, "--layout",
@@ -234,6 +236,9 @@ def main():
     parser.add_argument("--sizes", default="1,2,4",
                         type=lambda text: [float(x) for x in text.split(",")],
                         help="pruned sizes, in multiples of the KN5 trie's bytes")
+    parser.add_argument("--no_full", dest="full", action="store_false",
+                        help="no whole thresholded skip-10-gram: the first --sizes train "
+                             "counts (what a 100M-word corpus's disk allows)")
     parser.add_argument("--memory", default="8G")
     parser.add_argument("--sampler", default=os.path.join(WORK, "kernel-skip10", "model"),
                         help="the model sampled corpora come from")
