@@ -92,12 +92,13 @@ setup(
                            # popcount as one instruction (every x86-64 CPU since 2008)
                            + (["-mpopcnt"] if platform.machine() in ("x86_64", "AMD64")
                               else [])),
-                 # Counting's, the text layer's and the hashed layout's loops, through
+                 # Counting's, the text layer's and the scoring layouts' loops, through
                  # ctypes: numba's start costs a process about 0.9 s (snm_core/io/native.py).
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
                                                "snm_core/count/sketch.c",
                                                "snm_core/text/words.c",
-                                               "snm_core/scoring/layouts/hashed_loops.c"],
+                                               "snm_core/scoring/layouts/hashed_loops.c",
+                                               "snm_core/scoring/layouts/trie_loops.c"],
                            extra_compile_args=["-O3", "-std=c11"])]
                 + (flashlight_extension() if sys.version_info < (3, 13) else []),
     entry_points={"console_scripts": ["snm=snm.cli:entry"]},

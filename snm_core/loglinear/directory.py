@@ -48,7 +48,7 @@ from snm_core.loglinear.model import (
 from snm_core.loglinear.optimizers import fit
 from snm_core.arpa import export as arpa
 from snm_core.scoring.layouts.npy import load_checked
-from snm_core.scoring.layouts.state_kernels import shift_states
+from snm_core.scoring.layouts.trie_loops import shift_states
 from snm_core.scoring.base import LineScoring, Scores
 from snm_core.scoring.states import StateBatch, StateScoring
 from snm_core.stages import manifests, validation

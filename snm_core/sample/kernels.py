@@ -22,10 +22,13 @@ through fmix64 (splitmix64's scheme): a stream gives the same words whatever
 thread runs it and however its output is cut into calls.
 """
 
+import llvmlite.ir as ir
 import numba
 import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
-from snm_core.scoring.layouts.trie_kernels import _prefetch
 from snm_core.text.compiled import _combine_one, _mix64_one
 from snm_core.text.hashing import SEQUENCE_SEED
 from snm_core.text.vocab import BOS_ID, EOS_ID
@@ -38,6 +41,25 @@ LANES = 8
 STATS = ("words", "sentences", "empty_sentences", "truncated_sentences", "dead_ends")
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Ask the CPU to bring ``array[index]`` into cache (LLVM's prefetch: read, keep)."""
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array_value = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array_value,
+                                           [args[1]], wraparound=False)
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
+            "llvm.prefetch.p0i8")
+        builder.call(function, [builder.bitcast(pointer, byte_pointer), ir.Constant(i32, 0),
+                                ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(array, index), codegen
 _U53 = 1.0 / (1 << 53)
 
 

@@ -48,6 +48,15 @@ def test_killed_run_resumes_to_the_same_model(corpus, capsys):
     state = json.loads((root / "whole" / "stages.json").read_text())
     peaks = [state[name]["peak_rss_mib"] for name in ("count", "join", "fit", "apply", "eval")]
     assert peaks == sorted(peaks) and peaks[0] > 50
+    # ... and the largest size of the run directory while it ran: at least what it left.
+    def tree_bytes(directory):
+        return sum(os.path.getsize(os.path.join(d, f))
+                   for d, _, files in os.walk(directory) for f in files)
+    assert state["count"]["peak_disk_bytes"] >= tree_bytes(root / "whole" / "count") > 0
+    left = tree_bytes(root / "whole") - (root / "whole" / "stages.json").stat().st_size
+    assert state["eval"]["peak_disk_bytes"] >= left
+    total = next(line for line in out.splitlines() if line.startswith("total"))
+    assert "peak disk" in total
 
     # Kill a second run as soon as its count stage is complete (recorded in
     # stages.json once the count's manifest is written), i.e. during join.

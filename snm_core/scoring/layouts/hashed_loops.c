@@ -521,8 +521,8 @@ int64_t scorer_link_values(const Scorer *sc, const uint64_t *feature_keys, const
 
 /* The state after target, into row (width int32): the words of the longest n-gram found
  * (matched) in a minimal model, else one word more than the state (at most the width);
- * -1 before them, so that equal states have equal rows (state_kernels.shift_states, the
- * trie layouts' and the log-linear family's numba twin).  Returns its length. */
+ * -1 before them, so that equal states have equal rows (trie_loops.c's shift_states does
+ * it for many states of the trie layouts and the log-linear family).  Returns its length. */
 int64_t scorer_next_state(const Scorer *sc, const int32_t *words, int64_t length, int32_t target,
                           int64_t matched, int32_t *row) {
     int64_t width = sc->width, keep = sc->minimal ? matched : length + 1;

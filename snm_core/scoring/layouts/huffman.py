@@ -3,7 +3,7 @@
 A code is built from symbol frequencies (:func:`code_lengths`), its code words
 are canonical (:func:`canonical_codes`: shorter codes first, then by symbol),
 and a decoder needs only per-length tables (:class:`DecodeTable`), which the
-compiled reader in :mod:`snm_core.scoring.layouts.trie_kernels` walks on a left-justified
+C reader of ``trie_loops.c`` walks on a left-justified
 window of the next ``MAX_CODE_BITS`` bits of the stream.
 
 Why Huffman and not the slides' unary-length codes (Elias gamma): the gamma

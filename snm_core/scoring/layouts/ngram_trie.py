@@ -12,13 +12,14 @@ by how often they are predicted.
 
 Scoring follows the trie as KenLM does: the entries found for one event's
 target are the next event's contexts, so an event costs one lookup per
-order (``trie_kernels.event_sums``); the layouts differ in the lookup.
+order (:func:`trie_loops.event_sums`, C); the layouts differ in the lookup.
 """
 
 import numpy as np
 
 from snm_core.io.errors import SnmInputError
 from snm_core.scoring.base import LineScoring, Scores
+from snm_core.scoring.layouts import trie_loops
 from snm_core.scoring.states import StateBatch, StateScoring
 from snm_core.stages import manifests
 from snm_core.text.config import parse_config
@@ -58,8 +59,7 @@ def compact_manifest(names, nbytes, manifest, layout, trie, settings):
 class TrieScoring(LineScoring, StateScoring):
     """Scoring of a model stored as a trie (adjusted probabilities only).
 
-    A subclass sets ``_event_sums`` (its layout's compiled loop in
-    :mod:`snm_core.scoring.layouts.trie_kernels`) and ``_tables`` (its arrays).  Thread-safe as
+    A subclass sets ``_tables`` (its arrays as :class:`trie_loops.Tables`).  Thread-safe as
     :class:`snm_core.scoring.layouts.hashed.Model` is: nothing changes after loading.
     A state (:mod:`snm_core.scoring.states`) holds the longest suffix of the history
     that is an entry of the trie, and keeps the entries of its contexts, the
@@ -89,11 +89,10 @@ class TrieScoring(LineScoring, StateScoring):
 
     def _advance(self, states, target):
         """:meth:`snm_core.scoring.states.StateScoring._advance` by one compiled call,
-        :func:`trie_kernels.advance`: the new state holds the words of its longest
+        :func:`trie_loops.advance`: the new state holds the words of its longest
         context found."""
-        from snm_core.scoring.layouts import trie_kernels  # numba: loaded by scoring only
         target = np.ascontiguousarray(target, np.int32)
-        prob, ngram, following, words, length = trie_kernels.advance(
+        prob, ngram, following, words, length = trie_loops.advance(
             states.cache, states.words, target, self.rank[target], *self._shape, self._tables)
         return prob, ngram, StateBatch(words, length, following)
 
@@ -112,7 +111,7 @@ class TrieScoring(LineScoring, StateScoring):
         """Probabilities of every event of a :class:`SentenceBatch` (ids from ``self.vocab``)."""
         mapped = self.word_map[batch.tokens]
         offsets = np.asarray(batch.offsets, dtype=np.int64)
-        numerator, denominator = self._event_sums(
+        numerator, denominator = trie_loops.event_sums(
             self.rank[mapped], offsets, self.rank[BOS_ID], self.rank[EOS_ID],
             self.compact["min_n"], self.compact["max_n"], self.compact["tags"], self._tables)
         lengths = np.diff(offsets) + 1

@@ -36,6 +36,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.scoring.layouts import huffman
 from snm_core.scoring.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
 from snm_core.scoring.layouts.npy import NpyWriter, load_checked, rebuild_remedy
+from snm_core.scoring.layouts import trie_loops
 from snm_core.scoring.layouts.trie_build import SCRATCH, ExternalTrie
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
@@ -50,6 +51,9 @@ SMALL_FILES = ("bits", "block_keys", "block_offsets", "order_blocks", "order_ent
                "code_base", "code_symbols", "level_values", "word_rank", "seen_words")
 #: Built on load (:func:`load_small`): each tag's empty-context entries by word rank.
 FIRST_ORDER = ("first_entry", "first_value", "first_m_star")
+#: The fields of an entry, each with a code per order: code id = 4 * (order - 1) + field
+#: (context step, word gap, word, value; trie_loops.c reads them so).
+FIELDS = 4
 _FIELD_COLUMNS = 5  # step code, step escape, word code, gap escape, value code
 
 
@@ -188,7 +192,7 @@ def _write_small(trie, manifest, directory):
     """Each position's entries in two passes (the codes' frequencies, then the codes),
     every array written in order."""
     # numba: loaded by building (and scoring) only
-    from snm_core.scoring.layouts import trie_build_kernels, trie_kernels
+    from snm_core.scoring.layouts import trie_build_kernels
     chunk = max(BLOCK_ENTRIES, trie.plan.chunk_entries // BLOCK_ENTRIES * BLOCK_ENTRIES)
     writers = {name: NpyWriter(os.path.join(directory, name + ".npy"), dtype) for name, dtype in (
         ("bits", np.uint64), ("block_keys", np.int64), ("block_offsets", np.int64),
@@ -222,7 +226,7 @@ def _write_small(trie, manifest, directory):
             positions[1:] += position
             end = int(positions[-1] + entry_bits[-1])
             first_word = position // 64
-            stream = trie_kernels.pack(fields, lengths, positions - 64 * first_word,
+            stream = trie_build_kernels.pack(fields, lengths, positions - 64 * first_word,
                                        (end + 63) // 64 - first_word)
             stream[0] |= pending
             full = end // 64 - first_word
@@ -274,7 +278,6 @@ def load_small(compact_dir, compact, vocabulary_size, mmap=True):
     """The arrays of a local small-layout ``compact/`` directory, each checked (dtype,
     shape): a damaged one is an :class:`SnmInputError` naming it; and
     :data:`FIRST_ORDER`, the empty context's entries decoded."""
-    from snm_core.scoring.layouts.trie_kernels import FIELDS
     orders = compact["tags"] * (compact["max_n"] + 1)
     codes = (FIELDS * orders, huffman.MAX_CODE_BITS + 1)
     expected = {"order_blocks": (np.int64, orders + 2), "order_entries": (np.int64, orders + 1),
@@ -292,23 +295,12 @@ def load_small(compact_dir, compact, vocabulary_size, mmap=True):
         and len(a["span_sum"]) == len(a["span_context"])
         and a["block_offsets"].max(initial=0) < 64 * len(a["bits"])), mmap, remedy)
     # Every event looks its word up in the empty context: decoded once, here.
-    from snm_core.scoring.layouts import trie_kernels  # numba: loaded by scoring only
-    *first_order, intact = trie_kernels.small_first_order(
-        compact["tags"], compact["max_n"], _stored_tables(arrays, compact))
+    *first_order, intact = trie_loops.small_first_order(
+        compact["tags"], compact["max_n"], trie_loops.Tables.of_small(arrays, compact))
     if not intact:
         raise SnmInputError(f"{compact_dir}: bits.npy decodes to a word outside the "
                             f"vocabulary; {remedy}")
     return {**arrays, **dict(zip(FIRST_ORDER, first_order))}
-
-
-def _stored_tables(arrays, compact):
-    """The stored arrays and settings in the order the compiled lookups take them."""
-    return tuple(arrays[name] for name in (
-        "bits", "block_keys", "block_offsets", "order_blocks", "order_entries",
-        "span_context", "span_sum", "order_spans")) + (
-        np.int64(compact["radix"]), np.int64(compact["block_entries"]),
-        np.int64(compact["escape"])) + tuple(arrays[name] for name in (
-            "code_limit", "code_first", "code_base", "code_symbols", "level_values"))
 
 
 class SmallModel(TrieScoring):
@@ -316,7 +308,5 @@ class SmallModel(TrieScoring):
 
     def __init__(self, manifest, vocab, compact, arrays):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
-        from snm_core.scoring.layouts import trie_kernels  # numba: loaded by scoring only
-        self._event_sums = trie_kernels.event_sums
-        self._tables = _stored_tables(arrays, compact)
-        self._tables += tuple(arrays[name] for name in FIRST_ORDER)
+        self._tables = trie_loops.Tables.of_small(arrays, compact,
+                                               [arrays[name] for name in FIRST_ORDER])

@@ -27,6 +27,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.scoring.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
 from snm_core.scoring.layouts.npy import NpyWriter, load_checked, rebuild_remedy
 from snm_core.scoring.layouts.sorted_runs import SortedRuns
+from snm_core.scoring.layouts import trie_loops
 from snm_core.scoring.layouts.trie_build import SCRATCH, ExternalTrie
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
@@ -200,6 +201,4 @@ class TrieModel(TrieScoring):
 
     def __init__(self, manifest, vocab, compact, arrays):
         super().__init__(manifest, vocab, compact, arrays["seen_words"], arrays["word_rank"])
-        from snm_core.scoring.layouts import trie_kernels  # numba: loaded by scoring only
-        self._event_sums = trie_kernels.event_sums
-        self._tables = tuple(arrays[name] for name in TRIE_FILES[:5]) + (arrays["first_order"],)
+        self._tables = trie_loops.Tables.of_trie(arrays, compact)

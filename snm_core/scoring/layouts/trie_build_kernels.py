@@ -1,6 +1,8 @@
 """Compiled loops (numba) of building the trie layouts by external sort
 (:mod:`snm_core.scoring.layouts.trie_build`): n-gram sort keys, the trie streamed from
-sorted n-grams, and the per-context records streamed from each order's entries.
+sorted n-grams, the per-context records streamed from each order's entries, and the
+small layout's bit streams (:func:`pack`: read most significant bit first, bit p is
+bit ``63 - p % 64`` of word ``p // 64``).
 
 An n-gram's sort key is one unsigned integer of ``width`` uint64 words, the most
 significant first: its tag in ``tag_bits`` bits, then one ``slot_bits`` field per
@@ -173,3 +175,45 @@ def spanning_runs(context, values, base, block, run_context, run_start, run_sum)
             run_context, run_start, run_sum = context[i], base + i, 0.0
         run_sum += values[i]
     return spans[:k], sums[:k], run_context, run_start, run_sum
+
+
+@numba.njit(nogil=True, cache=True)
+def pack(fields, lengths, positions, n_words):
+    """Write ``fields[i, f]`` (right-aligned, ``lengths[i, f]`` bits, up to 64) of every
+    entry i from bit ``positions[i]`` on, field after field; returns the stream."""
+    bits = np.zeros(n_words, dtype=np.uint64)
+    for i in range(fields.shape[0]):
+        pos = positions[i]
+        for f in range(fields.shape[1]):
+            n = lengths[i, f]
+            if n:
+                _put(bits, pos, fields[i, f], n)
+                pos += n
+    return bits
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _put(bits, pos, value, n):
+    word = pos >> 6
+    free = 64 - (pos & 63)
+    value = np.uint64(value)
+    if n <= free:
+        if n < 64:
+            value &= (np.uint64(1) << np.uint64(n)) - np.uint64(1)
+        bits[word] |= value << np.uint64(free - n)
+    else:
+        bits[word] |= value >> np.uint64(n - free)
+        bits[word + 1] |= value << np.uint64(64 - (n - free))
+
+
+@numba.njit(nogil=True, cache=True)
+def run_sums(values, starts, ends):
+    """Sum of ``values[starts[i]:ends[i]]`` for every i, added in order as the scorer
+    adds them (so a stored M* is bit for bit the one decoding would give)."""
+    sums = np.zeros(len(starts), dtype=np.float64)
+    for i in range(len(starts)):
+        total = 0.0
+        for j in range(starts[i], ends[i]):
+            total += values[j]
+        sums[i] = total
+    return sums

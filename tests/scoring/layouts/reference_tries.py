@@ -5,7 +5,7 @@ external build (``snm_core.scoring.layouts.trie_build``) must equal byte for byt
 Nothing here calls the code it checks: the n-grams are read whole, each order's
 entries found with ``np.unique`` and ``np.searchsorted``, and every array made in one
 piece; only the Huffman codes (``huffman``, ``small._Codes``), the bit packer and the
-in-order sums (``trie_kernels``) are shared, and they have their own tests.
+in-order sums (``trie_build_kernels``) are shared, and they have their own tests.
 """
 
 import dataclasses
@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 from support import paper
 
-from snm_core.scoring.layouts import small, trie, trie_kernels
+from snm_core.scoring.layouts import small, trie, trie_build_kernels
 from snm_core.scoring.layouts.ngram_trie import ngram_span
 
 
@@ -182,7 +182,7 @@ def small_arrays(model_dir, manifest):
         positions = np.zeros(len(keys), dtype=np.int64)
         np.cumsum(entry_bits[:-1], out=positions[1:])
         total = int(positions[-1] + entry_bits[-1])
-        streams.append(trie_kernels.pack(fields, lengths, positions, (total + 63) // 64))
+        streams.append(trie_build_kernels.pack(fields, lengths, positions, (total + 63) // 64))
         block_keys.append(keys[::BLOCK_ENTRIES])
         block_offsets.append(positions[::BLOCK_ENTRIES] + bit_base)
         bit_base += 64 * len(streams[-1])
@@ -190,7 +190,7 @@ def small_arrays(model_dir, manifest):
         contexts, starts, ends = trie.context_runs(p)
         spanning = starts // BLOCK_ENTRIES != (ends - 1) // BLOCK_ENTRIES
         spans.append(contexts[spanning])
-        span_sums.append(trie_kernels.run_sums(rounded, starts[spanning], ends[spanning]))
+        span_sums.append(trie_build_kernels.run_sums(rounded, starts[spanning], ends[spanning]))
         del fields, lengths
     streams.append(np.zeros(2, dtype=np.uint64))  # readers look up to 64 bits ahead
     order_entries = [0] + [len(k) for k in trie.keys]
@@ -234,7 +234,7 @@ def trie_arrays(model_dir, manifest):
         start[contexts] = starts
         starts_by_order.append(np.minimum.accumulate(start[::-1])[::-1])
         sums = np.zeros(n_contexts + 1)
-        sums[contexts] = trie_kernels.run_sums(trie_.values[p].astype(np.float64), starts, ends)
+        sums[contexts] = trie_build_kernels.run_sums(trie_.values[p].astype(np.float64), starts, ends)
         m_star.append(sums)
     distinct, index = np.unique(np.concatenate(m_star), return_inverse=True)
     context_type = next(t for t in trie.CONTEXT_TYPES

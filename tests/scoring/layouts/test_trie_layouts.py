@@ -4,7 +4,6 @@ about 10 and under 3 bytes a link, for n-gram models only."""
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ from support.runs import train_argv
 from snm.cli import main
 from snm_core.io.errors import SnmInputError
 from snm_core.scoring.compact import compile_model, load_model
-from snm_core.scoring.layouts import huffman, trie_kernels
+from snm_core.scoring.layouts import huffman, trie_build_kernels, trie_loops
 from snm_core.scoring.layouts import small as small_layout
 from snm_core.scoring.layouts.small import SmallModel
 from snm_core.scoring.layouts.trie import TrieModel
@@ -212,11 +211,10 @@ def test_huffman_codes_round_trip_and_are_optimal(frequencies, seed):
     fields = codes[symbols].reshape(-1, 1)
     bits = lengths[symbols].astype(np.uint8).reshape(-1, 1)
     positions = np.r_[0, np.cumsum(bits[:-1, 0], dtype=np.int64)]
-    stream = trie_kernels.pack(fields, bits, positions, int(bits.sum()) // 64 + 3)
-    limit, first, base = (a.reshape(1, -1) for a in (table.limit, table.first, table.base))
+    stream = trie_build_kernels.pack(fields, bits, positions, int(bits.sum()) // 64 + 3)
     pos = 0
     for symbol in symbols:
-        got, n = trie_kernels._decode(stream, pos, 0, limit, first, base, table.symbols)
+        got, n = trie_loops.decode(stream, pos, table)
         assert (got, n) == (symbol, lengths[symbol])
         pos += n
 
@@ -281,17 +279,16 @@ def test_entries_outside_the_vocabulary_are_refused(models, layout, tmp_path):
         load_model(str(copy))
 
 
-def test_a_second_process_scores_with_the_compiled_loop_cached(models, tmp_path):
-    """The scoring loop is compiled once and cached, not once per process that loads a
-    model (a loop whose cache key changed in every process took seconds a load)."""
-    script = ("import sys; from snm_core.scoring.compact import load_model; m = load_model(sys.argv[1]);"
-              "list(m.score_lines(['the verb1 noun3'], threads=1)); s = m._event_sums.stats;"
-              "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))")
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    runs = [subprocess.run([sys.executable, "-c", script, str(models[0]["trie"])], env=env,
-                           capture_output=True, text=True, check=True).stdout.split()
-            for _ in range(2)]
-    assert [tuple(map(int, r)) for r in runs] == [(0, 1), (1, 0)]
+@pytest.mark.parametrize("layout", ["trie", "small"])
+def test_scoring_a_trie_model_imports_no_numba(models, layout):
+    """Loading, scoring and a decoder's states on a trie or small model run in C: a process
+    that only scores pays no numba start (nearly a second) or memory."""
+    script = ("import sys, snm; m = snm.load(sys.argv[1]); "
+              "p, state = m.score_word(m.begin_state(), 'the'); "
+              "print(m.score('the verb1 noun3'), p + m.end_score(state), 'numba' in sys.modules)")
+    printed = subprocess.run([sys.executable, "-c", script, str(models[0][layout])],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert float(printed[0]) < 0 and float(printed[1]) < 0 and printed[2] == "False"
 
 
 def test_compact_converts_a_finished_model_and_keeps_its_card(models, tmp_path, capsys):
