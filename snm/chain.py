@@ -19,6 +19,7 @@ changes its manifest, so the stages after it run again too.  Under
 is not).
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -36,6 +37,7 @@ from snm.evaluation import FitProgress, evaluate, format_report
 from snm_core.fit.selection import fit_directory
 from snm_core.io import memory, storage, tables
 from snm_core.io.checkpoints import checkpoint
+from snm_core.io.disk_peak import DiskPeak
 from snm_core.io.errors import SnmStageError
 from snm_core.scoring.card import write_model_card
 from snm_core.stages import manifests
@@ -366,6 +368,7 @@ class Runner:
         self.plan, self.force = plan, force
         self.state_path = storage.join(plan.out, STATE)
         self.state = {}
+        self.peak_disk = None  # the run directory's largest size while a stage ran
         if storage.isfile(self.state_path) and not force:
             self.state = storage.read_json(self.state_path)
 
@@ -398,7 +401,8 @@ class Runner:
         if stage.kind is not None:  # a run killed in this stage left its unfinished files
             storage.remove_temporaries(plan.path(stage.name))
         try:
-            stage.run(plan)
+            with _disk_peak(plan.out) as disk:
+                stage.run(plan)
         except SnmStageError as e:  # a fault: name the stage it stopped
             message = str(e)
             raise SnmStageError(message if message.startswith(f"{stage.name}: ")
@@ -413,19 +417,34 @@ class Runner:
         # before it set the run's peak (what --memory must cover)
         self.state[stage.name] = {"signature": signature, "seconds": seconds,
                                   "summary": summary, "peak_rss_mib": round(peak_rss_mib())}
+        if disk is not None:
+            self.state[stage.name]["peak_disk_bytes"] = disk.bytes
+            self.peak_disk = max(self.peak_disk or 0, disk.bytes)
         storage.write_json(self.state, self.state_path)
         print(stage_line(stage.name, summary, seconds), flush=True)
 
     def summary(self, seconds):
         """The run's time and peak memory, and where its model and reports are."""
         plan = self.plan
-        print(stage_line("total", f"peak RSS of one process {peak_rss_mib():,.0f} MiB",
+        disk = "" if self.peak_disk is None else f", peak disk {memory.format_bytes(self.peak_disk)}"
+        print(stage_line("total", f"peak RSS of one process {peak_rss_mib():,.0f} MiB{disk}",
                          seconds))
         model = plan.path(plan.final)
         card = " (model_card.md)" if storage.exists(storage.join(model, "model_card.md")) else ""
         reports = [shown_path(storage.join(plan.out, name)) for name in (EVAL, PLOT)
                    if storage.exists(storage.join(plan.out, name))]
         print(", ".join([f"{'model':<7} {shown_path(model)}{card}"] + reports), flush=True)
+
+
+@contextlib.contextmanager
+def _disk_peak(out):
+    """A :class:`DiskPeak` of a local run directory (what the disk must hold: outputs and
+    scratch), None for one in object storage."""
+    if storage.is_remote(out):
+        yield None
+    else:
+        with DiskPeak(out) as disk:
+            yield disk
 
 
 def shown_path(path):
