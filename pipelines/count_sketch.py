@@ -5,6 +5,7 @@ leave out, before its scratch, what cannot reach its threshold.
 """
 
 import dataclasses
+import uuid
 
 import apache_beam as beam
 import numpy as np
@@ -83,9 +84,17 @@ class _SketchFilter:
 
 
 class SketchShard(beam.DoFn):
-    """TextShard -> ``(kind, path)`` of scratch files holding the sketches of its
+    """TextShard -> ``(kind, path)`` of scratch files holding the sketches of the
     thresholded feature or link keys (the first of the count's two passes over the
-    text)."""
+    text).
+
+    A worker keeps one sketch of each kind over all the shards it reads, and saves it
+    (atomically, over its earlier save) after each: its file then holds every shard it
+    has yielded, so the parts on disk are one a worker and kind, not one a shard (at
+    100M words a sketch is 1 GiB; a corpus of many files would fill the disk).  A retried
+    shard adds its keys again, which only raises an estimate: what is dropped early
+    stays what the exact filter drops, and the count's files are the same.
+    """
 
     def __init__(self, settings, sketch_files, parts, batch_bytes, encoding="utf-8"):
         self.settings, self.sketch_files, self.parts = settings, sketch_files, parts
@@ -98,9 +107,16 @@ class SketchShard(beam.DoFn):
         self.minimum = [f.minimum(self.extractor) for f in self.sketch_files]
         self.max_events = max(1, MAX_OCCURRENCES_PER_CHUNK
                               // self.extractor.max_windows_per_type)
+        self.counted = None  # this worker's sketches, made at its first shard
 
     def process(self, shard):
-        counted = [sketch.FeatureSketch(f.log2_cells, f.bits) for f in self.sketch_files]
+        if self.counted is None:
+            self.counted = [sketch.FeatureSketch(f.log2_cells, f.bits)
+                            for f in self.sketch_files]
+            worker = uuid.uuid4().hex
+            self.paths = [storage.join(self.parts, f"{f.kind}-{worker}.sketch")
+                          for f in self.sketch_files]
+        counted = self.counted
         for batch in self.reader.batches(shard):
             sentences, _, _ = tokenize(batch.lines, self.vocab)
             for chunk in sentences.chunks(self.max_events):
@@ -108,18 +124,17 @@ class SketchShard(beam.DoFn):
                     for file, minimum, cells in zip(self.sketch_files, self.minimum, counted):
                         if events.num_pairs and minimum[events.type[0]] > 1:
                             cells.add(file.keys(events))
-        for file, cells in zip(self.sketch_files, counted):
-            path = storage.join(self.parts,
-                                f"{file.kind}-{shard.file:05d}-{shard.shard:05d}.sketch")
+        for file, cells, path in zip(self.sketch_files, counted, self.paths):
             cells.save(path)
             yield file.kind, path
         running.release_memory()
 
 
 def merge_sketches(parts, sketch_files):
-    """The workers' sketches of each kind summed into its file (CallOnce); parts removed."""
+    """The workers' sketches of each kind summed into its file (CallOnce); parts removed.
+    A worker's file is named by each shard it read: once is summed."""
     for file in sketch_files:
-        paths = sorted(path for kind, path in parts if kind == file.kind)
+        paths = sorted({path for kind, path in parts if kind == file.kind})
         sketch.merge_files(paths, file.path, file.log2_cells, file.bits)
         for path in paths:
             storage.remove_file(path)

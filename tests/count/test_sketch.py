@@ -82,3 +82,48 @@ def test_a_count_is_the_same_bytes_whatever_the_sketch(tmp_path, monkeypatch):
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "default", tmp_path / "tiny", names,
                                                shallow=False)
     assert len(match) == 8 and not mismatch and not errors
+
+
+def test_a_worker_keeps_one_sketch_file_over_its_shards(tmp_path):
+    """The first pass saves one sketch a worker and kind, whatever the number of shards it
+    reads (at 100M words a sketch is 1 GiB: one a shard filled the disk), and that file
+    holds the sum of its shards' sketches, which the merge adds once."""
+    from support.counts import write_lines
+
+    from pipelines import count_directory
+    from pipelines.count import _Extractor
+    from pipelines.count_sketch import SketchFile, SketchShard, merge_sketches
+    from pipelines.reading import TextShard
+    from snm_core.count import continuation, thresholds
+    from snm_core.text import synthetic
+    from snm_core.text.config import load_config
+    from snm_core.text.vocab import Vocabulary
+    sentences = synthetic.generate(300, seed=3)
+    texts = [write_lines(str(tmp_path / f"train{i}.txt"), sentences[i::3]) for i in range(3)]
+    vocab = Vocabulary(sorted({w for s in sentences for w in s.split()}))
+    vocab_path = str(tmp_path / "vocab.txt")
+    vocab.save(vocab_path)
+    config = load_config("skip5gram")
+    settings = _Extractor(config.to_text(), [""], vocab_path,
+                          count_directory.share_vocabulary(vocab_path, vocab))
+    skip = thresholds.parse(["skip=2"], config.feature_types(), continuation.parent_types(config))
+    files = [SketchFile(kind, str(tmp_path / f"{kind}.sketch"), 12, 2, skip)
+             for kind in ("features", "links")]
+    shards = [TextShard(0, path, file=i) for i, path in enumerate(texts)]
+
+    def sketched(shards, name):
+        parts = tmp_path / name
+        parts.mkdir()
+        worker = SketchShard(settings, files, str(parts), 1 << 12)
+        worker.setup()
+        yielded = [out for shard in shards for out in worker.process(shard)]
+        return yielded, sorted(os.listdir(parts))
+
+    yielded, on_disk = sketched(shards, "one-worker")
+    assert len(yielded) == 6 and len(on_disk) == 2 and len({p for _, p in yielded}) == 2
+    separately = [sketched([shard], f"shard{i}") for i, shard in enumerate(shards)]
+    for file in files:
+        merge_sketches(yielded, [file])
+        once = np.fromfile(file.path, np.uint8)
+        merge_sketches([part for parts, _ in separately for part in parts], [file])
+        assert np.array_equal(once, np.fromfile(file.path, np.uint8)) and once.any()
