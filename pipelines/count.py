@@ -27,6 +27,7 @@ and written the plain way.
 
 import dataclasses
 import logging
+import pickle
 from typing import Optional
 
 import apache_beam as beam
@@ -43,6 +44,7 @@ from snm_core.count.budget import (
     COUNT_BATCH_BYTES,
     MAX_OCCURRENCES_PER_CHUNK,
     MERGE_CHUNK_ROWS,
+    passes_for_disk,
     plan_memory,
 )
 from snm_core.io import losscheck, storage, tables
@@ -98,13 +100,17 @@ class ExtractLinkPartials(beam.DoFn):
     """
 
     def __init__(self, settings, num_buckets, flush_links, shuffle, batch_bytes,
-                 encoding="utf-8", sketches=()):
+                 encoding="utf-8", sketches=(), buckets=None, stage="count"):
         self.settings = settings
         self.sketch_files = tuple(sketches)
         self.num_buckets = num_buckets
+        # One pass of several (CountOptions.passes): the buckets it sends, and whether it
+        # reports the text's statistics (the first pass does, for all of them).
+        self.buckets = buckets or (0, num_buckets)
+        self.text_stats = self.buckets[0] == 0
         self.flush_links = flush_links
         self.shuffle = shuffle
-        self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress("count"))
+        self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress(stage))
         self.counters = {name: running.counter(name) for name in STAT_NAMES + BELOW_THRESHOLD}
 
     def setup(self):
@@ -155,12 +161,14 @@ class ExtractLinkPartials(beam.DoFn):
                         yield from self._send(links, features)
                         links, features, pending = [], [], 0
                         checkpoint("count.flushed")  # fault tests stop a worker here
-            for name, value in batch_stats.items():
-                self.counters[name].inc(value)
-            losscheck.add_totals(stats, batch_stats)
+            if self.text_stats:
+                for name, value in batch_stats.items():
+                    self.counters[name].inc(value)
+                losscheck.add_totals(stats, batch_stats)
         summed_links, summed_features = shard_sums.partials()
         yield from self._send(links + summed_links, features + summed_features)
-        yield 0, ("stats", stats)
+        if self.text_stats:
+            yield 0, ("stats", stats)
         running.release_memory()
 
     def _send(self, links, features):
@@ -168,11 +176,14 @@ class ExtractLinkPartials(beam.DoFn):
             # Each partial is sorted by key, so its buckets are row ranges; the
             # shuffle writes every bucket's rows of all partials into one file.
             vocab_size = len(self.vocab)
-            payloads = self.shuffle.send_cut({
-                group: [counting.cut_by_bucket(counting.to_scratch(p, group, vocab_size),
-                                               self.num_buckets) for p in partials]
-                for group, partials in (("links", links), ("features", features))},
-                by_bucket=True)
+            cuts = {group: [counting.cut_by_bucket(counting.to_scratch(p, group, vocab_size),
+                                                   self.num_buckets) for p in partials]
+                    for group, partials in (("links", links), ("features", features))}
+            lo, hi = self.buckets
+            rows = sum(np.diff(bounds[lo:hi + 1]) for parts in cuts.values()
+                       for _, bounds in parts)
+            payloads = self.shuffle.send_cut(cuts, buckets=(lo + np.flatnonzero(rows)).tolist(),
+                                             by_bucket=True)
             for bucket, payload in payloads.items():
                 yield bucket, ("part", payload)
 
@@ -186,7 +197,7 @@ class MergeBucket(beam.DoFn):
     """
 
     def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None,
-                 min_link_count=None, partial=None):
+                 min_link_count=None, partial=None, stage="count", buckets=None):
         self.settings = settings
         self.partial = partial  # (lower, cut, widths): snm_core.count.size_thresholds
         self.min_feature_count = min_feature_count or {}
@@ -196,7 +207,8 @@ class MergeBucket(beam.DoFn):
         self.shuffle = shuffle
         self.merge_rows = merge_rows
         self.features_counter = running.counter("features")
-        self.progress = running.worker_progress("count", "buckets merged", "bucket", num_buckets)
+        lo, hi = buckets or (0, num_buckets)
+        self.progress = running.worker_progress(stage, "buckets merged", "bucket", hi - lo)
 
     def setup(self):
         running.configure_allocators()
@@ -258,14 +270,13 @@ class WriteLinks(beam.DoFn):
     """``(bucket, parts)`` -> the bucket's links file with continuation counts (the names
     read ``merge_rows`` at a time at most); yields totals."""
 
-    def __init__(self, out, num_buckets, shuffle, merge_rows):
+    def __init__(self, out, num_buckets, shuffle, merge_rows, stage="count"):
         self.out = out
         self.num_buckets = num_buckets
         self.shuffle = shuffle
         self.merge_rows = merge_rows
         self.links_counter = running.counter("links")
-        self.progress = running.worker_progress("count", "buckets written", "bucket",
-                                                num_buckets)
+        self.progress = running.worker_progress(stage, "buckets written", "bucket", num_buckets)
 
     def setup(self):
         running.configure_allocators()
@@ -350,12 +361,19 @@ class CountLinks(beam.PTransform):
         (:mod:`snm_core.count.thresholds`)
     sketches : count_sketch.SketchFile s, the thresholded types' sketches (what cannot reach its
         threshold goes before it is summed or sent)
+    buckets : (first, end) of the buckets this pass counts (default all), of several passes
+        over the text (:func:`bucket_passes`); such a pass stops after the merge: its output
+        is the merged buckets' elements, which :class:`WriteCountedLinks` takes once every
+        pass is done (a bucket's continuation counts come from buckets of any pass)
+    stage : the name its progress shows
     """
 
     def __init__(self, settings, out, num_buckets, flush_links, batch_bytes, shuffle,
                  reference=False, add_to=None, merge_rows=MERGE_CHUNK_ROWS, encoding="utf-8",
-                 min_feature_count=None, sketches=(), min_link_count=None):
+                 min_feature_count=None, sketches=(), min_link_count=None, buckets=None,
+                 stage="count"):
         super().__init__()
+        self.buckets, self.stage = buckets, stage
         self.min_feature_count = min_feature_count
         self.min_link_count = min_link_count
         self.sketches = tuple(sketches)
@@ -375,23 +393,57 @@ class CountLinks(beam.PTransform):
         else:
             partials = shards | "ExtractLinkPartials" >> beam.ParDo(ExtractLinkPartials(
                 self.settings, self.num_buckets, self.flush_links, self.shuffle,
-                self.batch_bytes, self.encoding, self.sketches))
+                self.batch_bytes, self.encoding, self.sketches, self.buckets, self.stage))
         if self.add_to:
             existing = (shards.pipeline
                         | "ExistingBuckets" >> beam.Create(list(range(self.num_buckets)))
                         | "ReadExisting" >> beam.ParDo(ReadCountBucket(
                             self.settings, self.add_to, self.num_buckets, self.shuffle)))
             partials = (partials, existing) | "WithExisting" >> beam.Flatten()
-        return (partials
-                | "GroupByBucket" >> beam.GroupByKey()
-                | "MergeBuckets" >> beam.ParDo(MergeBucket(self.settings, self.out,
-                                                           self.num_buckets, self.shuffle,
-                                                           self.merge_rows,
-                                                           self.min_feature_count,
-                                                           self.min_link_count))
+        merged = (partials
+                  | "GroupByBucket" >> beam.GroupByKey()
+                  | "MergeBuckets" >> beam.ParDo(MergeBucket(
+                      self.settings, self.out, self.num_buckets, self.shuffle, self.merge_rows,
+                      self.min_feature_count, self.min_link_count, stage=self.stage,
+                      buckets=self.buckets)))
+        if self.buckets is not None:
+            return merged
+        return merged | "Write" >> WriteCountedLinks(self.out, self.num_buckets, self.shuffle,
+                                                     self.merge_rows, self.stage)
+
+
+class WriteCountedLinks(beam.PTransform):
+    """The merged buckets' elements (:class:`MergeBucket`'s) -> each bucket's links file with
+    its continuation counts; output: each bucket's totals dict."""
+
+    def __init__(self, out, num_buckets, shuffle, merge_rows, stage="count"):
+        super().__init__()
+        self.out, self.num_buckets, self.shuffle = out, num_buckets, shuffle
+        self.merge_rows, self.stage = merge_rows, stage
+
+    def expand(self, merged):
+        return (merged
                 | "GroupByLinkBucket" >> beam.GroupByKey()
                 | "WriteLinks" >> beam.ParDo(WriteLinks(self.out, self.num_buckets, self.shuffle,
-                                                        self.merge_rows)))
+                                                        self.merge_rows, self.stage)))
+
+
+def bucket_passes(num_buckets, passes):
+    """The buckets of each of ``passes`` passes over the text: ``[(first, end), ...]``,
+    equal shares of the key ranges (at most one pass a bucket)."""
+    passes = max(1, min(passes, num_buckets))
+    cuts = [num_buckets * i // passes for i in range(passes + 1)]
+    return list(zip(cuts, cuts[1:]))
+
+
+def _keep_merged(elements, path):
+    """A pass's merged buckets' elements (paths and row counts of scratch parts, and
+    totals), written to ``path`` for the step that writes the links files."""
+    storage.write_bytes(pickle.dumps(elements, protocol=pickle.HIGHEST_PROTOCOL), path)
+
+
+def _read_merged(path):
+    return pickle.loads(storage.read_bytes(path))
 
 
 def _previous_counts(args, config, tags):
@@ -543,6 +595,8 @@ class CountOptions:
     skip_invalid: bool = False
     min_feature_count: tuple = ()  # [TYPES=]N specs (snm_core.count.thresholds)
     min_link_count: tuple = ()  # [TYPES=]N specs
+    passes: Optional[int] = None  # passes over the text, each a share of the buckets; None:
+    # as many as the scratch's free disk needs (budget.passes_for_disk)
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
@@ -572,6 +626,11 @@ class CountOptions:
                                     "intact until the new ones are complete")
         if self.shuffle not in MODES:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
+        if self.passes is not None and self.passes < 1:
+            raise SnmInputError("--passes must be at least 1")
+        if (self.passes or 1) > 1 and (self.add_to or self.reference):
+            raise SnmInputError("--passes counts the text in several passes on the fast "
+                                "path only: drop --passes, or --add_to and --reference")
 
 
 def run(args, beam_args=(), summary=True):
@@ -610,23 +669,49 @@ def run(args, beam_args=(), summary=True):
 
     scratch = scratch_directory(args.out, args.scratch, running.workers_are_local(beam_args))
     sketch_files = ()
+    thresholded = bool(min_feature_count or min_link_count)
+    passes = args.passes or (1 if args.add_to or args.reference else passes_for_disk(
+        words * per_event, thresholded, storage.free_bytes(scratch)))
+    ranges = bucket_passes(args.num_buckets, passes)
+    shuffle = (args.shuffle, scratch)
+
+    def manifest_step(shards):
+        return running.CallOnce(write_manifest, args.out, args.num_buckets, config, tags,
+                                len(vocab), fingerprint, sources, [s.name for s in shards],
+                                scratch, previous, args.encoding, args.skip_invalid,
+                                min_feature_count, min_link_count)
+
+    def count_links(p, buckets=None, stage="count"):
+        return CountLinks(settings, args.out, args.num_buckets, args.flush_links,
+                          args.batch_bytes,
+                          ArrayShuffle(*shuffle, release=runners.kind(p.options) == "local"),
+                          args.reference, args.add_to, plan.merge_rows, args.encoding,
+                          min_feature_count, sketch_files, min_link_count, buckets, stage)
 
     def build(p):
         shards = reading.text_shards(files, p.options)
         _ = (p
              | "ListShards" >> beam.Create(shards)
-             | "Count" >> CountLinks(settings, args.out, args.num_buckets, args.flush_links,
-                                     args.batch_bytes,
-                                     ArrayShuffle(args.shuffle, scratch,
-                                                  release=runners.kind(p.options) == "local"),
-                                     args.reference, args.add_to, plan.merge_rows,
-                                     args.encoding, min_feature_count, sketch_files,
-                                     min_link_count)
-             | "WriteManifest" >> running.CallOnce(write_manifest, args.out, args.num_buckets,
-                                                  config, tags, len(vocab), fingerprint,
-                                                  sources, [s.name for s in shards], scratch,
-                                                  previous, args.encoding, args.skip_invalid,
-                                                  min_feature_count, min_link_count))
+             | "Count" >> count_links(p)
+             | "WriteManifest" >> manifest_step(shards))
+
+    def build_pass(p, number, buckets, merged_path):
+        """Pass ``number`` of several: its buckets merged, their elements kept in scratch."""
+        stage = f"count: pass {number + 1} of {len(ranges)}"
+        _ = (p
+             | "ListShards" >> beam.Create(reading.text_shards(files, p.options))
+             | "Count" >> count_links(p, buckets, stage)
+             | "KeepMerged" >> running.CallOnce(_keep_merged, merged_path))
+
+    def build_written(p, merged_paths):
+        """After the passes: every bucket's links file with its continuation counts."""
+        merged = [element for path in merged_paths for element in _read_merged(path)]
+        _ = (p
+             | "Merged" >> beam.Create(merged)
+             | "Write" >> WriteCountedLinks(args.out, args.num_buckets,
+                                            ArrayShuffle(*shuffle, release=runners.kind(
+                                                p.options) == "local"), plan.merge_rows)
+             | "WriteManifest" >> manifest_step(reading.text_shards(files, p.options)))
 
     try:
         # With --add_to the old counts' features are not in a sketch of the new text:
@@ -635,9 +720,22 @@ def run(args, beam_args=(), summary=True):
             sketch_files = count_sketches(args, beam_args, settings, files, scratch,
                                           min_feature_count, min_link_count, budget, workers,
                                           words * per_event)
-        metrics = running.run_pipeline(beam_args, build, "count",
-                                       shared_paths=[args.out, scratch],
-                                       text=[path for _, path in files])
+        text = [path for _, path in files]
+        if len(ranges) == 1:
+            metrics = running.run_pipeline(beam_args, build, "count",
+                                           shared_paths=[args.out, scratch], text=text)
+        else:
+            merged_paths = []
+            for number, buckets in enumerate(ranges):
+                merged_paths.append(storage.join(scratch, f"merged-{number:03d}.pickle"))
+                pass_metrics = running.run_pipeline(
+                    beam_args, lambda p: build_pass(p, number, buckets, merged_paths[-1]),
+                    f"count: pass {number + 1} of {len(ranges)}",
+                    shared_paths=[args.out, scratch], text=text)
+                if number == 0:  # the text's statistics: the first pass reports them
+                    metrics = pass_metrics
+            running.run_pipeline(beam_args, lambda p: build_written(p, merged_paths),
+                                 "count: links", shared_paths=[args.out, scratch])
     except BaseException:
         ArrayShuffle("files", scratch).cleanup()  # a failed count's parts are of no use
         raise

@@ -44,6 +44,11 @@ def build_parser():
                         help="where the 'files' shuffle writes its parts (default: OUT/_scratch, "
                              "or TMPDIR for an object-storage OUT on a local runner); on a "
                              "cluster a path every worker reads, e.g. s3://bucket/tmp")
+    parser.add_argument("--passes", type=int,
+                        help="passes over the text, each counting a share of the buckets, so "
+                             "that one pass's scratch is that share of the whole (default: "
+                             "as many as half the scratch's free disk needs; 1 on object "
+                             "storage)")
     parser.add_argument("--reference", action="store_true",
                         help="count with one Beam element per occurrence (slow; for tests)")
     return parser

@@ -49,6 +49,29 @@ OCCURRENCE_BYTES = 35
 MERGE_PARTIAL_BYTES = 100
 
 
+#: Scratch bytes a feature occurrence of the text makes (its partial rows, narrow and
+#: summed per batch), without and with thresholds (whose sketch leaves out what cannot
+#: reach them): the upper end of what kernel and sampled text measured (benchmarks/README,
+#: "The count's scratch").
+SCRATCH_BYTES_PER_OCCURRENCE = 30
+THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE = 17
+#: The share of the free disk one pass's scratch may take: the buckets it writes, and the
+#: merged buckets of the passes before it, are beside it.
+SCRATCH_SHARE_OF_FREE_DISK = 0.5
+
+
+def passes_for_disk(occurrences, thresholded, free_bytes):
+    """Passes over the text a count makes so that one pass's scratch (its share of the
+    buckets) fits the free disk: 1 where it does, or where the free disk is unknown
+    (object storage)."""
+    if free_bytes is None:
+        return 1
+    per_occurrence = (THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE if thresholded
+                      else SCRATCH_BYTES_PER_OCCURRENCE)
+    room = max(1, int(free_bytes * SCRATCH_SHARE_OF_FREE_DISK))
+    return max(1, -(-occurrences * per_occurrence // room))
+
+
 @dataclasses.dataclass(frozen=True)
 class CountPlan:
     """The count's sizes: key-range buckets, the links a worker holds before a flush, and

@@ -560,6 +560,17 @@ def remove_file(path):
         fs.delete_file(inner)
 
 
+def free_bytes(path):
+    """Free bytes of the local file system that holds (or will hold) ``path``; None for
+    object storage."""
+    if is_remote(path):
+        return None
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free
+
+
 def remove_tree(directory):
     """Delete a directory and everything under it, if it exists."""
     if not is_remote(directory):

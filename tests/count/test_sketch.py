@@ -127,3 +127,28 @@ def test_a_worker_keeps_one_sketch_file_over_its_shards(tmp_path):
         once = np.fromfile(file.path, np.uint8)
         merge_sketches([part for parts, _ in separately for part in parts], [file])
         assert np.array_equal(once, np.fromfile(file.path, np.uint8)) and once.any()
+
+
+def test_a_count_in_passes_is_the_count_in_one(tmp_path):
+    """A count whose scratch would not fit the disk reads the text once per share of the
+    buckets (--passes): the files are those of one pass, continuation counts included
+    (a bucket's come from the buckets of every pass), thresholded or not."""
+    from support.counts import write_lines
+
+    from snm.commands import count as count_cmd
+    from snm_core.text import synthetic
+    from snm_core.text.vocab import Vocabulary
+    sentences = synthetic.generate(400, seed=12)
+    text = write_lines(str(tmp_path / "train.txt"), sentences)
+    vocab = str(tmp_path / "vocab.txt")
+    Vocabulary(sorted({w for s in sentences for w in s.split()})).save(vocab)
+    for thresholds in ([], ["--min_feature_count", "skip=2", "--min_link_count", "skip=2"]):
+        argv = ["--config", "skip5gram", "--vocab", vocab, "--train", text,
+                "--num_buckets", "8", *thresholds]
+        outs = [tmp_path / f"{bool(thresholds)}-{n}" for n in (1, 3)]
+        for out, passes in zip(outs, (1, 3)):
+            assert count_cmd.main(argv + ["--out", str(out), "--passes", str(passes)]) == 0
+        names = sorted(os.listdir(outs[0]))
+        assert names == sorted(os.listdir(outs[1])) and len(names) == 18
+        match, mismatch, errors = filecmp.cmpfiles(*outs, names, shallow=False)
+        assert not mismatch and not errors
