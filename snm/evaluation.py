@@ -105,8 +105,9 @@ def load_checked(model_dir, unadjusted=False):
     return model
 
 
-#: What scoring holds besides the memory-mapped model: numba's compiled code, and a text
-#: read whole (its lines as Python strings, about this many times its bytes).
+#: What scoring holds besides the memory-mapped model: numba's compiled code (a log-linear
+#: model's scoring; an SNM's is C), and a text read whole (its lines as Python strings,
+#: about this many times its bytes).
 NUMBA_BYTES = 150 << 20
 TEXT_BYTES_FACTOR = 4
 

@@ -1,19 +1,24 @@
-"""The SNM language model: numpy, pyarrow, numba and a small C library (never imports
-apache_beam).  Subpackages, in the order of the papers' stages (DESIGN.md 1.1, 8):
+"""The SNM language model: numpy, pyarrow, C libraries and, where no C port is yet,
+numba (never imports apache_beam).  A folder a stage, in the order of the chain
+(DESIGN.md 1.1, 8):
 
-* ``io``: storage (local or object stores), Parquet tables, text files, run locks,
-  errors, memory, checkpoints, loss checks, array algorithms;
+* ``io``: infrastructure: storage (local or object stores), Parquet tables, text files,
+  run locks, errors, memory, checkpoints, loss checks, array algorithms;
 * ``text``: from text to features: configuration and presets, vocabulary, tokenising,
-  feature extraction, hashing, their numba twins, the synthetic corpus;
-* ``count``: counting: batch partials, the bucket merge, continuation counts;
-* ``fit``: the adjustment: small M, meta-features, the compiled problem, AdaGrad, the C
-  loops, choosing the variant and the epochs;
-* ``model``: applying the adjustment, scoring shared by every family, the model card,
-  the scoring arrays, ARPA, pruning, sampling text;
-* ``model.layouts``: the forms of the scoring arrays: hashed, trie and small, their
-  compiled loops, Huffman codes, one checked ``.npy`` loader;
-* ``loglinear``: the log-linear family with structured penalties;
-* ``stages``: typed stage directories (one manifest class a kind) and their checks.
+  feature extraction, hashing, the synthetic corpus;
+* ``stages``: typed stage directories (one manifest class a kind) and their checks;
+* ``count``: counting: batch partials, the bucket merge, continuation counts,
+  thresholds and their sketches;
+* ``join``: held-out events and small M;
+* ``fit``: the adjustment: meta-features, the compiled problem, AdaGrad, the C loops,
+  choosing the variant and the epochs;
+* ``apply``: the adjustment applied to the counts;
+* ``scoring``: scoring shared by every family, decoder states, the scoring arrays and
+  their ``layouts`` (hashed, packed, trie, small), the model card;
+* ``arpa``: the back-off form and the ARPA export;
+* ``prune``: pruning to a size;
+* ``sample``: text drawn from a model;
+* ``loglinear``: the log-linear family with structured penalties.
 """
 
 import os

@@ -6,7 +6,7 @@ AdaGrad) in one call on POSIX threads; the apply stage's M_fw of a count
 bucket; and the compact model's key index.  Python keeps the
 data and the order of work; ctypes releases the GIL during a call.
 
-Why C and not numba (which compiles the trie layouts' loops): a process that
+Why C and not numba (which the loops not yet ported still use): a process that
 imports numba holds more memory than a whole fit may use, and starts about 0.9 s
 later; this library is a few dozen KiB.  setup.py builds it
 as the extension ``snm_core.fit._kernels``.

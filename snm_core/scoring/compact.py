@@ -253,8 +253,7 @@ def read_model_tables(model_dir):
 
 def _trie_layouts(layout):
     """``{layout version: (files, load, scorer)}`` of the trie layouts; empty for a hashed
-    ``layout``, whose scoring does not import them (their loops are numba's, whose start
-    costs a process about a second)."""
+    ``layout``, whose scoring needs none of their modules."""
     if layout in hashed.READ_LAYOUTS or layout == hashed.PACKED_LAYOUT:
         return {}
     from snm_core.scoring.layouts import small, trie
