@@ -48,8 +48,8 @@ setup(
         # isal: gzip through Intel's ISA-L, which inflates several times as fast as
         # zlib; every local reader of a .gz corpus inflates all of it.
         "isal>=1.6",
-        # numba compiles the loops not yet ported to C (snm_core/io/native.py): the trie
-        # layouts' build, the back-off form and ARPA, sampling, the log-linear family.
+        # numba compiles the loops not yet ported to C (snm_core/io/native.py): the
+        # back-off form and ARPA, sampling, the log-linear family.
         "numba>=0.59",
         # scipy: L-BFGS-B (bounds W >= 0) fits the log-linear family's separable
         # penalties to their optimum (snm train --family loglinear --optimizer lbfgs).

@@ -108,7 +108,7 @@ def _build(model_dir, manifest, layout, directory, resources, options):
                 return hashed_build.build_hashed(model_dir, manifest, directory,
                                                  packed=layout == "packed", **resources,
                                                  **options)
-        from snm_core.scoring.layouts import small, trie, trie_build  # numba: the tries only
+        from snm_core.scoring.layouts import small, trie, trie_build
         builder = small.build_small if layout == "small" else trie.build_trie
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)

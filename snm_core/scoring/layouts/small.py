@@ -33,10 +33,9 @@ import numpy as np
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
-from snm_core.scoring.layouts import huffman
+from snm_core.scoring.layouts import huffman, trie_build_kernels, trie_loops
 from snm_core.scoring.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
 from snm_core.scoring.layouts.npy import NpyWriter, load_checked, rebuild_remedy
-from snm_core.scoring.layouts import trie_loops
 from snm_core.scoring.layouts.trie_build import SCRATCH, ExternalTrie
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
@@ -191,8 +190,6 @@ def build_small(model_dir, manifest, directory, memory=None, progress=None):
 def _write_small(trie, manifest, directory):
     """Each position's entries in two passes (the codes' frequencies, then the codes),
     every array written in order."""
-    # numba: loaded by building (and scoring) only
-    from snm_core.scoring.layouts import trie_build_kernels
     chunk = max(BLOCK_ENTRIES, trie.plan.chunk_entries // BLOCK_ENTRIES * BLOCK_ENTRIES)
     writers = {name: NpyWriter(os.path.join(directory, name + ".npy"), dtype) for name, dtype in (
         ("bits", np.uint64), ("block_keys", np.int64), ("block_offsets", np.int64),

@@ -24,10 +24,10 @@ import numpy as np
 
 from snm_core.io import storage
 from snm_core.io.errors import SnmInputError
+from snm_core.scoring.layouts import trie_build_kernels, trie_loops
 from snm_core.scoring.layouts.ngram_trie import TrieScoring, compact_manifest, order_starts
 from snm_core.scoring.layouts.npy import NpyWriter, load_checked, rebuild_remedy
 from snm_core.scoring.layouts.sorted_runs import SortedRuns
-from snm_core.scoring.layouts import trie_loops
 from snm_core.scoring.layouts.trie_build import SCRATCH, ExternalTrie
 
 #: Name of the layout in ``compact/manifest.json``, with its version.
@@ -70,8 +70,6 @@ def _write_trie(trie, manifest, directory):
     """The arrays, in order: each order's entries, and each context's record (where its
     entries start, the index of its M*, the float64 sum of their values, among the
     distinct M* sorted: an external sort of (M*, place))."""
-    from snm_core.scoring.layouts import trie_build_kernels  # numba: loaded by building only
-
     chunk = trie.plan.chunk_entries
     entry_type = _smallest(ENTRY_TYPES, trie.radix - 1, "word")
     entries = NpyWriter(os.path.join(directory, "entries.npy"), entry_type, trie.total)

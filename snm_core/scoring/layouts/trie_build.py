@@ -33,6 +33,7 @@ import numpy as np
 from snm_core.io import memory as memory_budget
 from snm_core.io import model_files
 from snm_core.io.errors import SnmInputError
+from snm_core.scoring.layouts import trie_build_kernels as kernels
 from snm_core.scoring.layouts.ngram_trie import ngram_span
 from snm_core.scoring.layouts.sorted_runs import SortedRuns
 
@@ -155,8 +156,6 @@ class ExternalTrie:
         the default budget's :meth:`~snm_core.io.memory.MemoryBudget.working`); ``progress`` (:class:`snm_core.io.progress.Progress`)
         advances by every link :data:`PROGRESS_PASSES` times, in the scan and in the
         stream."""
-        # numba: loaded by building only (a trie model is scored in C)
-        from snm_core.scoring.layouts import trie_build_kernels as kernels
         min_n, max_n = ngram_span(manifest, model_dir, layout)
         radix, tags = int(manifest["vocabulary_size"]), len(manifest["tags"])
         slots = max_n + 1
@@ -193,8 +192,6 @@ class ExternalTrie:
 
     def _stream(self, runs, tag_bits, slot_bits, progress, model_dir):
         """Append every order's entries to its files from the sorted n-grams."""
-        # numba: loaded by building only (a trie model is scored in C)
-        from snm_core.scoring.layouts import trie_build_kernels as kernels
         slots = self.max_n + 1
         state = {name: np.zeros(slots, np.int64) for name in ("digit", "ident", "count")}
         files, tag = [], -1

@@ -1,5 +1,6 @@
-/* The n-gram trie layouts' scoring loops, for snm_core/scoring/layouts/trie_loops.py,
- * which documents them and checks their arguments.
+/* The n-gram trie layouts' loops: scoring (snm_core/scoring/layouts/trie_loops.py) and
+ * the build (trie_build_kernels.py), whose modules document them and check their
+ * arguments.
  *
  * Both layouts store, per order, the entries (context, word) of the n-grams the model
  * has; an event's contexts are the entries found for the event before it (the forward
@@ -443,4 +444,200 @@ int64_t trie_advance(const Tables *t, const int64_t *context, const int32_t *wor
     shift_states(words, n, state_width, target, keep, new_words, length);
     free(keep);
     return 0;
+}
+
+/* --- the build ------------------------------------------------------------------------------ */
+
+/* An n-gram's sort key is `width` uint64 words, the most significant first: its tag in
+ * tag_bits bits, then one slot_bits field a word, oldest first, holding the word's rank
+ * plus one (0: no word).  A field is at most 63 bits. */
+static inline uint64_t get_field(const uint64_t *row, int64_t offset, int64_t bits) {
+    int64_t word = offset >> 6, end = (offset & 63) + bits;
+    uint64_t mask = ((uint64_t)1 << bits) - 1;
+    if (end <= 64) return (row[word] >> (64 - end)) & mask;
+    int64_t low = end - 64;
+    return ((row[word] << low) | (row[word + 1] >> (64 - low))) & mask;
+}
+
+static inline void set_field(uint64_t *row, int64_t offset, int64_t bits, uint64_t value) {
+    int64_t word = offset >> 6, end = (offset & 63) + bits;
+    if (end <= 64) {
+        row[word] |= value << (64 - end);
+    } else {
+        int64_t low = end - 64;
+        row[word] |= value >> low;
+        row[word + 1] |= value << (64 - low);
+    }
+}
+
+/* Sort keys (n_links, width; zeroed) of the n-grams of links: feature i (its words
+ * flat[offsets[i]:offsets[i + 1]], its tag) has diversity[i] links, in order, whose words
+ * are `target`.  Returns the longest feature's words (a feature of `slots` words or more
+ * has no key: the caller refuses it). */
+int64_t trie_gram_keys(const int64_t *offsets, const int32_t *flat, const int64_t *diversity,
+                       const int64_t *tag, int64_t n_features, const int32_t *target,
+                       const int64_t *rank, int64_t tag_bits, int64_t slot_bits, int64_t slots,
+                       int64_t width, uint64_t *keys) {
+    int64_t link = 0, longest = 0;
+    for (int64_t i = 0; i < n_features; i++) {
+        int64_t length = offsets[i + 1] - offsets[i];
+        if (length > longest) longest = length;
+        if (length >= slots) continue;
+        for (int64_t d = 0; d < diversity[i]; d++, link++) {
+            uint64_t *row = keys + link * width;
+            if (tag_bits) set_field(row, 0, tag_bits, (uint64_t)tag[i]);
+            for (int64_t j = 0; j < length; j++)
+                set_field(row, tag_bits + j * slot_bits, slot_bits,
+                          (uint64_t)(rank[flat[offsets[i] + j]] + 1));
+            set_field(row, tag_bits + length * slot_bits, slot_bits,
+                      (uint64_t)(rank[target[link]] + 1));
+        }
+    }
+    return longest;
+}
+
+/* The tag of each of n keys. */
+void trie_key_tags(const uint64_t *keys, int64_t n, int64_t width, int64_t tag_bits,
+                   int64_t *tags) {
+    for (int64_t i = 0; i < n; i++)
+        tags[i] = tag_bits ? (int64_t)get_field(keys + i * width, 0, tag_bits) : 0;
+}
+
+/* The trie entries that n sorted n-grams (`keys` of one tag, M `m`) add, order by order:
+ * entry (c, w) of order j + 1 goes to row j of out_keys (slots, capacity) as
+ * c * radix + rank(w), beside its value in out_values (M of the n-gram it is, else 0),
+ * out_count[j] of them.  digit[j], ident[j]: the field and entry index of order j + 1 of
+ * the last n-gram's path; count[j]: entries of order j + 1 so far; all carried from call
+ * to call.  An n-gram's entries are those of its path below the longest prefix it shares
+ * with the previous n-gram.  Returns how many n-grams equal the one before (none in a
+ * model). */
+int64_t trie_stream(const uint64_t *keys, const float *m, int64_t n, int64_t width,
+                    int64_t tag_bits, int64_t slot_bits, int64_t radix, int64_t *digit,
+                    int64_t *ident, int64_t *count, int64_t slots, int64_t *out_keys,
+                    float *out_values, int64_t capacity, int64_t *out_count) {
+    int64_t repeated = 0;
+    for (int64_t j = 0; j < slots; j++) out_count[j] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t *row = keys + i * width;
+        int new = 0;
+        int64_t length = 0;
+        for (int64_t j = 0; j < slots; j++) {
+            int64_t d = (int64_t)get_field(row, tag_bits + j * slot_bits, slot_bits);
+            if (d == 0) break;
+            length = j + 1;
+            if (!new && d == digit[j]) continue;
+            new = 1;
+            int64_t parent = j ? ident[j - 1] : 0;
+            out_keys[j * capacity + out_count[j]] = parent * radix + d - 1;
+            out_values[j * capacity + out_count[j]] = 0.0f;
+            out_count[j]++;
+            digit[j] = d;
+            ident[j] = count[j];
+            count[j]++;
+        }
+        if (new) out_values[(length - 1) * capacity + out_count[length - 1] - 1] = m[i];
+        else repeated++;
+        for (int64_t j = length; j < slots; j++) digit[j] = 0;
+    }
+    return repeated;
+}
+
+/* Each context's record from its order's entries, streamed: where its entries start (a
+ * context without entries: where the next context's do) and the float64 sum of their
+ * values, added in order.  `context`, `values`: n of the order's entries (sorted), the
+ * first of them entry `base`; from entry state[0] on.  state = {i, c, open_start, k}: c the
+ * next context to write, below `last`; open_start (-1: none yet) and *open_sum its
+ * entries so far.  Writes at most `capacity` records; k gets how many: context c stays
+ * open at the chunk's end (more of its entries may follow). */
+void trie_context_records(const int64_t *context, const float *values, int64_t n, int64_t base,
+                          int64_t last, int64_t *state, double *open_sum, int64_t *out_start,
+                          double *out_sum, int64_t capacity) {
+    int64_t i = state[0], c = state[1], open_start = state[2], k = 0;
+    double sum = *open_sum;
+    while (k < capacity && c < last) {
+        if (i < n && context[i] == c) {
+            if (open_start < 0) open_start = base + i;
+            sum += (double)values[i];
+            i++;
+            continue;
+        }
+        if (i == n) break;
+        out_start[k] = open_start >= 0 ? open_start : base + i;
+        out_sum[k] = sum;
+        k++;
+        c++;
+        open_start = -1;
+        sum = 0.0;
+    }
+    state[0] = i;
+    state[1] = c;
+    state[2] = open_start;
+    state[3] = k;
+    *open_sum = sum;
+}
+
+/* The contexts whose entries span blocks of `block` entries, streamed: `context` n of an
+ * order's entries (sorted) from entry `base` on, `values` their (rounded) values; run =
+ * {context (-1: none), start} and *run_sum the run open before the chunk, carried on.
+ * Writes the spanning contexts and their float64 sums in order; returns how many. */
+int64_t trie_spanning_runs(const int64_t *context, const double *values, int64_t n,
+                           int64_t base, int64_t block, int64_t *run, double *run_sum,
+                           int64_t *spans, double *sums) {
+    int64_t k = 0, run_context = run[0], run_start = run[1];
+    double sum = *run_sum;
+    for (int64_t i = 0; i < n; i++) {
+        if (context[i] != run_context) {
+            if (run_context >= 0 && run_start / block != (base + i - 1) / block) {
+                spans[k] = run_context;
+                sums[k] = sum;
+                k++;
+            }
+            run_context = context[i];
+            run_start = base + i;
+            sum = 0.0;
+        }
+        sum += values[i];
+    }
+    run[0] = run_context;
+    run[1] = run_start;
+    *run_sum = sum;
+    return k;
+}
+
+static inline void put_bits(uint64_t *bits, int64_t pos, uint64_t value, int64_t n) {
+    int64_t word = pos >> 6, free = 64 - (pos & 63);
+    if (n <= free) {
+        if (n < 64) value &= ((uint64_t)1 << n) - 1;
+        bits[word] |= value << (free - n);
+    } else {
+        bits[word] |= value >> (n - free);
+        bits[word + 1] |= value << (64 - (n - free));
+    }
+}
+
+/* Write fields[i, f] (right-aligned, lengths[i, f] bits, up to 64) of each of n entries
+ * from bit positions[i] on, field after field, into `bits` (zeroed). */
+void trie_pack(const uint64_t *fields, const uint8_t *lengths, const int64_t *positions,
+               int64_t n, int64_t n_fields, uint64_t *bits) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t pos = positions[i];
+        for (int64_t f = 0; f < n_fields; f++) {
+            int64_t length = lengths[i * n_fields + f];
+            if (length) {
+                put_bits(bits, pos, fields[i * n_fields + f], length);
+                pos += length;
+            }
+        }
+    }
+}
+
+/* The sum of values[starts[i]:ends[i]] for each of n runs, added in order as the scorer
+ * adds them (so a stored M* is bit for bit the one decoding would give). */
+void trie_run_sums(const double *values, const int64_t *starts, const int64_t *ends, int64_t n,
+                   double *sums) {
+    for (int64_t i = 0; i < n; i++) {
+        double total = 0.0;
+        for (int64_t j = starts[i]; j < ends[i]; j++) total += values[j];
+        sums[i] = total;
+    }
 }

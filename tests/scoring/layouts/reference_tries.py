@@ -5,7 +5,8 @@ external build (``snm_core.scoring.layouts.trie_build``) must equal byte for byt
 Nothing here calls the code it checks: the n-grams are read whole, each order's
 entries found with ``np.unique`` and ``np.searchsorted``, and every array made in one
 piece; only the Huffman codes (``huffman``, ``small._Codes``), the bit packer and the
-in-order sums (``trie_build_kernels``) are shared, and they have their own tests.
+in-order sums (``trie_build_kernels``, C) are shared, and they have their own tests
+(``test_trie_layouts``: against a string of bits and additions in order).
 """
 
 import dataclasses

@@ -307,3 +307,38 @@ def test_compact_converts_a_finished_model_and_keeps_its_card(models, tmp_path, 
             load_model(str(dirs[layout])), test))
     assert main(["compact", "--model", str(dirs["hashed"].parent / "counts"), "--layout",
                  "trie"]) == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 64).flatmap(lambda n: st.tuples(
+    st.integers(0, (1 << n) - 1), st.just(n))), min_size=1, max_size=40), st.integers(0, 200))
+def test_pack_writes_each_field_after_the_last(fields, start):
+    """The small layout's bit streams: each field (a value of its length's bits), most
+    significant bit first, after the last (against a string of bits)."""
+    values = np.array([[v] for v, _ in fields], np.uint64)
+    lengths = np.array([[n] for _, n in fields], np.uint8)
+    positions = start + np.r_[0, np.cumsum(lengths[:-1, 0], dtype=np.int64)]
+    n_words = (start + int(lengths.sum())) // 64 + 2
+    stream = trie_build_kernels.pack(values, lengths, positions, n_words)
+    expected = "0" * start + "".join(format(v, f"0{n}b") if n else "" for v, n in fields)
+    expected = expected.ljust(64 * n_words, "0")
+    assert "".join(format(int(w), "064b") for w in stream) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=50),
+       st.data())
+def test_run_sums_add_in_order(values, data):
+    """A stored M* is the sum the scorer makes: each run's values added left to right."""
+    n = len(values)
+    starts = np.array(data.draw(st.lists(st.integers(0, n), min_size=1, max_size=10)))
+    ends = np.minimum(n, starts + np.array(data.draw(st.lists(
+        st.integers(0, n), min_size=len(starts), max_size=len(starts)))))
+    expected = []
+    for lo, hi in zip(starts, ends):
+        total = 0.0
+        for v in values[lo:hi]:
+            total += v
+        expected.append(total)
+    got = trie_build_kernels.run_sums(np.array(values), starts, ends)
+    assert got.tolist() == expected
