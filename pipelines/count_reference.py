@@ -3,7 +3,7 @@
 The slow, plain form of the count: every (feature, word) occurrence is an
 element, summed by ``CombinePerKey(sum)``; each feature's identity is one of
 its occurrences'.  Its output is the partials the fast path's bucket merge
-takes (:class:`pipelines.count.CountLinks` wires it in place of
+takes (:class:`pipelines.count_links.CountLinks` wires it in place of
 ``ExtractLinkPartials``), so the files it writes are the fast path's.  It
 shares the tokenizer, the extraction and the merge with the fast path; the
 tests check both against the paper's definitions (``tests/support/paper.py``).

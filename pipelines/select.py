@@ -17,7 +17,7 @@ from typing import Optional
 import apache_beam as beam
 import numpy as np
 
-from pipelines import count as count_stage
+from pipelines import count_links
 from pipelines import count_directory, runners, running
 from pipelines.shuffle import ArrayShuffle, scratch_directory
 from snm_core.count import budget as count_budget
@@ -177,15 +177,15 @@ def run(options, beam_args=(), summary=True):
         shuffle = ArrayShuffle("files", scratch, release=runners.kind(p.options) == "local")
         _ = (p
              | "Buckets" >> beam.Create(list(range(source.num_buckets)))
-             | "ReadCount" >> beam.ParDo(count_stage.ReadCountBucket(
+             | "ReadCount" >> beam.ParDo(count_links.ReadCountBucket(
                  source_dir, options.count, source.num_buckets, shuffle, collapsed=True))
              | "GroupByBucket" >> beam.GroupByKey()
-             | "MergeBuckets" >> beam.ParDo(count_stage.MergeBucket(
+             | "MergeBuckets" >> beam.ParDo(count_links.MergeBucket(
                  source_dir, options.out, source.num_buckets, shuffle, plan.merge_rows,
                  source.min_feature_count, min_link_count,
                  partial and (partial[0], partial[1], widths)))
              | "GroupByLinkBucket" >> beam.GroupByKey()
-             | "WriteLinks" >> beam.ParDo(count_stage.WriteLinks(
+             | "WriteLinks" >> beam.ParDo(count_links.WriteLinks(
                  options.out, source.num_buckets, shuffle, plan.merge_rows))
              | "WriteManifest" >> running.CallOnce(write_manifest, options.out, source,
                                                    source.min_feature_count, min_link_count,

@@ -91,7 +91,7 @@ def test_a_worker_keeps_one_sketch_file_over_its_shards(tmp_path):
     from support.counts import write_lines
 
     from pipelines import count_directory
-    from pipelines.count import _Extractor
+    from pipelines.count_links import _Extractor
     from pipelines.count_sketch import SketchFile, SketchShard, merge_sketches
     from pipelines.reading import TextShard
     from snm_core.count import continuation, thresholds

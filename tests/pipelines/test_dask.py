@@ -14,7 +14,7 @@ from support import REPO, TESTS  # noqa: E402
 from support.checkpoints import wait_for  # noqa: E402
 from support.runs import SLOW_SCRIPTS, assert_same_run, normalized, train_argv  # noqa: E402
 
-from pipelines import count as count_stage  # noqa: E402
+from pipelines import count_links  # noqa: E402
 from snm import cli  # noqa: E402
 from snm.commands import count as count_cmd
 from snm.commands import train as train_cmd  # noqa: E402
@@ -61,7 +61,7 @@ def test_count_added_to_on_dask_matches_the_local_runner(corpus, cluster, tmp_pa
     assert_same_tree(tmp_path / "local", tmp_path / "dask")
 
 
-class EmitsFromFinishBundle(count_stage.ExtractLinkPartials):
+class EmitsFromFinishBundle(count_links.ExtractLinkPartials):
     """The count's extraction as it was: the last flush of a bundle emitted from
     ``finish_bundle``, which Beam's Dask runner drops."""
 
@@ -82,7 +82,7 @@ def test_a_runner_that_loses_outputs_fails_the_stage(corpus, cluster, tmp_path, 
                                                      capsys):
     """On the Dask runner, outputs emitted from finish_bundle vanish: the count that
     relied on them ends in one line naming the stage (exit 1), with no manifest."""
-    monkeypatch.setattr(count_stage, "ExtractLinkPartials", EmitsFromFinishBundle)
+    monkeypatch.setattr(count_links, "ExtractLinkPartials", EmitsFromFinishBundle)
     out = tmp_path / "lossy"
     status = cli.main(["count", "--config", "5gram", "--train", corpus["train"], "--min_count",
                        "1", "--num_buckets", "4", "--out", str(out)] + cluster.runner_options())

@@ -22,7 +22,7 @@ from apache_beam.testing import test_pipeline as beam_testing
 from apache_beam.testing.util import assert_that, equal_to
 from support import paper
 
-from pipelines import count as count_stage
+from pipelines import count_links
 from pipelines import count_directory, running
 from pipelines.apply import AdjustBucket
 from pipelines.count_reference import ReferenceLinkPartials
@@ -178,7 +178,7 @@ def count_settings(text, out):
     vocab = Vocabulary.load(text["vocab"])
     path = os.path.join(out, "vocab.txt")
     vocab.save(path)
-    return count_stage._Extractor(CONFIG, TAGS, path, vocab.fingerprint())
+    return count_links._Extractor(CONFIG, TAGS, path, vocab.fingerprint())
 
 
 def manifest_names():
@@ -202,7 +202,7 @@ def test_count_links_writes_the_counts_of_the_paper_definitions(text, tmp_path):
         CONFIG, [("man", [text["a"]]), ("web", [text["b"]])], text["vocabulary"])
     with pipeline() as p:
         written = (p | beam.Create(shards)
-                   | count_stage.CountLinks(settings, out, NUM_BUCKETS, 300, BATCH_BYTES,
+                   | count_links.CountLinks(settings, out, NUM_BUCKETS, 300, BATCH_BYTES,
                                             ArrayShuffle("files", str(tmp_path / "scratch")))
                    | beam.Map(totals_of) | beam.combiners.ToList() | beam.Map(add_up))
         # Each shard that met a line that does not decode names its first (a.txt, line 81).
@@ -224,7 +224,7 @@ def test_count_links_adds_to_an_existing_count(text, tmp_path):
     os.makedirs(out)
     vocab = Vocabulary.load(text["vocab"])
     vocab.save(os.path.join(out, "vocab.txt"))
-    settings = count_stage._Extractor(load_config("5gram").to_text(), ("",),
+    settings = count_links._Extractor(load_config("5gram").to_text(), ("",),
                                       os.path.join(out, "vocab.txt"), vocab.fingerprint())
     shards = [TextShard(0, text["b"])]
     features, links, totals = paper.brute_force_count(
@@ -236,7 +236,7 @@ def test_count_links_adds_to_an_existing_count(text, tmp_path):
                                                     "key_collisions")}}
     with pipeline() as p:
         written = (p | beam.Create(shards)
-                   | count_stage.CountLinks(settings, out, NUM_BUCKETS, 300, BATCH_BYTES,
+                   | count_links.CountLinks(settings, out, NUM_BUCKETS, 300, BATCH_BYTES,
                                             ArrayShuffle("files", str(tmp_path / "scratch")),
                                             add_to=old)
                    | beam.Map(totals_of) | beam.combiners.ToList() | beam.Map(add_up))

@@ -13,7 +13,7 @@ before it calls ``invoke_finish_bundle``.  Exit status 1 while the bug is there,
 0 once it is fixed.
 
 snm does not depend on it: its DoFns emit everything from ``process``
-(pipelines/count.py, ``ExtractLinkPartials``), and each stage's manifest checks
+(pipelines/count_links.py, ``ExtractLinkPartials``), and each stage's manifest checks
 that what it wrote adds up to what it read (snm_core/io/losscheck.py).
 """
 
