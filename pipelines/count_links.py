@@ -16,7 +16,7 @@ from pipelines.count_reference import ReferenceLinkPartials
 from pipelines.shuffle import ArrayShuffle
 from snm_core.count import continuation, counting, thresholds
 from snm_core.count.budget import MAX_OCCURRENCES_PER_CHUNK, MERGE_CHUNK_ROWS
-from snm_core.io import losscheck, storage, tables
+from snm_core.io import key_ranges, losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
@@ -68,10 +68,16 @@ class ExtractLinkPartials(beam.DoFn):
         self.settings = settings
         self.sketch_files = tuple(sketches)
         self.num_buckets = num_buckets
-        # One pass of several (CountOptions.passes): the buckets it sends, and whether it
-        # reports the text's statistics (the first pass does, for all of them).
+        # One pass of several (CountOptions.passes): the buckets it counts, whose feature
+        # keys are a range (the others' occurrences go as soon as they are extracted),
+        # and whether it reports the text's statistics (the first pass does).
         self.buckets = buckets or (0, num_buckets)
         self.text_stats = self.buckets[0] == 0
+        self.key_range = None
+        if self.buckets != (0, num_buckets):
+            starts = key_ranges.bucket_starts(num_buckets)
+            lo, hi = self.buckets
+            self.key_range = (starts[lo], starts[hi] if hi < num_buckets else None)
         self.flush_links = flush_links
         self.shuffle = shuffle
         self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress(stage))
@@ -95,6 +101,7 @@ class ExtractLinkPartials(beam.DoFn):
         links, features, pending = [], [], 0
         shard_sums = counting.ShardSums(len(self.vocab))
         stats = {"shards": [shard.name]}
+        dropped = 0  # occurrences the feature sketch left out, in this pass's buckets
         for batch in self.reader.batches(shard, stats):
             sentences, _, sentence_stats = tokenize(batch.lines, self.vocab)
             batch_stats = vars(sentence_stats)
@@ -104,12 +111,13 @@ class ExtractLinkPartials(beam.DoFn):
                 for events in self.extractor.extract_by_type(chunk, tags=[batch.source]):
                     losscheck.add_totals(batch_stats,
                                          {"feature_occurrences": events.num_pairs})
+                    if self.key_range is not None:
+                        events = events.select(self._in_range(events.key))
                     if self.feature_sketch is not None:
                         events, left_out = self.feature_sketch.keep_reaching(events)
-                        losscheck.add_totals(batch_stats,
-                                             {"below_threshold_occurrences": left_out})
-                        if not events.num_pairs:
-                            continue
+                        dropped += left_out
+                    if not events.num_pairs:
+                        continue
                     batch_links, batch_features = counting.batch_partials(events)
                     if self.link_sketch is not None:
                         batch_links, batch_features = self.link_sketch.collapse(
@@ -131,9 +139,19 @@ class ExtractLinkPartials(beam.DoFn):
                 losscheck.add_totals(stats, batch_stats)
         summed_links, summed_features = shard_sums.partials()
         yield from self._send(links + summed_links, features + summed_features)
+        if self.feature_sketch is not None:
+            self.counters[BELOW_THRESHOLD[0]].inc(dropped)
+            below = {BELOW_THRESHOLD[0]: dropped}
+            if not self.text_stats:
+                yield self.buckets[0], ("stats", below)
+            losscheck.add_totals(stats, below)
         if self.text_stats:
             yield 0, ("stats", stats)
         running.release_memory()
+
+    def _in_range(self, keys):
+        lo, hi = self.key_range
+        return (keys >= lo) & (keys < hi) if hi is not None else keys >= lo
 
     def _send(self, links, features):
         if links:
