@@ -1,0 +1,33 @@
+"""How many passes a count makes over its text: as many as its scratch needs to fit the
+disk (pipelines/count.py runs them; tests/count/test_sketch.py checks that they give the
+files of one pass)."""
+
+from pipelines.count import bucket_passes
+from snm_core.count.budget import (
+    SCRATCH_BYTES_PER_OCCURRENCE,
+    THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE,
+    passes_for_disk,
+)
+
+
+def test_one_pass_while_the_scratch_fits_half_the_free_disk():
+    occurrences = 1_000_000
+    scratch = occurrences * SCRATCH_BYTES_PER_OCCURRENCE
+    assert passes_for_disk(occurrences, False, 2 * scratch) == 1
+    assert passes_for_disk(occurrences, False, 2 * scratch - 1) == 2
+    assert passes_for_disk(occurrences, False, scratch // 2) == 4
+    # thresholds leave out before the scratch: fewer bytes an occurrence
+    assert passes_for_disk(occurrences, True, 2 * scratch - 1) == 1
+    assert THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE < SCRATCH_BYTES_PER_OCCURRENCE
+    assert passes_for_disk(10 ** 12, False, None) == 1  # object storage: unknown
+
+
+def test_passes_share_the_buckets_once_each():
+    for buckets in (1, 7, 64, 587):
+        for passes in (1, 2, 3, 4, 10, 1000):
+            ranges = bucket_passes(buckets, passes)
+            assert len(ranges) == min(passes, buckets)
+            assert [lo for lo, _ in ranges][0] == 0 and ranges[-1][1] == buckets
+            assert all(hi == next_lo for (_, hi), (next_lo, _) in zip(ranges, ranges[1:]))
+            sizes = [hi - lo for lo, hi in ranges]
+            assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
