@@ -284,6 +284,17 @@ static inline void prefetch(const Tables *t, int step, int64_t order, int64_t co
     }
 }
 
+/* A lane's contexts (tags x width) at a sentence's start: the empty context and <S>'s. */
+static inline void start_sentence(int64_t *context, int64_t tags, int64_t width,
+                                  const int64_t *bos_entry) {
+    for (int64_t tag = 0; tag < tags; tag++) {
+        int64_t *c = context + tag * width;
+        for (int64_t k = 0; k < width; k++) c[k] = -1;
+        c[0] = 0;
+        c[1] = bos_entry[tag];
+    }
+}
+
 /* Sum of M_fw and of M_f* over the present n-gram features of every event, those of every
  * tag.  `words` are the sentences' word ranks back to back (`offsets` bound each); a
  * sentence of n words has n + 1 events, the last predicting `eos`.  The tries of a model's
@@ -307,15 +318,9 @@ int64_t trie_event_sums(const Tables *t, const int64_t *words, const int64_t *of
     for (int lane = 0; lane < LANES; lane++) {
         position[lane] = -1;
         if (started < n_sentences) {
+            start_sentence(context + lane * tags * width, tags, width, bos_entry);
             sentence[lane] = started;
-            position[lane] = offsets[started];
-            for (int64_t tag = 0; tag < tags; tag++) {
-                int64_t *c = context + (lane * tags + tag) * width;
-                for (int64_t k = 0; k < width; k++) c[k] = -1;
-                c[0] = 0;
-                c[1] = bos_entry[tag];
-            }
-            started++;
+            position[lane] = offsets[started++];
             busy++;
         }
     }
@@ -359,15 +364,9 @@ int64_t trie_event_sums(const Tables *t, const int64_t *words, const int64_t *of
             if (at < offsets[s + 1]) {
                 position[lane] = at + 1;
             } else if (started < n_sentences) {
+                start_sentence(context + lane * tags * width, tags, width, bos_entry);
                 sentence[lane] = started;
-                position[lane] = offsets[started];
-                for (int64_t tag = 0; tag < tags; tag++) {
-                    int64_t *c = context + (lane * tags + tag) * width;
-                    for (int64_t k = 0; k < width; k++) c[k] = -1;
-                    c[0] = 0;
-                    c[1] = bos_entry[tag];
-                }
-                started++;
+                position[lane] = offsets[started++];
             } else {
                 position[lane] = -1;
                 busy--;
