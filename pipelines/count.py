@@ -33,6 +33,13 @@ from typing import Optional
 import apache_beam as beam
 
 from pipelines import count_directory, reading, runners, running, training_sources
+from pipelines.count_links import (
+    BELOW_THRESHOLD,
+    STAT_NAMES,
+    CountLinks,
+    WriteCountedLinks,
+    _Extractor,
+)
 from pipelines.count_sketch import count_sketches
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
 from snm_core.count import continuation, counting, thresholds
@@ -45,14 +52,6 @@ from snm_core.stages import manifests
 from snm_core.text.config import load_config, parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.vocab import Vocabulary
-
-from pipelines.count_links import (
-    BELOW_THRESHOLD,
-    STAT_NAMES,
-    CountLinks,
-    WriteCountedLinks,
-    _Extractor,
-)
 
 
 def bucket_passes(num_buckets, passes):
