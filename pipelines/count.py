@@ -330,10 +330,12 @@ def run(args, beam_args=(), summary=True):
              | "KeepMerged" >> running.CallOnce(_keep_merged, merged_path))
 
     def build_written(p, merged_paths):
-        """After the passes: every bucket's links file with its continuation counts."""
-        merged = [element for path in merged_paths for element in _read_merged(path)]
+        """After the passes: every bucket's links file with its continuation counts (the
+        passes' kept elements read by the workers: a bucket's continuation names come
+        from every bucket, hundreds of thousands of elements at 100M words)."""
         _ = (p
-             | "Merged" >> beam.Create(merged)
+             | "MergedFiles" >> beam.Create(merged_paths)
+             | "Merged" >> beam.FlatMap(_read_merged)
              | "Write" >> WriteCountedLinks(args.out, args.num_buckets,
                                             ArrayShuffle(*shuffle, release=runners.kind(
                                                 p.options) == "local"), plan.merge_rows)
