@@ -53,7 +53,7 @@ typedef struct {
     const double *first_m_star; /* (tags,) */
 } Tables;
 
-static inline int64_t unsigned_at(const uint8_t *p, int64_t bytes) {
+static inline __attribute__((always_inline)) int64_t unsigned_at(const uint8_t *p, int64_t bytes) {
     if (bytes == 2) {
         uint16_t v;
         memcpy(&v, p, 2);
@@ -64,7 +64,7 @@ static inline int64_t unsigned_at(const uint8_t *p, int64_t bytes) {
     return v;
 }
 
-static inline float float_at(const uint8_t *p) {
+static inline __attribute__((always_inline)) float float_at(const uint8_t *p) {
     float v;
     memcpy(&v, p, 4);
     return v;
@@ -72,14 +72,14 @@ static inline float float_at(const uint8_t *p) {
 
 /* --- the trie layout ------------------------------------------------------------------------ */
 
-static inline const uint8_t *context_record(const Tables *t, int64_t order, int64_t context) {
+static inline __attribute__((always_inline)) const uint8_t *context_record(const Tables *t, int64_t order, int64_t context) {
     return t->contexts + (t->order_contexts[order] + context) * t->context_bytes;
 }
 
-static inline int64_t context_start(const uint8_t *record) { return unsigned_at(record, 4); }
+static inline __attribute__((always_inline)) int64_t context_start(const uint8_t *record) { return unsigned_at(record, 4); }
 
 /* Entry (context, word) of `order`: its index or -1; its value and M_context*. */
-static inline int64_t trie_child(const Tables *t, int64_t order, int64_t context, int64_t word,
+static inline __attribute__((always_inline)) int64_t trie_child(const Tables *t, int64_t order, int64_t context, int64_t word,
                                  double *value, double *m_star) {
     const uint8_t *record = context_record(t, order, context);
     int64_t base = t->order_entries[order];
@@ -102,7 +102,7 @@ static inline int64_t trie_child(const Tables *t, int64_t order, int64_t context
 }
 
 /* trie_child of a tag's empty context (its entries are `order`): by word, directly. */
-static inline int64_t trie_first(const Tables *t, int64_t order, int64_t tag, int64_t word,
+static inline __attribute__((always_inline)) int64_t trie_first(const Tables *t, int64_t order, int64_t tag, int64_t word,
                                  double *value, double *m_star) {
     int64_t entry = t->first_order[tag * t->radix + word];
     *m_star = t->m_star_values[unsigned_at(context_record(t, order, 0) + 4, t->m_star_bytes)];
@@ -114,14 +114,14 @@ static inline int64_t trie_first(const Tables *t, int64_t order, int64_t tag, in
 
 /* --- the small layout ----------------------------------------------------------------------- */
 
-static inline uint64_t peek(const uint64_t *bits, int64_t pos) {
+static inline __attribute__((always_inline)) uint64_t peek(const uint64_t *bits, int64_t pos) {
     int64_t word = pos >> 6, offset = pos & 63;
     if (offset == 0) return bits[word];
     return (bits[word] << offset) | (bits[word + 1] >> (64 - offset));
 }
 
 /* The symbol of the canonical Huffman code `code` at `pos`; *n gets its bits. */
-static inline int64_t decode(const Tables *t, int64_t pos, int64_t code, int64_t *n) {
+static inline __attribute__((always_inline)) int64_t decode(const Tables *t, int64_t pos, int64_t code, int64_t *n) {
     const int64_t columns = MAX_CODE_BITS + 1;
     uint64_t window = peek(t->bits, pos) >> 32;
     int64_t length = 1;
@@ -138,7 +138,7 @@ int64_t small_decode(const Tables *t, int64_t pos, int64_t code, int64_t *n) {
 
 /* A symbol of `code`; the escape symbol is followed by the Elias gamma code of the value
  * less the escape plus one (n zeros, then the value in n + 1 bits). */
-static inline int64_t escaped(const Tables *t, int64_t pos, int64_t code, int64_t *n) {
+static inline __attribute__((always_inline)) int64_t escaped(const Tables *t, int64_t pos, int64_t code, int64_t *n) {
     int64_t symbol = decode(t, pos, code, n);
     if (symbol < t->escape) return symbol;
     pos += *n;
@@ -151,7 +151,7 @@ static inline int64_t escaped(const Tables *t, int64_t pos, int64_t code, int64_
 
 /* Decode entry i of a block (its first entry's key is the block's): the position after
  * it; *context and *word move on, *value gets its value. */
-static inline int64_t small_entry(const Tables *t, int64_t pos, int64_t i, int64_t *context,
+static inline __attribute__((always_inline)) int64_t small_entry(const Tables *t, int64_t pos, int64_t i, int64_t *context,
                                   int64_t *word, int64_t code_base, double *value) {
     int64_t n;
     if (i) {
@@ -171,7 +171,7 @@ static inline int64_t small_entry(const Tables *t, int64_t pos, int64_t i, int64
 }
 
 /* The last index i in [lo, hi) with keys[i] <= query, or lo - 1. */
-static inline int64_t last_at_most(const int64_t *keys, int64_t lo, int64_t hi, int64_t query) {
+static inline __attribute__((always_inline)) int64_t last_at_most(const int64_t *keys, int64_t lo, int64_t hi, int64_t query) {
     while (lo < hi) {
         int64_t mid = (lo + hi) >> 1;
         if (keys[mid] <= query) lo = mid + 1;
@@ -182,7 +182,7 @@ static inline int64_t last_at_most(const int64_t *keys, int64_t lo, int64_t hi, 
 
 /* Entry (context, word) of `order`: its index or -1; its value and M_context*, the sum
  * of the values of every entry of that context. */
-static inline int64_t small_child(const Tables *t, int64_t order, int64_t context, int64_t word,
+static inline __attribute__((always_inline)) int64_t small_child(const Tables *t, int64_t order, int64_t context, int64_t word,
                                   double *value, double *m_star) {
     int64_t lo = t->order_blocks[order], hi = t->order_blocks[order + 1];
     int64_t s = last_at_most(t->span_context, t->order_spans[order], t->order_spans[order + 1],
@@ -215,7 +215,7 @@ static inline int64_t small_child(const Tables *t, int64_t order, int64_t contex
     return found;
 }
 
-static inline int64_t small_first(const Tables *t, int64_t tag, int64_t word, double *value,
+static inline __attribute__((always_inline)) int64_t small_first(const Tables *t, int64_t tag, int64_t word, double *value,
                                   double *m_star) {
     *value = t->first_value[tag * t->radix + word];
     *m_star = t->first_m_star[tag];
@@ -256,13 +256,13 @@ int64_t small_first_order(const Tables *t, int64_t tags, int64_t max_n, int32_t 
 
 /* --- either layout -------------------------------------------------------------------------- */
 
-static inline int64_t lookup(const Tables *t, int64_t order, int64_t context, int64_t word,
+static inline __attribute__((always_inline)) int64_t lookup(const Tables *t, int64_t order, int64_t context, int64_t word,
                              double *value, double *m_star) {
     return t->small ? small_child(t, order, context, word, value, m_star)
                     : trie_child(t, order, context, word, value, m_star);
 }
 
-static inline int64_t first_lookup(const Tables *t, int64_t order, int64_t tag, int64_t word,
+static inline __attribute__((always_inline)) int64_t first_lookup(const Tables *t, int64_t order, int64_t tag, int64_t word,
                                    double *value, double *m_star) {
     return t->small ? small_first(t, tag, word, value, m_star)
                     : trie_first(t, order, tag, word, value, m_star);
@@ -272,7 +272,7 @@ static inline int64_t first_lookup(const Tables *t, int64_t order, int64_t tag, 
  * entry of its entries, which a binary search reads first and, for the few entries most
  * contexts have, ends on (step 1).  The small layout's reads are a block's, decoded at
  * once: nothing to ask for early. */
-static inline void prefetch(const Tables *t, int step, int64_t order, int64_t context) {
+static inline __attribute__((always_inline)) void prefetch(const Tables *t, int step, int64_t order, int64_t context) {
     if (t->small) return;
     const uint8_t *record = context_record(t, order, context);
     if (step == 0) {
@@ -285,7 +285,7 @@ static inline void prefetch(const Tables *t, int step, int64_t order, int64_t co
 }
 
 /* A lane's contexts (tags x width) at a sentence's start: the empty context and <S>'s. */
-static inline void start_sentence(int64_t *context, int64_t tags, int64_t width,
+static inline __attribute__((always_inline)) void start_sentence(int64_t *context, int64_t tags, int64_t width,
                                   const int64_t *bos_entry) {
     for (int64_t tag = 0; tag < tags; tag++) {
         int64_t *c = context + tag * width;
@@ -300,9 +300,10 @@ static inline void start_sentence(int64_t *context, int64_t tags, int64_t width,
  * sentence of n words has n + 1 events, the last predicting `eos`.  The tries of a model's
  * tags are stored one after the other: order j of tag t is t * (max_n + 1) + j.  LANES
  * sentences go side by side, an event of each per step.  Returns -1 out of memory. */
-int64_t trie_event_sums(const Tables *t, const int64_t *words, const int64_t *offsets,
-                        int64_t n_sentences, int64_t bos, int64_t eos, int64_t min_n,
-                        int64_t max_n, int64_t tags, double *numerator, double *denominator) {
+static inline __attribute__((always_inline)) int64_t event_sums(
+    const Tables *t, const int64_t *words, const int64_t *offsets, int64_t n_sentences,
+    int64_t bos, int64_t eos, int64_t min_n, int64_t max_n, int64_t tags, double *numerator,
+    double *denominator) {
     const int64_t orders = max_n + 1, width = orders + 1;
     int64_t *context = malloc(sizeof(int64_t) * ((LANES * tags + 1) * width + tags));
     if (!context) return -1;
@@ -377,6 +378,44 @@ int64_t trie_event_sums(const Tables *t, const int64_t *words, const int64_t *of
     return 0;
 }
 
+/* The tables with the layout's record widths as constants, so that each layout's loop
+ * is compiled for them (runtime widths in the binary search's loads cost 40%). */
+#define WITH_LAYOUT(call)                                                                     \
+    do {                                                                                      \
+        Tables fixed = *t;                                                                    \
+        const Tables *t = &fixed;                                                             \
+        if (fixed.small) {                                                                    \
+            fixed.small = 1;                                                                  \
+            return call;                                                                      \
+        }                                                                                     \
+        fixed.small = 0;                                                                      \
+        if (fixed.word_bytes == 2 && fixed.m_star_bytes == 2) {                               \
+            fixed.word_bytes = 2, fixed.entry_bytes = 6;                                      \
+            fixed.m_star_bytes = 2, fixed.context_bytes = 6;                                  \
+            return call;                                                                      \
+        }                                                                                     \
+        if (fixed.word_bytes == 2) {                                                          \
+            fixed.word_bytes = 2, fixed.entry_bytes = 6;                                      \
+            fixed.m_star_bytes = 4, fixed.context_bytes = 8;                                  \
+            return call;                                                                      \
+        }                                                                                     \
+        if (fixed.m_star_bytes == 2) {                                                        \
+            fixed.word_bytes = 4, fixed.entry_bytes = 8;                                      \
+            fixed.m_star_bytes = 2, fixed.context_bytes = 6;                                  \
+            return call;                                                                      \
+        }                                                                                     \
+        fixed.word_bytes = 4, fixed.entry_bytes = 8;                                          \
+        fixed.m_star_bytes = 4, fixed.context_bytes = 8;                                      \
+        return call;                                                                          \
+    } while (0)
+
+int64_t trie_event_sums(const Tables *t, const int64_t *words, const int64_t *offsets,
+                        int64_t n_sentences, int64_t bos, int64_t eos, int64_t min_n,
+                        int64_t max_n, int64_t tags, double *numerator, double *denominator) {
+    WITH_LAYOUT(event_sums(t, words, offsets, n_sentences, bos, eos, min_n, max_n, tags,
+                           numerator, denominator));
+}
+
 /* The states after `target`: each row of `words` (n, width; right-aligned, -1 before)
  * shifted left with `target` last, holding min(keep, width) words and -1 before them, so
  * that equal states have equal rows. */
@@ -399,10 +438,11 @@ void shift_states(const int32_t *words, int64_t n, int64_t width, const int32_t 
  * entries of the contexts after the target (n, tags, max_n + 2; column max_n + 1, a
  * whole n-gram, is no context: -1), and the new states' words.  `context` is the states'
  * entries as `following`; `words` (n, state_width) their words. */
-int64_t trie_advance(const Tables *t, const int64_t *context, const int32_t *words,
-                     int64_t state_width, const int32_t *target, const int64_t *rank,
-                     int64_t n, int64_t min_n, int64_t max_n, int64_t tags, double *prob,
-                     int64_t *ngram, int64_t *following, int32_t *new_words, int64_t *length) {
+static inline __attribute__((always_inline)) int64_t advance(
+    const Tables *t, const int64_t *context, const int32_t *words, int64_t state_width,
+    const int32_t *target, const int64_t *rank, int64_t n, int64_t min_n, int64_t max_n,
+    int64_t tags, double *prob, int64_t *ngram, int64_t *following, int32_t *new_words,
+    int64_t *length) {
     const int64_t orders = max_n + 1, width = orders + 1;
     int64_t *keep = malloc(sizeof(int64_t) * (n ? n : 1));
     if (!keep) return -1;
@@ -445,12 +485,20 @@ int64_t trie_advance(const Tables *t, const int64_t *context, const int32_t *wor
     return 0;
 }
 
+int64_t trie_advance(const Tables *t, const int64_t *context, const int32_t *words,
+                     int64_t state_width, const int32_t *target, const int64_t *rank,
+                     int64_t n, int64_t min_n, int64_t max_n, int64_t tags, double *prob,
+                     int64_t *ngram, int64_t *following, int32_t *new_words, int64_t *length) {
+    WITH_LAYOUT(advance(t, context, words, state_width, target, rank, n, min_n, max_n, tags,
+                        prob, ngram, following, new_words, length));
+}
+
 /* --- the build ------------------------------------------------------------------------------ */
 
 /* An n-gram's sort key is `width` uint64 words, the most significant first: its tag in
  * tag_bits bits, then one slot_bits field a word, oldest first, holding the word's rank
  * plus one (0: no word).  A field is at most 63 bits. */
-static inline uint64_t get_field(const uint64_t *row, int64_t offset, int64_t bits) {
+static inline __attribute__((always_inline)) uint64_t get_field(const uint64_t *row, int64_t offset, int64_t bits) {
     int64_t word = offset >> 6, end = (offset & 63) + bits;
     uint64_t mask = ((uint64_t)1 << bits) - 1;
     if (end <= 64) return (row[word] >> (64 - end)) & mask;
@@ -458,7 +506,7 @@ static inline uint64_t get_field(const uint64_t *row, int64_t offset, int64_t bi
     return ((row[word] << low) | (row[word + 1] >> (64 - low))) & mask;
 }
 
-static inline void set_field(uint64_t *row, int64_t offset, int64_t bits, uint64_t value) {
+static inline __attribute__((always_inline)) void set_field(uint64_t *row, int64_t offset, int64_t bits, uint64_t value) {
     int64_t word = offset >> 6, end = (offset & 63) + bits;
     if (end <= 64) {
         row[word] |= value << (64 - end);
@@ -603,7 +651,7 @@ int64_t trie_spanning_runs(const int64_t *context, const double *values, int64_t
     return k;
 }
 
-static inline void put_bits(uint64_t *bits, int64_t pos, uint64_t value, int64_t n) {
+static inline __attribute__((always_inline)) void put_bits(uint64_t *bits, int64_t pos, uint64_t value, int64_t n) {
     int64_t word = pos >> 6, free = 64 - (pos & 63);
     if (n <= free) {
         if (n < 64) value &= ((uint64_t)1 << n) - 1;

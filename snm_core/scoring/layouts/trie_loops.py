@@ -20,7 +20,8 @@ _P, _I = native.ptr, native.i64
 
 class Tables(ctypes.Structure):
     """A trie-layout or small-layout model's arrays as the C loops read them; holds the
-    arrays (``arrays``) so that they outlive it."""
+    arrays (``arrays``) so that they outlive it, and ``reference``, a pointer to it
+    made once (a decoder's call passes it for each word)."""
 
     _fields_ = [("small", native.i32), ("radix", _I),
                 ("entries", _P), ("entry_bytes", _I), ("word_bytes", _I),
@@ -52,6 +53,7 @@ class Tables(ctypes.Structure):
                          "order_entries", "order_contexts", "m_star_values")},
                      first_order=native.address(held["first_order"], np.int32))
         tables.arrays = held
+        tables.reference = ctypes.byref(tables)
         return tables
 
     @classmethod
@@ -83,6 +85,7 @@ class Tables(ctypes.Structure):
             tables.first_value = native.address(held["first_value"], np.float64)
             tables.first_m_star = native.address(held["first_m_star"], np.float64)
         tables.arrays = held
+        tables.reference = ctypes.byref(tables)
         return tables
 
 
@@ -114,7 +117,7 @@ def event_sums(words, offsets, bos, eos, min_n, max_n, tags, tables):
     numerator = np.empty(len(words) + n_sentences, np.float64)
     denominator = np.empty_like(numerator)
     if n_sentences > 0:
-        native.checked(_event_sums(ctypes.byref(tables), native.address(words),
+        native.checked(_event_sums(tables.reference, native.address(words),
                                    native.address(offsets), n_sentences, int(bos), int(eos),
                                    int(min_n), int(max_n), int(tags),
                                    native.address(numerator), native.address(denominator)),
@@ -150,15 +153,14 @@ def advance(context, words, target, rank, min_n, max_n, tags, tables):
     target = np.ascontiguousarray(target, np.int32)
     rank = np.ascontiguousarray(rank, np.int64)
     n, width = words.shape
-    prob, ngram = np.empty(n, np.float64), np.empty(n, np.int64)
+    prob, ngram, length = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
     following = np.empty((n, tags, max_n + 2), np.int64)
-    new_words, length = np.empty((n, width), np.int32), np.empty(n, np.int64)
-    native.checked(_advance(ctypes.byref(tables), native.address(context), native.address(words),
-                            width, native.address(target), native.address(rank), n,
-                            int(min_n), int(max_n), int(tags), native.address(prob),
-                            native.address(ngram), native.address(following),
-                            native.address(new_words), native.address(length)),
-                   "trie scoring")
+    new_words = np.empty((n, width), np.int32)
+    address = native.address
+    native.checked(_advance(tables.reference, address(context), address(words), width,
+                            address(target), address(rank), n, min_n, max_n, tags,
+                            address(prob), address(ngram), address(following),
+                            address(new_words), address(length)), "trie scoring")
     return prob, ngram, following, new_words, length
 
 
