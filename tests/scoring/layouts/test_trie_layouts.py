@@ -21,6 +21,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.scoring.compact import compile_model, load_model
 from snm_core.scoring.layouts import huffman, trie_build_kernels, trie_loops
 from snm_core.scoring.layouts import small as small_layout
+from snm_core.scoring.layouts import trie as trie_layout
 from snm_core.scoring.layouts.small import SmallModel
 from snm_core.scoring.layouts.trie import TrieModel
 from snm_core.text.tokenize import tokenize
@@ -67,6 +68,34 @@ def test_trie_model_is_the_float_model(models, layout):
     ppl = model.evaluate_lines(test)["adjusted"]["perplexity"]
     assert ppl == pytest.approx(brute_force_perplexity(dirs["hashed"], test, adjusted=True),
                                 rel=BOUND[layout] - 1)
+
+
+@pytest.mark.parametrize("widths", [(1, 0), (0, 1), (1, 1)])
+def test_every_record_width_of_the_trie_layout_scores_the_same(models, widths, tmp_path,
+                                                             monkeypatch):
+    """A vocabulary above 65,536 words stores 32-bit words, and more than 65,536 distinct
+    M* 32-bit indices; the scoring loop is compiled for each pair of widths: each gives
+    the 16-bit layout's probabilities and decoder states."""
+    dirs, test = models
+    narrow = load_model(str(dirs["trie"]))
+    wide = tmp_path / "wide"
+    shutil.copytree(dirs["hashed"], wide)
+    # the narrow types left out: the build and the loader's checks take the wide ones
+    monkeypatch.setattr(trie_layout, "ENTRY_TYPES", trie_layout.ENTRY_TYPES[widths[0]:])
+    monkeypatch.setattr(trie_layout, "CONTEXT_TYPES", trie_layout.CONTEXT_TYPES[widths[1]:])
+    compile_model(str(wide), "trie")
+    entries = np.load(wide / "compact" / "entries.npy", mmap_mode="r")
+    contexts = np.load(wide / "compact" / "contexts.npy", mmap_mode="r")
+    assert (entries.dtype.itemsize, contexts.dtype.itemsize) == (6 + 2 * widths[0],
+                                                                6 + 2 * widths[1])
+    model = load_model(str(wide))
+    assert np.array_equal(event_probabilities(model, test), event_probabilities(narrow, test))
+    words = test[0].split()[:6]
+    states = [model.begin_state(), narrow.begin_state()]
+    for word in words:
+        (p, states[0]), (q, states[1]) = (m.score_word(s, word)
+                                          for m, s in zip((model, narrow), states))
+        assert p == q
 
 
 @pytest.mark.parametrize("layout", TRIES)
