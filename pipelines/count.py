@@ -299,7 +299,9 @@ def run(args, beam_args=(), summary=True):
     passes = args.passes or (1 if args.add_to or args.reference else passes_for_disk(
         words * per_event, thresholded, storage.free_bytes(scratch)))
     ranges = bucket_passes(args.num_buckets, passes)
-    shuffle = (args.shuffle, scratch)
+
+    def shuffle(p):
+        return ArrayShuffle(args.shuffle, scratch, release=runners.kind(p.options) == "local")
 
     def manifest_step(shards):
         return running.CallOnce(write_manifest, args.out, args.num_buckets, config, tags,
@@ -309,10 +311,9 @@ def run(args, beam_args=(), summary=True):
 
     def count_links(p, buckets=None, stage="count"):
         return CountLinks(settings, args.out, args.num_buckets, args.flush_links,
-                          args.batch_bytes,
-                          ArrayShuffle(*shuffle, release=runners.kind(p.options) == "local"),
-                          args.reference, args.add_to, plan.merge_rows, args.encoding,
-                          min_feature_count, sketch_files, min_link_count, buckets, stage)
+                          args.batch_bytes, shuffle(p), args.reference, args.add_to,
+                          plan.merge_rows, args.encoding, min_feature_count, sketch_files,
+                          min_link_count, buckets, stage)
 
     def build(p):
         shards = reading.text_shards(files, p.options)
@@ -336,9 +337,8 @@ def run(args, beam_args=(), summary=True):
         _ = (p
              | "MergedFiles" >> beam.Create(merged_paths)
              | "Merged" >> beam.FlatMap(_read_merged)
-             | "Write" >> WriteCountedLinks(args.out, args.num_buckets,
-                                            ArrayShuffle(*shuffle, release=runners.kind(
-                                                p.options) == "local"), plan.merge_rows)
+             | "Write" >> WriteCountedLinks(args.out, args.num_buckets, shuffle(p),
+                                            plan.merge_rows)
              | "WriteManifest" >> manifest_step(reading.text_shards(files, p.options)))
 
     try:

@@ -139,14 +139,12 @@ class ExtractLinkPartials(beam.DoFn):
                 losscheck.add_totals(stats, batch_stats)
         summed_links, summed_features = shard_sums.partials()
         yield from self._send(links + summed_links, features + summed_features)
-        if self.feature_sketch is not None:
-            self.counters[BELOW_THRESHOLD[0]].inc(dropped)
-            below = {BELOW_THRESHOLD[0]: dropped}
-            if not self.text_stats:
-                yield self.buckets[0], ("stats", below)
-            losscheck.add_totals(stats, below)
+        below = {BELOW_THRESHOLD[0]: dropped} if self.feature_sketch is not None else {}
+        self.counters[BELOW_THRESHOLD[0]].inc(dropped)
         if self.text_stats:
-            yield 0, ("stats", stats)
+            yield 0, ("stats", {**stats, **below})
+        elif below:
+            yield self.buckets[0], ("stats", below)
         running.release_memory()
 
     def _in_range(self, keys):
@@ -158,14 +156,13 @@ class ExtractLinkPartials(beam.DoFn):
             # Each partial is sorted by key, so its buckets are row ranges; the
             # shuffle writes every bucket's rows of all partials into one file.
             vocab_size = len(self.vocab)
-            cuts = {group: [counting.cut_by_bucket(counting.to_scratch(p, group, vocab_size),
-                                                   self.num_buckets) for p in partials]
-                    for group, partials in (("links", links), ("features", features))}
-            lo, hi = self.buckets
-            rows = sum(np.diff(bounds[lo:hi + 1]) for parts in cuts.values()
-                       for _, bounds in parts)
-            payloads = self.shuffle.send_cut(cuts, buckets=(lo + np.flatnonzero(rows)).tolist(),
-                                             by_bucket=True)
+            # (a pass's partials hold only its buckets' keys: the others' occurrences
+            # went when they were extracted)
+            payloads = self.shuffle.send_cut({
+                group: [counting.cut_by_bucket(counting.to_scratch(p, group, vocab_size),
+                                               self.num_buckets) for p in partials]
+                for group, partials in (("links", links), ("features", features))},
+                by_bucket=True)
             for bucket, payload in payloads.items():
                 yield bucket, ("part", payload)
 
