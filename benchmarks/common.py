@@ -8,6 +8,8 @@ import resource
 import subprocess
 import time
 
+from snm_core.io.disk_peak import tree_bytes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 # The shared corpora sit beside the checkout (../shared); SNM_SHARED overrides.
@@ -187,18 +189,6 @@ def _tree_rss_kib(root_pid):
     return total, anonymous
 
 
-def _tree_bytes(directory):
-    """Bytes of the files under ``directory`` (0 if it does not exist)."""
-    total = 0
-    for root, _, names in os.walk(directory):
-        for name in names:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:  # removed while we walked
-                pass
-    return total
-
-
 def run_measured(cmd, env=None, log=None, disk=None, anonymous=None):
     """Run ``cmd``; return wall seconds and its peak RSS (MiB), and with ``disk`` (a
     directory) the peak bytes of the files under it, sampled as the RSS is.
@@ -224,7 +214,7 @@ def run_measured(cmd, env=None, log=None, disk=None, anonymous=None):
             rss, anon = _tree_rss_kib(proc.pid)
             peak[0], anon_peak[0] = max(peak[0], rss), max(anon_peak[0], anon)
             if disk:
-                disk_peak[0] = max(disk_peak[0], _tree_bytes(disk))
+                disk_peak[0] = max(disk_peak[0], tree_bytes(disk))
             done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
