@@ -48,8 +48,8 @@ setup(
         # isal: gzip through Intel's ISA-L, which inflates several times as fast as
         # zlib; every local reader of a .gz corpus inflates all of it.
         "isal>=1.6",
-        # numba compiles the loops not yet ported to C (snm_core/io/native.py): the
-        # back-off form and ARPA, sampling, the log-linear family.
+        # numba compiles the loops not yet ported to C (snm_core/io/native.py):
+        # sampling, the log-linear family.
         "numba>=0.59",
         # scipy: L-BFGS-B (bounds W >= 0) fits the log-linear family's separable
         # penalties to their optimum (snm train --family loglinear --optimizer lbfgs).
@@ -93,13 +93,14 @@ setup(
                            # popcount as one instruction (every x86-64 CPU since 2008)
                            + (["-mpopcnt"] if platform.machine() in ("x86_64", "AMD64")
                               else [])),
-                 # Counting's, the text layer's and the scoring layouts' loops, through
+                 # Counting's, the text layer's, the scoring layouts' and ARPA's loops, through
                  # ctypes: numba's start costs a process about 0.9 s (snm_core/io/native.py).
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
                                                "snm_core/count/sketch.c",
                                                "snm_core/text/words.c",
                                                "snm_core/scoring/layouts/hashed_loops.c",
-                                               "snm_core/scoring/layouts/trie_loops.c"],
+                                               "snm_core/scoring/layouts/trie_loops.c",
+                                               "snm_core/arpa/arpa_loops.c"],
                            extra_compile_args=["-O3", "-std=c11"])]
                 + (flashlight_extension() if sys.version_info < (3, 13) else []),
     entry_points={"console_scripts": ["snm=snm.cli:entry"]},

@@ -1,4 +1,4 @@
-"""The ARPA numbers' text: `snm_core.arpa.float_text` against pyarrow's cast to string.
+"""The ARPA numbers' text: `snm_core.arpa.arpa_loops.float32_texts` against pyarrow's cast to string.
 
     python benchmarks/float_text.py               # speed, then a check of 2^26 patterns
     python benchmarks/float_text.py --exhaustive  # the check over all 2^32 float32s
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from benchmarks.common import print_table, record  # noqa: E402
 from snm_core.io.arrays import string_buffers  # noqa: E402
-from snm_core.arpa.float_text import MAX_CHARS, float32_texts  # noqa: E402
+from snm_core.arpa.arpa_loops import MAX_CHARS, float32_texts  # noqa: E402
 
 SLICE = 1 << 24
 NUMBERS = 20_000_000

@@ -247,7 +247,7 @@ def _run_apply(plan):
 
 
 def _run_prune(plan):
-    from pipelines import prune as prune_stage  # numba (the back-off form): pruning only
+    from pipelines import prune as prune_stage
     prune_stage.run(prune_stage.PruneOptions(
         model=plan.path("apply"), out=plan.path("prune"), layout=plan.layout,
         memory=plan.memory, **_targets(plan)), plan.beam_args, summary=plan.verbose)

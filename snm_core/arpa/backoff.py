@@ -58,7 +58,7 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.file_pool import FilePool
 from snm_core.arpa.partitions import PartitionedWriter, by_group, partition_of, read_partition
 from snm_core.io.progress import Progress
-from snm_core.arpa import backoff_kernels
+from snm_core.arpa import arpa_loops
 from snm_core.text import hashing
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
@@ -97,7 +97,7 @@ def plain_extractor(config_text):
 
 def lookup(keys, queries):
     """Position of each query in ``keys`` (distinct, any order); -1 where absent."""
-    return backoff_kernels.find(np.ascontiguousarray(keys, np.uint64),
+    return arpa_loops.find(np.ascontiguousarray(keys, np.uint64),
                                 np.ascontiguousarray(queries, np.uint64))
 
 
@@ -106,7 +106,7 @@ def group_sums(keys, *values):
     in it, sums...)``, groups in the order of their first rows.  A partition's rows come
     in the model's row order (producers in bucket order, each cut stably), so tag copies
     add up the same whatever the partitioning."""
-    group, first = backoff_kernels.group_rows(np.ascontiguousarray(keys, np.uint64))
+    group, first = arpa_loops.group_rows(np.ascontiguousarray(keys, np.uint64))
     if len(first) == len(keys):  # no copies (a pooled model): nothing to add
         return (first, np.ones(len(keys), np.int64),
                 *(np.asarray(v, np.float64)[first] for v in values))
@@ -236,13 +236,13 @@ class BackoffJob:
                         first, min(first + self.buckets_per_scan, self.num_buckets))
                     for chunk in _bucket_chunks(self.model, bucket, self.num_buckets,
                                                 self.chunk_links)):
-                words, lengths = backoff_kernels.padded_words(
+                words, lengths = arpa_loops.padded_words(
                     features["words"].offsets.to_numpy(), features["words"].values.to_numpy(),
                     width)
                 if np.any(lengths >= self.order):
                     raise SnmInputError(f"{self.model}: a feature of {lengths.max()} words "
                                         f"in a {self.order}-gram model; re-run snm apply")
-                keys, suffix, own_entry = backoff_kernels.ngram_keys(
+                keys, suffix, own_entry = arpa_loops.ngram_keys(
                     words, lengths, plain.type_salts, hashing.SEQUENCE_SEED)
                 self._write_by_length(out, "ctx", 0, lengths, suffix, {
                     "key": keys, "suffix": suffix, "entry": own_entry, "s": features["m_star"],
@@ -250,7 +250,7 @@ class BackoffJob:
                 of_link = np.repeat(np.arange(len(lengths)), features["diversity"])
                 word = matrix["word"]
                 link_lengths = lengths[of_link]
-                entry, entry_suffix = backoff_kernels.link_keys(keys, suffix, lengths, of_link,
+                entry, entry_suffix = arpa_loops.link_keys(keys, suffix, lengths, of_link,
                                                                 word)
                 self._write_by_length(out, "ent", 1, link_lengths, entry_suffix, {
                     "key": entry, "context": keys[of_link], "suffix": entry_suffix,

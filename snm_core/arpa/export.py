@@ -11,7 +11,7 @@ The back-off form is computed by joins on disk within a memory budget
 section is written partition by partition: a partition's entries sorted by key, so
 that a section lists its n-grams in the order of their 64-bit keys whatever the
 budget.  A partition's lines are formatted at once by a compiled loop
-(:mod:`snm_core.arpa.export_kernels`, the numbers by :mod:`snm_core.arpa.float_text`) and
+(:func:`snm_core.arpa.arpa_loops.format_lines`, numbers in their shortest form) and
 written to the output as they are made: ``.gz`` compressed (isal), a local file around
 the page cache (:mod:`snm_core.io.direct`), a remote file as one multipart upload.
 """
@@ -26,17 +26,9 @@ import pyarrow as pa
 from snm_core.io import storage
 from snm_core.io.arrays import stable_argsort, string_buffers
 from snm_core.io.errors import SnmInputError
-from snm_core.arpa.float_text import MAX_CHARS
 from snm_core.io.memory import PROCESS_BYTES, MemoryBudget, kept_heap
 from snm_core.arpa.partitions import partition_of
-from snm_core.arpa.export_kernels import (
-    SLACK,
-    assemble_lines,
-    gather_words,
-    gram_words,
-    word_cells,
-    words_bytes,
-)
+from snm_core.arpa.arpa_loops import format_lines, gather_words, gram_words, word_cells
 from snm_core.io.progress import Progress
 from snm_core.io.threads import ordered_map
 from snm_core.arpa.backoff import (
@@ -255,28 +247,10 @@ class ArpaWriter:
 
 def vocabulary_text(names):
     """The words' text for :func:`format_lines`: their UTF-8 offsets (int64) and bytes,
-    and their :func:`~snm_core.arpa.export_kernels.word_cells`."""
+    and their :func:`~snm_core.arpa.arpa_loops.word_cells`."""
     start, data = string_buffers(pa.array(names, pa.string()))
     start = start.astype(np.int64)
     return start, data, word_cells(data, start)
-
-
-def format_lines(vocab_text, words, log_prob, backoff):
-    """ARPA lines (``log10 p <TAB> words [<TAB> back-off]``, float32 in its shortest
-    form, as pyarrow's cast writes it: :mod:`snm_core.arpa.float_text`) as one uint8
-    array; ``vocab_text`` the vocabulary's :func:`vocabulary_text`,
-    ``words`` int (k, n), oldest first.  A back-off of -0 stays ``-0``."""
-    vocab_start, vocab, cells = vocab_text
-    words = np.ascontiguousarray(words)
-    prob_bits = np.ascontiguousarray(log_prob, np.float32).view(np.uint32)
-    backoff_bits = (np.zeros(0, np.uint32) if backoff is None
-                    else np.ascontiguousarray(backoff, np.float32).view(np.uint32))
-    numbers = 1 if backoff is None else 2
-    room = (words_bytes(words, vocab_start)
-            + len(words) * (words.shape[1] + numbers * (1 + MAX_CHARS)) + SLACK)
-    out = np.empty(room, np.uint8)  # its pages past the lines are never touched
-    return out[:assemble_lines(words, cells, vocab, vocab_start, prob_bits, backoff_bits,
-                               out)]
 
 
 def write_sections(out_path, vocab, sections):

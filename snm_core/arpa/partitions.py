@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.io import storage
-from snm_core.arpa.partition_kernels import group_bounds, scatter_by_group
+from snm_core.arpa.arpa_loops import group_bounds, scatter_by_group
 from snm_core.io.key_ranges import bucket_of
 
 

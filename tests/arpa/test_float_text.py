@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings, strategies as st
 
-from snm_core.arpa.float_text import MAX_CHARS, float32_texts
+from snm_core.arpa.arpa_loops import MAX_CHARS, float32_texts
 
 
 def texts(values):
