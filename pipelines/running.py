@@ -12,7 +12,13 @@ from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions
 
 from pipelines import runners
 from snm_core.io import memory, storage
-from snm_core.io.errors import OUT_OF_MEMORY, RESOURCE_ERRNOS, SnmInputError, SnmStageError
+from snm_core.io.errors import (
+    OUT_OF_MEMORY,
+    RESOURCE_ERRNOS,
+    SnmInputError,
+    SnmStageError,
+    resource_error_message,
+)
 from snm_core.io.memory import PROCESS_BYTES
 from snm_core.io.progress import StageProgress, WorkerProgress
 from snm_core.scoring.compact import LAYOUTS
@@ -255,7 +261,7 @@ def _snm_error(error, stage):
             return SnmInputError(str(seen).split(" [while running")[0].splitlines()[0])
         if isinstance(seen, SnmStageError):
             return SnmStageError(staged(str(seen)))
-        resource = storage.resource_error_message(seen)
+        resource = resource_error_message(seen)
         if resource:
             return SnmStageError(staged(resource))
         if isinstance(seen, MemoryError):

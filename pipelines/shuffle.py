@@ -40,6 +40,7 @@ import uuid
 import numpy as np
 
 from snm_core.io import storage
+from snm_core.io.errors import resource_errors
 
 MODES = ("files", "beam")
 SCRATCH = "_scratch"
@@ -158,7 +159,7 @@ class ArrayShuffle:
         for b in buckets:
             path = os.path.join(self.scratch, f"{self._owner}-{b:05d}.arrays")
             entries = []
-            with storage.resource_errors(path), open(path, "ab") as f:
+            with resource_errors(path), open(path, "ab") as f:
                 offset = f.tell()
                 for group, parts in cuts.items():
                     for name in parts[0][0]:

@@ -213,7 +213,7 @@ def main(argv=None, freeze_imports=False):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     except OSError as e:
-        from snm_core.io.storage import resource_error_message
+        from snm_core.io.errors import resource_error_message
         message = resource_error_message(e)
         if message is None:
             raise
@@ -238,8 +238,8 @@ def entry():
         # Worker threads the interrupt stopped may still be running, and Python would
         # wait for them at exit; the files they were writing are removed (os._exit runs
         # no atexit hook), and every manifest is written last.
-        from snm_core.io import storage
-        storage.remove_unfinished()
+        from snm_core.io import atomic_files
+        atomic_files.remove_unfinished()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

@@ -28,7 +28,6 @@ go in large ranges, and directories are not created (an object store has
 none; pyarrow would write a marker object for each).
 """
 
-import atexit
 import contextlib
 import fnmatch
 import glob as globlib
@@ -37,7 +36,6 @@ import io
 import json
 import os
 import posixpath
-import re
 import shutil
 import threading
 import uuid
@@ -47,15 +45,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from snm_core.io import direct as direct_io
-from snm_core.io.errors import RESOURCE_ERRNOS, SnmInputError, SnmStageError
+from snm_core.io.atomic_files import local_atomic_output, remote_output
+from snm_core.io.errors import SnmInputError, resource_errors
 
 #: Parquet compression for the columns that are compressed at all (zstd: much
 #: smaller than uncompressed on strings and floats, fast to decode).
 PARQUET_COMPRESSION = "zstd"
 
-#: pyarrow's S3 part size (``kPartUploadSize`` in Arrow's s3fs.cc; not an option): an
-#: upload of more than this is a multipart upload, of this much a single PutObject.
-PART_BYTES = 10 << 20
 #: Remote reads go in ranges of this many bytes (one GET each) however small the
 #: reader's own reads are; a file up to this size is read in one GET.
 READ_BYTES = 8 << 20
@@ -229,39 +225,6 @@ def open_input(path, seekable=False):
     return fs.open_input_stream(inner, compression=None, buffer_size=READ_BYTES)
 
 
-#: numpy's ``tofile`` reports a short write without its errno.
-_SHORT_WRITE = re.compile(r"^\d+ requested and \d+ written$")
-
-
-def resource_error_message(error, path=None):
-    """``"writing PATH: what ran out"`` for an OSError that means a full disk, a file
-    size limit or a quota (or a short write, which is one of them); None for any other
-    error."""
-    if not isinstance(error, OSError):
-        return None
-    if error.errno in RESOURCE_ERRNOS:
-        what = RESOURCE_ERRNOS[error.errno]
-    elif error.errno is None and _SHORT_WRITE.match(str(error)):
-        what = "a write stopped short (the disk is full or a file size limit was reached)"
-    else:
-        return None
-    where = path or error.filename
-    return (f"writing {where}: " if where else "") + what
-
-
-@contextlib.contextmanager
-def resource_errors(path):
-    """Turn a full disk (or file size limit, or quota) while writing ``path`` into an
-    :class:`SnmStageError` naming the path: a fault, not a bug."""
-    try:
-        yield
-    except OSError as e:
-        message = resource_error_message(e, path)
-        if message is None:
-            raise
-        raise SnmStageError(message) from None
-
-
 @contextlib.contextmanager
 def open_output(path):
     """``path`` open for binary writing in place (for scratch files that nothing
@@ -273,7 +236,7 @@ def open_output(path):
             with open(path, "wb") as f:
                 yield f
             return
-        with _remote_output(path) as f:
+        with remote_output(*filesystem(path)) as f:
             yield f
 
 
@@ -288,9 +251,9 @@ def atomic_output(path, direct=False, open_local=None):
 
     Locally: a temporary name in the same directory, then a rename.  Remotely: one
     stream to ``path`` itself (an object store shows the object when the upload
-    completes).  Its first :data:`PART_BYTES` are held here, so a block that fails
-    before writing more sends nothing and leaves an earlier object at ``path`` as it
-    was.  Beyond that the stream is a multipart upload, which pyarrow cannot abort
+    completes).  Its first :data:`~snm_core.io.atomic_files.PART_BYTES` are held here,
+    so a block that fails before writing more sends nothing and leaves an earlier object
+    at ``path`` as it was.  Beyond that the stream is a multipart upload, which pyarrow cannot abort
     (it completes the upload when the stream is closed, whatever happened): a block
     that fails then has its partial object deleted at once, and with it any earlier
     one.  A killed process never completes its upload, so it leaves no object (S3
@@ -298,18 +261,12 @@ def atomic_output(path, direct=False, open_local=None):
     ``AbortIncompleteMultipartUpload``, removes them).
     """
     if is_remote(path):
-        output = _remote_output(path)
+        output = remote_output(*filesystem(path))
     else:
-        output = _local_atomic_output(
+        output = local_atomic_output(
             path, open_local or (lambda tmp: direct_io.open_writer(tmp, direct)))
     with resource_errors(path), output as f:
         yield f
-
-
-#: The local temporary files this process is writing.  A stage that fails on one worker
-#: thread ends the process while another may be in the middle of a file, which no
-#: exception then reaches: :func:`remove_unfinished` removes what is left at exit.
-_UNFINISHED = set()
 
 
 def remove_temporaries(directory):
@@ -323,101 +280,6 @@ def remove_temporaries(directory):
             if name.endswith(".tmp"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(root, name))
-
-
-def remove_unfinished():
-    """Remove the temporary files this process's writers have not finished (at exit)."""
-    for tmp in list(_UNFINISHED):
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-
-atexit.register(remove_unfinished)
-
-
-@contextlib.contextmanager
-def _local_atomic_output(path, open_local):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    # Not mkstemp, whose 0600 would keep the finished file from the user's group and
-    # services on a shared mount: the user's umask decides, as for any file they write.
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
-    _UNFINISHED.add(tmp)
-    try:
-        with open_local(tmp) as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    finally:
-        _UNFINISHED.discard(tmp)
-
-
-class _RemoteWriter(io.RawIOBase):
-    """A remote file being written: its first :data:`PART_BYTES` held in memory, then
-    a pyarrow output stream to its own name (see :func:`atomic_output`)."""
-
-    def __init__(self, fs, inner):
-        super().__init__()
-        self._fs, self._inner = fs, inner
-        self._held = io.BytesIO()
-        self._stream = None
-        self._size = 0
-
-    def writable(self):
-        return True
-
-    def write(self, data):
-        n = memoryview(data).nbytes
-        if self._stream is None:
-            if self._held.tell() + n <= PART_BYTES:
-                self._held.write(data)
-                self._size += n
-                return n
-            self._open()
-        self._stream.write(data)
-        self._size += n
-        return n
-
-    def tell(self):
-        return self._size
-
-    def _open(self):
-        self._stream = self._fs.open_output_stream(self._inner, compression=None)
-        self._stream.write(self._held.getbuffer())
-        self._held = None
-
-    def finish(self):
-        """Send what is held and complete the upload: the object appears."""
-        if self._stream is None:
-            self._open()
-        self._stream.close()
-
-    def discard(self):
-        """Leave no object: nothing was sent, or the completed partial one is deleted."""
-        self._held = None
-        if self._stream is None:
-            return
-        with contextlib.suppress(Exception):  # an upload that failed completes nothing
-            self._stream.close()
-        self._fs.delete_file(self._inner)
-
-
-@contextlib.contextmanager
-def _remote_output(path):
-    fs, inner = filesystem(path)
-    writer = _RemoteWriter(fs, inner)
-    try:
-        yield writer
-        writer.finish()
-    except BaseException:
-        with contextlib.suppress(OSError):
-            writer.discard()
-        raise
-    finally:
-        writer.close()
 
 
 def write_bytes(data, path):

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 
 from snm_core.io import memory, model_files, storage, tables
-from snm_core.io.errors import SnmInputError
+from snm_core.io.errors import SnmInputError, resource_errors
 from snm_core.io.progress import Progress
 from snm_core.io.runlock import LOCK_NAME
 from snm_core.scoring.card import write_model_card
@@ -53,11 +53,11 @@ def compile_model(model_dir, layout="hashed", memory=None, progress=None, **opti
     resources = build_resources(manifest, layout, memory, progress)
     if not storage.is_remote(model_dir):
         local = os.path.join(model_dir, COMPACT)
-        with storage.resource_errors(local):
+        with resource_errors(local):
             return _build(model_dir, manifest, layout, local, resources, options)
     os.makedirs(storage.cache_directory(), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging, \
-            storage.resource_errors(staging):
+            resource_errors(staging):
         compact = _build(model_dir, manifest, layout, staging, resources, options)
         remote = storage.join(model_dir, COMPACT)
         storage.remove_tree(remote)
@@ -154,7 +154,7 @@ def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
         local = (stack.enter_context(tempfile.TemporaryDirectory(dir=storage.cache_directory()))
                  if remote else out)
         os.makedirs(local, exist_ok=True)
-        with storage.resource_errors(local):
+        with resource_errors(local):
             compact = _build(model_dir, manifest, layout, os.path.join(local, COMPACT),
                              resources, {})
             for name in files:

@@ -22,7 +22,7 @@ import pytest
 from support import s3server
 
 from snm.commands.train import main as train_main
-from snm_core.io import storage, tables, textfile
+from snm_core.io import atomic_files, storage, tables, textfile
 from snm_core.io.errors import SnmInputError
 from snm_core.stages import manifests
 from snm_core.text import synthetic
@@ -407,7 +407,7 @@ def test_unfinished_local_writes_are_removed_at_exit(tmp_path):
     thread.start()
     assert writing.wait(10)
     assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
-    storage.remove_unfinished()  # what the exit hook does
+    atomic_files.remove_unfinished()  # what the exit hook does
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     release.set()
     thread.join(10)
