@@ -2,7 +2,6 @@
 
 from snm.commands import arguments
 from snm.evaluation import model_directory, model_help
-from snm_core.loglinear.directory import export_arpa as export_loglinear_arpa
 from snm_core.loglinear.family import is_loglinear
 from snm_core.arpa.export import export_arpa
 
@@ -26,6 +25,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     args.model = model_directory(args.model, "snm export-arpa")
     if is_loglinear(args.model):
+        from snm_core.loglinear.directory import export_arpa as export_loglinear_arpa  # numba
         export_loglinear_arpa(args.model, args.out)
     else:
         export_arpa(args.model, args.out, memory=args.memory, scratch=args.scratch,

@@ -1,7 +1,8 @@
 """What the rest of ``snm`` needs of the log-linear family without loading its loops
 (numba's, whose start costs a process about a second): the penalties' names, the
-options of ``snm train --family loglinear`` and their defaults, and whether a
-directory holds a log-linear model.
+options of ``snm train --family loglinear`` and their defaults, whether a directory
+holds a log-linear model, and numba itself, an optional dependency (the extra
+``loglinear``) that only this family's loops use.
 """
 
 import dataclasses
@@ -21,6 +22,17 @@ LAM_SCALES = (0.8, 0.4, 0.2, 0.1)
 ALPHAS = {"wt2": (1.1, 1.4), "wtinf": (0.85, 1.1), "wl2": (1.4, 2.0), "wl1": (1.4, 2.0)}
 #: APG iterations a λ at most (the λ path's).
 ITERATIONS = 60
+
+
+def numba_compiler():
+    """The ``numba`` module, which compiles the family's loops; when it is not installed,
+    a one-line error that says how to install it."""
+    try:
+        import numba
+    except ImportError:
+        raise SnmInputError("the log-linear family's loops need numba, which is not "
+                            "installed: pip install 'snm-lm[loglinear]'") from None
+    return numba
 
 
 def is_loglinear(directory):

@@ -73,11 +73,13 @@ summed over all words (the groups of different words are disjoint).
 
 import dataclasses
 
-import numba
 import numpy as np
 
 from snm_core.loglinear import penalties
+from snm_core.loglinear.family import numba_compiler
 from snm_core.text.vocab import BOS_ID, EOS_ID
+
+numba = numba_compiler()
 
 # --- positions -----------------------------------------------------------------------------------
 

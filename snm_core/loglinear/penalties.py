@@ -108,15 +108,16 @@ independent vectors over the same tree (e.g. k words sharing one trie).
 Independent trees (e.g. one per target word) form one forest
 (:meth:`SuffixTree.concatenate`).  Everything is float64 inside; float32 input
 gives float32 output.  Numba compiles the passes on first use and caches them
-beside this file; importing this module loads numba (memory a process, see
-:mod:`snm_core.text.compiled`), so only the log-linear family should import it.
+beside this file; importing this module loads numba (about a second and 150 MiB a
+process), so only the log-linear family imports it.
 """
 
-import numba
 import numpy as np
 
-from snm_core.loglinear.family import PENALTIES
+from snm_core.loglinear.family import PENALTIES, numba_compiler
 from snm_core.loglinear.tinf_pivot import preorder, prox_tinf_pivot
+
+numba = numba_compiler()
 
 
 #: Longest merge path of two leftist heaps: each right spine has at most

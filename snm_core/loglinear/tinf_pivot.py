@@ -21,8 +21,11 @@ result, including its rounding, does not vary from run to run nor with the
 other columns.
 """
 
-import numba
 import numpy as np
+
+from snm_core.loglinear.family import numba_compiler
+
+numba = numba_compiler()
 
 #: Seed of the pivot generator (any fixed value: the result does not depend on it
 #: beyond rounding).
