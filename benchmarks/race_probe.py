@@ -28,7 +28,7 @@ from benchmarks.common import print_table, record, run_measured  # noqa: E402
 def rank_rows(join_dir, shares):
     """Validation perplexity of every variant after one epoch on each share."""
     from snm_core.fit import selection, trainer
-    from snm_core.fit.problem import load_join
+    from snm_core.fit.heldout import load_join
 
     options = selection.FitOptions()
     rows = []

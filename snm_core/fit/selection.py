@@ -39,7 +39,8 @@ import numpy as np
 
 from snm_core.fit import kernels, trainer
 from snm_core.fit import metafeatures as mf
-from snm_core.fit.problem import VALIDATION_SHARE, load_join
+from snm_core.fit.heldout import load_join
+from snm_core.fit.problem import VALIDATION_SHARE
 from snm_core.io import memory, storage, tables
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.errors import SnmInputError

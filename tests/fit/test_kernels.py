@@ -16,7 +16,7 @@ from support.problems import (
     vocabulary,
 )
 
-from snm_core.fit import kernels
+from snm_core.fit import heldout, kernels
 from snm_core.fit import metafeatures as mf
 from snm_core.fit import problem as fit_problem
 from snm_core.fit.metafeatures import MetaFeatureSpec
@@ -131,8 +131,8 @@ def test_m_star_and_likelihood_equal_the_numpy_definition(params, identity, monk
     vocab = vocabulary(lines + list(HELDOUT))
     small_m, events, manifest = join_tables(parse_config(SKIP), [TRAIN[:200], TRAIN[200:]],
                                             HELDOUT, vocab, ["a", "b"])
-    fingerprints = fit_problem.type_fingerprints(manifest)
-    prob = fit_problem.AdjustmentProblem([small_m], fit_problem.Events.from_table(events), spec,
+    fingerprints = heldout.type_fingerprints(manifest)
+    prob = fit_problem.AdjustmentProblem([small_m], heldout.Events.from_table(events), spec,
                                          fingerprints, len(manifest["feature_types"]))
     assert (prob.slot_index is None) == identity
     theta = random_theta(prob, 0.3, seed=4)
@@ -198,7 +198,7 @@ def test_rows_of_many_signatures_equal_the_definition(continuation, monkeypatch)
     results = {}
     for direct in (kernels.DIRECT_PARAMS, 0):  # summed per signature; per class
         monkeypatch.setattr(kernels, "DIRECT_PARAMS", direct)
-        prob = fit_problem.AdjustmentProblem([small_m], fit_problem.Events.from_table(events),
+        prob = fit_problem.AdjustmentProblem([small_m], heldout.Events.from_table(events),
                                              spec, fingerprints, 2)
         assert prob.class_signature.max() + 1 > (61 * 61 if continuation else 61)
         theta = random_theta(prob, 0.3, seed=5)

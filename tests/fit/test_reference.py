@@ -10,7 +10,7 @@ import pytest
 from snm.commands import count as count_cmd
 from snm.commands import join as join_cmd
 from snm_core.fit.metafeatures import MetaFeatureSpec
-from snm_core.fit.problem import load_join
+from snm_core.fit.heldout import load_join
 from snm_core.fit.trainer import perplexity
 
 

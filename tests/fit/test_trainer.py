@@ -17,7 +17,8 @@ from support.problems import (
 
 from snm_core.fit import kernels, trainer
 from snm_core.fit.metafeatures import MetaFeatureSpec
-from snm_core.fit.problem import AdjustmentProblem, Events, type_fingerprints
+from snm_core.fit.heldout import Events, type_fingerprints
+from snm_core.fit.problem import AdjustmentProblem
 from snm_core.text.config import preset
 
 

@@ -7,7 +7,8 @@ import pyarrow as pa
 from snm_core.count import continuation, counting
 from snm_core.join import small_m
 from snm_core.fit.metafeatures import VARIANTS
-from snm_core.fit.problem import AdjustmentProblem, Events, type_fingerprints
+from snm_core.fit.heldout import Events, type_fingerprints
+from snm_core.fit.problem import AdjustmentProblem
 from snm_core.io.arrays import sorted_distinct
 from snm_core.text import synthetic
 from snm_core.text.config import parse_config, preset
