@@ -37,12 +37,11 @@ from snm_core.io.errors import SnmInputError
 from snm_core.io.textfile import read_text
 from snm_core.loglinear import path
 from snm_core.loglinear.family import KIND
+from snm_core.loglinear.contexts import ContextTree, histories
 from snm_core.loglinear.model import (
-    ContextTree,
     LogLinearModel,
     _lookup_log_prob,
     deepest_nodes,
-    histories,
     own_counts_from_totals,
 )
 from snm_core.loglinear.optimizers import fit

@@ -8,9 +8,8 @@ differences.
 import numpy as np
 import pytest
 
+from snm_core.loglinear.contexts import ContextTree, histories
 from snm_core.loglinear.model import (
-    ContextTree,
-    histories,
     own_counts,
     own_counts_from_totals,
     positions,
@@ -18,7 +17,7 @@ from snm_core.loglinear.model import (
     totals_from_own_counts,
 )
 from snm_core.loglinear.optimizers import _prox_steps, fit, objective
-from snm_core.loglinear.penalties import SuffixTree
+from snm_core.loglinear.trees import SuffixTree
 from snm_core.text import synthetic
 from snm_core.text.tokenize import SentenceBatch, count_words, tokenize
 from snm_core.text.vocab import BOS_ID, EOS_ID, Vocabulary

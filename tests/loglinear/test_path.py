@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from snm_core.loglinear import apg, path
-from snm_core.loglinear.model import histories, own_counts, positions, prepare
+from snm_core.loglinear.contexts import histories
+from snm_core.loglinear.model import own_counts, positions, prepare
 from snm_core.text import synthetic
 from snm_core.text.tokenize import count_words, tokenize
 from snm_core.text.vocab import BOS_ID, Vocabulary

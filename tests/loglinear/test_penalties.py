@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snm_core.loglinear.penalties import PENALTIES, SuffixTree, prox, value
+from snm_core.loglinear.penalties import PENALTIES, prox, value
+from snm_core.loglinear.trees import SuffixTree
 
 TREE_PENALTIES = ("t2", "tinf", "wt2", "wtinf")
 NORM_PENALTIES = ("l1", "wl1") + TREE_PENALTIES

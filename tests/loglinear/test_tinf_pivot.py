@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snm_core.loglinear.penalties import SuffixTree, prox
+from snm_core.loglinear.penalties import prox
+from snm_core.loglinear.trees import SuffixTree
 from snm_core.loglinear.tinf_pivot import preorder
 
 
