@@ -33,9 +33,9 @@ def shorten_state_sampling(period_ms=STATE_SAMPLING_MS):
     """Make Beam's state sampler wake every ``period_ms`` milliseconds.
 
     A bundle's end joins the sampler's thread, which sleeps its whole period first:
-    up to 200 ms by default (ramped from 2 ms by 1.2 a tick), about a tenth of each
-    bundle's time.  A kernel ``snm train`` runs 42 bundles and waited 0.8 s in all;
-    at 5 ms, 0.07 s (the thread's waking costs nothing measurable).  Beam has no
+    up to 200 ms by default (ramped from 2 ms by 1.2 a tick), a noticeable share of a
+    short bundle's time, which a shorter period removes (the thread's waking costs
+    nothing measurable).  Beam has no
     option for it: the period is the default argument of the worker's sampler,
     set here (if this Beam still has it) in every process that imports this module,
     which is every process that runs the stages' DoFns.

@@ -126,9 +126,8 @@ def spool_stdin(sources, directory):
             for s in sources], digest.hexdigest()
 
 
-#: Bytes of text a word takes, with its space (a conservative average: kernel's
-#: documentation 5.4, mix's sources 4.9 to 6.1), and how much smaller compression makes
-#: text (gzip on kernel: 3.1x).
+#: Bytes of text a word takes, with its space (a conservative average: English text
+#: takes 5 to 6), and how much smaller compression makes text (gzip: about 3x).
 BYTES_A_WORD = 4.5
 COMPRESSION_RATIO = 3.5
 

@@ -142,7 +142,7 @@ def build_parser():
                         metavar="SECONDS",
                         help="--optimizer auto: seconds for choosing lambda and alpha "
                              "(default %(default)g; counting, loading the counts and eval "
-                             "come on top: about 40 s on full kernel, 3.3M words); the best "
+                             "come on top); the best "
                              "weights seen when it is spent are kept")
     family.add_argument("--tol", type=float, default=LogLinearOptions.tol,
                         help="apg: stop when no pair's proximal-gradient residual exceeds this "

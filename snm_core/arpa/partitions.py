@@ -23,7 +23,7 @@ from snm_core.io.key_ranges import bucket_of
 
 def partition_of(keys, partitions):
     """Partition (key range) of each uint64 key: uint16 array, shape (n,) (numpy sorts
-    16-bit integers by radix, 4x faster than 64-bit ones)."""
+    16-bit integers by radix, 64-bit ones by comparison)."""
     return bucket_of(np.asarray(keys, np.uint64), partitions).astype(np.uint16)
 
 

@@ -8,8 +8,8 @@ Model.  For an event e with features F(e) (those present in small M) and target 
 Link classes and units.  Links of one row with the same C(f,w) (and
 continuation count) form a class: their meta-features coincide but for the
 target word, so unlexicalized and feature-only meta-features give them one
-A and one M_fw, and a class of ``mult`` links is trained as one unit (kernel
-5-gram: 238K classes for 1.26M links).  Lexicalized meta-features name the
+A and one M_fw, and a class of ``mult`` links is trained as one unit (a 5-gram
+model's small M has several links a class).  Lexicalized meta-features name the
 target: every link is a unit, and its class holds the entries that do not
 involve the target.
 

@@ -173,7 +173,7 @@ def padded_lists(column, width, dtype=np.int64):
 
 def string_buffers(array):
     """``(offsets, data)`` of an Arrow (large) string array as numpy views, no copy."""
-    import pyarrow as pa  # not at import: ~10 MiB a process that never needs it
+    import pyarrow as pa  # not at import: memory a process that never needs it
 
     if not pa.types.is_string(array.type) and not pa.types.is_large_string(array.type):
         array = array.cast(pa.string())

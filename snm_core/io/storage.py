@@ -344,7 +344,7 @@ def write_parquet(table, path):
       few bytes for much more writing time;
     * lists of feature keys (held-out events: hashes repeated across rows),
       float64 (M_f*, repeated across features) and strings: dictionary, zstd;
-    * float32 (M_fw): zstd alone, 40% faster to write than with a dictionary, and
+    * float32 (M_fw): zstd alone, faster to write than with a dictionary, and
       smaller (few values repeat within a bucket).
 
     A table with feature keys keeps min/max statistics for them only (a key

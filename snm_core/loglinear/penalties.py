@@ -80,7 +80,7 @@ as one entry (τ, C).  Each node adds at most two entries, so there are at most
 here (O(log n) merge, arrays only).  The plain alternative, its Algorithm 3 (a
 random-pivot projection of every whole subtree, O(n · depth)), is
 :mod:`snm_core.loglinear.tinf_pivot` (``method="pivot"``); on the pair forests of
-kernel-100k it is the faster of the two (benchmarks/README.md, "T-inf prox").
+n-gram models it is the faster of the two (``benchmarks/loglinear.py prox-speed``).
 
 The collapsed tree (Propositions 1-2)
 -------------------------------------
@@ -168,9 +168,9 @@ def value(penalty, tree, x, alpha=1.0):
     return float(result[0]) if vector else result
 
 
-#: The pivot prox reads every subtree whole (~20 ns an entry), the heap prox each node a
-#: few times (~190 ns a node; benchmarks/README.md, "T-inf prox"): the pivot is the faster
-#: while the subtrees' sizes sum to less than about this many times the nodes.
+#: The pivot prox reads every subtree whole, the heap prox each node a few times at a
+#: higher cost a visit (benchmarks/loglinear.py prox-speed times both): the pivot is the
+#: faster while the subtrees' sizes sum to less than about this many times the nodes.
 PIVOT_MAX_SUBTREE_RATIO = 8
 
 

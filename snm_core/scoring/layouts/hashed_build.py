@@ -57,7 +57,7 @@ PARTITION_LINK_BYTES = 2 * 80 + 16
 #: the pass's slowest part.
 READERS = 2
 #: Memory a link of a bucket being read (its matrix columns and share of the feature
-#: rows, as read: ~16 + 0.64 x 42 bytes on kernel 5-gram; its feature row: 4; its
+#: rows, as read: 16 bytes and a share of a 42-byte feature row; its feature row: 4; its
 #: records, feature rows and words: 28).  READERS + 1 are held: one scattered while
 #: the next ones are read.
 BUCKET_LINK_BYTES = (READERS + 1) * (48 + 4 + 28)
@@ -167,7 +167,7 @@ def _sort_partition(path, work):
     """A scratch partition's records sorted by key (the file is removed)."""
     records = np.fromfile(path, dtype=RECORD)
     os.remove(path)
-    # np.take copies each record whole; indexing copies it field by field, 3.5x slower.
+    # np.take copies each record whole; indexing copies it field by field.
     return np.take(records, argsort_keys(np.ascontiguousarray(records["key"]), work))
 
 

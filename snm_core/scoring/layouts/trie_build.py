@@ -56,9 +56,8 @@ PROGRESS_PASSES = 2
 #: The least working memory: a run or a partition of this many records.
 MIN_RECORDS = 1024
 #: Records of a run, a partition or a sort at most, and entries of a layout's chunk,
-#: whatever the budget: larger ones build no faster (kernel's trie was as fast in runs
-#: of 622K records as in one of 7.3M), and a budget's worth of them made the build's
-#: peak grow with the model until the budget (benchmarks/README.md, "Heaps, the trie's runs").
+#: whatever the budget: larger ones build no faster, and a budget's worth of them made
+#: the build's peak grow with the model until the budget.
 MAX_RECORDS = 1 << 23
 
 
