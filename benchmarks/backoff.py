@@ -1,7 +1,7 @@
 """The back-off form at scale: `snm export-arpa` and `snm prune --criterion backoff`
 beside lmplz on the same text, in the same run.
 
-    LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/backoff.py               # kernel, mix
+    LMPLZ=$KENLM_BIN/lmplz python benchmarks/backoff.py               # kernel, mix
     LMPLZ=... python benchmarks/backoff.py --setups kernel --baseline da8b183 --repeats 3
     LMPLZ=... python benchmarks/backoff.py --setups mix --config 7gram    # a bigger model
 

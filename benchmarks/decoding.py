@@ -2,7 +2,7 @@
 acoustics, KenLM's KN5 beside our 5-gram and skip-10-gram SNMs; and the rate of
 ``score_words`` (the state API's batched path) beside kenlm's ``BaseScore`` loop.
 
-    LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/decoding.py
+    LMPLZ=$KENLM_BIN/lmplz python benchmarks/decoding.py
     LMPLZ=... python benchmarks/decoding.py --test 300 --dev 80 --sections ctc,rescore,states
 
 Acoustics: kernel's test (and, for tuning, dev) sentences of ASCII text and at

@@ -5,11 +5,11 @@
     python benchmarks/prune.py --config skip10gram --corpus mix --targets 25000000
     python benchmarks/prune.py --config skip10gram --corpus mix --targets 25000000 \
         --heldout_weights 1,2,4,8,16 --choose_weight      # the weight, on dev halves
-    LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/prune.py   # lmplz --prune in this run
-    POCOLM=/tmp/pocolm python benchmarks/prune.py                 # pocolm in this run
+    LMPLZ=$KENLM_BIN/lmplz python benchmarks/prune.py   # lmplz --prune in this run
+    POCOLM=$POCOLM_DIR python benchmarks/prune.py                 # pocolm in this run
 
 pocolm builds from its public sources: ``git clone https://github.com/danpovey/pocolm
-/tmp/pocolm && make -C /tmp/pocolm/src`` (its scripts need numpy: this process's
+$POCOLM_DIR && make -C $POCOLM_DIR/src`` (its scripts need numpy: this process's
 Python runs them).
 
 `snm train --config 5gram` on kernel (train.txt.gz, dev.txt, test.txt, the corpus's

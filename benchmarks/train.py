@@ -1,6 +1,6 @@
 """`snm train` end to end beside KenLM's whole path, timed in the same run.
 
-    LMPLZ=/tmp/kenlm-build/bin/lmplz python benchmarks/train.py              # kernel 5-gram
+    LMPLZ=$KENLM_BIN/lmplz python benchmarks/train.py              # kernel 5-gram
     LMPLZ=... python benchmarks/train.py --repeats 3
     python benchmarks/train.py --setups kernel --configs skip10gram        # no KenLM rows
 
