@@ -6,6 +6,7 @@ from setuptools import Extension, find_packages, setup
 
 #: flashlight's decoders ship as wheels for CPython 3.10 to 3.12 only (no compiler asked).
 FLASHLIGHT = "flashlight-text>=0.0.7; python_version < '3.13'"
+NUMBA = "numba>=0.59"
 
 
 
@@ -48,9 +49,6 @@ setup(
         # isal: gzip through Intel's ISA-L, which inflates several times as fast as
         # zlib; every local reader of a .gz corpus inflates all of it.
         "isal>=1.6",
-        # numba compiles the loops not yet ported to C (snm_core/io/native.py):
-        # sampling, the log-linear family.
-        "numba>=0.59",
         # scipy: L-BFGS-B (bounds W >= 0) fits the log-linear family's separable
         # penalties to their optimum (snm train --family loglinear --optimizer lbfgs).
         "scipy>=1.11",
@@ -69,8 +67,9 @@ setup(
         # pytest-xdist: the suite keeps one core busy on average (most of its time is
         # subprocesses starting and small pipelines), so two workers use both.
         # flashlight-text: flashlight's CTC decoders (snm.decoding.FlashlightLM).
+        # numba: the log-linear family's tests (the extra loglinear).
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "kenlm", "moto[server]>=5",
-                 "apache-beam[dask]", "boto3>=1.35", "pygtrie>=2.1", FLASHLIGHT],
+                 "apache-beam[dask]", "boto3>=1.35", "pygtrie>=2.1", FLASHLIGHT, NUMBA],
         # snm.decoding.PyctcdecodeLM: pyctcdecode's CTC beam search with any SNM.  Its
         # metadata asks for numpy < 2, so with this extra pip installs numpy 1.26, which
         # snm supports (make compat tests it); pyctcdecode runs on numpy 2 as well, which
@@ -79,28 +78,34 @@ setup(
         # snm.decoding.FlashlightLM: flashlight's lexicon and lexicon-free CTC decoders
         # (torchaudio's ctc_decoder).
         "flashlight": [FLASHLIGHT],
+        # snm train --family loglinear: numba compiles the log-linear family's loops;
+        # every other loop is C, so a process that never trains or scores that family
+        # never loads numba (about a second's start and 150 MiB a process).
+        "loglinear": [NUMBA],
         # --runner dask: Beam's DaskRunner against a Dask cluster (launch/dask.sh).
         "dask": ["apache-beam[dask]"],
         # boto3: the run lock of an s3:// directory is a conditional write (If-None-Match),
         # which pyarrow.fs cannot make.
         "s3": ["boto3>=1.35"],
     },
-    # The fit's and apply's loops in C, called through ctypes: numba, which
-    # compiles scoring, costs more memory a process than a whole fit may use;
-    # this library costs well under 1 MiB.  Any C compiler builds it (gcc on Debian).
+    # The fit's and apply's loops in C, called through ctypes: a process that loads
+    # numba holds more memory than a whole fit may use; this library costs well under
+    # 1 MiB.  Any C compiler builds it (gcc on Debian).
     ext_modules=[Extension("snm_core.fit._kernels", ["snm_core/fit/_kernels.c"],
                            extra_compile_args=["-O3", "-std=c11", "-fno-math-errno"]
                            # popcount as one instruction (every x86-64 CPU since 2008)
                            + (["-mpopcnt"] if platform.machine() in ("x86_64", "AMD64")
                               else [])),
-                 # Counting's, the text layer's, the scoring layouts' and ARPA's loops, through
-                 # ctypes: numba's start costs a process about 0.9 s (snm_core/io/native.py).
+                 # Counting's, the text layer's, the scoring layouts', ARPA's and sampling's
+                 # loops, through ctypes: numba's start costs a process about 0.9 s
+                 # (snm_core/io/native.py).
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
                                                "snm_core/count/sketch.c",
                                                "snm_core/text/words.c",
                                                "snm_core/scoring/layouts/hashed_loops.c",
                                                "snm_core/scoring/layouts/trie_loops.c",
-                                               "snm_core/arpa/arpa_loops.c"],
+                                               "snm_core/arpa/arpa_loops.c",
+                                               "snm_core/sample/sample_loops.c"],
                            extra_compile_args=["-O3", "-std=c11"])]
                 + (flashlight_extension() if sys.version_info < (3, 13) else []),
     entry_points={"console_scripts": ["snm=snm.cli:entry"]},

@@ -56,3 +56,59 @@ def test_snm_core_subpackages_import_only_those_below_them():
         if imported in RANK and importer != imported and RANK[imported] >= RANK[importer]:
             wrong.append((path, module))
     assert not sorted(wrong)
+
+
+def test_only_the_log_linear_family_takes_numba():
+    """numba is the extra ``loglinear``'s: only ``loglinear/family.py`` imports it (for that
+    family's modules), and no module outside ``snm_core/loglinear`` imports one of them at
+    module level."""
+    takers = sorted({path for package in ("snm_core", "pipelines", "snm")
+                     for path, module in imports(package)
+                     if top(module) in ("numba", "llvmlite")})
+    assert takers == [os.path.join("snm_core", "loglinear", "family.py")]
+
+
+#: Imports every module of the package with numba made unimportable (as where the extra
+#: ``loglinear`` is not installed), except the log-linear family's own, and prints those
+#: that fail.
+WITHOUT_NUMBA = r"""
+import importlib, pkgutil, sys
+sys.modules["numba"] = None  # import numba raises ImportError
+failed = []
+for package in ("snm_core", "pipelines", "snm"):
+    root = importlib.import_module(package)
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        if (info.name.endswith(".__main__") or info.name.startswith("snm_core.loglinear.")
+                and info.name != "snm_core.loglinear.family"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError as e:
+            failed.append(f"{info.name}: {e}")
+print("\n".join(failed))
+"""
+
+
+def test_everything_but_the_log_linear_family_runs_without_numba(tmp_path):
+    """Without numba every other module loads (counting, training, scoring, decoding, ARPA,
+    pruning, sampling, the commands), and ``snm train --family loglinear`` says in one
+    line, before any stage runs, what to install."""
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-c", WITHOUT_NUMBA], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    assert run.stdout.strip() == ""
+    text = tmp_path / "train.txt"
+    text.write_text("a b c\n")
+    files = ["--config", "5gram", "--train", str(text), "--heldout", str(text), "--test",
+             str(text)]
+    train = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['numba'] = None; "
+         "from snm.cli import entry; sys.argv[0] = 'snm'; sys.exit(entry())", "train",
+         "--family", "loglinear", *files, "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert train.returncode == 2
+    assert train.stderr.strip().splitlines() == [
+        "snm train: error: the log-linear family's loops need numba, which is not installed: "
+        "pip install 'snm-lm[loglinear]'"]
+    assert not list((tmp_path / "run").glob("*"))  # nothing written

@@ -197,6 +197,7 @@ def _plan(args, beam_args):
         if args.tagged or args.prune_to or args.layout != "hashed":
             raise SnmInputError("--family loglinear trains on pooled sources, unpruned, "
                                 "stored its own way: drop --tagged, --prune_to and --layout")
+        loglinear_family.numba_compiler()  # an optional dependency: said before any stage
     fit_options = _loglinear_options(args) if loglinear else options_from(vars(args))
     check_encoding(args.encoding)
     sources = training_sources.parse_sources(args.train, pooled=not args.tagged)

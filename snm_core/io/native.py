@@ -1,14 +1,13 @@
-"""The C loops of counting, text, the scoring layouts and ARPA (the extension ``snm_core._loops``),
-called through ctypes, which releases the GIL during a call.
+"""The C loops of counting, text, the scoring layouts, ARPA and sampling (the extension
+``snm_core._loops``), called through ctypes, which releases the GIL during a call.
 
 Why C and not numba: numba's start costs a process about 0.9 s (its import, its
 compiler's set-up, a cached function's load) and memory, and a kernel ``snm train`` is
 a few seconds; this library loads in a millisecond.  setup.py builds it from
 ``snm_core/loops.c``, ``snm_core/io/radix.c``, ``snm_core/count/sketch.c``,
-``snm_core/text/words.c``,
-``snm_core/scoring/layouts/hashed_loops.c`` and ``trie_loops.c`` and
-``snm_core/arpa/arpa_loops.c``; each Python module that wraps a loop
-declares its signature here (:func:`function`).
+``snm_core/text/words.c``, ``snm_core/scoring/layouts/hashed_loops.c``,
+``trie_loops.c``, ``snm_core/arpa/arpa_loops.c`` and ``snm_core/sample/sample_loops.c``;
+each Python module that wraps a loop declares its signature here (:func:`function`).
 """
 
 import ctypes
@@ -21,7 +20,7 @@ import numpy as np
 from snm_core.io.errors import SnmInputError
 
 #: What ``loops_version`` returns: a library built from other sources is refused.
-VERSION = 4
+VERSION = 5
 
 i32, i64, u64, f64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
 ptr = ctypes.c_void_p

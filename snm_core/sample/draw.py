@@ -2,15 +2,15 @@
 
 Sentences are drawn word by word from P(w | h), each from ``<S>`` until
 ``</S>`` is drawn, exactly for any configuration, skip-grams and corpus tags
-included (:mod:`snm_core.sample.kernels`).  The output is ``shards``
+included (:mod:`snm_core.sample.sample_loops`).  The output is ``shards``
 files of about ``words / shards`` words each, one sentence a line:
 ``OUT/sample-KKKKK-of-NNNNN.txt`` (``.txt.gz`` compressed), then
 ``OUT/manifest.json`` with the totals.  A shard is one random stream of the
 seed, so the same seed and shard count give the same files on any number of
 threads; shards run on ``threads`` threads (default one per core, the
-compiled loop releases the GIL).
+C loop releases the GIL).
 
-A shard draws :data:`snm_core.sample.kernels.LANES` sentences side by
+A shard draws :data:`snm_core.sample.sample_loops.LANES` sentences side by
 side; once it has its share of words it starts no more and finishes those
 under way, so it holds its share plus at most that many sentences.  An empty
 sentence (``</S>`` drawn first) is counted, not written: text readers skip
@@ -33,14 +33,14 @@ import pyarrow as pa
 from snm_core.io import storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.progress import Progress
-from snm_core.sample import kernels as sample_kernels
+from snm_core.sample import sample_loops
 from snm_core.sample.rows import load_rows
 from snm_core.stages import manifests, validation
 from snm_core.io.arrays import string_buffers
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 
-#: Words drawn per call of the compiled loop (a few MB of buffers a thread).
+#: Words drawn per call of the C loop (a few MB of buffers a thread).
 CHUNK_WORDS = 1 << 20
 #: Seconds between progress lines.
 PROGRESS_SECONDS = 5.0
@@ -104,7 +104,7 @@ def shard_words(words, shards):
 
 
 def kernel_tables(extractor):
-    """``(windows, salts, max_run)`` of :func:`snm_core.sample.kernels.sample_sentences`
+    """``(windows, salts, max_run)`` of :class:`snm_core.sample.sample_loops.Windows`
     for an extractor: its windows by type, a tied type's by increasing skip."""
     by_type = {}
     for type_index, r, s, a in extractor.generators:
@@ -130,23 +130,23 @@ class Stream:
     ----------
     seed, shard : int
     quota : int, the shard's words
-    max_length, max_run, ring : int (``ring``: :func:`sample_kernels.ring_size`)
+    max_length : int
+    windows : :class:`snm_core.sample.sample_loops.Windows` (the size of the keys' work space)
     """
 
-    def __init__(self, seed, shard, quota, max_length, max_run, ring):
-        lanes = sample_kernels.LANES
-        self.rng = np.stack([sample_kernels.seed_state(seed, shard * lanes + lane)
+    def __init__(self, seed, shard, quota, max_length, windows):
+        lanes = sample_loops.LANES
+        self.rng = np.stack([sample_loops.seed_state(seed, shard * lanes + lane)
                              for lane in range(lanes)])
         self.history = np.zeros((lanes, max_length + 1), np.int32)
         self.position = np.zeros(lanes, np.int64)
-        self.hashes = np.zeros((lanes, ring, max_run + 1), np.uint64)
+        self.hashes = np.zeros((lanes, windows.ring, windows.max_run + 1), np.uint64)
         self.words = np.zeros(1, np.int64)
         self.quota, self.max_length = quota, max_length
         self.finished = quota == 0
-
-    @property
-    def state(self):
-        return self.rng, self.history, self.position, self.hashes, self.words
+        self.state = sample_loops.StreamState.of(self.rng, self.history, self.position,
+                                                 self.hashes, self.words, quota, max_length,
+                                                 windows)
 
 
 class Sampler:
@@ -169,26 +169,25 @@ class Sampler:
                                           self.manifest["tags"])
         self.windows, self.salts, self.max_run = kernel_tables(self.extractor)
         self.rows = load_rows(model_dir, manifest_bytes, self.manifest, say)
+        self.tables = sample_loops.Windows.of(self.windows, self.salts, self.max_run)
+        self.row_tables = sample_loops.Rows.of(*self.rows.parts)
         self.word_offsets, self.word_data = string_buffers(
             pa.array(self.vocab.words, pa.large_string()))
 
     def stream(self, seed, shard, quota, max_length):
-        return Stream(seed, shard, quota, max_length, self.max_run,
-                      sample_kernels.ring_size(self.windows))
+        return Stream(seed, shard, quota, max_length, self.tables)
 
     def draw(self, stream, words_wanted):
         """``(ids, stats)``: the next sentences of ``stream``, at least ``words_wanted``
         words unless it ends, each ended by ``</S>`` (see ``sample_sentences``)."""
-        out = np.empty(2 * (words_wanted + sample_kernels.LANES * (stream.max_length + 1)),
-                       np.int32)
-        used, stats, stream.finished = sample_kernels.sample_sentences(
-            *stream.state, words_wanted, stream.quota, stream.max_length, self.windows,
-            self.salts, self.max_run, *self.rows.parts, out)
+        out = np.empty(sample_loops.out_length(words_wanted, stream.max_length), np.int32)
+        used, stats, stream.finished = sample_loops.sample_sentences(
+            self.tables, self.row_tables, stream.state, words_wanted, out)
         return out[:used], stats
 
     def text(self, ids):
         """UTF-8 bytes of sentences ``ids`` from :meth:`draw`."""
-        return sample_kernels.render(ids, self.word_offsets, self.word_data)
+        return sample_loops.render(ids, self.word_offsets, self.word_data)
 
 
 def sample(options, say=lambda message: None):
@@ -202,7 +201,7 @@ def sample(options, say=lambda message: None):
         storage.remove_file(manifest_path)
     names = [shard_name(k, options.shards, options.gzip) for k in range(options.shards)]
     shares = shard_words(options.words, options.shards)
-    stats = np.zeros((options.shards, len(sample_kernels.STATS)), np.int64)
+    stats = np.zeros((options.shards, len(sample_loops.STATS)), np.int64)
     cancel = threading.Event()
 
     def write_shard(k):
@@ -233,7 +232,7 @@ def sample(options, say=lambda message: None):
             raise
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     storage.remove_stale(options.out, set(names), SHARD_PATTERNS)
-    totals = {name: int(v) for name, v in zip(sample_kernels.STATS, stats.sum(axis=0))}
+    totals = {name: int(v) for name, v in zip(sample_loops.STATS, stats.sum(axis=0))}
     manifest = {
         "kind": "sample", "format_version": tables.FORMAT_VERSION,
         "model": options.model, "model_manifest_sha256": sampler.identity,

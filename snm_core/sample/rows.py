@@ -1,7 +1,7 @@
 """The rows of a model's matrix M for sampling: one memory-mapped CSR in feature-key order.
 
 ``snm sample`` draws a feature of a history, then a word of its row
-(:mod:`snm_core.sample.kernels`).  The model's buckets
+(:mod:`snm_core.sample.sample_loops`).  The model's buckets
 (:mod:`snm_core.io.model_files`) are key ranges sorted by (feature, word), so read
 in bucket order they give the rows in key order, a bucket at a time: memory
 holds one bucket, whatever the model's size.  Written to ``.npy`` files:
@@ -12,7 +12,7 @@ holds one bucket, whatever the model's size.  Written to ``.npy`` files:
 * ``index``, int32 (int64 past 2^31 features) (2^bits + 1,): the KeyIndex over
   the keys (:class:`snm_core.scoring.layouts.hashed_tables.KeyIndex`);
 * ``links``, uint64 (2 n_l,): the rows' alias tables
-  (:func:`snm_core.sample.kernels.alias_rows`), per link a threshold
+  (:func:`snm_core.sample.sample_loops.alias_rows`), per link a threshold
   (float64 bits), then its word and its alias word (uint32 each).
 
 26 bytes a feature and 16 a link.  Finding a feature reads its index slot and
@@ -32,10 +32,10 @@ import shutil
 import numpy as np
 
 from snm_core.io import model_files, storage, tables
-from snm_core.io.errors import SnmInputError
+from snm_core.io.errors import SnmInputError, resource_errors
 from snm_core.scoring.layouts.hashed_tables import KeyIndexWriter, index_bits
 from snm_core.scoring.layouts.npy import NpyWriter, load_checked
-from snm_core.sample.kernels import RECORD, alias_rows
+from snm_core.sample.sample_loops import RECORD, alias_rows
 
 ROWS = "sample_rows"
 ROWS_FILES = ("records", "index", "links")
@@ -63,8 +63,8 @@ class ModelRows:
 
     @property
     def parts(self):
-        """The arrays :func:`snm_core.sample.kernels.sample_sentences` takes, in its order."""
-        return (self.records, self.masses, self.index, self.shift, self.links, self.thresholds)
+        """What :meth:`snm_core.sample.sample_loops.Rows.of` takes, in its order."""
+        return (self.records, self.index, self.shift, self.links)
 
 
 def rows_directory(model_dir):
@@ -111,7 +111,7 @@ def _build_replacing(model_dir, manifest, directory, identity):
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
     try:
-        with storage.resource_errors(staging):
+        with resource_errors(staging):
             build_rows(model_dir, manifest, staging)
             storage.write_json({"kind": "sample_rows", "format_version": tables.FORMAT_VERSION,
                                 "layout": ROWS_LAYOUT, "model": identity,

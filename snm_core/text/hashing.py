@@ -13,8 +13,8 @@ hashing is salted per process.
   pairs among n keys).
 
 :func:`fmix64_steps` is the definition, in numpy.  :func:`mix64` and :func:`combine`
-run it in C (``words.c``, one pass instead of seven); the numba loops take it
-compiled (:mod:`snm_core.text.compiled`); the fit's and apply's meta-feature
+run it in C (``words.c``, one pass instead of seven); the C loops that hash one value
+at a time take its twin from ``hash64.h``; the fit's and apply's meta-feature
 hashes are computed in ``_kernels.c`` with the same steps.  The tests hold each to
 the integer definition.
 """
@@ -61,9 +61,8 @@ def mix64(x):
 
 
 def fmix64_steps(x):
-    """The fmix64 steps on ``x``: a uint64 array (changed in place) or, compiled by
-    :mod:`snm_core.text.compiled`, one uint64; returns ``x``.  The definition
-    (``hash64.h`` is its C twin)."""
+    """The fmix64 steps on ``x``, a uint64 array (changed in place); returns ``x``.  The
+    definition (``hash64.h`` is its C twin)."""
     x ^= x >> _S33
     x *= _MIX_C1
     x ^= x >> _S33

@@ -1,28 +1,37 @@
 """``snm sample``: text drawn from a model has the model's probabilities (chi-square against
 the scoring path's ``distribution``), for n-gram, skip-gram and tagged models, and the
-same seed gives the same shards on any number of threads."""
+same seed gives the same shards on any number of threads.  The C loops are the Python
+definitions of ``reference_sample`` exactly: the random numbers, the alias tables, the
+keys, the draws and the text."""
 
 import collections
 import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
+import pyarrow as pa
 import pytest
+import reference_sample
 import scipy.stats
 from support.models import SKIP, build_model
 
 from snm.cli import main
 from snm_core.io import storage
+from snm_core.io.arrays import string_buffers
 from snm_core.sample import draw as sample_module
-from snm_core.sample import kernels as sample_kernels
+from snm_core.sample import sample_loops
 from snm_core.scoring.compact import load_model
 from snm_core.sample.draw import SampleOptions, Sampler, kernel_tables, sample
 from snm_core.sample.rows import ROWS
 from snm_core.text.config import parse_config, preset
 from snm_core.text.features import FeatureExtractor
+from snm_core.text.hashing import SEQUENCE_SEED
 from snm_core.text.tokenize import SentenceBatch
+from snm_core.text.vocab import BOS_ID, EOS_ID
 
 UNIGRAM = "ngram_extractor { min_n: 0 max_n: 0 }"
 UNTIED = ("ngram_extractor { min_n: 0 max_n: 2 }\n"
@@ -132,7 +141,8 @@ def test_word_frequencies_of_a_unigram_model_are_its_probabilities(unigram_model
     ("5gram", ("",)), ("skip10gram", ("",)), (SKIP, ("a", "b")), (UNTIED, ("x", "y", "z"))])
 def test_history_keys_are_the_feature_extractors(config, tags):
     """Random histories over few words, so that tied skip windows often see the same
-    remote words: the compiled keys are the extractor's keys for the last event."""
+    remote words: the C keys are the extractor's keys for the last event, in the order
+    of the Python definition (which the draws' choice of a feature depends on)."""
     extractor = FeatureExtractor(preset(config) if "{" not in config else parse_config(config),
                                  tags)
     windows, salts, max_run = kernel_tables(extractor)
@@ -141,9 +151,12 @@ def test_history_keys_are_the_feature_extractors(config, tags):
         words = rng.integers(3, 7, size=rng.integers(0, 16)).astype(np.int32)
         events = extractor.extract(SentenceBatch.from_lists([words]))
         expected = np.sort(events.key[events.event == events.num_events - 1])
-        got = sample_kernels.history_keys(np.r_[np.int32(0), words].astype(np.int32),
-                                          windows, salts, max_run)
+        history = np.r_[np.int32(BOS_ID), words].astype(np.int32)
+        got = sample_loops.history_keys(history, windows, salts, max_run)
         np.testing.assert_array_equal(np.sort(got), expected)
+        assert got.tolist() == reference_sample.event_keys(
+            history.tolist(), len(history), windows.tolist(), salts.tolist(),
+            int(SEQUENCE_SEED))
 
 
 def test_alias_tables_give_each_word_its_share_of_the_row():
@@ -152,7 +165,7 @@ def test_alias_tables_give_each_word_its_share_of_the_row():
     m = rng.random(diversity.sum()) ** 4  # some tiny masses
     m[3] = 0.0  # a link without mass
     words = rng.permutation(diversity.sum()).astype(np.int32)
-    links, total = sample_kernels.alias_rows(m, diversity, words)
+    links, total = sample_loops.alias_rows(m, diversity, words)
     threshold = links.view(np.float64)[0::2]
     own = (links[1::2] & np.uint64(0xFFFFFFFF)).astype(np.int64)
     alias = (links[1::2] >> np.uint64(32)).astype(np.int64)
@@ -167,6 +180,118 @@ def test_alias_tables_give_each_word_its_share_of_the_row():
             assert share[w] == pytest.approx(mass / m[row].sum(), abs=1e-12)
         start += d
     np.testing.assert_allclose(total, np.add.reduceat(m, np.r_[0, np.cumsum(diversity)[:-1]]))
+
+
+def test_random_streams_are_the_reference_generators():
+    """xoshiro256** seeded per (seed, stream): the C's words are the definition's."""
+    for seed, stream in [(0, 0), (1, 7), (11, 8 * 3 + 5), (2 ** 63 - 1, 2 ** 40 + 3)]:
+        state = sample_loops.seed_state(seed, stream)
+        expected = reference_sample.seed_state(seed, stream, int(SEQUENCE_SEED))
+        assert state.tolist() == expected
+        got = sample_loops.uniforms(state, 1000)
+        assert got.tolist() == [reference_sample.uniform(expected) for _ in range(1000)]
+        assert state.tolist() == expected  # the state after the draws
+        assert 0 <= got.min() and got.max() < 1
+
+
+def test_alias_tables_are_the_reference_construction():
+    """Bit for bit: thresholds, words, alias words and totals, rows of one link, of ties,
+    without mass, with tiny masses and a long one."""
+    rng = np.random.default_rng(8)
+    diversity = np.array([1, 5, 3, 200, 2, 4, 1, 7, 0, 6, 1000], np.int64)
+    m = rng.random(diversity.sum()) ** 6
+    m[3] = 0.0
+    m[211:213] = 0.0  # a row without mass
+    m[213:217] = 0.25  # ties
+    words = rng.permutation(diversity.sum()).astype(np.int32)
+    links, total = sample_loops.alias_rows(m, diversity, words)
+    thresholds, own, alias, totals = reference_sample.alias_rows(
+        m.tolist(), diversity.tolist(), words.tolist())
+    assert links[0::2].tolist() == np.array(thresholds, np.float64).view(np.uint64).tolist()
+    assert links[1::2].tolist() == [o | a << 32 for o, a in zip(own, alias)]
+    assert total.view(np.uint64).tolist() == np.array(totals).view(np.uint64).tolist()
+
+
+def reference_rows_test(sampler, rows, seed, quota, max_length, chunk):
+    """Draw a stream of ``quota`` words by the C loop in calls of ``chunk`` words and by
+    the Python definition: the same ids, statistics and states after each call; returns
+    the statistics summed."""
+    stream = sampler.stream(seed, 1, quota, max_length)
+    state = {"rng": stream.rng.tolist(), "history": stream.history.tolist(),
+             "position": stream.position.tolist(), "words": stream.words.tolist()}
+    reference_rows = reference_sample.Rows(rows.arrays[0], rows.arrays[2])
+    totals = np.zeros(len(sample_loops.STATS), np.int64)
+    calls = 0
+    while not stream.finished:
+        out = np.empty(sample_loops.out_length(chunk, max_length), np.int32)
+        used, stats, stream.finished = sample_loops.sample_sentences(
+            sampler.tables, rows, stream.state, chunk, out)
+        expected, expected_stats, finished = reference_sample.sample_sentences(
+            state, chunk, quota, max_length, sampler.windows.tolist(), sampler.salts.tolist(),
+            int(SEQUENCE_SEED), reference_rows, BOS_ID, EOS_ID)
+        assert out[:used].tolist() == expected
+        assert stats.tolist() == expected_stats and stream.finished == finished
+        assert stream.rng.tolist() == state["rng"] and stream.words.tolist() == state["words"]
+        assert stream.position.tolist() == state["position"]
+        totals += stats
+        calls += 1
+    assert calls > 2 and totals[0] >= quota
+    return totals
+
+
+@pytest.mark.parametrize("which", ["ngram_model", "tagged_skip_model"])
+def test_draws_are_the_reference_draws(which, request):
+    """The C draws, cut into calls, are the Python definition's: with the model's rows,
+    with a 64-bit KeyIndex, and with rows some of whose features have no mass (among them
+    the empty feature), which skips them and ends some sentences at a dead end; sentences
+    cut at max_length, too."""
+    sampler = Sampler(str(request.getfixturevalue(which)))
+    records, index, shift, links = sampler.rows.parts
+    totals = reference_rows_test(sampler, sampler.row_tables, 3, 3000, 1000, 700)
+    assert totals[1] > 100 and totals[3] == 0
+    wide = sample_loops.Rows.of(records, index.astype(np.int64), shift, links)
+    assert reference_rows_test(sampler, wide, 3, 3000, 1000, 700).tolist() == totals.tolist()
+    assert reference_rows_test(sampler, wide, 4, 2000, 6, 500)[3] > 50
+
+    windows, salts = sampler.windows.tolist(), sampler.salts.tolist()
+    empty = reference_sample.event_keys([], 0, windows, salts, int(SEQUENCE_SEED))
+    start = set(reference_sample.event_keys([BOS_ID], 1, windows, salts, int(SEQUENCE_SEED)))
+    keys = records[0:-3:3]
+    massless = np.random.default_rng(1).random(len(keys)) < 0.85
+    massless &= ~np.isin(keys, np.array(sorted(start - set(empty)), np.uint64))
+    massless |= np.isin(keys, np.array(empty, np.uint64))
+    thinned = records.copy()
+    thinned.view(np.float64)[2:-3:3][massless] = 0.0
+    rows = sample_loops.Rows.of(thinned, index, shift, links)
+    assert reference_rows_test(sampler, rows, 5, 2000, 1000, 300)[4] > 20
+
+
+def test_text_is_the_reference_text():
+    """Words joined by spaces, a line a sentence, multi-byte words and one-word sentences
+    among them."""
+    vocabulary = ["<S>", "</S>", "<UNK>", "a", "naïve", "日本語", "x" * 300, "b"]
+    assert (BOS_ID, EOS_ID) == (0, 1)
+    offsets, data = string_buffers(pa.array(vocabulary, pa.large_string()))
+    rng = np.random.default_rng(4)
+    ids = []
+    for _ in range(200):
+        ids += rng.integers(2, len(vocabulary), rng.integers(1, 6)).tolist() + [EOS_ID]
+    text = sample_loops.render(np.array(ids, np.int32), offsets, data)
+    assert text.tobytes() == reference_sample.render(ids, vocabulary, EOS_ID)
+    assert sample_loops.render(np.zeros(0, np.int32), offsets, data).tobytes() == b""
+
+
+def test_sampling_imports_no_numba(ngram_model, tmp_path):
+    """``snm sample`` runs in C: a process that only samples pays no numba start (nearly
+    a second) or memory."""
+    script = ("import sys; from snm.cli import main; "
+              "code = main(['sample', '--model', sys.argv[1], '--words', '2000', '--out', "
+              "sys.argv[2], '--shards', '2']); print(code, 'numba' in sys.modules)")
+    printed = subprocess.run([sys.executable, "-c", script, str(ngram_model),
+                              str(tmp_path / "out")], capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert printed[-2:] == ["0", "False"]
+    assert (tmp_path / "out" / "sample-00001-of-00002.txt").stat().st_size > 0
 
 
 def test_same_seed_same_shards_on_any_thread_count(ngram_model, tmp_path, monkeypatch):
@@ -191,7 +316,7 @@ def test_shards_hold_their_share_and_a_rerun_replaces_them(ngram_model, tmp_path
         assert text.endswith("\n") and "\n\n" not in text and "  " not in text
         assert len(text.split()) == words
         # the share, plus the sentences under way when it was reached (one a lane)
-        assert share <= words < share + sample_kernels.LANES * 40
+        assert share <= words < share + sample_loops.LANES * 40
     totals = manifest["totals"]
     assert len(lines) == totals["sentences"] and sum(manifest["shard_words"]) == totals["words"]
     zipped, _ = draw(ngram_model, out, 10_001, seed=1, shards=2, gzip=True)
@@ -241,7 +366,7 @@ def test_bad_requests_and_ctrl_c_are_one_line(ngram_model, tmp_path, capsys, mon
         calls.append(1)
         if len(calls) > 2:
             raise KeyboardInterrupt
-        return sample_kernels.render(ids, self.word_offsets, self.word_data)
+        return sample_loops.render(ids, self.word_offsets, self.word_data)
 
     monkeypatch.setattr(Sampler, "text", interrupted)
     monkeypatch.setattr(sample_module, "CHUNK_WORDS", 100)

@@ -53,7 +53,7 @@ def test_truncated_keys_collide_like_random_numbers():
 
 
 def _fmix64_python(x):
-    """murmur3 fmix64 on Python integers: the definition the compiled ufuncs must keep."""
+    """murmur3 fmix64 on Python integers: the definition the C loops must keep."""
     mask = 2 ** 64 - 1
     x ^= x >> 33
     x = x * 0xFF51AFD7ED558CCD & mask
@@ -66,7 +66,7 @@ def test_mix64_and_combine_equal_their_integer_definitions():
     """Every feature key ever written depends on these two; they must not drift.
 
     Both implementations are checked: the C loops ``mix64`` and ``combine`` run, and
-    ``fmix64_steps``, the numpy definition the numba loops compile.
+    ``fmix64_steps``, the numpy definition.
     """
     rng = np.random.default_rng(11)
     x = np.concatenate([rng.integers(0, 2 ** 64, size=300, dtype=np.uint64),
