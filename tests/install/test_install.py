@@ -153,6 +153,9 @@ def test_sdist_on_a_worker_pool_counts_the_local_runner_s_bytes(sdist, outside, 
     where = run([bin_dir / "python", "-c", "import snm_core._loops, snm_core.fit._kernels, "
                  "snm_core; print(snm_core.__file__)"], cwd=outside)
     assert where.startswith(str(outside / "worker-venv")), where
+    # numba is the extra loglinear's: a worker without it runs every stage of SNM.
+    assert run([bin_dir / "python", "-c", "import importlib.util as u; "
+                "print(u.find_spec('numba'))"], cwd=outside).strip() == "None"
     assert run([bin_dir / "snm", "--version"], cwd=outside).strip() == \
         f"snm {importlib.metadata.version('snm-lm')}"
 
