@@ -150,7 +150,7 @@ def pocolm_rows(pocolm, work, test_path):
     return rows
 
 
-#: Unpruned SNM 5-gram on mix, pooled (benchmarks/README.md, "Corpus-tagged mixing").
+#: Unpruned SNM 5-gram on mix, pooled (benchmarks/README.md, "Test perplexity").
 MIX_5GRAM = 74.88
 
 
