@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from snm_core.io import storage, tables
+from snm_core.io import local_copies, storage, tables
 from snm_core.io.arrays import padded_lists
 from snm_core.io.errors import SnmInputError
 from snm_core.io.textfile import read_text
@@ -135,7 +135,7 @@ def save(model, directory, vocab, info):
 def load_arrays(directory):
     """``(manifest, vocabulary, LogLinearModel)`` of a model directory, arrays checked."""
     checked = validation.validate_directory(directory, KIND)
-    local = storage.local_copy(directory, [name + ".npy" for name in ARRAYS], tables.MANIFEST)
+    local = local_copies.local_copy(directory, [name + ".npy" for name in ARRAYS], tables.MANIFEST)
     totals = checked.manifest["totals"]
     n, m = totals["nodes"], totals["pairs"]
     shapes = {"node_parent": n, "node_word": n, "pair_ptr": n + 1, "pair_word": m,

@@ -20,7 +20,7 @@ its record, and drawing a word of its row reads one link.
 
 The directory is a cache of the Parquet tables, like ``compact/``: a local
 model keeps it as ``MODEL/sample_rows/`` (a model directory that cannot be
-written, or a remote one, under :func:`snm_core.io.storage.cache_directory`),
+written, or a remote one, under :func:`snm_core.io.local_copies.cache_directory`),
 and it is rebuilt when the model's manifest changes.
 """
 
@@ -31,7 +31,7 @@ import shutil
 
 import numpy as np
 
-from snm_core.io import model_files, storage, tables
+from snm_core.io import local_copies, model_files, storage, tables
 from snm_core.io.errors import SnmInputError, resource_errors
 from snm_core.scoring.layouts.hashed_tables import KeyIndexWriter, index_bits
 from snm_core.scoring.layouts.npy import NpyWriter, load_checked
@@ -74,7 +74,7 @@ def rows_directory(model_dir):
         return os.path.join(model_dir, ROWS)
     name = storage.absolute(model_dir).rstrip("/")
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:24]
-    return os.path.join(storage.cache_directory(), f"{digest}-{ROWS}")
+    return os.path.join(local_copies.cache_directory(), f"{digest}-{ROWS}")
 
 
 def load_rows(model_dir, manifest_bytes, manifest, say=lambda message: None):

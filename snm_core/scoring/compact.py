@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 
-from snm_core.io import memory, model_files, storage, tables
+from snm_core.io import local_copies, memory, model_files, storage, tables
 from snm_core.io.errors import SnmInputError, resource_errors
 from snm_core.io.progress import Progress
 from snm_core.io.runlock import LOCK_NAME
@@ -55,13 +55,13 @@ def compile_model(model_dir, layout="hashed", memory=None, progress=None, **opti
         local = os.path.join(model_dir, COMPACT)
         with resource_errors(local):
             return _build(model_dir, manifest, layout, local, resources, options)
-    os.makedirs(storage.cache_directory(), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=storage.cache_directory()) as staging, \
+    os.makedirs(local_copies.cache_directory(), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=local_copies.cache_directory()) as staging, \
             resource_errors(staging):
         compact = _build(model_dir, manifest, layout, staging, resources, options)
         remote = storage.join(model_dir, COMPACT)
         storage.remove_tree(remote)
-        storage.upload_tree(staging, remote, last=tables.MANIFEST)
+        local_copies.upload_tree(staging, remote, last=tables.MANIFEST)
     return compact
 
 
@@ -149,9 +149,9 @@ def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
                "scoring_only": {"source": storage.absolute(model_dir), "layout": layout}}
     remote = storage.is_remote(out)
     if remote:
-        os.makedirs(storage.cache_directory(), exist_ok=True)
+        os.makedirs(local_copies.cache_directory(), exist_ok=True)
     with contextlib.ExitStack() as stack:
-        local = (stack.enter_context(tempfile.TemporaryDirectory(dir=storage.cache_directory()))
+        local = (stack.enter_context(tempfile.TemporaryDirectory(dir=local_copies.cache_directory()))
                  if remote else out)
         os.makedirs(local, exist_ok=True)
         with resource_errors(local):
@@ -164,7 +164,7 @@ def write_scoring_directory(model_dir, layout, out, memory=None, progress=None):
                              name=storage.basename(storage.absolute(out)))
             manifests.write_manifest(scoring, local)  # the source's checksums replaced
             if remote:
-                storage.upload_tree(local, out, last=tables.MANIFEST)
+                local_copies.upload_tree(local, out, last=tables.MANIFEST)
     return compact
 
 
@@ -200,7 +200,7 @@ def load_model(model_dir, mmap=True):
     ``snm compact`` command that builds them).
 
     A remote model's scoring arrays are copied to a local cache on first
-    load (:func:`snm_core.io.storage.local_copy`) and memory-mapped from there.
+    load (:func:`snm_core.io.local_copies.local_copy`) and memory-mapped from there.
     The scorer is the layout's: :class:`snm_core.scoring.layouts.hashed.Model`,
     :class:`snm_core.scoring.layouts.trie.TrieModel` or
     :class:`snm_core.scoring.layouts.small.SmallModel`.
@@ -220,11 +220,11 @@ def load_model(model_dir, mmap=True):
     tries = _trie_layouts(compact["layout"])
     if compact["layout"] in tries:
         files, load, model_type = tries[compact["layout"]]
-        compact_dir = storage.local_copy(stored_compact, [n + ".npy" for n in files],
+        compact_dir = local_copies.local_copy(stored_compact, [n + ".npy" for n in files],
                                          tables.MANIFEST)
         arrays = load(compact_dir, compact, vocabulary_size, mmap)
         return model_type(checked.manifest, checked.vocabulary, compact, arrays)
-    compact_dir = storage.local_copy(
+    compact_dir = local_copies.local_copy(
         stored_compact, [n + ".npy" for n in hashed.compact_files(compact["layout"])],
         tables.MANIFEST)
     arrays = hashed.load_compact(compact_dir, compact, vocabulary_size, mmap)

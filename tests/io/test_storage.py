@@ -22,7 +22,7 @@ import pytest
 from support import s3server
 
 from snm.commands.train import main as train_main
-from snm_core.io import atomic_files, storage, tables, textfile
+from snm_core.io import atomic_files, local_copies, storage, tables, textfile
 from snm_core.io.errors import SnmInputError
 from snm_core.stages import manifests
 from snm_core.text import synthetic
@@ -102,7 +102,7 @@ def test_a_remote_file_streams_to_its_name_without_a_copy(s3_log, tmp_path):
     for name, data in (("big.npy", expected.getvalue()), ("small.json", b"{}"),
                        ("manifest.json", b"{}")):
         (tmp_path / name).write_bytes(data)
-    storage.upload_tree(str(tmp_path), f"{s3}/streamed/tree", last="manifest.json")
+    local_copies.upload_tree(str(tmp_path), f"{s3}/streamed/tree", last="manifest.json")
     made = [(op, path.rsplit("/", 1)[1]) for op, path, _, _ in requests()]
     assert made[-1] == ("PutObject", "manifest.json")
     assert sorted(made) == sorted([("CreateMultipartUpload", "big.npy"),
@@ -365,7 +365,7 @@ def test_a_trie_layout_is_built_and_read_in_a_bucket(s3, ngram_model, tmp_path, 
     local, test = tmp_path / "built", ngram_model[1]
     shutil.copytree(ngram_model[0], local)
     remote = f"{s3}/models/ngram"
-    storage.upload_tree(str(local), remote, last="manifest.json")
+    local_copies.upload_tree(str(local), remote, last="manifest.json")
     for model_dir in (remote, str(local)):
         compile_model(model_dir, "trie")
     loaded = load_model(remote)
@@ -380,7 +380,7 @@ def test_an_arpa_export_from_and_to_a_bucket_is_written_once_under_its_name(
     from snm.cli import main as snm_main
     local = tagged_ngram_model[0]
     remote = f"{s3}/models/tagged"
-    storage.upload_tree(str(local), remote, last="manifest.json")
+    local_copies.upload_tree(str(local), remote, last="manifest.json")
     assert snm_main(["export-arpa", "--model", str(local), "--out",
                      str(tmp_path / "local.arpa")]) == 0
     out = f"{s3}/exports/model.arpa.gz"

@@ -20,7 +20,7 @@ import scipy.stats
 from support.models import SKIP, build_model
 
 from snm.cli import main
-from snm_core.io import storage
+from snm_core.io import local_copies, storage
 from snm_core.io.arrays import string_buffers
 from snm_core.sample import draw as sample_module
 from snm_core.sample import sample_loops
@@ -385,7 +385,7 @@ def test_a_model_in_object_storage_samples_into_object_storage(ngram_model, s3, 
     to the bucket; the text is the local model's."""
     monkeypatch.setenv("SNM_CACHE", str(tmp_path / "cache"))
     remote = f"{s3}/sample/model"
-    storage.upload_tree(str(ngram_model), remote)
+    local_copies.upload_tree(str(ngram_model), remote)
     manifest = sample(SampleOptions(model=remote, words=5_000, out=f"{s3}/sample/out",
                                     seed=4, shards=2, gzip=True))
     assert os.listdir(tmp_path / "cache")  # the rows
