@@ -1,45 +1,22 @@
-"""The adjustment model: multinomial loss on held-out data, mini-batch AdaGrad (paper, section 3).
+"""The adjustment problem compiled for the fit's C loops: multinomial loss on held-out
+data and its gradient, mini-batch AdaGrad (paper, section 3; DESIGN.md 4.4-4.6 and 5).
 
-Model.  For an event e with features F(e) (those present in small M) and target t,
+For an event e with features F(e) (those present in small M) and target t,
+P(t | e) = y_t(e) / y(e), y_t(e) = sum_f M_ft, y(e) = sum_f M_f*, with
+M_fw = c(w|f) exp(A(f, w)) and A(f, w) = sum_k theta_k h_k(f, w).
 
-    P(t | e) = y_t(e) / y(e),  y_t(e) = sum_f M_ft,  y(e) = sum_f M_f*,
-    M_fw = c(w|f) exp(A(f, w)),  A(f, w) = sum_k theta_k h_k(f, w).
+Links of one row with the same C(f,w) (and continuation count) form a class: without
+lexicalized meta-features they share A and M_fw, and a class of ``mult`` links trains
+as one unit; lexicalized ones make every link a unit.  ``renormalize="batch"`` computes
+M_f* exactly for every row a mini-batch touches (the exact gradient of the batch's
+log-likelihood); ``"epoch"`` is the paper's choice, M_f* from the start of the epoch.
 
-Link classes and units.  Links of one row with the same C(f,w) (and
-continuation count) form a class: their meta-features coincide but for the
-target word, so unlexicalized and feature-only meta-features give them one
-A and one M_fw, and a class of ``mult`` links is trained as one unit (a 5-gram
-model's small M has several links a class).  Lexicalized meta-features name the
-target: every link is a unit, and its class holds the entries that do not
-involve the target.
-
-Gradient (eq. 5 and 8).  d log P(e) / d A_fw = M_fw [1_w(e)/y_t(e) - 1/y(e)]
-for f in F(e).  Over a mini-batch B the second term is applied once per
-touched row: alpha_f(B) = sum_{e in B, f in F(e)} 1/y(e), times M_fw of every
-link of the row.  A class's gradient is spread over its meta-features'
-weights: d/d theta_k = sum_classes G_class * weight_k(class).
-
-Normalisation.  ``renormalize="batch"`` computes M_f* exactly for every row
-the mini-batch touches before its forward pass (the exact gradient of the
-batch's log-likelihood; it costs nothing extra, since the second gradient
-term needs those rows' M_fw anyway).  ``renormalize="epoch"`` is the paper's
-choice: y(e) uses M_f* from the start of the epoch.
-
-AdaGrad (eq. 6-7), as ascent on the log-likelihood (the paper writes the
-descent form): acc_k += g_k**2 (starting at Delta_0); theta_k += gamma g_k / sqrt(acc_k).
-
-Where the work is done.  A batch is one call into the compiled loops
-(:mod:`snm_core.fit.kernels`): forward over the touched rows (A, M_fw, M_f*), the
-events (log-likelihood, alpha, first terms), the gradient (pairs of theta
-position and value, summed by position range) and AdaGrad.  Rows, units and
-positions are split between threads; each position's gradient is summed in
-an order that does not depend on their number, so theta does not either.
-
-Parameters.  theta holds the weights in use: the hashed slots some small-M
-link has a non-zero entry for, in slot order (:func:`kernels.slot_index`
-maps a slot to its position), or the whole ``hash_size`` table when more than
-``IDENTITY_SHARE`` of it is in use.  :meth:`AdjustmentProblem.dense_theta`
-scatters them into the ``hash_size`` table that the apply stage reads.
+A batch is one call into the C loops (:mod:`snm_core.fit.kernels`): forward over the
+touched rows, the events, the gradient and AdaGrad, split between threads with every
+position's gradient summed in an order that does not depend on their number, so theta
+does not either.  theta holds the hashed slots some small-M link uses, in slot order,
+or the whole ``hash_size`` table when more than ``IDENTITY_SHARE`` of it is in use;
+:meth:`AdjustmentProblem.dense_theta` scatters them into the table apply reads.
 """
 
 import ctypes
