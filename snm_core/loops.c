@@ -8,12 +8,63 @@
 #include <Python.h>
 #include <stdint.h>
 
+int64_t trie_advance(const void *tables, const int64_t *context, const int32_t *words,
+                     int64_t state_width, const int32_t *target, const int64_t *rank,
+                     int64_t n, int64_t min_n, int64_t max_n, int64_t tags, double *prob,
+                     int64_t *ngram, int64_t *following, int32_t *new_words, int64_t *length);
+
+/* The C-contiguous buffers of args[0:count] (writable ones from `first_output` on), their
+ * pointers in `pointers`; 0, or -1 with a Python error set and nothing held. */
+static int get_buffers(PyObject *const *args, int count, int first_output, Py_buffer *views,
+                       void **pointers) {
+    for (int i = 0; i < count; i++) {
+        int flags = PyBUF_C_CONTIGUOUS | (i >= first_output ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[i], &views[i], flags) < 0) {
+            while (i--) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+        pointers[i] = views[i].buf;
+    }
+    return 0;
+}
+
+/* trie_advance(tables, context, words, target, rank, prob, ngram, following, new_words,
+ * length, state_width, n, min_n, max_n, tags): trie_loops.c's trie_advance called without
+ * ctypes, whose conversion of fifteen arguments costs a decoder's one state a word more
+ * than the loop (snm_core/scoring/layouts/trie_loops.py checks the arrays). */
+static PyObject *py_trie_advance(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "trie_advance takes 15 arguments");
+        return NULL;
+    }
+    void *tables = PyLong_AsVoidPtr(args[0]);
+    int64_t sizes[5];
+    for (int i = 0; i < 5; i++) sizes[i] = PyLong_AsLongLong(args[10 + i]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer views[9];
+    void *p[9];
+    if (get_buffers(args + 1, 9, 4, views, p) < 0) return NULL;
+    int64_t status;
+    Py_BEGIN_ALLOW_THREADS
+    status = trie_advance(tables, p[0], p[1], sizes[0], p[2], p[3], sizes[1], sizes[2],
+                          sizes[3], sizes[4], p[4], p[5], p[6], p[7], p[8]);
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 9; i++) PyBuffer_Release(&views[i]);
+    return PyLong_FromLongLong(status);
+}
+
+static PyMethodDef methods[] = {
+    {"trie_advance", (PyCFunction)(void (*)(void))py_trie_advance, METH_FASTCALL,
+     "trie_loops.c's trie_advance on buffers (snm_core/scoring/layouts/trie_loops.py)."},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_loops",
                                     "Compiled loops called through ctypes (snm_core/io/native.py).",
-                                    -1, NULL};
+                                    -1, methods};
 
 PyMODINIT_FUNC PyInit__loops(void) { return PyModule_Create(&module); }
 
 /* What snm_core/io/native.py checks after loading: a library built from other sources
  * is refused. */
-int64_t loops_version(void) { return 5; }
+int64_t loops_version(void) { return 6; }

@@ -20,7 +20,7 @@ import numpy as np
 from snm_core.io.errors import SnmInputError
 
 #: What ``loops_version`` returns: a library built from other sources is refused.
-VERSION = 5
+VERSION = 6
 
 i32, i64, u64, f64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
 ptr = ctypes.c_void_p
@@ -87,6 +87,13 @@ def library():
     if _LIB is None:
         _LIB = load("snm_core._loops", "loops_version", VERSION)
     return _LIB
+
+
+def module():
+    """``snm_core._loops`` as a Python module, for the few loops it exports as methods
+    (called without ctypes' conversions), once :func:`library` has checked it."""
+    library()
+    return importlib.import_module("snm_core._loops")
 
 
 def function(name, args, result=None):

@@ -54,6 +54,7 @@ class Tables(ctypes.Structure):
                      first_order=native.address(held["first_order"], np.int32))
         tables.arrays = held
         tables.reference = ctypes.byref(tables)
+        tables.address = ctypes.addressof(tables)
         return tables
 
     @classmethod
@@ -86,13 +87,13 @@ class Tables(ctypes.Structure):
             tables.first_m_star = native.address(held["first_m_star"], np.float64)
         tables.arrays = held
         tables.reference = ctypes.byref(tables)
+        tables.address = ctypes.addressof(tables)
         return tables
 
 
+_LOOPS = native.module()
 _event_sums = native.function("trie_event_sums", [_P, _P, _P, _I, _I, _I, _I, _I, _I, _P, _P],
                               _I)
-_advance = native.function("trie_advance", [_P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _P, _P, _P,
-                                            _P, _P], _I)
 _small_first_order = native.function("small_first_order", [_P, _I, _I, _P, _P, _P], _I)
 _decode = native.function("small_decode", [_P, _I, _I, _P], _I)
 _shift_states = native.function("shift_states", [_P, _I, _I, _P, _P, _P, _P])
@@ -156,11 +157,11 @@ def advance(context, words, target, rank, min_n, max_n, tags, tables):
     prob, ngram, length = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
     following = np.empty((n, tags, max_n + 2), np.int64)
     new_words = np.empty((n, width), np.int32)
-    address = native.address
-    native.checked(_advance(tables.reference, address(context), address(words), width,
-                            address(target), address(rank), n, min_n, max_n, tags,
-                            address(prob), address(ngram), address(following),
-                            address(new_words), address(length)), "trie scoring")
+    if context.shape != (n, tags, max_n + 2) or target.shape != (n,) or rank.shape != (n,):
+        raise ValueError("advance: the contexts, targets and ranks of n states")
+    native.checked(_LOOPS.trie_advance(tables.address, context, words, target, rank, prob,
+                                       ngram, following, new_words, length, width, n, min_n,
+                                       max_n, tags), "trie scoring")
     return prob, ngram, following, new_words, length
 
 
