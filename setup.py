@@ -80,7 +80,7 @@ setup(
         "flashlight": [FLASHLIGHT],
         # snm train --family loglinear: numba compiles the log-linear family's loops;
         # every other loop is C, so a process that never trains or scores that family
-        # never loads numba (about a second's start and 150 MiB a process).
+        # never loads numba (its start and its memory a process).
         "loglinear": [NUMBA],
         # --runner dask: Beam's DaskRunner against a Dask cluster (launch/dask.sh).
         "dask": ["apache-beam[dask]"],
@@ -97,8 +97,8 @@ setup(
                            + (["-mpopcnt"] if platform.machine() in ("x86_64", "AMD64")
                               else [])),
                  # Counting's, the text layer's, the scoring layouts', ARPA's and sampling's
-                 # loops, through ctypes: numba's start costs a process about 0.9 s
-                 # (snm_core/io/native.py).
+                 # loops, through ctypes: numba's start costs a short command more than
+                 # its work (snm_core/io/native.py).
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
                                                "snm_core/count/sketch.c",
                                                "snm_core/text/words.c",

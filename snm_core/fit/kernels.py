@@ -6,9 +6,9 @@ AdaGrad) in one call on POSIX threads; the apply stage's M_fw of a count
 bucket; and the compact model's key index.  Python keeps the
 data and the order of work; ctypes releases the GIL during a call.
 
-Why C and not numba (which the loops not yet ported still use): a process that
-imports numba holds more memory than a whole fit may use, and starts about 0.9 s
-later; this library is a few dozen KiB.  setup.py builds it
+Why C and not numba (which only the log-linear family uses): a process that imports
+numba holds more memory than a whole fit may use, and starts noticeably later; this
+library is a few dozen KiB.  setup.py builds it
 as the extension ``snm_core.fit._kernels``.
 
 Entries (see the C file's header and :mod:`snm_core.fit.metafeatures`, the

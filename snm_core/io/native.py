@@ -1,9 +1,9 @@
 """The C loops of counting, text, the scoring layouts, ARPA and sampling (the extension
 ``snm_core._loops``), called through ctypes, which releases the GIL during a call.
 
-Why C and not numba: numba's start costs a process about 0.9 s (its import, its
-compiler's set-up, a cached function's load) and memory, and a kernel ``snm train`` is
-a few seconds; this library loads in a millisecond.  setup.py builds it from
+Why C and not numba: numba's start (its import, its compiler's set-up, a cached
+function's load) costs a process time and memory out of proportion to a short command
+(benchmarks/README.md, "Figures behind the code"); this library loads at once.  setup.py builds it from
 ``snm_core/loops.c``, ``snm_core/io/radix.c``, ``snm_core/count/sketch.c``,
 ``snm_core/text/words.c``, ``snm_core/scoring/layouts/hashed_loops.c``,
 ``trie_loops.c``, ``snm_core/arpa/arpa_loops.c`` and ``snm_core/sample/sample_loops.c``;

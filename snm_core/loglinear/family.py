@@ -1,5 +1,5 @@
 """What the rest of ``snm`` needs of the log-linear family without loading its loops
-(numba's, whose start costs a process about a second): the penalties' names, the
+(numba's, whose start costs a process time and memory): the penalties' names, the
 options of ``snm train --family loglinear`` and their defaults, whether a directory
 holds a log-linear model, and numba itself, an optional dependency (the extra
 ``loglinear``) that only this family's loops use.

@@ -108,8 +108,8 @@ independent vectors over the same tree (e.g. k words sharing one trie).
 Independent trees (e.g. one per target word) form one forest
 (:meth:`SuffixTree.concatenate`).  Everything is float64 inside; float32 input
 gives float32 output.  Numba compiles the passes on first use and caches them
-beside this file; importing this module loads numba (about a second and 150 MiB a
-process), so only the log-linear family imports it.
+beside this file; importing this module loads numba (its start and memory), so only
+the log-linear family imports it.
 """
 
 import numpy as np
