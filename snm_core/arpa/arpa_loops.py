@@ -120,6 +120,8 @@ def _groups_of(group):
 def group_bounds(group, groups):
     """``bounds`` (int64, groups + 1): group g's rows go to ``bounds[g]:bounds[g + 1]``."""
     group, group_bytes = _groups_of(group)
+    if len(group) and (group.min() < 0 or group.max() >= groups):
+        raise ValueError(f"a group outside 0..{groups - 1}")
     bounds = np.empty(groups + 1, np.int64)
     _group_bounds(_a(np.ascontiguousarray(group)), group_bytes, len(group), groups, _a(bounds))
     return bounds
