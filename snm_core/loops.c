@@ -13,6 +13,9 @@ int64_t trie_advance(const void *tables, const int64_t *context, const int32_t *
                      int64_t n, int64_t min_n, int64_t max_n, int64_t tags, double *prob,
                      int64_t *ngram, int64_t *following, int32_t *new_words, int64_t *length);
 
+int64_t scorer_advance(const void *scorer, const int32_t *words, const int64_t *length,
+                       const int32_t *target, int64_t n, void *out);
+
 /* The C-contiguous buffers of args[0:count] (writable ones from `first_output` on), their
  * pointers in `pointers`; 0, or -1 with a Python error set and nothing held. */
 static int get_buffers(PyObject *const *args, int count, int first_output, Py_buffer *views,
@@ -54,7 +57,31 @@ static PyObject *py_trie_advance(PyObject *self, PyObject *const *args, Py_ssize
     return PyLong_FromLongLong(status);
 }
 
+/* scorer_advance(scorer, words, length, target, out, n): hashed_loops.c's scorer_advance,
+ * the hashed layouts' decoder step, called as trie_advance is. */
+static PyObject *py_scorer_advance(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "scorer_advance takes 6 arguments");
+        return NULL;
+    }
+    void *scorer = PyLong_AsVoidPtr(args[0]);
+    int64_t n = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer views[4];
+    void *p[4];
+    if (get_buffers(args + 1, 4, 3, views, p) < 0) return NULL;
+    int64_t status;
+    Py_BEGIN_ALLOW_THREADS
+    status = scorer_advance(scorer, p[0], p[1], p[2], n, p[3]);
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 4; i++) PyBuffer_Release(&views[i]);
+    return PyLong_FromLongLong(status);
+}
+
 static PyMethodDef methods[] = {
+    {"scorer_advance", (PyCFunction)(void (*)(void))py_scorer_advance, METH_FASTCALL,
+     "hashed_loops.c's scorer_advance on buffers (snm_core/scoring/layouts/hashed_kernels.py)."},
     {"trie_advance", (PyCFunction)(void (*)(void))py_trie_advance, METH_FASTCALL,
      "trie_loops.c's trie_advance on buffers (snm_core/scoring/layouts/trie_loops.py)."},
     {NULL, NULL, 0, NULL}};
@@ -67,4 +94,4 @@ PyMODINIT_FUNC PyInit__loops(void) { return PyModule_Create(&module); }
 
 /* What snm_core/io/native.py checks after loading: a library built from other sources
  * is refused. */
-int64_t loops_version(void) { return 6; }
+int64_t loops_version(void) { return 7; }

@@ -68,7 +68,7 @@ _event_sums = native.function("scorer_event_sums", [_P] * 5 + [native.i64] + [_P
                               native.i64)
 _link_values = native.function("scorer_link_values", [_P] * 3 + [native.i64, _P, _P],
                                native.i64)
-_advance = native.function("scorer_advance", [_P] * 4 + [native.i64, _P], native.i64)
+_LOOPS = native.module()
 #: The loops of one state at a time, which a decoder's LM in C++ calls by address
 #: (:meth:`Scorer.state_loops`).
 STATE_LOOPS = ("scorer_state_features", "scorer_state_word", "scorer_next_state")
@@ -143,6 +143,7 @@ class Scorer:
             native.address(type_windows), salts.shape[1], salts.shape[0], native.address(salts),
             native.address(link_length), int(minimal), width, int(SEQUENCE_SEED))
         self._ref = ctypes.byref(self._scorer)
+        self._address = ctypes.addressof(self._scorer)
         self._state_pairs = salts.shape[0] * int(type_windows[-1])  # tags x windows
 
     def state_loops(self):
@@ -214,8 +215,9 @@ class Scorer:
         target = np.ascontiguousarray(target, np.int32)
         n, width = words.shape
         out = np.empty(n * (24 + 4 * width), np.uint8)  # the C function's layout
-        status = _advance(self._ref, native.address(words), native.address(length),
-                          native.address(target), n, native.address(out))
+        if length.shape != (n,) or target.shape != (n,):
+            raise ValueError("advance: the lengths and targets of n states")
+        status = _LOOPS.scorer_advance(self._address, words, length, target, out, n)
         native.checked(status, "hashed scoring")
         prob, matched, new_length = out[:24 * n].view(np.float64).reshape(3, n)
         return (prob, matched.view(np.int64), out[24 * n:].view(np.int32).reshape(n, width),
