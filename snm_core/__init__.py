@@ -1,5 +1,5 @@
-"""The SNM language model: numpy, pyarrow, C libraries and, where no C port is yet,
-numba (never imports apache_beam).  A folder a stage, in the order of the chain
+"""The SNM language model: numpy, pyarrow and C libraries; numba for the log-linear
+family only (never imports apache_beam).  A folder a stage, in the order of the chain
 (DESIGN.md 1.1, 8):
 
 * ``io``: infrastructure: storage (local or object stores), Parquet tables, text files,

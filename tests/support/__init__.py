@@ -7,7 +7,6 @@
   problem;
 * ``models``: small models built by the real stages; a brute-force perplexity;
 * ``runs``: ``snm train`` arguments of a small run; two runs compared byte for byte;
-* ``compiled``: code run with or without the numba twins;
 * ``checkpoints``: waiting for a process paused at a checkpoint (the fault tests);
 * ``servers``: a free port for a real server; ``s3server``: an S3 server that logs every request.
 
