@@ -111,9 +111,10 @@ def find(keys, queries):
 
 
 def _groups_of(group):
+    """``(group, bytes an item)``: contiguous uint16 as given, anything else as int64."""
     group = np.asarray(group)
     if group.dtype == np.uint16:
-        return group, 2
+        return np.ascontiguousarray(group), 2
     return np.ascontiguousarray(group, np.int64), 8
 
 
@@ -123,7 +124,7 @@ def group_bounds(group, groups):
     if len(group) and (group.min() < 0 or group.max() >= groups):
         raise ValueError(f"a group outside 0..{groups - 1}")
     bounds = np.empty(groups + 1, np.int64)
-    _group_bounds(_a(np.ascontiguousarray(group)), group_bytes, len(group), groups, _a(bounds))
+    _group_bounds(_a(group), group_bytes, len(group), groups, _a(bounds))
     return bounds
 
 
@@ -132,7 +133,6 @@ def scatter_by_group(values, group, bounds):
     ``bounds``: :func:`group_bounds`."""
     values = np.ascontiguousarray(values)
     group, group_bytes = _groups_of(group)
-    group = np.ascontiguousarray(group)
     if len(values) != len(group):
         raise ValueError(f"{len(values)} values for {len(group)} rows")
     out = np.empty_like(values)

@@ -3,11 +3,13 @@
 
 Why C and not numba: numba's start (its import, its compiler's set-up, a cached
 function's load) costs a process time and memory out of proportion to a short command
-(benchmarks/README.md, "Figures behind the code"); this library loads at once.  setup.py builds it from
-``snm_core/loops.c``, ``snm_core/io/radix.c``, ``snm_core/count/sketch.c``,
-``snm_core/text/words.c``, ``snm_core/scoring/layouts/hashed_loops.c``,
-``trie_loops.c``, ``snm_core/arpa/arpa_loops.c`` and ``snm_core/sample/sample_loops.c``;
-each Python module that wraps a loop declares its signature here (:func:`function`).
+(benchmarks/README.md, "Figures behind the code"); this library loads at once.
+setup.py builds it from ``snm_core/loops.c``, ``snm_core/io/radix.c``,
+``snm_core/count/sketch.c``, ``snm_core/text/words.c``,
+``snm_core/scoring/layouts/hashed_loops.c``, ``trie_loops.c``,
+``snm_core/arpa/arpa_loops.c`` and ``snm_core/sample/sample_loops.c``; each Python module
+that wraps a loop declares its signature here (:func:`function`), and the few that the
+module exports as methods on buffers are reached through :func:`module`.
 """
 
 import ctypes

@@ -20,8 +20,9 @@ _P, _I = native.ptr, native.i64
 
 class Tables(ctypes.Structure):
     """A trie-layout or small-layout model's arrays as the C loops read them; holds the
-    arrays (``arrays``) so that they outlive it, and ``reference``, a pointer to it
-    made once (a decoder's call passes it for each word)."""
+    arrays (``arrays``) so that they outlive it, and its pointer made once, for the
+    ctypes calls (``reference``) and for the module's methods (``address``: a decoder
+    passes it for each word)."""
 
     _fields_ = [("small", native.i32), ("radix", _I),
                 ("entries", _P), ("entry_bytes", _I), ("word_bytes", _I),
