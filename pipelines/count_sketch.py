@@ -14,6 +14,7 @@ from pipelines import reading, running
 from snm_core.count import sketch, thresholds
 from snm_core.count.budget import MAX_OCCURRENCES_PER_CHUNK
 from snm_core.io import storage
+from snm_core.io.arrays import run_starts
 from snm_core.text import hashing
 from snm_core.text.tokenize import tokenize
 
@@ -77,8 +78,9 @@ class _SketchFilter:
         keep = self.sketch.reaches(hashing.link_key(links["feature"], links["word"]), minimum)
         if keep.all():
             return links, features
-        linked = np.unique(links["feature"][keep])
-        has_kept = np.isin(features["feature"], linked, assume_unique=True)
+        # Both partials are sorted by key and every feature has links: a feature's row is
+        # its run of links.
+        has_kept = np.logical_or.reduceat(keep, run_starts(links["feature"]))
         return (thresholds.collapse_links(links, keep, self.vocab_size),
                 {name: column[has_kept] for name, column in features.items()})
 

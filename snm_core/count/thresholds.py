@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.count import size_thresholds
+from snm_core.io.arrays import run_starts
 from snm_core.io.errors import SnmInputError
 
 OPTION = "--min_feature_count"
@@ -93,14 +94,14 @@ def collapse_links(links, keep, collapsed_word):
     C(f,*) needs and leaves the rows to :func:`keep_counted`."""
     dropped = ~keep
     feature, count = links["feature"][dropped], links["count"][dropped]
-    starts = np.flatnonzero(np.r_[True, feature[1:] != feature[:-1]])
-    merged = {"feature": np.concatenate([links["feature"][keep], feature[starts]]),
-              "word": np.concatenate([links["word"][keep],
-                                      np.full(len(starts), collapsed_word, np.int32)]),
-              "count": np.concatenate([links["count"][keep], np.add.reduceat(count, starts)])}
-    # kept rows first, each feature's collapsed row after them: (feature, word) order
-    order = np.argsort(merged["feature"], kind="stable")
-    return {name: column[order] for name, column in merged.items()}
+    starts = run_starts(feature)
+    kept = {name: column[keep] for name, column in links.items()}
+    # Each feature's collapsed row after its kept rows: (feature, word) order, as a
+    # stable sort of the kept rows then the collapsed ones would give.
+    at = np.searchsorted(kept["feature"], feature[starts], side="right")
+    return {"feature": np.insert(kept["feature"], at, feature[starts]),
+            "word": np.insert(kept["word"], at, np.int32(collapsed_word)),
+            "count": np.insert(kept["count"], at, np.add.reduceat(count, starts))}
 
 
 def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=None,

@@ -46,6 +46,35 @@ def test_estimates_never_fall_below_counts(tmp_path_factory, counts, log2_cells,
     assert merged.reaches(keys, min(top, max(counts)))[np.array(counts) >= top].all()
 
 
+def _cells(packed, bits):
+    """The counters of packed sketch bytes, one per column, lowest bits first."""
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    return (packed[:, None] >> shifts) & np.uint8((1 << bits) - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(log2_cells=st.integers(1, 12), bits=st.sampled_from([2, 4, 8]),
+       workers=st.integers(1, 4), chunk_bytes=st.integers(1, 80), seed=st.integers(0, 2**32 - 1))
+def test_a_merge_sums_every_cell_saturating(tmp_path_factory, log2_cells, bits, workers,
+                                            chunk_bytes, seed):
+    """Merged sketches hold, cell by cell, the workers' sum capped at the largest
+    counter, whatever the cells' width and the chunks the files are read in."""
+    rng = np.random.default_rng(seed)
+    size = sketch.sketch_bytes(log2_cells, bits)
+    # Mostly small counters, some full: every carry and saturation case of a cell.
+    parts = [rng.choice(np.array([0, 1, 0x55, 0xAA, 0xFF, 0x0F, 0xF0], np.uint8), size)
+             if i % 2 else rng.integers(0, 256, size, dtype=np.uint8) for i in range(workers)]
+    folder = tmp_path_factory.mktemp("merge")
+    paths = []
+    for i, cells in enumerate(parts):
+        paths.append(str(folder / f"{i}.sketch"))
+        FeatureSketch(log2_cells, bits, cells).save(paths[-1])
+    sketch.merge_files(paths, str(folder / "merged"), log2_cells, bits, chunk_bytes=chunk_bytes)
+    merged = np.fromfile(folder / "merged", np.uint8)
+    expected = np.minimum(sum(_cells(p, bits).astype(np.int64) for p in parts), (1 << bits) - 1)
+    assert np.array_equal(_cells(merged, bits), expected)
+
+
 def test_a_large_sketch_leaves_out_most_keys_seen_once():
     """What the sketch is for: with four cells an occurrence, most keys seen once are
     known to be seen once (the count drops them before its scratch)."""
@@ -152,3 +181,27 @@ def test_a_count_in_passes_is_the_count_in_one(tmp_path):
         assert names == sorted(os.listdir(outs[1])) and len(names) == 18
         match, mismatch, errors = filecmp.cmpfiles(*outs, names, shallow=False)
         assert not mismatch and not errors
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9), st.integers(1, 5),
+                               st.booleans()), max_size=60))
+def test_collapsed_links_keep_each_feature_total_in_order(rows):
+    """A batch's links that the link sketch leaves out become one row a feature, after
+    its kept links, carrying their counts: (feature, word) order and C(f,*) kept."""
+    from snm_core.count.thresholds import collapse_links
+    distinct = sorted({(f, w): (c, k) for f, w, c, k in rows}.items())
+    links = {"feature": np.array([f for (f, _), _ in distinct], np.uint64),
+             "word": np.array([w for (_, w), _ in distinct], np.int32),
+             "count": np.array([c for _, (c, _) in distinct], np.int64)}
+    keep = np.array([k for _, (_, k) in distinct], bool)
+    expected = []
+    for feature in sorted({f for (f, _), _ in distinct}):
+        mine = [(w, c, k) for (f, w), (c, k) in distinct if f == feature]
+        expected += [(feature, w, c) for w, c, k in mine if k]
+        if not all(k for _, _, k in mine):
+            expected.append((feature, 10, sum(c for _, c, k in mine if not k)))
+    collapsed = collapse_links(links, keep, 10)
+    assert list(zip(*(collapsed[name].tolist() for name in ("feature", "word", "count")))) \
+        == expected
+    assert collapsed["word"].dtype == np.int32 and collapsed["count"].dtype == np.int64
