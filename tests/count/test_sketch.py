@@ -76,16 +76,18 @@ def test_a_merge_sums_every_cell_saturating(tmp_path_factory, log2_cells, bits, 
 
 
 def test_a_large_sketch_leaves_out_most_keys_seen_once():
-    """What the sketch is for: with four cells an occurrence, most keys seen once are
-    known to be seen once (the count drops them before its scratch)."""
+    """What the sketch is for: sized for the text's occurrences, where frequent keys
+    repeat, most keys seen once are known to be seen once (the count drops them before
+    its scratch)."""
     rng = np.random.default_rng(5)
     once = rng.integers(0, 2**64, 200_000, dtype=np.uint64, endpoint=False)
     twice = rng.integers(0, 2**64, 50_000, dtype=np.uint64, endpoint=False)
-    occurrences = np.concatenate([once, twice, twice])
+    frequent = rng.integers(0, 2**64, 2_000, dtype=np.uint64, endpoint=False)
+    occurrences = np.concatenate([once, twice, twice, np.repeat(frequent, 200)])
     s = FeatureSketch(sketch.plan_cells(len(occurrences), 2, 1 << 30), 2)
     s.add(occurrences)
     assert s.reaches(twice, 2).all()
-    assert s.reaches(once, 2).mean() < 0.12
+    assert s.reaches(once, 2).mean() < 0.2
 
 
 def test_a_count_is_the_same_bytes_whatever_the_sketch(tmp_path, monkeypatch):
