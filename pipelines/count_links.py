@@ -158,11 +158,13 @@ class ExtractLinkPartials(beam.DoFn):
             vocab_size = len(self.vocab)
             # (a pass's partials hold only its buckets' keys: the others' occurrences
             # went when they were extracted)
+            features = [counting.cut_features(p, self.num_buckets, vocab_size)
+                        for p in features]
             payloads = self.shuffle.send_cut({
-                group: [counting.cut_by_bucket(counting.to_scratch(p, group, vocab_size),
-                                               self.num_buckets) for p in partials]
-                for group, partials in (("links", links), ("features", features))},
-                by_bucket=True)
+                "links": [counting.cut_by_bucket(counting.links_to_scratch(p, vocab_size),
+                                                 self.num_buckets) for p in links],
+                "features": [rows for rows, _ in features],
+                "feature_words": [words for _, words in features]}, by_bucket=True)
             for bucket, payload in payloads.items():
                 yield bucket, ("part", payload)
 
@@ -211,10 +213,17 @@ class MergeBucket(beam.DoFn):
         # straight into its concatenation: the links are summed before the features
         # are read.
         collapsed_word = self.vocab_size if self.min_link_count else None
+
+        def read(start, stop, group):
+            parts = payloads[start:stop]
+            if group == "links":
+                return counting.links_from_scratch(self.shuffle.receive_group(parts, "links"))
+            return counting.features_from_scratch(
+                self.shuffle.receive_group(parts, "features"),
+                self.shuffle.receive_group(parts, "feature_words"), self.extractor.max_words)
+
         links, features, collisions, orphaned = counting.merge_bucket_chunks(
-            [self.shuffle.rows(p, "links") for p in payloads],
-            lambda start, stop, group: counting.from_scratch(
-                self.shuffle.receive_group(payloads[start:stop], group), group),
+            [self.shuffle.rows(p, "links") for p in payloads], read,
             len(self.extractor.feature_types), self.merge_rows, collapsed_word)
         self.shuffle.release(payloads)  # this bucket's parts, read
         left_out = {}
@@ -319,8 +328,7 @@ class ReadCountBucket(beam.DoFn):
             part = counting.partials_from_tables(
                 links, features, self.extractor, self.vocab_size if self.collapsed else None)
             yield bucket, ("part", self.shuffle.send(
-                {group: counting.to_scratch(partial, group, self.vocab_size)
-                 for group, partial in part.items()}))
+                counting.scratch_groups(part["links"], part["features"], self.vocab_size)))
 
 
 class CountLinks(beam.PTransform):

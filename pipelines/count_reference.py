@@ -13,6 +13,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import reading
+from snm_core.count import counting
 from snm_core.io import key_ranges, losscheck
 from snm_core.text.tokenize import tokenize
 
@@ -46,10 +47,10 @@ def _reference_part(element, num_buckets):
         else:
             identity = value
     keys = np.full(len(words), key, dtype=np.uint64)
-    part = {"links": {"feature": keys, "word": np.array(words, np.int32),
-                      "count": np.array(counts, np.int64)},
-            "features": {"feature": keys[:1], "type": np.array([identity[0]], np.int32),
-                         "words": np.array([identity[1]], np.int32)}}
+    part = counting.scratch_groups(
+        {"feature": keys, "word": np.array(words, np.int32), "count": np.array(counts, np.int64)},
+        {"feature": keys[:1], "type": np.array([identity[0]], np.int32),
+         "words": np.array([identity[1]], np.int32)})
     return int(key_ranges.bucket_of(keys[:1], num_buckets)[0]), ("part", part)
 
 

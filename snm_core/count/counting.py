@@ -22,7 +22,9 @@ Partials are dicts of numpy arrays (they pickle cheaply):
 
 * links: ``feature`` uint64, ``word`` int32, ``count`` int64
 * features: ``feature`` uint64, ``type`` int32 (type id: tag-major), ``words``
-  int32 (n, max_words), identity words oldest first, padded with -1
+  int32 (n, w), identity words oldest first, padded with -1; w at most the
+  extractor's ``max_words`` (a batch's partial has its type's number of words, the
+  merge pads them all to ``max_words``)
 """
 
 import numpy as np
@@ -74,7 +76,7 @@ def batch_partials(events):
     # only for colliding keys, but stays fixed.
     first = order[key_starts]
     features = {"feature": distinct, "type": events.type[first],
-                "words": events.context_words(first)}
+                "words": events.context_words(first, narrow=True)}
     return links, features
 
 
@@ -112,23 +114,18 @@ class ShardSums:
         return links, features
 
 
-#: The scratch keeps word ids in 16 bits when every id of the vocabulary is below this,
-#: which then stands for a feature's padding (-1): partials are written to scratch as
-#: they are sent and read back once, and a skip-gram's features carry up to nine words.
+#: The scratch keeps word ids in 16 bits when every id of the vocabulary (and the link
+#: sketch's collapsed word, the vocabulary's size) is at most this: partials are written
+#: to scratch as they are sent and read back once.
 SCRATCH_WORD_LIMIT = 0xFFFF
 #: The scratch keeps counts in 32 bits; a larger count travels as several rows of one
 #: link, which the merge sums (a batch's counts never come near it).
 SCRATCH_COUNT_MAX = np.iinfo(np.int32).max
 
 
-def to_scratch(partial, group, vocab_size):
-    """A ``"links"`` or ``"features"`` partial in the narrow columns of the scratch
-    (:func:`from_scratch` reads it back).  Rows keep their order."""
-    narrow_words = vocab_size <= SCRATCH_WORD_LIMIT
-    if group == "features":
-        if not narrow_words:
-            return partial
-        return {**partial, "words": partial["words"].astype(np.uint16)}  # -1 -> 0xFFFF
+def links_to_scratch(partial, vocab_size):
+    """A links partial in the narrow columns of the scratch (:func:`links_from_scratch`
+    reads it back).  Rows keep their order."""
     feature, word, count = partial["feature"], partial["word"], partial["count"]
     large = count > SCRATCH_COUNT_MAX
     if large.any():
@@ -140,22 +137,70 @@ def to_scratch(partial, group, vocab_size):
                          SCRATCH_COUNT_MAX)
         feature, word = feature[rows], word[rows]
     return {"feature": feature,
-            "word": word.astype(np.uint16 if narrow_words else np.int32, copy=False),
+            "word": word.astype(_scratch_word_type(vocab_size), copy=False),
             "count": count.astype(np.int32)}
 
 
-def from_scratch(partial, group):
-    """A partial of :func:`to_scratch` in the merge's columns: word ids int32 (a
-    feature's padding -1), counts int64."""
-    if group == "features":
-        words = partial["words"]
-        if words.dtype == np.uint16:
-            wide = words.astype(np.int32)
-            wide[words == SCRATCH_WORD_LIMIT] = -1
-            partial = {**partial, "words": wide}
-        return partial
+def links_from_scratch(partial):
+    """A links partial of :func:`links_to_scratch` in the merge's columns: word ids
+    int32, counts int64."""
     return {**partial, "word": partial["word"].astype(np.int32, copy=False),
             "count": partial["count"].astype(np.int64, copy=False)}
+
+
+def features_to_scratch(partial, vocab_size):
+    """A features partial in the scratch's columns, as two groups of columns:
+    ``(rows, words)``.  ``rows`` keeps each row's key and type and gives its number of
+    words (``width``, uint8); ``words`` (``{"word": ...}``) is every row's words in row
+    order, without padding: a batch's features have their type's words, at most nine,
+    where padded rows would carry the longest type's.  :func:`features_from_scratch`
+    reads them back."""
+    words = partial["words"]
+    present = words >= 0
+    if present.all():  # one type's features: each row full
+        flat, width = words.ravel(), np.full(len(words), words.shape[1], np.uint8)
+    else:
+        flat, width = words[present], present.sum(axis=1).astype(np.uint8)
+    return ({"feature": partial["feature"], "type": partial["type"], "width": width},
+            {"word": flat.astype(_scratch_word_type(vocab_size), copy=False)})
+
+
+def features_from_scratch(rows, words, max_words):
+    """The features partial of :func:`features_to_scratch`'s two groups (each
+    concatenated over the same parts, in the same order), its words padded to
+    ``max_words`` columns with -1."""
+    width = rows["width"]
+    if int(width.sum(dtype=np.int64)) != len(words["word"]):
+        raise ValueError(f"scratch features name {int(width.sum(dtype=np.int64))} words, "
+                         f"their words column holds {len(words['word'])}")
+    padded = np.full((len(width), max_words), -1, np.int32)
+    # Row-major: the mask's true cells, in order, are each row's first `width` columns.
+    padded[np.arange(max_words) < width[:, None]] = words["word"]
+    return {"feature": rows["feature"], "type": rows["type"], "words": padded}
+
+
+def scratch_groups(links, features, vocab_size=None):
+    """One part's links and features partials as the scratch's groups of columns
+    (``vocab_size`` None: 32-bit word ids)."""
+    rows, words = features_to_scratch(features, vocab_size)
+    return {"links": links_to_scratch(links, vocab_size), "features": rows,
+            "feature_words": words}
+
+
+def cut_features(partial, num_buckets, vocab_size):
+    """A features partial cut by bucket (:func:`cut_by_bucket`) in the scratch's two
+    groups: ``((rows, bounds), (words, word_bounds))``."""
+    ordered, bounds = cut_by_bucket(partial, num_buckets)
+    rows, words = features_to_scratch(ordered, vocab_size)
+    word_ends = np.zeros(len(rows["width"]) + 1, np.int64)
+    np.cumsum(rows["width"], dtype=np.int64, out=word_ends[1:])
+    return (rows, bounds), (words, word_ends[bounds])
+
+
+def _scratch_word_type(vocab_size):
+    """16-bit word ids for a vocabulary that fits them; None: 32-bit."""
+    return np.uint16 if vocab_size is not None and vocab_size <= SCRATCH_WORD_LIMIT \
+        else np.int32
 
 
 def concat_partials(parts):
@@ -374,9 +419,11 @@ def distinct_features(feature_parts):
     """Features partials -> one row per key (its first occurrence), sorted by key.
 
     Returns ``(features partial, collisions)``: the number of rows that share a key
-    with the row before them but name another feature.  ``feature_parts`` is emptied.
+    with the row before them but name another feature.  ``feature_parts`` (of any
+    widths of words: padded to the widest) is emptied.
     """
-    feats = concat_partials(feature_parts)
+    width = max(p["words"].shape[1] for p in feature_parts)
+    feats = concat_partials([_words_padded(p, width) for p in feature_parts])
     feature_parts.clear()
     by_key, keys = stable_argsort(feats["feature"], return_sorted=True)
     new_key = np.r_[True, keys[1:] != keys[:-1]]
@@ -392,6 +439,15 @@ def distinct_features(feature_parts):
     first = np.flatnonzero(new_key)
     return {"feature": keys[first], "type": types[first],
             "words": take_rows(words, first)}, collisions
+
+
+def _words_padded(features, width):
+    """A features partial with its words padded with -1 to ``width`` columns."""
+    missing = width - features["words"].shape[1]
+    if not missing:
+        return features
+    return {**features, "words": np.pad(features["words"], ((0, 0), (0, missing)),
+                                        constant_values=-1)}
 
 
 def feature_table(features, links, num_feature_types):

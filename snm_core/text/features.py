@@ -85,7 +85,7 @@ class EventFeatures:
         return dataclasses.replace(self, event=self.event[keep], key=self.key[keep],
                                    type=self.type[keep], generator=self.generator[keep])
 
-    def context_words(self, pairs=None):
+    def context_words(self, pairs=None, narrow=False):
         """Identity words of the given pairs' features, oldest first, padded with -1.
 
         A skip-gram's words are its r remote words then its a adjacent words.
@@ -94,20 +94,25 @@ class EventFeatures:
         ----------
         pairs : array of int, shape (k,), optional
             Pair indices (default: all pairs).
+        narrow : bool
+            Only as many columns as the pairs' features have words at most (one
+            type's pairs: its number of words, no padding), not ``extractor.max_words``.
 
         Returns
         -------
-        ndarray of int32, shape (k, extractor.max_words)
+        ndarray of int32, shape (k, extractor.max_words), or (k, the most words) if narrow
         """
         if pairs is None:
             pairs = np.arange(self.num_pairs)
         windows = self.extractor._gen_table  # (r, s, a) of each generator
         generator = self.generator[pairs]
         position = self._event_position[self.event[pairs]]
-        words = np.full((len(pairs), self.extractor.max_words), -1, dtype=np.int32)
         # The pairs of one type mostly share one window, whose remote and adjacent
         # words are runs of the sequence at fixed offsets from the target.
         used = np.flatnonzero(np.bincount(generator, minlength=len(windows)))
+        columns = (int(max((windows[g][0] + windows[g][2] for g in used), default=0))
+                   if narrow else self.extractor.max_words)
+        words = np.full((len(pairs), columns), -1, dtype=np.int32)
         if len(used) > 1:  # tied skip windows
             by_generator, bounds = group_rows(generator, len(windows))
         for g in used:

@@ -7,6 +7,7 @@ Oracle: sums of (feature, word) -> count and the feature rows, by Python diction
 import collections
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,11 +34,11 @@ def test_links_come_back_with_their_sums_and_order(rows, vocab_size):
     partial = {"feature": np.array([r[0] for r in rows], np.uint64),
                "word": np.array([r[1] for r in rows], np.int32),
                "count": np.array([r[2] for r in rows], np.int64)}
-    sent = counting.to_scratch(partial, "links", vocab_size)
+    sent = counting.links_to_scratch(partial, vocab_size)
     assert sent["count"].dtype == np.int32 and sent["count"].min(initial=1) > 0
     assert sent["word"].dtype == (np.uint16 if vocab_size <= 0xFFFF else np.int32)
     assert np.all(sent["feature"][1:] >= sent["feature"][:-1])  # still sorted by key
-    back = counting.from_scratch(sent, "links")
+    back = counting.links_from_scratch(sent)
     assert back["word"].dtype == np.int32 and back["count"].dtype == np.int64
     assert link_sums(back) == link_sums(partial)
     # The merge sums the pieces of a large count back into one link.
@@ -46,15 +47,40 @@ def test_links_come_back_with_their_sums_and_order(rows, vocab_size):
                     merged["count"].to_pylist())) == dict(link_sums(partial))
 
 
-def test_feature_words_keep_their_padding():
-    words = np.array([[3, 0xFFFE, -1], [-1, -1, -1], [7, 8, 9]], np.int32)
-    partial = {"feature": np.array([1, 2, 3], np.uint64), "type": np.array([0, 1, 2]),
-               "words": words}
-    narrow = counting.to_scratch(partial, "features", 0xFFFF)
-    assert narrow["words"].dtype == np.uint16 and narrow["words"].nbytes == words.nbytes // 2
-    back = counting.from_scratch(narrow, "features")
-    np.testing.assert_array_equal(back["words"], words)
-    assert back["words"].dtype == np.int32
-    wide = counting.to_scratch(partial, "features", 0x10000)  # ids up to 0xFFFF: no room
-    assert wide["words"].dtype == np.int32
-    np.testing.assert_array_equal(counting.from_scratch(wide, "features")["words"], words)
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(0, 0x1FFFF), max_size=9), max_size=30),
+       vocab_size=st.sampled_from([0xFFFF, 0x10000, None]), max_words=st.integers(9, 11),
+       num_buckets=st.integers(1, 5))
+def test_feature_words_come_back_padded_whatever_their_width(rows, vocab_size, max_words,
+                                                           num_buckets):
+    """Features of any number of words (a batch's of one type, narrow; another count's,
+    padded to the longest) travel without padding and come back padded to the merge's
+    width, each bucket's rows with their own words."""
+    limit = vocab_size if vocab_size is not None else 0x20000
+    rows = [[w % limit for w in row] for row in rows]
+    width = max((len(r) for r in rows), default=0)
+    words = np.full((len(rows), width), -1, np.int32)
+    for i, row in enumerate(rows):
+        words[i, :len(row)] = row
+    keys = np.sort(np.random.default_rng(len(rows)).integers(0, 2**64, len(rows), np.uint64,
+                                                              endpoint=False))
+    partial = {"feature": keys, "type": np.arange(len(rows), dtype=np.int32), "words": words}
+    (sent, bounds), (flat, word_bounds) = counting.cut_features(partial, num_buckets, vocab_size)
+    assert flat["word"].dtype == (np.uint16 if vocab_size == 0xFFFF else np.int32)
+    assert len(flat["word"]) == sum(len(r) for r in rows)  # no padding travels
+    for b in range(num_buckets):
+        back = counting.features_from_scratch(
+            {name: column[bounds[b]:bounds[b + 1]] for name, column in sent.items()},
+            {"word": flat["word"][word_bounds[b]:word_bounds[b + 1]]}, max_words)
+        expected = [r + [-1] * (max_words - len(r)) for r in rows[bounds[b]:bounds[b + 1]]]
+        assert back["words"].dtype == np.int32
+        assert back["words"].tolist() == expected
+        assert back["feature"].tolist() == keys[bounds[b]:bounds[b + 1]].tolist()
+
+
+def test_a_features_part_that_disagrees_with_its_words_is_an_error():
+    rows, words = counting.features_to_scratch(
+        {"feature": np.array([1, 2], np.uint64), "type": np.array([0, 0], np.int32),
+         "words": np.array([[3, 4], [5, 6]], np.int32)}, 0xFFFF)
+    with pytest.raises(ValueError, match="name 4 words"):
+        counting.features_from_scratch(rows, {"word": words["word"][:3]}, 9)

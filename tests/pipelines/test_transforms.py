@@ -254,9 +254,9 @@ def reference_rows(element, words, type_names):
     if kind == "stats":
         return [("stats", tuple(sorted((k, json.dumps(v)) for k, v in value.items()
                                        if k != "shards")))]
-    feature = value["features"]
+    feature = value["features"]  # the scratch's columns: its words in a group of their own
     identity = (TAGS[0], type_names[int(feature["type"][0])],
-                tuple(words[i] for i in feature["words"][0] if i >= 0))
+                tuple(words[i] for i in value["feature_words"]["word"]))
     return [("link", identity, words[w], int(c))
             for w, c in zip(value["links"]["word"], value["links"]["count"])]
 
