@@ -95,13 +95,13 @@ def collapse_links(links, keep, collapsed_word):
     dropped = ~keep
     feature, count = links["feature"][dropped], links["count"][dropped]
     starts = run_starts(feature)
-    kept = {name: column[keep] for name, column in links.items()}
-    # Each feature's collapsed row after its kept rows: (feature, word) order, as a
-    # stable sort of the kept rows then the collapsed ones would give.
-    at = np.searchsorted(kept["feature"], feature[starts], side="right")
-    return {"feature": np.insert(kept["feature"], at, feature[starts]),
-            "word": np.insert(kept["word"], at, np.int32(collapsed_word)),
-            "count": np.insert(kept["count"], at, np.add.reduceat(count, starts))}
+    merged = {"feature": np.concatenate([links["feature"][keep], feature[starts]]),
+              "word": np.concatenate([links["word"][keep],
+                                      np.full(len(starts), collapsed_word, np.int32)]),
+              "count": np.concatenate([links["count"][keep], np.add.reduceat(count, starts)])}
+    # kept rows first, each feature's collapsed row after them: (feature, word) order
+    order = np.argsort(merged["feature"], kind="stable")
+    return {name: column[order] for name, column in merged.items()}
 
 
 def keep_counted(features, links, minimum, link_minimum=None, collapsed_word=None,
