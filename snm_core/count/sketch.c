@@ -97,7 +97,8 @@ static inline uint64_t merge_word2(uint64_t a, uint64_t b) {
  * a byte's bit 4 the overflow that saturates its cell at 15. */
 static inline uint64_t merge_word4(uint64_t a, uint64_t b) {
     const uint64_t nibbles = 0x0F0F0F0F0F0F0F0Full, bit4 = 0x1010101010101010ull;
-    uint64_t low = (a & nibbles) + (b & nibbles), high = ((a >> 4) & nibbles) + ((b >> 4) & nibbles);
+    uint64_t low = (a & nibbles) + (b & nibbles);
+    uint64_t high = ((a >> 4) & nibbles) + ((b >> 4) & nibbles);
     low |= ((low & bit4) >> 4) * 0xF;
     high |= ((high & bit4) >> 4) * 0xF;
     return (low & nibbles) | ((high & nibbles) << 4);

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from snm_core.count import sketch
 from snm_core.count.sketch import FeatureSketch
+from snm_core.count.thresholds import collapse_links
 
 
 @settings(max_examples=60, deadline=None)
@@ -191,7 +192,6 @@ def test_a_count_in_passes_is_the_count_in_one(tmp_path):
 def test_collapsed_links_keep_each_feature_total_in_order(rows):
     """A batch's links that the link sketch leaves out become one row a feature, after
     its kept links, carrying their counts: (feature, word) order and C(f,*) kept."""
-    from snm_core.count.thresholds import collapse_links
     distinct = sorted({(f, w): (c, k) for f, w, c, k in rows}.items())
     links = {"feature": np.array([f for (f, _), _ in distinct], np.uint64),
              "word": np.array([w for (_, w), _ in distinct], np.int32),
