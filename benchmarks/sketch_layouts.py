@@ -15,8 +15,8 @@ one line an occurrence, where a feature followed by many words crowds its line.
 Offline, on the real keys (every thresholded occurrence of the corpus, cells counted
 exactly with ``bincount``, capped at 3): the occurrences dropped early (feature
 estimate below 2), collapsed early (link estimate below 2) and let through as links.
-Appends to benchmarks/results.jsonl.  Holds every occurrence's two keys and their true
-counts: about 19 GB at kernel's 139M thresholded occurrences.
+Appends to benchmarks/results.jsonl.  Holds every occurrence's two keys, their true counts and
+cells: about 15 GB at kernel's 139M thresholded occurrences.
 """
 
 import argparse
@@ -86,11 +86,17 @@ def line_base(keys, log2_cells):
 def estimates(cell_pairs, log2_cells, count_pairs):
     """The smaller cell of each pair in ``cell_pairs``, the cells counted over every pair
     of ``count_pairs``."""
-    cells = np.zeros(1 << log2_cells, np.int64)
-    for pair in count_pairs:
-        for positions in pair:
-            cells += np.bincount(positions.view(np.int64), minlength=1 << log2_cells)
-    cells = np.minimum(cells, 3).astype(np.uint8)
+    cells = np.zeros(1 << log2_cells, np.uint8)
+    span = 1 << min(log2_cells, 27)  # counted a range of cells at a time: 1 GiB of int64
+    for start in range(0, 1 << log2_cells, span):
+        counts = np.zeros(span, np.int64)
+        for pair in count_pairs:
+            for positions in pair:
+                inside = positions[(positions >= np.uint64(start))
+                                   & (positions < np.uint64(start + span))]
+                counts += np.bincount((inside - np.uint64(start)).view(np.int64),
+                                      minlength=span)
+        cells[start:start + span] = np.minimum(counts, 3)
     return [np.minimum(cells[a], cells[b]) for a, b in cell_pairs]
 
 
@@ -112,7 +118,7 @@ def main():
     parser.add_argument("--config", default="skip10gram")
     parser.add_argument("--log2_cells", type=int, default=28,
                         help="cells of each of today's two sketches (kernel's count plans "
-                             "2^28 at one cell an occurrence)")
+                             "2^29 within --memory 8G)")
     args = parser.parse_args()
     features, links = thresholded_keys(args.corpus, args.config)
     feature_true, link_true = true_counts(features), true_counts(links)

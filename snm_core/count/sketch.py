@@ -24,12 +24,13 @@ _keep = native.function("sketch_keep", [native.ptr, native.i64, native.i32, nati
                                         native.i64, native.i32, native.ptr], native.i64)
 _merge = native.function("sketch_merge", [native.ptr, native.ptr, native.i64, native.i32])
 
-#: Cells the sketch has for each feature occurrence of the text, at least.  Text repeats
+#: Cells the sketch has for each feature occurrence the plan expects (an upper bound:
+#: the words times the configuration's occurrences an event), at least.  Text repeats
 #: its frequent features, whose occurrences share cells, so most features seen once
-#: still read as seen once (tests/count/test_sketch.py bounds the share).  Four cells an
-#: occurrence dropped a few more occurrences early but made the count slower: each
-#: worker's sketch is zeroed, written and merged, and random reads of it miss the caches
-#: more often (benchmarks/README.md, "Count thresholds").
+#: still read as seen once (tests/count/test_sketch.py bounds the share).  Four cells
+#: dropped a few more occurrences early but made the count slower: each worker's sketch
+#: is zeroed, written and merged, and random reads of it miss the caches more often
+#: (benchmarks/README.md, "Count thresholds").
 CELLS_PER_OCCURRENCE = 1
 MIN_LOG2_CELLS = 16
 MAX_LOG2_CELLS = 40
