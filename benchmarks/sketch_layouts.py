@@ -83,14 +83,13 @@ def line_base(keys, log2_cells):
     return (keys >> np.uint64(64 - (log2_cells - LINE_CELLS))) << np.uint64(LINE_CELLS)
 
 
-def estimates(cell_pairs, log2_cells, count_pairs):
-    """The smaller cell of each pair in ``cell_pairs``, the cells counted over every pair
-    of ``count_pairs``."""
+def estimates(cell_pairs, log2_cells):
+    """The smaller cell of each of ``cell_pairs``, the cells counted over all of them."""
     cells = np.zeros(1 << log2_cells, np.uint8)
     span = 1 << min(log2_cells, 27)  # counted a range of cells at a time: 1 GiB of int64
     for start in range(0, 1 << log2_cells, span):
         counts = np.zeros(span, np.int64)
-        for pair in count_pairs:
+        for pair in cell_pairs:
             for positions in pair:
                 inside = positions[(positions >= np.uint64(start))
                                    & (positions < np.uint64(start + span))]
@@ -126,8 +125,8 @@ def main():
     log2 = args.log2_cells
     separate_features = cells_in(line_base(features, log2), features)
     separate_links = cells_in(line_base(links, log2), links)
-    feature_estimate, = estimates([separate_features], log2, [separate_features])
-    link_estimate, = estimates([separate_links], log2, [separate_links])
+    feature_estimate, = estimates([separate_features], log2)
+    link_estimate, = estimates([separate_links], log2)
     rows.append(row("a feature sketch and a link sketch (today)", log2, feature_estimate,
                     link_estimate, feature_true, link_true))
     del separate_features, separate_links, feature_estimate, link_estimate
@@ -135,8 +134,7 @@ def main():
     base = line_base(features, shared)
     feature_cells, link_cells = cells_in(base, features), cells_in(base, links)
     del base
-    feature_estimate, link_estimate = estimates([feature_cells, link_cells], shared,
-                                                [feature_cells, link_cells])
+    feature_estimate, link_estimate = estimates([feature_cells, link_cells], shared)
     rows.append(row("one array, a link's cells in its feature's line", shared,
                     feature_estimate, link_estimate, feature_true, link_true))
     print_table(rows, list(rows[0]))

@@ -16,6 +16,17 @@ int64_t trie_advance(const void *tables, const int64_t *context, const int32_t *
 int64_t scorer_advance(const void *scorer, const int32_t *words, const int64_t *length,
                        const int32_t *target, int64_t n, void *out);
 
+/* 0 when a method got `expected` arguments, else -1 with a TypeError set. */
+static int check_arity(Py_ssize_t nargs, Py_ssize_t expected, const char *name) {
+    if (nargs == expected) return 0;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, expected);
+    return -1;
+}
+
+static void release_buffers(Py_buffer *views, int count) {
+    for (int i = 0; i < count; i++) PyBuffer_Release(&views[i]);
+}
+
 /* The C-contiguous buffers of args[0:count] (writable ones from `first_output` on), their
  * pointers in `pointers`; 0, or -1 with a Python error set and nothing held. */
 static int get_buffers(PyObject *const *args, int count, int first_output, Py_buffer *views,
@@ -23,7 +34,7 @@ static int get_buffers(PyObject *const *args, int count, int first_output, Py_bu
     for (int i = 0; i < count; i++) {
         int flags = PyBUF_C_CONTIGUOUS | (i >= first_output ? PyBUF_WRITABLE : 0);
         if (PyObject_GetBuffer(args[i], &views[i], flags) < 0) {
-            while (i--) PyBuffer_Release(&views[i]);
+            release_buffers(views, i);
             return -1;
         }
         pointers[i] = views[i].buf;
@@ -37,10 +48,7 @@ static int get_buffers(PyObject *const *args, int count, int first_output, Py_bu
  * than the loop (snm_core/scoring/layouts/trie_loops.py checks the arrays). */
 static PyObject *py_trie_advance(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError, "trie_advance takes 15 arguments");
-        return NULL;
-    }
+    if (check_arity(nargs, 15, "trie_advance") < 0) return NULL;
     void *tables = PyLong_AsVoidPtr(args[0]);
     int64_t sizes[5];
     for (int i = 0; i < 5; i++) sizes[i] = PyLong_AsLongLong(args[10 + i]);
@@ -53,7 +61,7 @@ static PyObject *py_trie_advance(PyObject *self, PyObject *const *args, Py_ssize
     status = trie_advance(tables, p[0], p[1], sizes[0], p[2], p[3], sizes[1], sizes[2],
                           sizes[3], sizes[4], p[4], p[5], p[6], p[7], p[8]);
     Py_END_ALLOW_THREADS
-    for (int i = 0; i < 9; i++) PyBuffer_Release(&views[i]);
+    release_buffers(views, 9);
     return PyLong_FromLongLong(status);
 }
 
@@ -61,10 +69,7 @@ static PyObject *py_trie_advance(PyObject *self, PyObject *const *args, Py_ssize
  * the hashed layouts' decoder step, called as trie_advance is. */
 static PyObject *py_scorer_advance(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "scorer_advance takes 6 arguments");
-        return NULL;
-    }
+    if (check_arity(nargs, 6, "scorer_advance") < 0) return NULL;
     void *scorer = PyLong_AsVoidPtr(args[0]);
     int64_t n = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
@@ -75,7 +80,7 @@ static PyObject *py_scorer_advance(PyObject *self, PyObject *const *args, Py_ssi
     Py_BEGIN_ALLOW_THREADS
     status = scorer_advance(scorer, p[0], p[1], p[2], n, p[3]);
     Py_END_ALLOW_THREADS
-    for (int i = 0; i < 4; i++) PyBuffer_Release(&views[i]);
+    release_buffers(views, 4);
     return PyLong_FromLongLong(status);
 }
 

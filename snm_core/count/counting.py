@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.io import key_ranges, tables
-from snm_core.io.arrays import group_rows, padded_lists, run_starts, stable_argsort, take_rows
+from snm_core.io.arrays import (group_rows, padded_lists, padded_rows, run_starts,
+                                 stable_argsort, take_rows)
 from snm_core.io.radix import argsort_runs, sort_runs
 
 #: Bits of a packed (feature index, word) pair given to the word id.
@@ -173,10 +174,8 @@ def features_from_scratch(rows, words, max_words):
     if int(width.sum(dtype=np.int64)) != len(words["word"]):
         raise ValueError(f"scratch features name {int(width.sum(dtype=np.int64))} words, "
                          f"their words column holds {len(words['word'])}")
-    padded = np.full((len(width), max_words), -1, np.int32)
-    # Row-major: the mask's true cells, in order, are each row's first `width` columns.
-    padded[np.arange(max_words) < width[:, None]] = words["word"]
-    return {"feature": rows["feature"], "type": rows["type"], "words": padded}
+    return {"feature": rows["feature"], "type": rows["type"],
+            "words": padded_rows(words["word"], width, max_words, np.int32)}
 
 
 def scratch_groups(links, features, vocab_size=None):

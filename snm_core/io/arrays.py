@@ -164,11 +164,16 @@ def padded_lists(column, width, dtype=np.int64):
 
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+    return padded_rows(flat, lengths, width, dtype), lengths
+
+
+def padded_rows(flat, lengths, width, dtype=np.int64):
+    """Rows of ``lengths[i]`` values each, one after the other in ``flat``, as a matrix
+    (n, width) padded with -1."""
     values = np.full((len(lengths), width), -1, dtype=dtype)
-    rows = np.repeat(np.arange(len(lengths)), lengths)
-    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    values[rows, cols] = flat
-    return values, lengths
+    # Row-major: the mask's true cells, in order, are each row's first lengths[i] columns.
+    values[np.arange(width) < np.asarray(lengths)[:, None]] = flat
+    return values
 
 
 def string_buffers(array):
