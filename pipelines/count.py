@@ -223,6 +223,8 @@ class CountOptions:
     min_link_count: tuple = ()  # [TYPES=]N specs
     passes: Optional[int] = None  # passes over the text, each a share of the buckets; None:
     # as many as the scratch's free disk needs (budget.passes_for_disk)
+    compress_scratch: str = "auto"  # "always", "never", or "auto": where raw parts would
+    # need more than one pass (budget.passes_for_disk)
 
     def __post_init__(self):
         object.__setattr__(self, "train", tuple(self.train))
@@ -296,12 +298,16 @@ def run(args, beam_args=(), summary=True):
     scratch = scratch_directory(args.out, args.scratch, running.workers_are_local(beam_args))
     sketch_files = ()
     thresholded = bool(min_feature_count or min_link_count)
-    passes = args.passes or (1 if args.add_to or args.reference else passes_for_disk(
-        words * per_event, thresholded, storage.free_bytes(scratch)))
+    planned, compressed = (1, False) if args.add_to or args.reference else passes_for_disk(
+        words * per_event, thresholded, storage.free_bytes(scratch))
+    passes = args.passes or planned
+    if args.compress_scratch != "auto":
+        compressed = args.compress_scratch == "always"
     ranges = bucket_passes(args.num_buckets, passes)
 
     def shuffle(p):
-        return ArrayShuffle(args.shuffle, scratch, release=runners.kind(p.options) == "local")
+        return ArrayShuffle(args.shuffle, scratch, release=runners.kind(p.options) == "local",
+                            compress=compressed)
 
     def manifest_step(shards):
         return running.CallOnce(write_manifest, args.out, args.num_buckets, config, tags,

@@ -16,8 +16,11 @@ file of that bucket's (``send_cut(..., by_bucket=True)``), and the stage that
 reads a bucket deletes its files (:meth:`ArrayShuffle.release`): the scratch
 shrinks as buckets are merged instead of lasting, whole, beside the output.
 
-A part on disk is its arrays' raw bytes; the payload (a small tuple,
-shuffled) names the file and each array's dtype, shape and offset in it.  Not
+A part on disk is its arrays' raw bytes, or with ``compress`` each column of each
+bucket one compressed block (:mod:`snm_core.io.scratch_codec`, about half the
+bytes: a count whose scratch would not fit the free disk in one pass); the payload
+(a small tuple, shuffled) names the file and each array's dtype, shape, offset and
+stored bytes (None: raw) in it.  Not
 ``.npz``: a zip archive checksums every byte twice (CRC-32 on writing and on
 reading), and ``np.savez`` needs each array whole, so the archive was built
 in memory.  :meth:`ArrayShuffle.send_cut` writes the parts for many buckets
@@ -39,7 +42,7 @@ import uuid
 
 import numpy as np
 
-from snm_core.io import storage
+from snm_core.io import scratch_codec, storage
 from snm_core.io.errors import resource_errors
 
 MODES = ("files", "beam")
@@ -70,14 +73,16 @@ class ArrayShuffle:
     buckets' rows of many parts at once.
     """
 
-    def __init__(self, mode, scratch, release=False):
+    def __init__(self, mode, scratch, release=False, compress=False):
         """``scratch``: the directory of the ``files`` mode's parts (every worker must
         read it: :func:`scratch_directory`); ``release``: parts in files by bucket, deleted
-        once read (only where no bundle is retried, and the scratch is local)."""
+        once read (only where no bundle is retried, and the scratch is local);
+        ``compress``: the files hold compressed blocks."""
         if mode not in MODES:
             raise ValueError(f"shuffle mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.scratch = scratch
+        self.compress = compress and mode == "files"
         self.release_files = release and mode == "files" and not storage.is_remote(scratch)
         self._owner = None  # this copy's name in its by-bucket files (one writer a file)
 
@@ -138,6 +143,16 @@ class ArrayShuffle:
                         raise ValueError(f"{group}.{name}: every part of a column must have "
                                          f"one dtype and row shape, got {dtype} "
                                          f"{row_shape} and others")
+                    if self.compress:  # a block a bucket, each read on its own
+                        for b, count in zip(buckets, rows[group][buckets].tolist()):
+                            block = _block([array[bounds[b]:bounds[b + 1]]
+                                            for array, (_, bounds) in zip(arrays, parts)])
+                            f.write(block)
+                            stored = len(block)
+                            entries[b].append((group, name, dtype.str, (count, *row_shape),
+                                               offset, stored))
+                            offset += stored
+                        continue
                     pieces = [array[bounds[b]:bounds[b + 1]] for b in buckets
                               for array, (_, bounds) in zip(arrays, parts)
                               if bounds[b] < bounds[b + 1]]
@@ -146,7 +161,8 @@ class ArrayShuffle:
                                 else np.ascontiguousarray(pieces[0]).data)
                     row_bytes = dtype.itemsize * math.prod(row_shape)
                     for b, count in zip(buckets, rows[group][buckets].tolist()):
-                        entries[b].append((group, name, dtype.str, (count, *row_shape), offset))
+                        entries[b].append((group, name, dtype.str, (count, *row_shape), offset,
+                                           None))
                         offset += count * row_bytes
         return {b: (path, tuple(bucket_entries)) for b, bucket_entries in entries.items()}
 
@@ -171,11 +187,19 @@ class ArrayShuffle:
                                              f"have one dtype and row shape, got {dtype} "
                                              f"{row_shape} and others")
                         count = int(rows[group][b])
-                        if count:
-                            f.write(np.concatenate(pieces).data if len(pieces) > 1
-                                    else np.ascontiguousarray(pieces[0]).data)
-                        entries.append((group, name, dtype.str, (count, *row_shape), offset))
-                        offset += count * dtype.itemsize * math.prod(row_shape)
+                        if self.compress:
+                            block = _block(pieces)
+                            f.write(block)
+                            stored = len(block)
+                        else:
+                            stored = None
+                            if count:
+                                f.write(np.concatenate(pieces).data if len(pieces) > 1
+                                        else np.ascontiguousarray(pieces[0]).data)
+                        entries.append((group, name, dtype.str, (count, *row_shape), offset,
+                                        stored))
+                        offset += stored if self.compress else \
+                            count * dtype.itemsize * math.prod(row_shape)
             payloads[b] = (path, tuple(entries))
         return payloads
 
@@ -198,7 +222,7 @@ class ArrayShuffle:
         """Rows of the ``group`` columns of a payload's part."""
         if self.mode == "beam":
             return _rows(payload[group])
-        return next((shape[0] for g, _, _, shape, _ in payload[1] if g == group), 0)
+        return next((shape[0] for g, _, _, shape, _, _ in payload[1] if g == group), 0)
 
     def receive_group(self, payloads, group):
         """The ``group`` columns of many parts, each concatenated in payload order.
@@ -215,26 +239,37 @@ class ArrayShuffle:
             return {}
         rows = {}
         for _, entries in layouts:
-            for _, name, _, shape, _ in entries:
+            for _, name, _, shape, _, _ in entries:
                 rows[name] = rows.get(name, 0) + shape[0]
         columns = {name: np.empty((rows[name], *shape[1:]), np.dtype(dtype))
-                   for _, name, dtype, shape, _ in layouts[0][1]}
+                   for _, name, dtype, shape, _, _ in layouts[0][1]}
         filled = dict.fromkeys(columns, 0)
         for path, entries in layouts:
             with _open(path) as f:
-                for _, name, dtype, shape, offset in entries:
+                for _, name, dtype, shape, offset, stored in entries:
                     if np.dtype(dtype) != columns[name].dtype:  # bytes would be misread
                         raise ValueError(f"{group}.{name}: parts of dtypes "
                                          f"{columns[name].dtype} and {np.dtype(dtype)}")
                     target = columns[name][filled[name]:filled[name] + shape[0]]
                     filled[name] += shape[0]
-                    if target.size:
-                        f.seek(offset)
+                    if not target.size:
+                        continue
+                    f.seek(offset)
+                    if stored is None:
                         _read_into(f, memoryview(target).cast("B"))
+                    else:
+                        block = bytearray(stored)
+                        _read_into(f, memoryview(block))
+                        scratch_codec.decode_into(block, target)
         return columns
 
     def cleanup(self):
         storage.remove_tree(self.scratch)
+
+
+def _block(pieces):
+    """One compressed block of a column's pieces (one dtype and row shape), in order."""
+    return scratch_codec.encode(np.concatenate(pieces) if len(pieces) > 1 else pieces[0])
 
 
 def _rows(columns):

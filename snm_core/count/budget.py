@@ -55,21 +55,29 @@ MERGE_PARTIAL_BYTES = 100
 #: "The count's scratch").
 SCRATCH_BYTES_PER_OCCURRENCE = 30
 THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE = 17
+#: The share of those bytes that compressed scratch files take
+#: (:mod:`snm_core.io.scratch_codec`), the upper end measured.
+COMPRESSED_SCRATCH_SHARE = 0.65
 #: The share of the free disk one pass's scratch may take: the buckets it writes, and the
 #: merged buckets of the passes before it, are beside it.
 SCRATCH_SHARE_OF_FREE_DISK = 0.5
 
 
 def passes_for_disk(occurrences, thresholded, free_bytes):
-    """Passes over the text a count makes so that one pass's scratch (its share of the
-    buckets) fits the free disk: 1 where it does, or where the free disk is unknown
-    (object storage)."""
+    """``(passes, compressed)``: the passes over the text a count makes so that one pass's
+    scratch (its share of the buckets) fits the free disk, and whether its scratch files
+    are compressed.  One pass of raw files where they fit, or where the free disk is
+    unknown (object storage); otherwise compressed files (fewer passes re-read the text,
+    for the little time the compression takes), in as many passes as those need."""
     if free_bytes is None:
-        return 1
+        return 1, False
     per_occurrence = (THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE if thresholded
                       else SCRATCH_BYTES_PER_OCCURRENCE)
     room = max(1, int(free_bytes * SCRATCH_SHARE_OF_FREE_DISK))
-    return max(1, -(-occurrences * per_occurrence // room))
+    if occurrences * per_occurrence <= room:
+        return 1, False
+    compressed = int(occurrences * per_occurrence * COMPRESSED_SCRATCH_SHARE)
+    return max(1, -(-compressed // room)), True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@ files of one pass)."""
 
 from pipelines.count import bucket_passes
 from snm_core.count.budget import (
+    COMPRESSED_SCRATCH_SHARE,
     SCRATCH_BYTES_PER_OCCURRENCE,
     THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE,
     passes_for_disk,
@@ -13,13 +14,16 @@ from snm_core.count.budget import (
 def test_one_pass_while_the_scratch_fits_half_the_free_disk():
     occurrences = 1_000_000
     scratch = occurrences * SCRATCH_BYTES_PER_OCCURRENCE
-    assert passes_for_disk(occurrences, False, 2 * scratch) == 1
-    assert passes_for_disk(occurrences, False, 2 * scratch - 1) == 2
-    assert passes_for_disk(occurrences, False, scratch // 2) == 4
+    assert passes_for_disk(occurrences, False, 2 * scratch) == (1, False)
+    # beyond one pass, compressed files: fewer passes than raw ones would need
+    compressed = int(scratch * COMPRESSED_SCRATCH_SHARE)
+    assert passes_for_disk(occurrences, False, 2 * scratch - 1) == (1, True)
+    assert passes_for_disk(occurrences, False, 2 * compressed - 2) == (2, True)
+    assert passes_for_disk(occurrences, False, compressed // 2) == (4, True)
     # thresholds leave out before the scratch: fewer bytes an occurrence
-    assert passes_for_disk(occurrences, True, 2 * scratch - 1) == 1
+    assert passes_for_disk(occurrences, True, 2 * scratch - 1) == (1, False)
     assert THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE < SCRATCH_BYTES_PER_OCCURRENCE
-    assert passes_for_disk(10 ** 12, False, None) == 1  # object storage: unknown
+    assert passes_for_disk(10 ** 12, False, None) == (1, False)  # object storage: unknown
 
 
 def test_passes_share_the_buckets_once_each():

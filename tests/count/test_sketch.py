@@ -163,8 +163,9 @@ def test_a_worker_keeps_one_sketch_file_over_its_shards(tmp_path):
 
 def test_a_count_in_passes_is_the_count_in_one(tmp_path):
     """A count whose scratch would not fit the disk reads the text once per share of the
-    buckets (--passes): the files are those of one pass, continuation counts included
-    (a bucket's come from the buckets of every pass), thresholded or not."""
+    buckets (--passes), its scratch compressed: the files are those of one pass of raw
+    scratch, continuation counts included (a bucket's come from the buckets of every
+    pass), thresholded or not."""
     from support.counts import write_lines
 
     from snm.commands import count as count_cmd
@@ -178,8 +179,9 @@ def test_a_count_in_passes_is_the_count_in_one(tmp_path):
         argv = ["--config", "skip5gram", "--vocab", vocab, "--train", text,
                 "--num_buckets", "8", *thresholds]
         outs = [tmp_path / f"{bool(thresholds)}-{n}" for n in (1, 3)]
-        for out, passes in zip(outs, (1, 3)):
-            assert count_cmd.main(argv + ["--out", str(out), "--passes", str(passes)]) == 0
+        for out, passes, compress in zip(outs, (1, 3), ("never", "always")):
+            assert count_cmd.main(argv + ["--out", str(out), "--passes", str(passes),
+                                          "--compress_scratch", compress]) == 0
         names = sorted(os.listdir(outs[0]))
         assert names == sorted(os.listdir(outs[1])) and len(names) == 18
         match, mismatch, errors = filecmp.cmpfiles(*outs, names, shallow=False)

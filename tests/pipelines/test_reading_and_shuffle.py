@@ -78,20 +78,27 @@ def test_stage_totals_over_the_share_name_the_first_line_of_the_first_file():
     assert FIRST_INVALID not in within  # taken out: never a manifest total
 
 
-@pytest.mark.parametrize("mode", ["files", "beam"])
-def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode):
+@pytest.mark.parametrize("mode, compress, by_bucket", [
+    ("files", False, False), ("files", True, False), ("files", False, True),
+    ("files", True, True), ("beam", False, False)])
+def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode, compress,
+                                                          by_bucket):
     """A bucket gets its rows of every part, in part order, dtypes and row shapes kept;
-    the buckets of one send share a file; a group of several payloads reads back as one
-    concatenation; a bucket asked for without rows comes back empty but typed."""
-    shuffle = ArrayShuffle(mode, str(tmp_path / "_scratch"))
+    the buckets of one send share a file (or, by bucket, each bucket's file is appended
+    to); a group of several payloads reads back as one concatenation; a bucket asked for
+    without rows comes back empty but typed.  Compressed files give the same arrays."""
+    shuffle = ArrayShuffle(mode, str(tmp_path / "_scratch"), release=by_bucket,
+                           compress=compress)
     words = np.arange(24, dtype=np.int32).reshape(8, 3)
     keys = np.array([3, 2**63 + 5, 7, 9, 11], np.uint64)
     first = {"feature": keys[:3], "count": np.arange(3)}
     second = {"feature": keys[3:], "count": np.arange(3, 5)}
     groups = {"links": [(first, [0, 1, 1, 3, 3]), (second, np.array([0, 0, 0, 1, 2]))],
               "features": [({"words": words[:4]}, [0, 2, 2, 3, 4])]}
-    payloads = shuffle.send_cut(groups)
+    payloads = shuffle.send_cut(groups, by_bucket=by_bucket)
     assert sorted(payloads) == [0, 2, 3]
+    if mode == "files":  # an entry's last field: its stored bytes, None for raw
+        assert [entry[5] is None for entry in payloads[2][1]] == [not compress] * 3
     expected = {0: ([0], [0], [0, 1]), 2: ([1, 2, 3], [1, 2, 3], [2]), 3: ([4], [4], [3])}
     for bucket, (feature_rows, counts, word_rows) in expected.items():
         back = shuffle.receive(payloads[bucket])
@@ -102,7 +109,7 @@ def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode):
         np.testing.assert_array_equal(back["features"]["words"], words[word_rows])
     both = shuffle.receive_group([payloads[3], payloads[0]], "features")
     np.testing.assert_array_equal(both["words"], words[[3, 0, 1]])
-    empty = shuffle.receive(shuffle.send_cut(groups, buckets=[1])[1])
+    empty = shuffle.receive(shuffle.send_cut(groups, buckets=[1], by_bucket=by_bucket)[1])
     assert empty["features"]["words"].shape == (0, 3)
     assert empty["features"]["words"].dtype == np.int32
     assert empty["links"]["feature"].dtype == np.uint64 and len(empty["links"]["feature"]) == 0
