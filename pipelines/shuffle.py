@@ -260,7 +260,11 @@ class ArrayShuffle:
                     else:
                         block = bytearray(stored)
                         _read_into(f, memoryview(block))
-                        scratch_codec.decode_into(block, target)
+                        try:
+                            scratch_codec.decode_into(block, target)
+                        except OSError as error:
+                            raise IOError(f"{path}: a compressed scratch block at byte "
+                                          f"{offset} is damaged ({error})") from None
         return columns
 
     def cleanup(self):

@@ -117,6 +117,21 @@ def test_shuffle_sends_each_bucket_its_rows_of_every_part(tmp_path, mode, compre
     assert one["links"]["count"].tolist() == [0, 1, 2]
 
 
+def test_a_damaged_compressed_part_names_its_file(tmp_path):
+    """A compressed block that does not decode is an error naming its scratch file (a
+    block's bytes carry no checksum: like raw parts, a change that still decodes is not
+    seen)."""
+    shuffle = ArrayShuffle("files", str(tmp_path / "_scratch"), compress=True)
+    payload = shuffle.send({"links": {"feature": np.arange(0, 9000, 3, dtype=np.uint64)}})
+    path, ((_, _, _, _, offset, stored),) = payload
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\xff" * stored)
+    with pytest.raises(IOError, match="damaged") as raised:
+        shuffle.receive_group([payload], "links")
+    assert path in str(raised.value)
+
+
 def test_shuffle_refuses_a_column_of_two_dtypes(tmp_path):
     """Raw bytes of one dtype read as another would be wrong counts: refused on both sides."""
     shuffle = ArrayShuffle("files", str(tmp_path / "_scratch"))
