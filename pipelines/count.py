@@ -54,6 +54,10 @@ from snm_core.text.features import FeatureExtractor
 from snm_core.text.vocab import Vocabulary
 
 
+#: ``--compress_scratch``: what each choice asks of budget.passes_for_disk (None: decide).
+SCRATCH_COMPRESSION = {"auto": None, "always": True, "never": False}
+
+
 def bucket_passes(num_buckets, passes):
     """The buckets of each of ``passes`` passes over the text: ``[(first, end), ...]``,
     equal shares of the key ranges (at most one pass a bucket)."""
@@ -256,6 +260,9 @@ class CountOptions:
             raise SnmInputError(f"--shuffle must be one of {', '.join(MODES)}")
         if self.passes is not None and self.passes < 1:
             raise SnmInputError("--passes must be at least 1")
+        if self.compress_scratch not in SCRATCH_COMPRESSION:
+            raise SnmInputError("--compress_scratch must be one of "
+                                + ", ".join(SCRATCH_COMPRESSION))
         if (self.passes or 1) > 1 and (self.add_to or self.reference):
             raise SnmInputError("--passes counts the text in several passes on the fast "
                                 "path only: drop --passes, or --add_to and --reference")
@@ -298,11 +305,10 @@ def run(args, beam_args=(), summary=True):
     scratch = scratch_directory(args.out, args.scratch, running.workers_are_local(beam_args))
     sketch_files = ()
     thresholded = bool(min_feature_count or min_link_count)
-    planned, compressed = (1, False) if args.add_to or args.reference else passes_for_disk(
-        words * per_event, thresholded, storage.free_bytes(scratch))
+    compress = SCRATCH_COMPRESSION[args.compress_scratch]
+    planned, compressed = (1, bool(compress)) if args.add_to or args.reference else \
+        passes_for_disk(words * per_event, thresholded, storage.free_bytes(scratch), compress)
     passes = args.passes or planned
-    if args.compress_scratch != "auto":
-        compressed = args.compress_scratch == "always"
     ranges = bucket_passes(args.num_buckets, passes)
 
     def shuffle(p):

@@ -63,21 +63,24 @@ COMPRESSED_SCRATCH_SHARE = 0.65
 SCRATCH_SHARE_OF_FREE_DISK = 0.5
 
 
-def passes_for_disk(occurrences, thresholded, free_bytes):
+def passes_for_disk(occurrences, thresholded, free_bytes, compress=None):
     """``(passes, compressed)``: the passes over the text a count makes so that one pass's
     scratch (its share of the buckets) fits the free disk, and whether its scratch files
-    are compressed.  One pass of raw files where they fit, or where the free disk is
-    unknown (object storage); otherwise compressed files (fewer passes re-read the text,
-    for the little time the compression takes), in as many passes as those need."""
+    are compressed.  ``compress`` None (``--compress_scratch auto``): one pass of raw
+    files where they fit, or where the free disk is unknown (object storage); otherwise
+    compressed files (fewer passes re-read the text, for the little time the compression
+    takes), in as many passes as those need.  True or False: the passes those files
+    need."""
     if free_bytes is None:
-        return 1, False
+        return 1, bool(compress)
     per_occurrence = (THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE if thresholded
                       else SCRATCH_BYTES_PER_OCCURRENCE)
     room = max(1, int(free_bytes * SCRATCH_SHARE_OF_FREE_DISK))
-    if occurrences * per_occurrence <= room:
-        return 1, False
-    compressed = int(occurrences * per_occurrence * COMPRESSED_SCRATCH_SHARE)
-    return max(1, -(-compressed // room)), True
+    raw = occurrences * per_occurrence
+    if compress is None:
+        compress = raw > room
+    scratch = int(raw * COMPRESSED_SCRATCH_SHARE) if compress else raw
+    return max(1, -(-scratch // room)), compress
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,11 @@ def test_one_pass_while_the_scratch_fits_half_the_free_disk():
     assert passes_for_disk(occurrences, True, 2 * scratch - 1) == (1, False)
     assert THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE < SCRATCH_BYTES_PER_OCCURRENCE
     assert passes_for_disk(10 ** 12, False, None) == (1, False)  # object storage: unknown
+    # --compress_scratch always or never: the passes of those files
+    assert passes_for_disk(occurrences, False, 2 * scratch - 1, False) == (2, False)
+    assert passes_for_disk(occurrences, False, scratch // 2, False) == (4, False)
+    assert passes_for_disk(occurrences, False, 2 * scratch, True) == (1, True)
+    assert passes_for_disk(occurrences, False, compressed // 2, True) == (4, True)
 
 
 def test_passes_share_the_buckets_once_each():
