@@ -145,13 +145,12 @@ class ArrayShuffle:
                                          f"{row_shape} and others")
                     if self.compress:  # a block a bucket, each read on its own
                         for b, count in zip(buckets, rows[group][buckets].tolist()):
-                            block = _block([array[bounds[b]:bounds[b + 1]]
-                                            for array, (_, bounds) in zip(arrays, parts)])
-                            f.write(block)
-                            stored = len(block)
+                            written, stored = self._write_column(
+                                f, [array[bounds[b]:bounds[b + 1]]
+                                    for array, (_, bounds) in zip(arrays, parts)])
                             entries[b].append((group, name, dtype.str, (count, *row_shape),
                                                offset, stored))
-                            offset += stored
+                            offset += written
                         continue
                     pieces = [array[bounds[b]:bounds[b + 1]] for b in buckets
                               for array, (_, bounds) in zip(arrays, parts)
@@ -186,22 +185,25 @@ class ArrayShuffle:
                             raise ValueError(f"{group}.{name}: every part of a column must "
                                              f"have one dtype and row shape, got {dtype} "
                                              f"{row_shape} and others")
-                        count = int(rows[group][b])
-                        if self.compress:
-                            block = _block(pieces)
-                            f.write(block)
-                            stored = len(block)
-                        else:
-                            stored = None
-                            if count:
-                                f.write(np.concatenate(pieces).data if len(pieces) > 1
-                                        else np.ascontiguousarray(pieces[0]).data)
-                        entries.append((group, name, dtype.str, (count, *row_shape), offset,
-                                        stored))
-                        offset += stored if self.compress else \
-                            count * dtype.itemsize * math.prod(row_shape)
+                        written, stored = self._write_column(f, pieces)
+                        entries.append((group, name, dtype.str,
+                                        (int(rows[group][b]), *row_shape), offset, stored))
+                        offset += written
             payloads[b] = (path, tuple(entries))
         return payloads
+
+    def _write_column(self, f, pieces):
+        """One bucket's pieces of a column (one dtype and row shape), in order, written
+        to ``f``: ``(bytes written, stored)``, ``stored`` the compressed block's bytes, or
+        None for raw bytes."""
+        column = np.concatenate(pieces) if len(pieces) > 1 else np.ascontiguousarray(pieces[0])
+        if self.compress:
+            block = scratch_codec.encode(column)
+            f.write(block)
+            return len(block), len(block)
+        if column.nbytes:
+            f.write(column.data)
+        return column.nbytes, None
 
     def release(self, payloads):
         """Delete the files of ``payloads`` once their reader has read them (with ``release``:
@@ -269,11 +271,6 @@ class ArrayShuffle:
 
     def cleanup(self):
         storage.remove_tree(self.scratch)
-
-
-def _block(pieces):
-    """One compressed block of a column's pieces (one dtype and row shape), in order."""
-    return scratch_codec.encode(np.concatenate(pieces) if len(pieces) > 1 else pieces[0])
 
 
 def _rows(columns):

@@ -21,15 +21,7 @@ _split = native.function("scratch_split", [native.ptr, native.i64, native.i32, n
 _join = native.function("scratch_join", [native.ptr, native.i64, native.i32, native.i32,
                                          native.ptr])
 
-CODEC = "lz4_raw"
-_codec = None
-
-
-def _lz4():
-    global _codec
-    if _codec is None:
-        _codec = pa.Codec(CODEC)
-    return _codec
+CODEC = pa.Codec("lz4_raw")
 
 
 def _differenced(array):
@@ -47,7 +39,7 @@ def encode(array):
         _split(array.ctypes.data, n, width, int(_differenced(array)), grouped.ctypes.data)
     else:
         grouped = array.reshape(-1).view(np.uint8)
-    return _lz4().compress(pa.py_buffer(grouped), asbytes=True)
+    return CODEC.compress(pa.py_buffer(grouped), asbytes=True)
 
 
 def decode_into(block, target):
@@ -56,7 +48,7 @@ def decode_into(block, target):
     width = target.dtype.itemsize
     size = target.nbytes
     # (pyarrow raises OSError for a block cut short or holding more than ``size``)
-    grouped = np.frombuffer(_lz4().decompress(block, decompressed_size=size), np.uint8)
+    grouped = np.frombuffer(CODEC.decompress(block, decompressed_size=size), np.uint8)
     if width > 1:
         _join(grouped.ctypes.data, target.size, width, int(_differenced(target)),
               target.ctypes.data)
