@@ -35,6 +35,7 @@ import apache_beam as beam
 from pipelines import count_directory, reading, runners, running, training_sources
 from pipelines.count_links import (
     BELOW_THRESHOLD,
+    SCRATCH_PART_BYTES,
     STAT_NAMES,
     CountLinks,
     WriteCountedLinks,
@@ -43,10 +44,15 @@ from pipelines.count_links import (
 from pipelines.count_sketch import count_sketches
 from pipelines.shuffle import MODES, ArrayShuffle, scratch_directory
 from snm_core.count import continuation, counting, thresholds
-from snm_core.count.budget import COUNT_BATCH_BYTES, passes_for_disk, plan_memory
+from snm_core.count.budget import (
+    COUNT_BATCH_BYTES,
+    passes_for_disk,
+    passes_for_rest,
+    plan_memory,
+)
 from snm_core.io import losscheck, storage, tables
 from snm_core.io.errors import SnmInputError
-from snm_core.io.memory import MemoryBudget
+from snm_core.io.memory import MemoryBudget, format_bytes
 from snm_core.io.textfile import check_encoding
 from snm_core.stages import manifests
 from snm_core.text.config import load_config, parse_config
@@ -64,6 +70,20 @@ def bucket_passes(num_buckets, passes):
     passes = max(1, min(passes, num_buckets))
     cuts = [num_buckets * i // passes for i in range(passes + 1)]
     return list(zip(cuts, cuts[1:]))
+
+
+def _ranges_measured(ranges, number, part_bytes, scratch):
+    """``ranges`` after pass ``number``, its later passes planned again from the scratch
+    bytes the passes so far wrote (``part_bytes``; None: unmeasured, the plan stays)."""
+    done, total = ranges[number][1], ranges[-1][1]
+    passes = passes_for_rest(part_bytes, done, total - done, storage.free_bytes(scratch))
+    if passes is None or passes == len(ranges) - number - 1:
+        return ranges
+    logging.info("count: %d buckets' scratch took %s; the other %d buckets in %d more "
+                 "pass(es), not %d", done, format_bytes(part_bytes), total - done, passes,
+                 len(ranges) - number - 1)
+    return ranges[:number + 1] + [(done + lo, done + hi)
+                                  for lo, hi in bucket_passes(total - done, passes)]
 
 
 def _keep_merged(elements, path):
@@ -365,8 +385,9 @@ def run(args, beam_args=(), summary=True):
             metrics = running.run_pipeline(beam_args, build, "count",
                                            shared_paths=[args.out, scratch], text=text)
         else:
-            merged_paths = []
-            for number, buckets in enumerate(ranges):
+            merged_paths, part_bytes, number = [], 0, 0
+            while number < len(ranges):
+                buckets = ranges[number]
                 merged_paths.append(storage.join(scratch, f"merged-{number:03d}.pickle"))
                 pass_metrics = running.run_pipeline(
                     beam_args, lambda p: build_pass(p, number, buckets, merged_paths[-1]),
@@ -374,6 +395,12 @@ def run(args, beam_args=(), summary=True):
                     shared_paths=[args.out, scratch], text=text)
                 if number == 0:  # the text's statistics: the first pass reports them
                     metrics = pass_metrics
+                if args.passes is None:  # passes the plan chose: planned again, measured
+                    written = (pass_metrics or {}).get(SCRATCH_PART_BYTES)
+                    part_bytes = None if written is None or part_bytes is None \
+                        else part_bytes + written
+                    ranges = _ranges_measured(ranges, number, part_bytes, scratch)
+                number += 1
             running.run_pipeline(beam_args, lambda p: build_written(p, merged_paths),
                                  "count: links", shared_paths=[args.out, scratch])
     except BaseException:

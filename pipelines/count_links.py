@@ -27,6 +27,9 @@ from snm_core.text.tokenize import tokenize
 #: before the merge or the merge after (not the features and links they made: the
 #: feature sketch drops occurrences uncounted).
 BELOW_THRESHOLD = ("below_threshold_occurrences",)
+#: The Beam counter of the bytes a count's partials take in its scratch (the pass planning
+#: of pipelines/count.py reads it).
+SCRATCH_PART_BYTES = "scratch_part_bytes"
 STAT_NAMES = ("sentences", "tokens", "oov_tokens", "empty_lines", "invalid_lines",
               "marker_tokens", "events", "feature_occurrences")
 
@@ -81,7 +84,8 @@ class ExtractLinkPartials(beam.DoFn):
         self.flush_links = flush_links
         self.shuffle = shuffle
         self.reader = reading.ShardReader(batch_bytes, encoding, running.text_progress(stage))
-        self.counters = {name: running.counter(name) for name in STAT_NAMES + BELOW_THRESHOLD}
+        self.counters = {name: running.counter(name)
+                         for name in STAT_NAMES + BELOW_THRESHOLD + (SCRATCH_PART_BYTES,)}
 
     def setup(self):
         running.configure_allocators()
@@ -166,6 +170,7 @@ class ExtractLinkPartials(beam.DoFn):
                 "features": [rows for rows, _ in features],
                 "feature_words": [words for _, words in features]}, by_bucket=True)
             for bucket, payload in payloads.items():
+                self.counters[SCRATCH_PART_BYTES].inc(self.shuffle.stored_bytes(payload))
                 yield bucket, ("part", payload)
 
 

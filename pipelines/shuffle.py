@@ -220,6 +220,14 @@ class ArrayShuffle:
         groups = dict.fromkeys(entry[0] for entry in payload[1])
         return {group: self.receive_group([payload], group) for group in groups}
 
+    def stored_bytes(self, payload):
+        """The bytes a payload's part takes where it is kept (its file's, compressed or
+        raw; with ``beam``, its arrays')."""
+        if self.mode == "beam":
+            return sum(a.nbytes for columns in payload.values() for a in columns.values())
+        return sum(stored if stored is not None else np.dtype(dtype).itemsize * math.prod(shape)
+                   for _, _, dtype, shape, _, stored in payload[1])
+
     def rows(self, payload, group):
         """Rows of the ``group`` columns of a payload's part."""
         if self.mode == "beam":

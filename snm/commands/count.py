@@ -47,7 +47,8 @@ def build_parser():
     parser.add_argument("--passes", type=int,
                         help="passes over the text, each counting a share of the buckets, so "
                              "that one pass's scratch is that share of the whole (default: "
-                             "as many as half the scratch's free disk needs; 1 on object "
+                             "as many as half the scratch's free disk needs, planned again "
+                             "after each pass from the scratch it wrote; 1 on object "
                              "storage)")
     parser.add_argument("--compress_scratch", choices=list(stage.SCRATCH_COMPRESSION),
                         default="auto",

@@ -83,6 +83,20 @@ def passes_for_disk(occurrences, thresholded, free_bytes, compress=None):
     return max(1, -(-scratch // room)), compress
 
 
+def passes_for_rest(scratch_bytes, buckets_done, buckets_left, free_bytes):
+    """The passes the ``buckets_left`` buckets need, from the scratch the passes so far
+    wrote for their ``buckets_done`` buckets (``scratch_bytes``): the same room as
+    :func:`passes_for_disk`, of the disk free now (the merged buckets are beside it).
+    Buckets are equal ranges of hashed keys, so each takes about the same bytes; the
+    measured bytes replace the plan's upper bound, which can be twice what text
+    writes.  None where nothing was measured or the free disk is unknown."""
+    if scratch_bytes is None or free_bytes is None or not buckets_done or not buckets_left:
+        return None
+    room = max(1, int(free_bytes * SCRATCH_SHARE_OF_FREE_DISK))
+    needed = -(-scratch_bytes * buckets_left // buckets_done)
+    return max(1, min(buckets_left, -(-needed // room)))
+
+
 @dataclasses.dataclass(frozen=True)
 class CountPlan:
     """The count's sizes: key-range buckets, the links a worker holds before a flush, and

@@ -7,7 +7,9 @@ from snm_core.count.budget import (
     COMPRESSED_SCRATCH_SHARE,
     SCRATCH_BYTES_PER_OCCURRENCE,
     THRESHOLDED_SCRATCH_BYTES_PER_OCCURRENCE,
+    SCRATCH_SHARE_OF_FREE_DISK,
     passes_for_disk,
+    passes_for_rest,
 )
 
 
@@ -40,3 +42,19 @@ def test_passes_share_the_buckets_once_each():
             assert all(hi == next_lo for (_, hi), (next_lo, _) in zip(ranges, ranges[1:]))
             sizes = [hi - lo for lo, hi in ranges]
             assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+
+
+def test_the_passes_left_are_planned_from_the_scratch_measured():
+    room = 1000  # the bytes one pass may write
+    free = int(room / SCRATCH_SHARE_OF_FREE_DISK)
+    # 4 buckets took 800 bytes: the other 12 need 2,400, three rooms
+    assert passes_for_rest(800, 4, 12, free) == 3
+    assert passes_for_rest(800, 4, 12, 10 * free) == 1
+    # more than the plan thought: more passes, never more than a bucket each
+    assert passes_for_rest(4000, 4, 12, free) == 12
+    assert passes_for_rest(10 ** 9, 4, 12, free) == 12
+    assert passes_for_rest(0, 4, 12, free) == 1
+    # nothing measured, nothing left, or the free disk unknown: no new plan
+    assert passes_for_rest(None, 4, 12, free) is None
+    assert passes_for_rest(800, 4, 0, free) is None
+    assert passes_for_rest(800, 4, 12, None) is None

@@ -6,6 +6,7 @@ import filecmp
 import os
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -186,6 +187,59 @@ def test_a_count_in_passes_is_the_count_in_one(tmp_path):
         assert names == sorted(os.listdir(outs[1])) and len(names) == 18
         match, mismatch, errors = filecmp.cmpfiles(*outs, names, shallow=False)
         assert not mismatch and not errors
+
+
+@pytest.mark.parametrize("disk", ["plan too high", "disk filling"])
+def test_the_passes_a_count_plans_follow_its_measured_scratch(tmp_path, monkeypatch, disk):
+    """The passes the plan chose are planned again after each from the scratch it wrote:
+    fewer where the plan's upper bound was high (the usual case), more where the free
+    disk fell; the files are those of one pass."""
+    from support.counts import write_lines
+
+    from pipelines import count as count_pipeline
+    from pipelines import running
+    from snm.commands import count as count_cmd
+    from snm_core.count.budget import SCRATCH_BYTES_PER_OCCURRENCE, SCRATCH_SHARE_OF_FREE_DISK
+    from snm_core.text import synthetic
+    from snm_core.text.config import load_config
+    from snm_core.text.features import FeatureExtractor
+    from snm_core.text.vocab import Vocabulary
+    sentences = synthetic.generate(400, seed=12)
+    text = write_lines(str(tmp_path / "train.txt"), sentences)
+    vocab = str(tmp_path / "vocab.txt")
+    Vocabulary(sorted({w for s in sentences for w in s.split()})).save(vocab)
+    argv = ["--config", "skip5gram", "--vocab", vocab, "--train", text, "--num_buckets", "8",
+            "--compress_scratch", "never"]
+    assert count_cmd.main(argv + ["--out", str(tmp_path / "one"), "--passes", "1"]) == 0
+
+    words = sum(len(s.split()) + 1 for s in sentences)
+    per_event = FeatureExtractor(load_config("skip5gram")).occurrences_per_event
+    planned = words * per_event * SCRATCH_BYTES_PER_OCCURRENCE
+    # the plan: 4 passes of 2 buckets (the plan's words are an estimate: a little room)
+    free = [int(planned / 3.5 / SCRATCH_SHARE_OF_FREE_DISK)]
+    stages = []
+    real_run = running.run_pipeline
+
+    def run_pipeline(beam_args, build, stage, **kwargs):
+        stages.append(stage)
+        if disk == "disk filling":
+            free[0] = 1  # after the first pass: one bucket a pass
+        return real_run(beam_args, build, stage, **kwargs)
+
+    monkeypatch.setattr(count_pipeline.storage, "free_bytes", lambda path: free[0])
+    monkeypatch.setattr(running, "run_pipeline", run_pipeline)
+    out = tmp_path / "passes"
+    assert count_cmd.main(argv + ["--out", str(out)]) == 0
+    passes = [stage for stage in stages if stage.startswith("count: pass")]
+    assert passes[0] == "count: pass 1 of 4"
+    if disk == "plan too high":
+        assert 2 <= len(passes) < 4
+    else:
+        assert passes[1:] == [f"count: pass {k} of 7" for k in range(2, 8)]
+    names = sorted(os.listdir(tmp_path / "one"))
+    assert names == sorted(os.listdir(out))
+    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "one", out, names, shallow=False)
+    assert not mismatch and not errors
 
 
 @settings(max_examples=60, deadline=None)
