@@ -148,19 +148,32 @@ def _bucket_records(model_dir, bucket, num_buckets, slice_links, mask, empty_typ
 
 def _codebooks(model_dir, num_buckets):
     """The packed tables' codebooks (features' M_f*, links' M_fw;
-    :func:`snm_core.scoring.layouts.hashed_tables.fit_codebook`), fitted on the values of the first
-    buckets, enough for :data:`~snm_core.scoring.layouts.hashed_tables.CODEBOOK_SAMPLE` of each (a
-    bucket is a range of hashed keys: a sample of the model)."""
-    samples = {"features": [], "matrix": []}
-    for bucket in range(num_buckets):
-        for table, key, column in (("features", "feature", "m_star"), ("matrix", "word", "m")):
-            if sum(len(v) for v in samples[table]) < CODEBOOK_SAMPLE:
-                samples[table].append(model_files.read_bucket(
-                    model_dir, table, bucket, num_buckets, [key, column])[column].to_numpy())
-        if all(sum(len(v) for v in values) >= CODEBOOK_SAMPLE for values in samples.values()):
-            break
-    return tuple(fit_codebook(np.concatenate(samples[table] + [np.zeros(0)]))
-                 for table in ("features", "matrix"))
+    :func:`snm_core.scoring.layouts.hashed_tables.fit_codebook`), each fitted on a sample
+    of its values drawn as often as scoring reads them: a feature's M_f* by its count
+    C(f,*) (every event it fires in adds it), a link's M_fw by C(f,w).  Unweighted, the
+    few frequent features, whose M_f* is in nearly every event's sums, fell in the
+    sparse tail of the values and were read with errors of several percent."""
+    return tuple(fit_codebook(_usage_sample(model_dir, num_buckets, table, value))
+                 for table, value in (("features", "m_star"), ("matrix", "m")))
+
+
+def _usage_sample(model_dir, num_buckets, table, value):
+    """About :data:`CODEBOOK_SAMPLE` of a model table's ``value`` column, each row drawn
+    in proportion to its ``count`` (systematic sampling over every bucket, in order: a
+    row of count c is drawn about c / step times)."""
+    total = sum(float(model_files.read_bucket(model_dir, table, b, num_buckets,
+                                              ["count"])["count"].to_numpy().sum())
+                for b in range(num_buckets))
+    step = max(total / CODEBOOK_SAMPLE, 1e-300)
+    drawn, before = [], 0.0
+    for b in range(num_buckets):
+        rows = model_files.read_bucket(model_dir, table, b, num_buckets, [value, "count"])
+        ends = before + np.cumsum(rows["count"].to_numpy(), dtype=np.float64)
+        starts = np.concatenate([[before], ends[:-1]])
+        drawn.append(np.repeat(rows[value].to_numpy(),
+                               (np.floor(ends / step) - np.floor(starts / step)).astype(np.int64)))
+        before = ends[-1] if len(ends) else before
+    return np.concatenate(drawn + [np.zeros(0)])
 
 
 def _sort_partition(path, work):

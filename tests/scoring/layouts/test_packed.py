@@ -79,8 +79,8 @@ def test_a_fitted_codebook_codes_closer_than_even_steps():
 def test_packed_model_is_the_float_model_within_its_rounding(pair):
     """Each event's probability is a ratio of sums of values, each coded within the
     tables' least and largest ratio to the float value, so its ratio to the float
-    model's is within theirs; the perplexity is the brute-force one's within 1%; the
-    arrays are under 40% of the hashed layout's."""
+    model's is within theirs; the perplexity is the brute-force one's within 1% and the
+    float model's within 0.1%; the arrays are under 40% of the hashed layout's."""
     source, packed, test = pair
     float_model, packed_model = load_model(str(source)), load_model(str(packed))
     assert packed_model.features.packed and packed_model.links.packed
@@ -93,6 +93,10 @@ def test_packed_model_is_the_float_model_within_its_rounding(pair):
     assert list(ppl) == ["adjusted"]
     assert ppl["adjusted"]["perplexity"] == pytest.approx(
         brute_force_perplexity(source, test, adjusted=True), rel=0.01)
+    # The codebooks fitted to the values as scoring reads them (a feature's M_f* as often
+    # as it fires): the frequent features' values, in every event's sums, coded closely.
+    assert ppl["adjusted"]["perplexity"] == pytest.approx(
+        float_model.evaluate_lines(test)["adjusted"]["perplexity"], rel=0.001)
     sizes = {d: sum(f.stat().st_size for f in (d / "compact").glob("*.npy"))
              for d in (source, packed)}
     assert sizes[packed] < 0.4 * sizes[source]
@@ -145,3 +149,42 @@ def test_eval_and_compact_of_a_packed_model(pair, tmp_path, capsys):
     assert "Adjusted model" in out and "Unadjusted" not in out
     assert main(["eval", "--model", str(packed), "--unadjusted", str(text)]) == 2
     assert "packed layout keeps no unadjusted" in capsys.readouterr().err
+
+
+def test_a_codebook_sample_draws_each_row_as_often_as_its_count(tmp_path):
+    """The codebooks' samples weigh a value by how often scoring reads it: a row of count
+    c is drawn about c / step times, across buckets, and a frequent feature's value is
+    then coded within 0.1% where an unweighted fit left it in the sparse tail."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from snm_core.io import model_files, tables
+    from snm_core.scoring.layouts import hashed_build
+    rng = np.random.default_rng(7)
+    heavy = 2.7e-3  # one feature's M_f*, in the sparse tail of the others
+    buckets = 4
+    values = [rng.lognormal(-12, 2.0, 5000) for _ in range(buckets)]
+    counts = [np.ones(5000, np.int64) for _ in range(buckets)]
+    values[2][17], counts[2][17] = heavy, 20_000  # fires in most events
+    for b in range(buckets):
+        rows_path, values_path = model_files.bucket_paths(str(tmp_path), "features", b, buckets)
+        n = len(values[b])
+        pq.write_table(pa.table({
+            "feature": np.arange(n, dtype=np.uint64), "tag": np.zeros(n, np.int16),
+            "type": np.zeros(n, np.int16), "count": counts[b],
+            "diversity": np.ones(n, np.int64), "words": [[1]] * n}, schema=tables.FEATURES),
+            rows_path)
+        pq.write_table(pa.table({"m_star": values[b]}, schema=tables.M_STAR_VALUES),
+                       values_path)
+    sample = hashed_build._usage_sample(str(tmp_path), buckets, "features", "m_star")
+    total = 20_000 + 4 * 5000 - 1
+    drawn = np.count_nonzero(sample == heavy)
+    assert abs(len(sample) - hashed_tables.CODEBOOK_SAMPLE) <= 1
+    assert drawn == pytest.approx(hashed_tables.CODEBOOK_SAMPLE * 20_000 / total, abs=1)
+    everything = np.concatenate(values)
+
+    def error(codebook):
+        return abs(codebook[hashed_tables.value_codes([heavy], codebook)[0]] / heavy - 1)
+
+    assert error(hashed_tables.fit_codebook(sample)) < 1e-3
+    assert error(hashed_tables.fit_codebook(everything)) > 1e-3  # unweighted: the tail
