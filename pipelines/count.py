@@ -50,7 +50,7 @@ from snm_core.count.budget import (
     passes_for_rest,
     plan_memory,
 )
-from snm_core.io import losscheck, storage, tables
+from snm_core.io import losscheck, progress, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget, format_bytes
 from snm_core.io.textfile import check_encoding
@@ -79,9 +79,9 @@ def _ranges_measured(ranges, number, part_bytes, scratch):
     passes = passes_for_rest(part_bytes, done, total - done, storage.free_bytes(scratch))
     if passes is None or passes == len(ranges) - number - 1:
         return ranges
-    logging.info("count: %d buckets' scratch took %s; the other %d buckets in %d more "
-                 "pass(es), not %d", done, format_bytes(part_bytes), total - done, passes,
-                 len(ranges) - number - 1)
+    progress.LOGGER.info("count: %d buckets' scratch took %s, so the other %d go in %d "
+                         "more pass(es), not %d", done, format_bytes(part_bytes),
+                         total - done, passes, len(ranges) - number - 1)
     return ranges[:number + 1] + [(done + lo, done + hi)
                                   for lo, hi in bucket_passes(total - done, passes)]
 
