@@ -17,7 +17,10 @@ by `snm eval` on test.txt (the runs under --work, by default benchmarks/work/pru
   to the links it kept (:func:`restrict_count`), `snm join` (dev.txt), `snm fit` and
   `snm apply` on that count, and the model so fitted pruned to T;
 * fitted again at the size: the same, then the count restricted again to the links of
-  that last prune, joined, fitted and applied.
+  that last prune, joined, fitted and applied;
+* residual counts fitted: the one-shot prune's count restricted, each link's and
+  feature's count less its kept extensions' (:func:`residual_count`), joined, fitted
+  and applied.
 
 On kernel, with a pocolm pruned ARPA (``--pocolm_arpa PATH``, or with POCOLM set the
 ``lm5_prune*.arpa`` that ``POCOLM=... benchmarks/prune.py`` made under its work
@@ -52,7 +55,11 @@ from benchmarks.common import (  # noqa: E402
     run_measured,
 )
 from benchmarks.prune import kenlm_perplexity, links_of, snm, snm_perplexity  # noqa: E402
+from snm_core.count import continuation  # noqa: E402
 from snm_core.stages.manifests import write_manifest  # noqa: E402
+from snm_core.text import hashing  # noqa: E402
+from snm_core.text.config import load_config  # noqa: E402
+from snm_core.text.features import FeatureExtractor  # noqa: E402
 
 #: Default targets: kernel's are pocolm's pruned sizes, mix's fractions of its links.
 KERNEL_TARGETS = (1_116_762, 202_890)
@@ -132,12 +139,81 @@ def restrict_count(count, model, out):
     return out
 
 
-def refitted(count, model, out, heldout):
-    """``count`` restricted to ``model``'s links, joined with ``heldout``, fitted and
-    applied under ``out``; returns the applied model's directory and the fit's variant."""
+def residual_count(count, out):
+    """The restricted count ``count`` with each link's count less those of the kept links
+    one word longer that extend it (the events its extensions no longer predict), and
+    each feature's C(f,*) less the counts of the kept links that extend it: the lower
+    orders re-estimated on the events pruning leaves to them.  A count that falls to 0
+    (every event predicted by a kept extension) is kept at 1, so the model stays
+    suffix-closed."""
+    with open(os.path.join(count, "manifest.json")) as f:
+        manifest = json.load(f)
+    manifest.pop("checksums", None)
+    extractor = FeatureExtractor(load_config("5gram"))
+    parents = continuation.parent_types(extractor.config)
+    names = sorted(name for name in manifest["files"] if name.startswith("links-"))
+    tables_of, by_link, by_feature = {}, [], []
+    for name in names:
+        links = pq.read_table(os.path.join(count, name))
+        features = pq.read_table(os.path.join(count, "features-" + name[len("links-"):]))
+        tables_of[name] = links, features
+        parent_feature, parent_link = continuation.extension_keys(features, links, extractor,
+                                                                  parents)
+        extends = np.repeat(parents[features["type"].to_numpy()] >= 0,
+                            features["diversity"].to_numpy())
+        counts = links["count"].to_numpy()[extends]
+        by_link.append((parent_link, counts))
+        by_feature.append((parent_feature, counts))
+
+    def summed(pairs):
+        keys = np.concatenate([k for k, _ in pairs])
+        counts = np.concatenate([c for _, c in pairs])
+        order = np.argsort(keys, kind="stable")
+        keys, counts = keys[order], counts[order]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys
+        return keys[starts], np.add.reduceat(counts, starts) if len(keys) else counts
+
+    def less(keys, values, taken):
+        at = np.minimum(np.searchsorted(taken[0], keys), max(len(taken[0]) - 1, 0))
+        found = taken[0][at] == keys if len(taken[0]) else np.zeros(len(keys), bool)
+        out = values.copy()
+        out[found] -= taken[1][at[found]]
+        return np.maximum(out, 1)
+
+    link_taken, feature_taken = summed(by_link), summed(by_feature)
+    os.makedirs(out, exist_ok=True)
+    for name in manifest["files"]:
+        if not name.startswith(("links-", "features-")):
+            shutil.copy2(os.path.join(count, name), os.path.join(out, name))
+    totals = {"link_count_sum": 0}
+    for name, (links, features) in tables_of.items():
+        own = hashing.link_key(links["feature"].to_numpy(), links["word"].to_numpy())
+        counts = less(own, links["count"].to_numpy(), link_taken)
+        links = links.set_column(links.schema.get_field_index("count"), "count",
+                                 pa.array(counts, pa.int64()))
+        feature_counts = less(features["feature"].to_numpy(), features["count"].to_numpy(),
+                              feature_taken)
+        features = features.set_column(features.schema.get_field_index("count"), "count",
+                                       pa.array(feature_counts, pa.int64()))
+        pq.write_table(links, os.path.join(out, name))
+        pq.write_table(features, os.path.join(out, "features-" + name[len("links-"):]))
+        totals["link_count_sum"] += int(counts.sum())
+    manifest["totals"].update(totals)
+    write_manifest(manifest, out)
+    return out
+
+
+def refitted(count, model, out, heldout, residual=False):
+    """``count`` restricted to ``model``'s links (with ``residual``, then
+    :func:`residual_count`), joined with ``heldout``, fitted and applied under ``out``;
+    returns the applied model's directory and the fit's variant."""
     restricted, join, fit, applied = (os.path.join(out, name)
                                       for name in ("count", "join", "fit", "model"))
     restrict_count(count, model, restricted)
+    if residual:
+        residual_count(restricted, restricted + "-residual")
+        shutil.rmtree(restricted)
+        os.rename(restricted + "-residual", restricted)
     run_measured(snm("join", "--count", restricted, "--heldout", heldout, "--out", join, *MODE),
                  log=join + ".log")
     run_measured(snm("fit", "--join", join, "--out", fit), log=fit + ".log")
@@ -162,10 +238,13 @@ def refit_row(name, run, target, work):
     refit_2x, variant_2x = refitted(count, at_2x, os.path.join(base, "refit-2x"), dev_path)
     refit_2x_pruned = prune(refit_2x, target, os.path.join(base, "refit-2x-pruned"))
     refit, variant = refitted(count, refit_2x_pruned, os.path.join(base, "refit"), dev_path)
+    residual, _ = refitted(count, one_shot, os.path.join(base, "residual"), dev_path,
+                           residual=True)
     row = {"corpus": name, "target_links": target,
            "one_shot": round(snm_perplexity(one_shot, test_path), 2),
            "refit_at_2x_then_pruned": round(snm_perplexity(refit_2x_pruned, test_path), 2),
            "fitted_again_at_the_size": round(snm_perplexity(refit, test_path), 2),
+           "residual_counts_fitted": round(snm_perplexity(residual, test_path), 2),
            "one_shot_links": links_of(one_shot),
            "refit_at_2x_then_pruned_links": links_of(refit_2x_pruned),
            "fitted_again_at_the_size_links": links_of(refit),
@@ -325,7 +404,7 @@ def main(argv=None):
     one_shots = {target: one_shot_dir(args.work, args.corpus, target) for target in targets}
     selection = pocolm_selection_rows(run, arpas, one_shots, args.work) if arpas else []
     columns = ["corpus", "target_links", "one_shot", "refit_at_2x_then_pruned",
-               "fitted_again_at_the_size"]
+               "fitted_again_at_the_size", "residual_counts_fitted"]
     print_table(two_decimals(rows, columns[2:]), columns)
     record("prune-refit", rows)
     if selection:
