@@ -36,7 +36,8 @@ CODEBOOK_SAMPLE = 1 << 20
 
 def fit_codebook(values):
     """A packed table's codebook (float32, :data:`CODEBOOK_SIZE`) for ``values`` (a
-    sample of its values, each as often as scoring reads it: :func:`usage_sample`)."""
+    sample of its values, each as often as scoring reads it:
+    :func:`snm_core.scoring.layouts.hashed_build._usage_sample`)."""
     values = np.asarray(values, np.float64)
     logs = np.log2(values[values > 0])
     if len(logs) > CODEBOOK_SAMPLE:
