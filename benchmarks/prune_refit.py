@@ -56,6 +56,7 @@ from benchmarks.common import (  # noqa: E402
 )
 from benchmarks.prune import kenlm_perplexity, links_of, snm, snm_perplexity  # noqa: E402
 from snm_core.count import continuation  # noqa: E402
+from snm_core.io.arrays import isin_sorted, run_starts, stable_argsort  # noqa: E402
 from snm_core.stages.manifests import write_manifest  # noqa: E402
 from snm_core.text import hashing  # noqa: E402
 from snm_core.text.config import load_config  # noqa: E402
@@ -166,18 +167,15 @@ def residual_count(count, out):
         by_feature.append((parent_feature, counts))
 
     def summed(pairs):
-        keys = np.concatenate([k for k, _ in pairs])
-        counts = np.concatenate([c for _, c in pairs])
-        order = np.argsort(keys, kind="stable")
-        keys, counts = keys[order], counts[order]
-        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys
-        return keys[starts], np.add.reduceat(counts, starts) if len(keys) else counts
+        order, keys = stable_argsort(np.concatenate([k for k, _ in pairs]), return_sorted=True)
+        counts = np.concatenate([c for _, c in pairs])[order]
+        starts = run_starts(keys)
+        return keys[starts], np.add.reduceat(counts, starts)
 
     def less(keys, values, taken):
-        at = np.minimum(np.searchsorted(taken[0], keys), max(len(taken[0]) - 1, 0))
-        found = taken[0][at] == keys if len(taken[0]) else np.zeros(len(keys), bool)
+        found = isin_sorted(keys, taken[0])
         out = values.copy()
-        out[found] -= taken[1][at[found]]
+        out[found] -= taken[1][np.searchsorted(taken[0], keys[found])]
         return np.maximum(out, 1)
 
     link_taken, feature_taken = summed(by_link), summed(by_feature)
