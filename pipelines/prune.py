@@ -40,6 +40,7 @@ import numpy as np
 from pipelines import running
 from pipelines.prune_backoff import prune_backoff
 from pipelines.prune_output import finish, write_manifest
+from pipelines.prune_reestimate import prune_reestimate
 from snm_core.io import model_files, storage, tables
 from snm_core.io.errors import SnmInputError
 from snm_core.io.memory import MemoryBudget, parse_size
@@ -50,7 +51,7 @@ from snm_core.scoring.layouts import ngram_trie
 from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 
-CRITERIA = ("backoff",) + tuple(prune_lib.BUCKET_CRITERIA)
+CRITERIA = ("backoff", "reestimate") + tuple(prune_lib.BUCKET_CRITERIA)
 #: How much more the features of held-out text weigh with --heldout (chosen on
 #: halves of mix's held-out set: benchmarks/README.md, "Pruning").
 HELDOUT_WEIGHT = 8.0
@@ -327,6 +328,8 @@ def run(options, beam_args=(), summary=True):
         ngram_trie.ngram_span(manifest, options.model, options.layout)
     ngram = parse_config(manifest["config"]).ngram_order is not None
     criterion = options.criterion or ("backoff" if ngram else "mass")
+    if criterion == "reestimate":
+        return prune_reestimate(options, manifest, check_heldout, summary)
     if criterion != "backoff":
         if options.heldout:
             check_heldout(options.heldout, manifest)

@@ -45,6 +45,16 @@ def type_fingerprints(manifest):
     return FeatureExtractor(parse_config(manifest["config"]), manifest["tags"]).type_salts
 
 
+def read_events(directory, manifest=None):
+    """The :class:`Events` of a join directory (its manifest read if not given)."""
+    manifest = manifest or manifests.Join.read(directory)
+    event_tables = [storage.read_parquet(storage.join(directory, n))
+                    for n in sorted(manifest["files"]) if n.startswith("events-")]
+    if not event_tables:
+        raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
+    return Events.from_table(pa.concat_tables(event_tables))
+
+
 def load_join(directory, spec, threads=None):
     """``(AdjustmentProblem, manifest)`` for a ``snm join`` output directory.
 
@@ -53,16 +63,11 @@ def load_join(directory, spec, threads=None):
     """
     manifest = manifests.Join.read(directory)
     names = sorted(manifest["files"])
-    event_tables = [storage.read_parquet(storage.join(directory, n))
-                    for n in names if n.startswith("events-")]
-    if not event_tables:
-        raise SnmInputError(f"{directory}: no held-out events; is the held-out text empty?")
     if not manifest.totals.get("small_m_links", 1):
         raise SnmInputError(f"{directory}: small M is empty: no feature of the held-out text "
                             f"was seen in training (the count at {manifest.counts} has "
                             "no links: is the training text empty?)")
-    events = Events.from_table(pa.concat_tables(event_tables))
-    del event_tables
+    events = read_events(directory, manifest)
     small_m = [functools.partial(storage.read_parquet, storage.join(directory, n))
                for n in names if n.startswith("small_m-")]
     problem = AdjustmentProblem(small_m, events, spec, type_fingerprints(manifest),

@@ -63,7 +63,9 @@ def write_model_card(model_dir, manifest, evaluation=None, keep_evaluation=False
             rounds = pruning["size_rounds"]
             lines.append(f"- to a size: at most {pruning['target_size']:,} bytes of the scoring "
                          f"directory, {rounds[-1]['bytes']:,} after {len(rounds)} pruning(s)")
-        if pruning.get("heldout"):
+        if pruning.get("heldout") and pruning.get("discounts"):
+            lines.append(f"- discounts chosen on the held-out text in {pruning['heldout']}")
+        elif pruning.get("heldout"):
             lines.append(f"- the features of the held-out text in {pruning['heldout']} "
                          f"weighed {pruning['heldout_weight']:g} times more")
     scoring = manifest.get("scoring_only")

@@ -1,0 +1,563 @@
+"""Pruned n-gram models estimated again from their counts (``snm prune --criterion
+reestimate``): count moving, pruning by relative entropy, and E-M, as pocolm does.
+
+A pruned SNM keeps the unpruned model's relative frequencies and can only reweigh
+them; what a lower order should predict changes when its longer n-grams go.  This
+module builds, from the model's raw counts C(h, w), a back-off model whose lower
+orders are estimated for the n-grams that remain:
+
+1. **Discounting with count moving** (all n-grams kept).  Each n-gram carries its
+   count and its three largest *pieces* (an integer count is that many pieces of
+   1).  An n-gram of order n gives up d = D1 p1 + D2 p2 + D3 p3 + D4 (rest), with
+   1 > D1 >= D2 >= D3 >= D4 >= 0 per order; the pieces D1 p1, D2 p2, D3 p3 go to its
+   suffix n-gram (the oldest word dropped), merged there with those of the suffix's
+   other extensions (its three largest kept).  An n-gram's count at a lower order is
+   what its extensions gave it (a generalised Kneser-Ney continuation count), plus
+   its occurrences no extension covers (at the start of a sentence).  The result is
+   a float-count model: per context h, counts c(h, w), back-off mass D(h) (the sum
+   of what was given up) and total T(h), with
+   P(w | h) = (c(h, w) + D(h) P(w | h')) / T(h), and the unigram's back-off mass
+   spread evenly over the words it predicts.
+2. **Pruning** in rounds, to a number of links.  An n-gram that no kept longer
+   n-gram needs (as its suffix, or as the n-gram of a context with kept words: what
+   ARPA needs) is scored by the log-likelihood lost, over data drawn from the model,
+   when its count moves to its context's back-off mass and to its suffix's count
+   (:func:`backoff_loss`, an upper bound that counts the effect on every other word
+   of both states).  Each round removes the lowest-scored share.
+3. **E-M** after each round: the unpruned model's *float stats* (the expected count
+   of each n-gram as the longest one present, and each context's backed-off count)
+   are explained by the pruned model, and its counts re-estimated from the
+   posteriors (:func:`float_stats`, :func:`em_step`).  The unpruned model is a fixed
+   point.
+
+The discounts are chosen on held-out events (a join directory) by coordinate search
+over multiplicative steps; without one the defaults serve.  The result is written
+as an SNM model: P(w | h) = N(h, w) / Z(h) with Z(h) = Z(h') T(h) / D(h) and
+M_hw = c(h, w) Z(h) / T(h), so ``snm eval``, the layouts and the ARPA export read
+it unchanged (:func:`snm_values`).
+
+The whole n-gram table is held in memory (:data:`BYTES_PER_LINK`): the command
+refuses a model its ``--memory`` cannot hold.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pyarrow as pa
+
+from snm_core.io import model_files
+from snm_core.io.errors import SnmInputError
+from snm_core.text import hashing
+
+#: The discounts (D1, D2, D3, D4) every order starts from.
+DEFAULT_DISCOUNTS = (0.8, 0.5, 0.3, 0.1)
+#: Multiplicative steps of the discount search, and its sweeps over the parameters.
+SEARCH_STEPS = (0.7, 0.85, 1.15, 1.3)
+SEARCH_SWEEPS = 1
+#: Pruning rounds (each removes the same share of the n-grams) and E-M iterations after each.
+PRUNE_ROUNDS = 20
+EM_ITERATIONS = 2
+#: What the estimate holds, in bytes a link (measured on kernel's 5-gram, rounded up).
+BYTES_PER_LINK = 400
+
+
+@dataclasses.dataclass
+class NgramTable:
+    """A pooled n-gram model's n-grams, by order n = 1..N (index 0 unused).
+
+    ``counts[n]``: C(h, w) of the order-n n-grams; ``state[n]``: their context's index
+    among the contexts of length n - 1 (for n = 1, 0: the empty context); ``suffix[n]``:
+    the index at order n - 1 of (h', w); ``own[n]``: for each context of length n, the
+    index of its own n-gram at order n (-1 where it has none: a context ending in the
+    sentence start).  ``link_rows[n]`` / ``state_rows[n]``: the rows of the model's
+    concatenated matrix / features tables they come from; ``link_keys[n]`` the links'
+    keys and ``state_keys[n]`` the contexts' (sorted lookups in :func:`heldout_events`)."""
+
+    order: int
+    counts: list
+    state: list
+    suffix: list
+    own: list
+    num_states: list
+    link_rows: list
+    state_rows: list
+    link_keys: list
+    state_keys: list
+
+    @property
+    def num_links(self):
+        return sum(len(c) for c in self.counts[1:])
+
+
+def _lookup(sorted_keys, queries):
+    """Position of each query in ``sorted_keys``; -1 where absent."""
+    if not len(sorted_keys):
+        return np.full(len(queries), -1, np.int64)
+    at = np.minimum(np.searchsorted(sorted_keys, queries), len(sorted_keys) - 1)
+    return np.where(sorted_keys[at] == queries, at, -1)
+
+
+def build_table(features, matrix, keys_for):
+    """The :class:`NgramTable` of a model's concatenated ``features`` (words, type,
+    diversity) and ``matrix`` (word, count) tables.  ``keys_for(length, words)``: the
+    untagged context keys of word rows (the configuration's extractor)."""
+    words = features["words"].to_numpy(zero_copy_only=False)
+    lengths = np.array([len(w) for w in words], np.int64)
+    order = int(lengths.max()) + 1 if len(lengths) else 1
+    diversity = features["diversity"].to_numpy()
+    feature_of_link = np.repeat(np.arange(len(words)), diversity)
+    link_words = matrix["word"].to_numpy().astype(np.int64)
+    link_counts = matrix["count"].to_numpy().astype(np.float64)
+    feature_keys = np.empty(len(words), np.uint64)
+    suffix_keys = np.zeros(len(words), np.uint64)   # the context h' of each context h
+    prefix_keys = np.zeros(len(words), np.uint64)   # h[:-1], for h's own n-gram
+    for k in range(order):
+        rows = np.flatnonzero(lengths == k)
+        grid = np.array(list(words[rows]), np.int64).reshape(len(rows), k)
+        feature_keys[rows] = keys_for(k, grid)
+        if k:
+            suffix_keys[rows] = keys_for(k - 1, grid[:, 1:])
+            prefix_keys[rows] = keys_for(k - 1, grid[:, :-1])
+    link_key = hashing.link_key(feature_keys[feature_of_link], link_words)
+    link_length = lengths[feature_of_link]
+    table = NgramTable(order, [None] * (order + 1), [None] * (order + 1),
+                       [None] * (order + 1), [None] * (order + 1), [0] * (order + 1),
+                       [None] * (order + 1), [None] * (order + 1), [None] * (order + 1),
+                       [None] * (order + 1))
+    # contexts of each length, sorted by key; links of each order, sorted by key
+    for k in range(order):
+        rows = np.flatnonzero(lengths == k)
+        rows = rows[np.argsort(feature_keys[rows], kind="stable")]
+        table.state_rows[k + 1] = rows
+        table.state_keys[k + 1] = feature_keys[rows]
+        table.num_states[k + 1] = len(rows)
+        if len(np.unique(feature_keys[rows])) != len(rows):
+            raise SnmInputError("--criterion reestimate needs a pooled model (one row a "
+                                "context); this one has corpus tags: prune it with backoff")
+    for n in range(1, order + 1):
+        rows = np.flatnonzero(link_length == n - 1)
+        rows = rows[np.argsort(link_key[rows], kind="stable")]
+        table.link_rows[n] = rows
+        table.link_keys[n] = link_key[rows]
+        table.counts[n] = link_counts[rows]
+        feature = feature_of_link[rows]
+        table.state[n] = _lookup(table.state_keys[n], feature_keys[feature])
+    for n in range(2, order + 1):
+        rows = table.link_rows[n]
+        feature = feature_of_link[rows]
+        suffix = _lookup(table.link_keys[n - 1],
+                         hashing.link_key(suffix_keys[feature], link_words[rows]))
+        if (suffix < 0).any():
+            raise SnmInputError("the model is not a complete n-gram model (an n-gram's "
+                                "suffix is missing); --criterion reestimate needs one")
+        table.suffix[n] = suffix
+    for k in range(1, order):
+        rows = table.state_rows[k + 1]
+        own_keys = hashing.link_key(prefix_keys[rows],
+                                    np.array([w[-1] for w in words[rows]], np.int64))
+        table.own[k] = _lookup(table.link_keys[k], own_keys)
+    table.own[order] = np.zeros(0, np.int64)
+    return table
+
+
+def read_table(model_dir, num_buckets, keys_for):
+    """The :class:`NgramTable` of a model directory (every bucket read)."""
+    features = pa.concat_tables(
+        [model_files.read_bucket(model_dir, "features", b, num_buckets,
+                                 columns=["words", "diversity"]) for b in range(num_buckets)])
+    matrix = pa.concat_tables(
+        [model_files.read_bucket(model_dir, "matrix", b, num_buckets,
+                                 columns=["word", "count"]) for b in range(num_buckets)])
+    return build_table(features, matrix, keys_for)
+
+
+# --- 1. discounting with count moving -------------------------------------------------
+
+
+def _pieces(counts):
+    """An integer count's three largest pieces (each at most 1)."""
+    return (np.minimum(counts, 1.0), np.clip(counts - 1, 0, 1.0), np.clip(counts - 2, 0, 1.0))
+
+
+def _merge_pieces(num_groups, *sources):
+    """Per group, the three largest pieces of ``sources``: ``(group of each row, pieces)``
+    pairs, the pieces a tuple of arrays of the rows."""
+    g = np.concatenate([group for group, pieces in sources for _ in pieces])
+    v = np.concatenate([p for _, pieces in sources for p in pieces])
+    present = v > 0
+    g, v = g[present], v[present]
+    order = np.lexsort((-v, g))
+    g, v = g[order], v[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
+    tops = []
+    for r in range(3):
+        top = np.zeros(num_groups)
+        at = rank == r
+        top[g[at]] = v[at]
+        tops.append(top)
+    return tuple(tops)
+
+
+@dataclasses.dataclass
+class FloatModel:
+    """Per order n: ``c[n]`` the n-grams' counts (0: pruned), ``D[n]`` and ``T[n]`` each
+    context's back-off mass and total (order 1: one context, no back-off)."""
+
+    c: list
+    D: list
+    T: list
+    threshold: float = 0.0  # the largest loss pruned last (:func:`remove`)
+
+    def copy(self):
+        return FloatModel([None] + [x.copy() for x in self.c[1:]],
+                          [None] + [x.copy() for x in self.D[1:]],
+                          [None] + [x.copy() for x in self.T[1:]])
+
+    def num_kept(self):
+        return sum(int(np.count_nonzero(x)) for x in self.c[1:])
+
+
+def discounted(table, discounts):
+    """The float-count model of every n-gram of ``table`` with ``discounts[n]`` =
+    (D1, D2, D3, D4) for order n (step 1 of the module's description)."""
+    N = table.order
+    total, pieces = table.counts[N], _pieces(table.counts[N])
+    c, D, T = [None] * (N + 1), [None] * (N + 1), [None] * (N + 1)
+    for n in range(N, 0, -1):
+        d1, d2, d3, d4 = discounts[n]
+        given = [d * p for d, p in zip((d1, d2, d3), pieces)]
+        d = given[0] + given[1] + given[2] + d4 * np.maximum(total - sum(pieces), 0)
+        c[n] = total - d
+        D[n] = np.bincount(table.state[n], weights=d, minlength=table.num_states[n])
+        T[n] = np.bincount(table.state[n], weights=total, minlength=table.num_states[n])
+        if n == 1:
+            break
+        lower = table.counts[n - 1]
+        extended = np.bincount(table.suffix[n], weights=table.counts[n], minlength=len(lower))
+        uncovered = np.maximum(lower - extended, 0)  # occurrences no extension covers
+        moved = np.bincount(table.suffix[n], weights=d, minlength=len(lower))
+        merged = _merge_pieces(len(lower), (table.suffix[n], given),
+                               (np.arange(len(lower)), _pieces(uncovered)))
+        total, pieces = moved + uncovered, merged
+    # the unigram's back-off mass spread evenly over the words it predicts
+    c[1] = c[1] + D[1][0] / max(len(c[1]), 1)
+    D[1] = np.zeros(1)
+    return FloatModel(c, D, T)
+
+
+def probabilities(table, model):
+    """P(w | h) of every n-gram of ``table``, by order (pruned ones by back-off)."""
+    P = [None, model.c[1] / model.T[1][0]]
+    for n in range(2, table.order + 1):
+        s = table.state[n]
+        P.append((model.c[n] + model.D[n][s] * P[n - 1][table.suffix[n]]) / model.T[n][s])
+    return P
+
+
+# --- held-out events ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class HeldoutEvents:
+    """Per order n, each event's context of length n - 1 (-1: not in the model) and its
+    n-gram (-1: not in the model)."""
+
+    states: list
+    ngrams: list
+
+    def __len__(self):
+        return len(self.states[1])
+
+
+def heldout_events(table, ptr, keys, targets):
+    """:class:`HeldoutEvents` of events whose feature keys are ``keys[ptr[i]:ptr[i + 1]]``
+    and whose words are ``targets``."""
+    N = table.order
+    event = np.repeat(np.arange(len(targets)), np.diff(ptr))
+    keys = np.asarray(keys, np.uint64)
+    targets = np.asarray(targets, np.int64)
+    states, ngrams = [None], [None]
+    for n in range(1, N + 1):
+        state = np.full(len(targets), -1, np.int64)
+        at = _lookup(table.state_keys[n], keys)
+        state[event[at >= 0]] = at[at >= 0]
+        ngram = np.full(len(targets), -1, np.int64)
+        has = state >= 0
+        ngram[has] = _lookup(table.link_keys[n], hashing.link_key(
+            table.state_keys[n][state[has]], targets[has]))
+        states.append(state)
+        ngrams.append(ngram)
+    return HeldoutEvents(states, ngrams)
+
+
+def heldout_log_probs(table, model, events):
+    """Natural log P(target | history) of each held-out event (-inf where the model
+    gives 0: a target no training n-gram has)."""
+    known = events.ngrams[1] >= 0
+    P = np.zeros(len(events))
+    P[known] = model.c[1][events.ngrams[1][known]] / model.T[1][0]
+    for n in range(2, table.order + 1):
+        state, ngram = events.states[n], events.ngrams[n]
+        at = state >= 0
+        s = state[at]
+        direct = np.zeros(len(s))
+        seen = ngram[at] >= 0
+        direct[seen] = model.c[n][ngram[at][seen]]
+        P[at] = (direct + model.D[n][s] * P[at]) / model.T[n][s]
+    with np.errstate(divide="ignore"):
+        return np.log(P)
+
+
+def heldout_perplexity(table, model, events):
+    """Perplexity of the held-out events the model can score."""
+    logp = heldout_log_probs(table, model, events)
+    scored = np.isfinite(logp)
+    return math.exp(-logp[scored].sum() / max(int(scored.sum()), 1))
+
+
+def tune_discounts(table, events, say=None):
+    """Discounts per order by coordinate search on held-out perplexity, from
+    :data:`DEFAULT_DISCOUNTS`: each parameter in turn multiplied by each of
+    :data:`SEARCH_STEPS` (kept below 1 and in order), the best kept."""
+    discounts = {n: DEFAULT_DISCOUNTS for n in range(1, table.order + 1)}
+    best = heldout_perplexity(table, discounted(table, discounts), events)
+    for _ in range(SEARCH_SWEEPS):
+        for n in range(1, table.order + 1):
+            for i in range(4):
+                for step in SEARCH_STEPS:
+                    trial = list(discounts[n])
+                    trial[i] = min(0.99, trial[i] * step)
+                    if any(trial[j] < trial[j + 1] for j in range(3)):
+                        continue
+                    candidate = {**discounts, n: tuple(trial)}
+                    value = heldout_perplexity(table, discounted(table, candidate), events)
+                    if value < best - 1e-9:
+                        best, discounts = value, candidate
+            if say:
+                say(f"discounts of order {n}: " + ", ".join(f"{d:.3f}" for d in discounts[n])
+                    + f" (held-out perplexity {best:.2f})")
+    return discounts, best
+
+
+# --- 2. pruning ---------------------------------------------------------------------------
+
+
+def _suffix_chains(table):
+    """chains[n][k]: each order-n n-gram's suffix at order k (k <= n)."""
+    chains = [None]
+    for n in range(1, table.order + 1):
+        chain = {n: np.arange(len(table.counts[n]))}
+        for k in range(n - 1, 0, -1):
+            chain[k] = table.suffix[k + 1][chain[k + 1]]
+        chains.append(chain)
+    return chains
+
+
+def prunable(table, model):
+    """Per order, the kept n-grams no kept longer n-gram needs: not the suffix of one,
+    not the own n-gram of a context that has one (the unigrams are never pruned)."""
+    out = [None, np.zeros(len(model.c[1]), bool)]
+    N = table.order
+    for n in range(2, N + 1):
+        needed = np.zeros(len(model.c[n]), bool)
+        if n < N:
+            kept = model.c[n + 1] > 0
+            needed[table.suffix[n + 1][kept]] = True
+            own = table.own[n][table.state[n + 1][kept]]
+            needed[own[own >= 0]] = True
+        out.append((model.c[n] > 0) & ~needed)
+    return out
+
+
+def backoff_loss(count, backoff, backoff_count, backoff_total):
+    """The log-likelihood lost (>= 0), over data drawn from the model with its contexts'
+    totals, when an n-gram's count moves to its context's back-off mass ``backoff`` and
+    to its suffix's count ``backoff_count`` (of the suffix context's ``backoff_total``,
+    back-off included: its total times the suffix's probability).  The other words of
+    both contexts are taken as distinct symbols, so this bounds the loss from above."""
+    own_share = backoff * backoff_count / backoff_total
+    augmented = count + own_share
+    others_here = backoff * (backoff_total - backoff_count) / backoff_total
+    others_there = np.maximum(backoff_total - backoff_count - others_here, 0)
+    same_elsewhere = np.maximum(backoff_count - own_share, 0)
+    new_count, new_total, new_backoff = backoff_count + count, backoff_total + count, backoff + count
+    change = (augmented * np.log(new_backoff * new_count / new_total / augmented)
+              + same_elsewhere * np.log(new_count * backoff_total / (new_total * backoff_count))
+              + others_here * np.log(new_backoff * backoff_total / (new_total * backoff))
+              + others_there * np.log(backoff_total / new_total))
+    return -change
+
+
+def prune_scores(table, model):
+    """``[(order, n-gram indices, losses)]`` of the prunable n-grams of each order >= 2."""
+    P = probabilities(table, model)
+    out = []
+    for n, candidates in enumerate(prunable(table, model)):
+        if n < 2:
+            continue
+        idx = np.flatnonzero(candidates)
+        state = table.state[n][idx]
+        suffix = table.suffix[n][idx]
+        backoff_total = model.T[n - 1][table.state[n - 1][suffix]]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            loss = backoff_loss(model.c[n][idx], model.D[n][state],
+                                backoff_total * P[n - 1][suffix], backoff_total)
+        out.append((n, idx, np.nan_to_num(loss, nan=np.inf)))
+    return out
+
+
+def remove(table, model, scores, number):
+    """Prune the ``number`` lowest-scored n-grams of ``scores`` (ties by order, longest
+    first, then index): each one's count moves to its context's back-off mass and to its
+    suffix; ``model.threshold`` becomes the largest loss removed.  Returns how many were
+    removed."""
+    if number <= 0 or not scores:
+        return 0
+    losses = np.concatenate([s[2] for s in scores])
+    number = min(number, len(losses))
+    ranked = np.lexsort((np.concatenate([s[1] for s in scores]),
+                         -np.concatenate([np.full(len(s[1]), s[0]) for s in scores]), losses))
+    chosen = np.zeros(len(losses), bool)
+    chosen[ranked[:number]] = True
+    model.threshold = float(losses[ranked[number - 1]])
+    start = 0
+    for n, idx, _ in scores:
+        take = idx[chosen[start:start + len(idx)]]
+        start += len(idx)
+        moved = model.c[n][take]
+        model.c[n][take] = 0
+        model.D[n] += np.bincount(table.state[n][take], weights=moved,
+                                  minlength=len(model.D[n]))
+        suffix = table.suffix[n][take]
+        model.c[n - 1] += np.bincount(suffix, weights=moved, minlength=len(model.c[n - 1]))
+        model.T[n - 1] += np.bincount(table.state[n - 1][suffix], weights=moved,
+                                      minlength=len(model.T[n - 1]))
+    return number
+
+
+# --- 3. E-M -------------------------------------------------------------------------------
+
+
+def float_stats(table, model, chains):
+    """The float stats of ``model`` (pocolm's): per n-gram, the expected count of its
+    word after its context where it is the longest n-gram present, back-off included;
+    per context, the expected count of words it backs off for.  Their sum is the
+    model's total count."""
+    N = table.order
+    work = [None] + [x.copy() for x in model.c[1:]]
+    backed = [None] + [x.copy() for x in model.D[1:]]
+    stats = [None] * (N + 1)
+    for n in range(N, 1, -1):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            remaining = np.clip(np.where(model.c[n] > 0, work[n] / model.c[n], 0.0), 0, 1)
+        weight = model.D[n][table.state[n]] * remaining
+        parts = {}
+        for k in range(n - 1, 0, -1):
+            s = chains[n][k]
+            h = table.state[k][s]
+            part = weight * model.c[k][s] / model.T[k][h]
+            work[k] -= np.bincount(s, weights=part, minlength=len(work[k]))
+            parts[k] = part
+            weight = weight * model.D[k][h] / model.T[k][h]
+        running = np.zeros(len(model.c[n]))
+        for k in range(1, n):
+            running = running + parts[k]
+            h = table.state[k + 1][chains[n][k + 1]]
+            backed[k + 1] -= np.bincount(h, weights=running, minlength=len(backed[k + 1]))
+        stats[n] = np.maximum(model.c[n] * remaining + sum(parts.values()), 0)
+    stats[1] = np.maximum(work[1], 0)
+    return stats, [None] + [np.maximum(x, 0) for x in backed[1:]]
+
+
+def em_step(table, model, stats, chains):
+    """One E-M iteration: ``model``'s counts re-estimated to explain ``stats``."""
+    N = table.order
+    counts_stats, backoff_stats = stats
+    counts = [None] + [np.zeros(len(x)) for x in model.c[1:]]
+    backoff = [None] + [x.copy() for x in backoff_stats[1:]]
+    for n in range(N, 0, -1):
+        h = table.state[n]
+        direct = model.c[n] / model.T[n][h]
+        total = direct.copy()
+        via = {}
+        weight = model.D[n][h] / model.T[n][h]
+        for k in range(n - 1, 0, -1):
+            s = chains[n][k]
+            hk = table.state[k][s]
+            via[k] = weight * model.c[k][s] / model.T[k][hk]
+            total += via[k]
+            weight = weight * model.D[k][hk] / model.T[k][hk]
+        share = np.divide(counts_stats[n], total, out=np.zeros(len(total)), where=total > 0)
+        counts[n] += share * direct
+        running = np.zeros(len(total))
+        for k in range(1, n):
+            s = chains[n][k]
+            counts[k] += np.bincount(s, weights=share * via[k], minlength=len(counts[k]))
+            running = running + via[k]
+            h1 = table.state[k + 1][chains[n][k + 1]]
+            backoff[k + 1] += np.bincount(h1, weights=share * running,
+                                          minlength=len(backoff[k + 1]))
+    T = [None] + [np.bincount(table.state[n], weights=counts[n],
+                              minlength=table.num_states[n]) + backoff[n]
+                  for n in range(1, N + 1)]
+    return FloatModel(counts, backoff, T)
+
+
+def prune(table, model, target_links, rounds=PRUNE_ROUNDS, em_iterations=EM_ITERATIONS,
+          progress=None):
+    """``model`` pruned to ``target_links`` n-grams (at least its unigrams) in ``rounds``
+    rounds of equal shares, E-M after each against the unpruned model's stats."""
+    chains = _suffix_chains(table)
+    stats = float_stats(table, model, chains)
+    model = model.copy()
+    floor = len(model.c[1])
+    target = max(int(target_links), floor)
+    start = model.num_kept()
+    for r in range(rounds):
+        kept = model.num_kept()
+        if kept <= target:
+            break
+        goal = target if r == rounds - 1 else max(
+            target, int(round(start * (target / start) ** ((r + 1) / rounds))))
+        while kept > goal:
+            removed = remove(table, model, prune_scores(table, model), kept - goal)
+            if not removed:
+                break
+            kept -= removed
+        threshold = model.threshold
+        for _ in range(em_iterations):
+            model = em_step(table, model, stats, chains)
+        model.threshold = threshold
+        if progress:
+            progress(r + 1, rounds, kept)
+    return model
+
+
+# --- writing the model --------------------------------------------------------------------
+
+
+def snm_values(table, model):
+    """``(m, m_star)``: per order, each kept n-gram's M_hw (0 where pruned) and each
+    context's M_h*, so that the SNM's sums give the float model's probabilities."""
+    N = table.order
+    Z = [None, np.full(1, model.T[1][0])]
+    m, m_star = [None] * (N + 1), [None] * (N + 1)
+    for n in range(1, N + 1):
+        if n > 1:
+            lower = _context_suffix(table, n)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                Z.append(np.where(model.D[n] > 0, Z[n - 1][lower] * model.T[n] / model.D[n],
+                                  Z[n - 1][lower]))
+        m[n] = model.c[n] * (Z[n] / model.T[n])[table.state[n]]
+        m_star[n] = np.bincount(table.state[n], weights=m[n], minlength=table.num_states[n])
+    return m, m_star
+
+
+def _context_suffix(table, n):
+    """For each context of length n - 1, the index of its suffix context (length n - 2)."""
+    # any n-gram of the context names the suffix context through its suffix n-gram
+    first = np.full(table.num_states[n], -1, np.int64)
+    first[table.state[n][::-1]] = np.arange(len(table.state[n]))[::-1]
+    return table.state[n - 1][table.suffix[n][first]]
