@@ -23,8 +23,9 @@ dev.txt for its metaparameters, then `prune_lm_dir.py --target-num-ngrams` to lm
 sizes as in reference.md, `format_arpa_lm.py`, scored by the `kenlm` module) when
 POCOLM names its checkout, and then the SNM is pruned to the n-gram counts pocolm
 reached; otherwise their figures are ../shared/benchmarks/reference.md's.  The
-5-gram is pruned by both criteria (``--criterion backoff``, the default for n-gram
-models, and ``mass``).
+5-gram is pruned by ``--criteria`` (default: ``backoff``, the default for n-gram models;
+``reestimate``, with the run's held-out join; ``count`` and ``mass``), to ``--targets``
+if given.
 
 Skip-gram configurations (``--config skip10gram``) are pruned by ``mass`` and ``count``
 (through the Beam pipeline, two threads; also ``mass`` with the run's held-out join at
@@ -178,6 +179,8 @@ def pruned_row(model, target, criterion, test_path, arpa=False, heldout_weight=N
     weighing ``heldout_weight`` if given), scored on the test text."""
     label = f"--criterion {criterion}"
     extra = []
+    if criterion == "reestimate":  # its discounts are chosen on the run's held-out join
+        extra = ["--heldout", heldout or os.path.join(os.path.dirname(model), "join")]
     if heldout_weight is not None:
         label += f" --heldout_weight {heldout_weight:g}"
         extra = ["--heldout", heldout or os.path.join(os.path.dirname(model), "join"),
@@ -212,6 +215,8 @@ def main(argv=None):
     parser.add_argument("--corpus", default="kernel", choices=("kernel", "mix"))
     parser.add_argument("--targets", help="comma-separated link counts (default: the "
                                           "fractions 50 .. 1%% of the model's links)")
+    parser.add_argument("--criteria", default="backoff,reestimate,count,mass",
+                        help="5-gram: the criteria each target is pruned by (comma-separated)")
     parser.add_argument("--heldout_weights", default="",
                         help="skip-gram configurations: also prune by mass with the run's "
                              "held-out join weighing these (comma-separated)")
@@ -237,10 +242,12 @@ def main(argv=None):
         goals = {links: round(ppl * 0.9, 2) for links, ppl in reached.items()}
     else:
         reached, goals = POCOLM, GOALS
-    targets = [round(total * f) for f in FRACTIONS] + sorted(reached)
+    targets = ([int(t) for t in args.targets.split(",")] if args.targets
+               else [round(total * f) for f in FRACTIONS] + sorted(reached))
     for target in sorted(set(targets), reverse=True):
-        for criterion in ("backoff", "count", "mass"):
-            row = pruned_row(model, target, criterion, test_path, arpa=criterion == "backoff")
+        for criterion in args.criteria.split(","):
+            row = pruned_row(model, target, criterion, test_path,
+                             arpa=criterion in ("backoff", "reestimate"))
             if target in reached:
                 row["pocolm_ppl"] = reached[target]
                 row["goal_ppl"] = goals[target]
@@ -338,7 +345,8 @@ def plot(rows, baseline, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for criterion, marker in (("backoff", "o-"), ("count", "+-"), ("mass", "x-")):
+    for criterion, marker in (("backoff", "o-"), ("reestimate", "D-"), ("count", "+-"),
+                              ("mass", "x-")):
         ours = sorted((r["links"], r["test_ppl"]) for r in rows
                       if f"--criterion {criterion} --target" in r["model"])
         if ours:

@@ -1,7 +1,7 @@
 """snm prune: a model pruned to a number of links, or by a score threshold.
 
     snm prune --model model/ --out pruned/ (--target_links N | --threshold T)
-              [--criterion backoff|mass|count] [--heldout JOIN [--heldout_weight 8]]
+              [--criterion backoff|reestimate|mass|count] [--heldout JOIN [--heldout_weight 8]]
 
 Reads a model directory (``snm apply`` or ``snm prune``); writes a complete model
 directory of the same buckets (``eval``, ``score`` and, for n-gram models pruned by
@@ -9,7 +9,7 @@ directory of the same buckets (``eval``, ``score`` and, for n-gram models pruned
 diversity recomputed from the links it keeps and features left without links
 dropped.  Its manifest gains ``pruning``; the model card says what was removed.
 
-Three criteria (:mod:`snm_core.prune.criteria` has the arithmetic):
+Four criteria (:mod:`snm_core.prune.criteria` has the arithmetic):
 
 * ``backoff`` (default for n-gram configurations): the relative entropy that
   removing a link causes in the model's back-off form, the pruned model closed
@@ -20,6 +20,10 @@ Three criteria (:mod:`snm_core.prune.criteria` has the arithmetic):
   that keeps the target, and each model bucket is rewritten with the rows its
   partitions keep (:mod:`pipelines.prune_backoff`).  A worker holds one partition
   (``--memory``) or one model bucket.
+* ``reestimate`` (pooled n-gram configurations): the model estimated again from its
+  counts with count moving, pruned in rounds by the relative entropy of backing off,
+  E-M between rounds, as pocolm does (:mod:`pipelines.prune_reestimate`), in this
+  process; ``--heldout`` chooses its discounts.
 * ``mass`` (default otherwise) and ``count`` (any configuration): the
   probability mass the link carries under its feature, weighted by how often
   the feature fires: with its share of the feature's adjusted mass (mass), or

@@ -23,12 +23,15 @@ def build_parser():
     size.add_argument("--threshold", type=float,
                       help="keep the links whose score is at least this")
     parser.add_argument("--criterion", choices=stage.CRITERIA,
-                        help="backoff (n-gram models; the default for them), mass (any "
-                             "model; the default for skip-gram models) or count")
+                        help="backoff (n-gram models; the default for them), reestimate "
+                             "(pooled n-gram models: estimated again from the counts and "
+                             "pruned as pocolm prunes, in memory; best at small sizes), mass "
+                             "(any model; the default for skip-gram models) or count")
     parser.add_argument("--heldout", metavar="DIR",
-                        help="mass or count: a join directory (snm join --out) on the model's "
-                             "counts; the features its held-out text touches weigh "
-                             "--heldout_weight times more")
+                        help="a join directory (snm join --out) on the model's counts; "
+                             "reestimate: its discounts are chosen on it (give it: the "
+                             "defaults are a few percent worse); mass or count: the features "
+                             "its held-out text touches weigh --heldout_weight times more")
     parser.add_argument("--heldout_weight", type=float,
                         help=f"with --heldout (default {stage.HELDOUT_WEIGHT:g})")
     arguments.memory_argument(parser)
