@@ -267,8 +267,9 @@ def main(argv=None):
                                   "goal_ppl", "prune_seconds", "prune_peak_rss_mib",
                                   "pocolm_seconds"])
     record("prune", rows + baseline)
-    plot(rows, baseline, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
-                                      "prune_kernel_5gram.png"))
+    if not args.targets:  # the plot shows the whole sweep
+        plot(rows, baseline, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                          "prune_kernel_5gram.png"))
 
 
 def choose_weight(args, work):
