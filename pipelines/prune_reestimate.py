@@ -76,7 +76,8 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
                             "relative entropy with E-M between rounds "
                             "(snm_core/prune/reestimate.py)",
                "suffix_closed": True, "target_links": options.target_links,
-               "threshold": pruned.threshold, "discounts": {str(n): list(d) for n, d in discounts.items()},
+               "threshold": pruned.threshold,
+               "discounts": {str(n): list(d) for n, d in discounts.items()},
                "heldout": options.heldout, "heldout_perplexity_unpruned": heldout_perplexity,
                "links_before": links, "features_before": manifest["totals"]["features"],
                "source": options.model}

@@ -396,7 +396,8 @@ def backoff_loss(count, backoff, backoff_count, backoff_total):
     others_here = backoff * (backoff_total - backoff_count) / backoff_total
     others_there = np.maximum(backoff_total - backoff_count - others_here, 0)
     same_elsewhere = np.maximum(backoff_count - own_share, 0)
-    new_count, new_total, new_backoff = backoff_count + count, backoff_total + count, backoff + count
+    new_count, new_total = backoff_count + count, backoff_total + count
+    new_backoff = backoff + count
     change = (augmented * np.log(new_backoff * new_count / new_total / augmented)
               + same_elsewhere * np.log(new_count * backoff_total / (new_total * backoff_count))
               + others_here * np.log(new_backoff * backoff_total / (new_total * backoff))
