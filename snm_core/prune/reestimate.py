@@ -18,10 +18,10 @@ orders are estimated for the n-grams that remain:
    of what was given up) and total T(h), with
    P(w | h) = (c(h, w) + D(h) P(w | h')) / T(h), and the unigram's back-off mass
    spread evenly over the words it predicts.
-2. **Pruning** in rounds, to a number of links (:data:`ROUND_KEEP`).  An n-gram that no kept longer
-   n-gram needs (as its suffix, or as the n-gram of a context with kept words: what
-   ARPA needs) is scored by the log-likelihood lost, over data drawn from the model,
-   when its count moves to its context's back-off mass and to its suffix's count
+2. **Pruning** in rounds, to a number of links (:data:`ROUND_KEEP`).  An n-gram that
+   no kept longer n-gram needs (as its suffix, or as the n-gram of a context with kept
+   words: what ARPA needs) is scored by the log-likelihood lost, over data drawn from
+   the model, when its count moves to its context's back-off mass and to its suffix's count
    (:func:`backoff_loss`, an upper bound that counts the effect on every other word
    of both states).  Each round removes the lowest-scored share.
 3. **E-M** after each round: the unpruned model's *float stats* (the expected count
@@ -53,12 +53,11 @@ from snm_core.text import hashing
 #: The discounts (D1, D2, D3, D4) every order starts from.
 DEFAULT_DISCOUNTS = (0.8, 0.5, 0.3, 0.1)
 #: Multiplicative steps of the discount search, one tuple a sweep over the parameters.
-#: One sweep: two more lowered kernel's unpruned held-out perplexity (71.86 -> 71.46) and
-#: raised its 15% pruning's test perplexity (88.43 -> 88.84; benchmarks/README.md).
+#: One sweep: more lowered the unpruned model's held-out perplexity and raised the pruned
+#: model's (benchmarks/README.md, "Re-estimated from the counts").
 SEARCH_STEPS = ((0.7, 0.85, 1.15, 1.3),)
 #: Each pruning round keeps at least this share of the n-grams (equal shares, so the
-#: rounds grow with the log of the reduction: 23 for kernel's 15%, 44 for its 2.8%), and
-#: the E-M iterations after each.
+#: rounds grow with the log of the reduction), and the E-M iterations after each.
 ROUND_KEEP = 0.92
 EM_ITERATIONS = 2
 #: What the estimate holds, in bytes a link (measured on kernel's 5-gram, rounded up).
