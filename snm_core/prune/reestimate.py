@@ -46,7 +46,9 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from snm_core.arpa.backoff import lookup
 from snm_core.io import model_files
+from snm_core.io.arrays import run_starts
 from snm_core.io.errors import SnmInputError
 from snm_core.text import hashing
 
@@ -70,17 +72,19 @@ class NgramTable:
 
     ``counts[n]``: C(h, w) of the order-n n-grams; ``state[n]``: their context's index
     among the contexts of length n - 1 (for n = 1, 0: the empty context); ``suffix[n]``:
-    the index at order n - 1 of (h', w); ``own[n]``: for each context of length n, the
+    the index at order n - 1 of (h', w); ``state_suffix[n]``: for each context of length
+    n - 1, the index of h' among the contexts of length n - 2; ``own[n]``: for each context of length n, the
     index of its own n-gram at order n (-1 where it has none: a context ending in the
     sentence start).  ``link_rows[n]`` / ``state_rows[n]``: the rows of the model's
     concatenated matrix / features tables they come from; ``link_keys[n]`` the links'
-    keys and ``state_keys[n]`` the contexts' (sorted lookups in :func:`heldout_events`)."""
+    keys and ``state_keys[n]`` the contexts' (looked up in :func:`heldout_events`)."""
 
     order: int
     counts: list
     state: list
     suffix: list
     own: list
+    state_suffix: list
     num_states: list
     link_rows: list
     state_rows: list
@@ -90,14 +94,6 @@ class NgramTable:
     @property
     def num_links(self):
         return sum(len(c) for c in self.counts[1:])
-
-
-def _lookup(sorted_keys, queries):
-    """Position of each query in ``sorted_keys``; -1 where absent."""
-    if not len(sorted_keys):
-        return np.full(len(queries), -1, np.int64)
-    at = np.minimum(np.searchsorted(sorted_keys, queries), len(sorted_keys) - 1)
-    return np.where(sorted_keys[at] == queries, at, -1)
 
 
 def build_table(features, matrix, keys_for):
@@ -123,10 +119,8 @@ def build_table(features, matrix, keys_for):
             prefix_keys[rows] = keys_for(k - 1, grid[:, :-1])
     link_key = hashing.link_key(feature_keys[feature_of_link], link_words)
     link_length = lengths[feature_of_link]
-    table = NgramTable(order, [None] * (order + 1), [None] * (order + 1),
-                       [None] * (order + 1), [None] * (order + 1), [0] * (order + 1),
-                       [None] * (order + 1), [None] * (order + 1), [None] * (order + 1),
-                       [None] * (order + 1))
+    table = NgramTable(order, *([None] * (order + 1) for _ in range(5)), [0] * (order + 1),
+                       *([None] * (order + 1) for _ in range(4)))
     # contexts of each length, sorted by key; links of each order, sorted by key
     for k in range(order):
         rows = np.flatnonzero(lengths == k)
@@ -137,6 +131,9 @@ def build_table(features, matrix, keys_for):
         if len(np.unique(feature_keys[rows])) != len(rows):
             raise SnmInputError("--criterion reestimate needs a pooled model (one row a "
                                 "context); this one has corpus tags: prune it with backoff")
+    for k in range(1, order):
+        table.state_suffix[k + 1] = lookup(table.state_keys[k],
+                                           suffix_keys[table.state_rows[k + 1]])
     for n in range(1, order + 1):
         rows = np.flatnonzero(link_length == n - 1)
         rows = rows[np.argsort(link_key[rows], kind="stable")]
@@ -144,11 +141,11 @@ def build_table(features, matrix, keys_for):
         table.link_keys[n] = link_key[rows]
         table.counts[n] = link_counts[rows]
         feature = feature_of_link[rows]
-        table.state[n] = _lookup(table.state_keys[n], feature_keys[feature])
+        table.state[n] = lookup(table.state_keys[n], feature_keys[feature])
     for n in range(2, order + 1):
         rows = table.link_rows[n]
         feature = feature_of_link[rows]
-        suffix = _lookup(table.link_keys[n - 1],
+        suffix = lookup(table.link_keys[n - 1],
                          hashing.link_key(suffix_keys[feature], link_words[rows]))
         if (suffix < 0).any():
             raise SnmInputError("the model is not a complete n-gram model (an n-gram's "
@@ -158,7 +155,7 @@ def build_table(features, matrix, keys_for):
         rows = table.state_rows[k + 1]
         own_keys = hashing.link_key(prefix_keys[rows],
                                     np.array([w[-1] for w in words[rows]], np.int64))
-        table.own[k] = _lookup(table.link_keys[k], own_keys)
+        table.own[k] = lookup(table.link_keys[k], own_keys)
     table.own[order] = np.zeros(0, np.int64)
     return table
 
@@ -191,7 +188,7 @@ def _merge_pieces(num_groups, *sources):
     g, v = g[present], v[present]
     order = np.lexsort((-v, g))
     g, v = g[order], v[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    starts = run_starts(g)
     rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
     tops = []
     for r in range(3):
@@ -291,11 +288,11 @@ def heldout_events(table, ptr, keys, targets):
     states, ngrams = [None], [None]
     for n in range(1, N + 1):
         state = np.full(len(targets), -1, np.int64)
-        at = _lookup(table.state_keys[n], keys)
+        at = lookup(table.state_keys[n], keys)
         state[event[at >= 0]] = at[at >= 0]
         ngram = np.full(len(targets), -1, np.int64)
         has = state >= 0
-        ngram[has] = _lookup(table.link_keys[n], hashing.link_key(
+        ngram[has] = lookup(table.link_keys[n], hashing.link_key(
             table.state_keys[n][state[has]], targets[has]))
         states.append(state)
         ngrams.append(ngram)
@@ -564,18 +561,10 @@ def snm_values(table, model):
     m, m_star = [None] * (N + 1), [None] * (N + 1)
     for n in range(1, N + 1):
         if n > 1:
-            lower = _context_suffix(table, n)
+            lower = table.state_suffix[n]
             with np.errstate(divide="ignore", invalid="ignore"):
                 Z.append(np.where(model.D[n] > 0, Z[n - 1][lower] * model.T[n] / model.D[n],
                                   Z[n - 1][lower]))
         m[n] = model.c[n] * (Z[n] / model.T[n])[table.state[n]]
         m_star[n] = np.bincount(table.state[n], weights=m[n], minlength=table.num_states[n])
     return m, m_star
-
-
-def _context_suffix(table, n):
-    """For each context of length n - 1, the index of its suffix context (length n - 2)."""
-    # any n-gram of the context names the suffix context through its suffix n-gram
-    first = np.full(table.num_states[n], -1, np.int64)
-    first[table.state[n][::-1]] = np.arange(len(table.state[n]))[::-1]
-    return table.state[n - 1][table.suffix[n][first]]
