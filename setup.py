@@ -106,6 +106,7 @@ setup(
                                                "snm_core/scoring/layouts/hashed_loops.c",
                                                "snm_core/scoring/layouts/trie_loops.c",
                                                "snm_core/arpa/arpa_loops.c",
+                                               "snm_core/prune/reestimate_loops.c",
                                                "snm_core/sample/sample_loops.c"],
                            extra_compile_args=["-O3", "-std=c11"])]
                 + (flashlight_extension() if sys.version_info < (3, 13) else []),

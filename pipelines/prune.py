@@ -21,8 +21,8 @@ Four criteria (:mod:`snm_core.prune.criteria` has the arithmetic):
   partitions keep (:mod:`pipelines.prune_backoff`).  A worker holds one partition
   (``--memory``) or one model bucket.
 * ``reestimate`` (pooled n-gram configurations): the model estimated again from its
-  counts with count moving, pruned in rounds by the relative entropy of backing off,
-  E-M between rounds, as pocolm does (:mod:`pipelines.prune_reestimate`), in this
+  counts with count moving, pruned in passes by the relative entropy of backing off,
+  E-M between passes, as pocolm does (:mod:`pipelines.prune_reestimate`), in this
   process; ``--heldout`` chooses its discounts.
 * ``mass`` (default otherwise) and ``count`` (any configuration): the
   probability mass the link carries under its feature, weighted by how often

@@ -38,7 +38,7 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
     say = LOGGER.info
     table = reestimate.read_table(options.model, manifest["num_buckets"],
                                   plain_extractor(manifest["config"]).keys_for)
-    discounts = {n: reestimate.DEFAULT_DISCOUNTS for n in range(1, table.order + 1)}
+    discounts = reestimate.default_discounts(table.order)
     heldout_perplexity = None
     if options.heldout:
         check_heldout(options.heldout, manifest)
@@ -48,7 +48,8 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
     unpruned = reestimate.discounted(table, discounts)
     pruned = reestimate.prune(
         table, unpruned, options.target_links,
-        progress=lambda r, rounds, kept: say(f"prune: round {r} of {rounds}: {kept:,} links"))
+        progress=lambda number, kept, threshold: say(
+            f"prune: pass {number}: {kept:,} links (threshold {threshold:.3g})"))
     m, _ = reestimate.snm_values(table, pruned)
     new_m = np.zeros(table.num_links, np.float32)
     kept = np.zeros(table.num_links, bool)
@@ -73,7 +74,7 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
         raise SnmInputError(f"{options.model}: {start:,} links read where its manifest says "
                             f"{links:,}")
     pruning = {"criterion": "re-estimated from the counts with count moving, pruned by "
-                            "relative entropy with E-M between rounds "
+                            "relative entropy with E-M between passes "
                             "(snm_core/prune/reestimate.py)",
                "suffix_closed": True, "target_links": options.target_links,
                "threshold": pruned.threshold,

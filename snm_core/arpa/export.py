@@ -142,7 +142,10 @@ def _section_part(job, n, partition):
     if n < job.order:
         weights = job.read(f"bo{n}", partition)
         found = lookup(weights["key"], keys)
-        backoff = np.where(found >= 0, weights["backoff"][np.maximum(found, 0)], 0)
+        values = weights["backoff"]
+        # a partition may hold no context of this order with longer n-grams (all pruned)
+        backoff = (np.where(found >= 0, values[np.maximum(found, 0)], 0) if len(values)
+                   else np.zeros(len(keys), values.dtype))
     return n, words, entries["log_prob"][order], backoff
 
 

@@ -18,20 +18,21 @@ orders are estimated for the n-grams that remain:
    of what was given up) and total T(h), with
    P(w | h) = (c(h, w) + D(h) P(w | h')) / T(h), and the unigram's back-off mass
    spread evenly over the words it predicts.
-2. **Pruning** in rounds, to a number of links (:data:`ROUND_KEEP`).  An n-gram that
-   no kept longer n-gram needs (as its suffix, or as the n-gram of a context with kept
-   words: what ARPA needs) is scored by the log-likelihood lost, over data drawn from
-   the model, when its count moves to its context's back-off mass and to its suffix's count
-   (:func:`backoff_loss`, an upper bound that counts the effect on every other word
-   of both states).  Each round removes the lowest-scored share.
-3. **E-M** after each round: the unpruned model's *float stats* (the expected count
+2. **Pruning** by passes (:func:`prune_pass`) at rising thresholds, to a number of
+   links (:func:`prune`).  An n-gram that no kept longer n-gram needs (as its suffix, or
+   as the n-gram of a context with kept words: what ARPA needs) is scored by the
+   log-likelihood lost, over data drawn from the model, when its count moves to its
+   context's back-off mass and to its suffix's count (:func:`backoff_loss`, an upper
+   bound that counts the effect on every other word of both states), and pruned when
+   that is below the threshold, the model changed at once for the n-grams after it.
+3. **E-M** after each pass: the unpruned model's *float stats* (the expected count
    of each n-gram as the longest one present, and each context's backed-off count)
    are explained by the pruned model, and its counts re-estimated from the
    posteriors (:func:`float_stats`, :func:`em_step`).  The unpruned model is a fixed
    point.
 
-The discounts are chosen on held-out events (a join directory) by coordinate search
-over multiplicative steps; without one the defaults serve.  The result is written
+The discounts above the unigram's are chosen on held-out events (a join directory) by
+coordinate search over multiplicative steps; without one the defaults serve.  The result is written
 as an SNM model: P(w | h) = N(h, w) / Z(h) with Z(h) = Z(h') T(h) / D(h) and
 M_hw = c(h, w) Z(h) / T(h), so ``snm eval``, the layouts and the ARPA export read
 it unchanged (:func:`snm_values`).
@@ -47,21 +48,32 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.arpa.backoff import lookup
-from snm_core.io import model_files
+from snm_core.io import model_files, native
 from snm_core.io.arrays import run_starts
 from snm_core.io.errors import SnmInputError
 from snm_core.text import hashing
 
-#: The discounts (D1, D2, D3, D4) every order starts from.
+_a = native.address
+_prune_pass = native.function("reestimate_prune_pass", [native.ptr, native.i64]
+                              + [native.ptr] * 9 + [native.f64], native.i64)
+
+#: The discounts (D1, D2, D3, D4) every order above the unigram starts from.
 DEFAULT_DISCOUNTS = (0.8, 0.5, 0.3, 0.1)
+#: The unigram's, fixed as pocolm fixes them: tuned on held-out text they fall far below
+#: these, which suits the unpruned model and costs a pruned one, whose n-grams back off
+#: to the unigram far more often (benchmarks/README.md, "Re-estimated from the counts").
+UNIGRAM_DISCOUNTS = (0.75, 0.25, 0.1, 0.0)
 #: Multiplicative steps of the discount search, one tuple a sweep over the parameters.
 #: One sweep: more lowered the unpruned model's held-out perplexity and raised the pruned
 #: model's (benchmarks/README.md, "Re-estimated from the counts").
 SEARCH_STEPS = ((0.7, 0.85, 1.15, 1.3),)
-#: Each pruning round keeps at least this share of the n-grams (equal shares, so the
-#: rounds grow with the log of the reduction), and the E-M iterations after each.
-ROUND_KEEP = 0.92
+#: The first pruning threshold (log-likelihood, in counts), as pocolm's on counts of
+#: weight 1; the E-M iterations after each pass; a pass that leaves at most TOLERANCE
+#: more n-grams (above the unigrams) than the target is the last.
+INITIAL_THRESHOLD = 0.5
 EM_ITERATIONS = 2
+TOLERANCE = 0.02
+MAX_PASSES = 60
 #: What the estimate holds, in bytes a link (measured on kernel's 5-gram, rounded up).
 BYTES_PER_LINK = 500
 
@@ -73,9 +85,9 @@ class NgramTable:
     ``counts[n]``: C(h, w) of the order-n n-grams; ``state[n]``: their context's index
     among the contexts of length n - 1 (for n = 1, 0: the empty context); ``suffix[n]``:
     the index at order n - 1 of (h', w); ``state_suffix[n]``: for each context of length
-    n - 1, the index of h' among the contexts of length n - 2; ``own[n]``: for each context of length n, the
-    index of its own n-gram at order n (-1 where it has none: a context ending in the
-    sentence start).  ``link_rows[n]`` / ``state_rows[n]``: the rows of the model's
+    n - 1, the index of h' among the contexts of length n - 2; ``own[n]``: for each
+    context of length n, the index of its own n-gram at order n (-1 where it has none: a
+    context ending in the sentence start).  ``link_rows[n]`` / ``state_rows[n]``: the rows of the model's
     concatenated matrix / features tables they come from; ``link_keys[n]`` the links'
     keys and ``state_keys[n]`` the contexts' (looked up in :func:`heldout_events`)."""
 
@@ -324,16 +336,21 @@ def heldout_perplexity(table, model, events):
     return math.exp(-logp[scored].sum() / max(int(scored.sum()), 1))
 
 
+def default_discounts(order):
+    """The discounts of orders 1..``order`` before any search."""
+    return {n: UNIGRAM_DISCOUNTS if n == 1 else DEFAULT_DISCOUNTS for n in range(1, order + 1)}
+
+
 def tune_discounts(table, events, say=None):
     """Discounts per order by coordinate search on held-out perplexity, from
     :data:`DEFAULT_DISCOUNTS`: in each sweep of :data:`SEARCH_STEPS`, each parameter in
     turn multiplied by each of the sweep's steps (kept below 1 and in order), the best
     kept."""
-    discounts = {n: DEFAULT_DISCOUNTS for n in range(1, table.order + 1)}
+    discounts = default_discounts(table.order)
     cache = {}
     best = heldout_perplexity(table, discounted(table, discounts, cache), events)
     for steps in SEARCH_STEPS:
-        for n in range(1, table.order + 1):
+        for n in range(2, table.order + 1):
             for i in range(4):
                 for step in steps:
                     trial = list(discounts[n])
@@ -516,37 +533,121 @@ def em_step(table, model, stats, chains):
     return FloatModel(counts, backoff, T)
 
 
-def prune(table, model, target_links, rounds=None, em_iterations=EM_ITERATIONS,
-          progress=None):
-    """``model`` pruned to ``target_links`` n-grams (at least its unigrams) in ``rounds``
-    rounds of equal shares (None: as many as :data:`ROUND_KEEP` asks), E-M after each
-    against the unpruned model's stats."""
+def _visits(table):
+    """Per order n >= 2, the order a pass visits its n-grams in: by suffix context, then
+    context (pocolm's order: the n-grams that share a back-off state come together)."""
+    out = [None, None]
+    for n in range(2, table.order + 1):
+        suffix_state = table.state[n - 1][table.suffix[n]]
+        out.append((suffix_state, np.lexsort((table.state[n], suffix_state))))
+    return out
+
+
+def prune_pass(table, model, threshold, visits):
+    """One pass of pocolm's pruning over ``model`` (changed in place; returned): longest
+    n-grams first, each prunable n-gram (:func:`prunable`, with the contexts' own n-grams
+    taken at the pass's start and the suffixes as the longer order left them) is pruned
+    when its :func:`backoff_loss`, against the model as the pass has left it, is below
+    ``threshold``.  The pass is sequential (``reestimate_loops.c``): each pruning moves
+    the count at once, so the n-grams scored after it see the larger back-off mass."""
+    N = table.order
+    P = probabilities(table, model)
+    protected = [None, None]
+    for n in range(2, N + 1):
+        needed = np.zeros(len(model.c[n]), bool)
+        if n < N:
+            own = table.own[n][table.state[n + 1][model.c[n + 1] > 0]]
+            needed[own[own >= 0]] = True
+        protected.append(needed)
+    for n in range(N, 1, -1):
+        candidate = (model.c[n] > 0) & ~protected[n]
+        if n < N:
+            candidate[table.suffix[n + 1][model.c[n + 1] > 0]] = False
+        if n > 2:
+            lower_share = (model.D[n - 1][table.state[n - 1]]
+                           * P[n - 2][table.suffix[n - 1]])
+        else:
+            lower_share = np.zeros(len(model.c[1]))
+        suffix_state, visit = visits[n]
+        _prune_pass(_a(visit, np.int64), len(visit), _a(candidate.view(np.uint8)),
+                    _a(model.c[n], np.float64), _a(table.state[n], np.int64),
+                    _a(table.suffix[n], np.int64), _a(suffix_state, np.int64),
+                    _a(model.D[n], np.float64), _a(model.c[n - 1], np.float64),
+                    _a(model.T[n - 1], np.float64), _a(lower_share, np.float64),
+                    float(threshold))
+    return model
+
+
+def _aim(kept, goal):
+    """pocolm's next size to aim for: a step short of the goal while far from it."""
+    if kept > 1.5 * goal:
+        return kept * max(0.25, (goal / kept) ** 0.5)
+    if kept > 1.15 * goal:
+        return kept * (goal / kept) ** 0.666
+    return goal
+
+
+def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None):
+    """``model`` pruned to ``target_links`` n-grams (at least its unigrams) by passes of
+    :func:`prune_pass` at rising thresholds, E-M after each against the unpruned model's
+    stats, until a pass leaves at most :data:`TOLERANCE` more n-grams than the target;
+    the last few then go by score (:func:`remove`).
+
+    The thresholds follow pocolm's model of sizes: a pass at the last threshold again is
+    expected to shrink the model as the last one did (to the power ``repeat``), and a
+    threshold t times higher by a further t^-``power``; each pass aims a step short of
+    the target while far from it (:func:`_aim`), and thresholds never fall.  A pass that
+    leaves fewer n-grams than the target is undone and both powers raised a fifth.
+    ``progress(pass, kept, threshold)`` after each kept pass."""
     chains = _suffix_chains(table)
     stats = float_stats(table, model, chains)
-    model = model.copy()
+    visits = _visits(table)
     floor = len(model.c[1])
     target = max(int(target_links), floor)
-    start = model.num_kept()
-    if rounds is None:
-        rounds = max(1, math.ceil(math.log(start / target) / -math.log(ROUND_KEEP))) \
-            if start > target else 1
-    for r in range(rounds):
-        kept = model.num_kept()
-        if kept <= target:
-            break
-        goal = target if r == rounds - 1 else max(
-            target, int(round(start * (target / start) ** ((r + 1) / rounds))))
-        while kept > goal:
-            removed = remove(table, model, prune_scores(table, model), kept - goal)
+    model = model.copy()
+    if model.num_kept() <= target:
+        return model
+    goal = target - floor   # the n-grams of orders 2 and up to keep
+    # each kept pass: (its threshold, the n-grams above the unigrams it left, the model)
+    kept_passes = [(0.0, model.num_kept() - floor, model)]
+    threshold, repeat, power = INITIAL_THRESHOLD, 0.5, 1.0
+    for number in range(1, MAX_PASSES + 1):
+        last_threshold, last_kept, last = kept_passes[-1]
+        trial = prune_pass(table, last.copy(), threshold, visits)
+        kept = trial.num_kept() - floor
+        if kept < goal:
+            if len(kept_passes) == 1:
+                threshold /= 4   # the first threshold was too high for this target
+                continue
+            if threshold <= last_threshold:
+                break            # even the last threshold again overshoots: by score
+            repeat, power = min(1.0, repeat * 1.2), power * 1.2
+        else:
+            for _ in range(em_iterations):
+                trial = em_step(table, trial, stats, chains)
+            trial.threshold = threshold
+            kept_passes.append((threshold, kept, trial))
+            if progress:
+                progress(number, trial.num_kept(), threshold)
+            if kept <= goal * (1 + TOLERANCE):
+                break
+        last_threshold, last_kept, last = kept_passes[-1]
+        before = kept_passes[-2][1] if len(kept_passes) > 1 else last_kept
+        again = last_kept * (last_kept / before) ** repeat
+        aim = _aim(last_kept, goal)
+        threshold = last_threshold * (1.0 if again <= aim
+                                      else min(4.0, (again / aim) ** (1 / power)))
+    model = kept_passes[-1][2]
+    kept = model.num_kept()
+    if kept > target:
+        while kept > target:
+            removed = remove(table, model, prune_scores(table, model), kept - target)
             if not removed:
                 break
             kept -= removed
-        threshold = model.threshold
         for _ in range(em_iterations):
             model = em_step(table, model, stats, chains)
-        model.threshold = threshold
-        if progress:
-            progress(r + 1, rounds, kept)
+    model.threshold = kept_passes[-1][0]
     return model
 
 

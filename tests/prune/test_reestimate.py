@@ -142,7 +142,7 @@ def test_pruning_keeps_the_target_closed_and_normalised(pooled):
     _, _, table = pooled
     model = reestimate.discounted(table, DISCOUNTS)
     target = table.num_links // 3
-    pruned = reestimate.prune(table, model, target, rounds=4)
+    pruned = reestimate.prune(table, model, target)
     assert pruned.num_kept() == target
     for n in range(2, table.order + 1):
         kept = pruned.c[n] > 0
@@ -156,6 +156,73 @@ def test_pruning_keeps_the_target_closed_and_normalised(pooled):
     for n in range(1, table.order + 1):
         sums = np.bincount(table.state[n], weights=pruned.c[n], minlength=table.num_states[n])
         np.testing.assert_allclose(sums + pruned.D[n], pruned.T[n], rtol=1e-9)
+
+
+def oracle_pass(table, model, threshold):
+    """One pruning pass written from pocolm's description, n-gram by n-gram: the counts,
+    back-off masses and totals after it."""
+    import math
+    N = table.order
+    c = [None] + [list(x) for x in model.c[1:]]
+    D = [None] + [list(x) for x in model.D[1:]]
+    T = [None] + [list(x) for x in model.T[1:]]
+    P = [None, [x / T[1][0] for x in c[1]]]
+    for n in range(2, N + 1):
+        P.append([(c[n][i] + D[n][h] * P[n - 1][s]) / T[n][h]
+                  for i, (h, s) in enumerate(zip(table.state[n], table.suffix[n]))])
+    protected = [set() for _ in range(N + 1)]
+    for n in range(2, N):
+        for i in range(len(c[n + 1])):
+            own = table.own[n][table.state[n + 1][i]]
+            if c[n + 1][i] > 0 and own >= 0:
+                protected[n].add(int(own))
+    for n in range(N, 1, -1):
+        shadowed = ({int(table.suffix[n + 1][i]) for i in range(len(c[n + 1])) if c[n + 1][i] > 0}
+                    if n < N else set())
+        lower_state = table.state[n - 1]
+        visit = sorted(range(len(c[n])), key=lambda i: (lower_state[table.suffix[n][i]],
+                                                        table.state[n][i], i))
+        for i in visit:
+            if c[n][i] <= 0 or i in protected[n] or i in shadowed:
+                continue
+            h, s = table.state[n][i], table.suffix[n][i]
+            hs = lower_state[s]
+            share = D[n - 1][hs] * P[n - 2][table.suffix[n - 1][s]] if n > 2 else 0.0
+            count, a, total, backoff = c[n][i], c[n - 1][s] + share, T[n - 1][hs], D[n][h]
+            # a's count here with its back-off share, the other words backed off here
+            # (b), the rest of the back-off state (c), a's count there from elsewhere
+            mine = count + backoff * a / total
+            b = backoff * (total - a) / total
+            rest = total - a - b
+            a_elsewhere = a - backoff * a / total
+            change = mine * math.log((backoff + count) * (a + count) / (total + count) / mine)
+            if a_elsewhere > 0:
+                change += a_elsewhere * math.log((a + count) / (total + count) / (a / total))
+            if b > 0:
+                change += b * math.log((backoff + count) / (total + count) / (backoff / total))
+            if rest > 0:
+                change += rest * math.log(total / (total + count))
+            if -change < threshold:
+                c[n][i] = 0.0
+                D[n][h] += count
+                c[n - 1][s] += count
+                T[n - 1][hs] += count
+    return c, D, T
+
+
+def test_a_pruning_pass_is_sequential_as_pocolm_s(pooled):
+    """Each n-gram is scored against the model as the n-grams before it left it."""
+    _, _, table = pooled
+    model = reestimate.discounted(table, DISCOUNTS)
+    for threshold in (0.3, 3.0):
+        c, D, T = oracle_pass(table, model, threshold)
+        passed = reestimate.prune_pass(table, model.copy(), threshold,
+                                       reestimate._visits(table))
+        for n in range(1, table.order + 1):
+            np.testing.assert_allclose(passed.c[n], c[n], rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(passed.D[n], D[n], rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(passed.T[n], T[n], rtol=1e-9, atol=1e-12)
+        assert model.num_kept() > passed.num_kept() > len(model.c[1])
 
 
 def test_heldout_events_are_scored_as_the_float_model_says(pooled):
