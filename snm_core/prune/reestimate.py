@@ -52,6 +52,7 @@ from snm_core.io import model_files, native
 from snm_core.io.arrays import run_starts
 from snm_core.io.errors import SnmInputError
 from snm_core.text import hashing
+from snm_core.text.vocab import UNK_ID
 
 _a = native.address
 _prune_pass = native.function("reestimate_prune_pass", [native.ptr, native.i64]
@@ -63,6 +64,9 @@ DEFAULT_DISCOUNTS = (0.8, 0.5, 0.3, 0.1)
 #: these, which suits the unpruned model and costs a pruned one, whose n-grams back off
 #: to the unigram far more often (benchmarks/README.md, "Re-estimated from the counts").
 UNIGRAM_DISCOUNTS = (0.75, 0.25, 0.1, 0.0)
+#: The share of the unigram's back-off mass that goes to <UNK>, as pocolm gives it; the
+#: rest is spread evenly over the words.
+UNK_SHARE = 0.5
 #: Multiplicative steps of the discount search, one tuple a sweep over the parameters.
 #: One sweep: more lowered the unpruned model's held-out perplexity and raised the pruned
 #: model's (benchmarks/README.md, "Re-estimated from the counts").
@@ -261,8 +265,13 @@ def discounted(table, discounts, cache=None):
             pieces = _merge_pieces(len(lower), (table.suffix[n], given),
                                    (np.arange(len(lower)), _pieces(uncovered)))
         cache[n] = (key, (c[n], D[n], T[n], total, pieces))
-    # the unigram's back-off mass spread evenly over the words it predicts
-    c1 = c[1] + D[1][0] / max(len(c[1]), 1)
+    # the unigram's back-off mass: UNK_SHARE to <UNK>, the rest spread over the words
+    unknown = lookup(table.link_keys[1], hashing.link_key(table.state_keys[1][:1],
+                                                          np.array([UNK_ID])))[0]
+    share = UNK_SHARE if unknown >= 0 else 0.0
+    c1 = c[1] + D[1][0] * (1 - share) / max(len(c[1]), 1)
+    if unknown >= 0:
+        c1[unknown] += D[1][0] * share
     return FloatModel([None, c1] + c[2:], [None, np.zeros(1)] + D[2:], T)
 
 

@@ -72,9 +72,13 @@ def oracle_probabilities(counts, discounts, order):
             total[gram] = moved_total[gram] + uncovered
             pieces[gram] = sorted([x for x in moved_pieces[gram] if x > 0]
                                   + [1.0] * min(int(uncovered), 3), reverse=True)[:3]
+    # half the unigram's back-off mass to <UNK> (id 2), half spread over the words
     unigrams = [g for g in c_ if len(g) == 1]
+    unknown = 0.5 * D[()] if (2,) in c_ else 0.0
     for g in unigrams:
-        c_[g] += D[()] / len(unigrams)
+        c_[g] += (D[()] - unknown) / len(unigrams)
+    if unknown:
+        c_[(2,)] += unknown
     D[()] = 0.0
 
     def prob(gram):
