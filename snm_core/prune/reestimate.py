@@ -91,9 +91,10 @@ class NgramTable:
     the index at order n - 1 of (h', w); ``state_suffix[n]``: for each context of length
     n - 1, the index of h' among the contexts of length n - 2; ``own[n]``: for each
     context of length n, the index of its own n-gram at order n (-1 where it has none: a
-    context ending in the sentence start).  ``link_rows[n]`` / ``state_rows[n]``: the rows of the model's
-    concatenated matrix / features tables they come from; ``link_keys[n]`` the links'
-    keys and ``state_keys[n]`` the contexts' (looked up in :func:`heldout_events`)."""
+    context ending in the sentence start).  ``link_rows[n]`` / ``state_rows[n]``: the rows
+    of the model's concatenated matrix / features tables they come from; ``link_keys[n]``
+    the links' keys and ``state_keys[n]`` the contexts' (looked up in
+    :func:`heldout_events`)."""
 
     order: int
     counts: list
@@ -635,7 +636,7 @@ def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None
             for _ in range(em_iterations):
                 trial = em_step(table, trial, stats, chains)
             trial.threshold = threshold
-            kept_passes.append((threshold, kept, trial))
+            kept_passes = kept_passes[-1:] + [(threshold, kept, trial)]  # two at most
             if progress:
                 progress(number, trial.num_kept(), threshold)
             if kept <= goal * (1 + TOLERANCE):
