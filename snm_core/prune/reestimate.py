@@ -16,8 +16,8 @@ orders are estimated for the n-grams that remain:
    its occurrences no extension covers (at the start of a sentence).  The result is
    a float-count model: per context h, counts c(h, w), back-off mass D(h) (the sum
    of what was given up) and total T(h), with
-   P(w | h) = (c(h, w) + D(h) P(w | h')) / T(h), and the unigram's back-off mass
-   spread evenly over the words it predicts.
+   P(w | h) = (c(h, w) + D(h) P(w | h')) / T(h); :data:`UNK_SHARE` of the unigram's
+   back-off mass goes to <UNK>, the rest is spread evenly over the words it predicts.
 2. **Pruning** by passes (:func:`prune_pass`) at rising thresholds, to a number of
    links (:func:`prune`).  An n-gram that no kept longer n-gram needs (as its suffix, or
    as the n-gram of a context with kept words: what ARPA needs) is scored by the
@@ -32,8 +32,8 @@ orders are estimated for the n-grams that remain:
    point.
 
 The discounts above the unigram's are chosen on held-out events (a join directory) by
-coordinate search over multiplicative steps; without one the defaults serve.  The result is written
-as an SNM model: P(w | h) = N(h, w) / Z(h) with Z(h) = Z(h') T(h) / D(h) and
+coordinate search over multiplicative steps; without one the defaults serve.  The
+result is written as an SNM model: P(w | h) = N(h, w) / Z(h) with Z(h) = Z(h') T(h) / D(h) and
 M_hw = c(h, w) Z(h) / T(h), so ``snm eval``, the layouts and the ARPA export read
 it unchanged (:func:`snm_values`).
 
@@ -225,7 +225,7 @@ class FloatModel:
     c: list
     D: list
     T: list
-    threshold: float = 0.0  # the largest loss pruned last (:func:`remove`)
+    threshold: float = 0.0  # the last pass's threshold (:func:`prune`) or loss (:func:`remove`)
 
     def copy(self):
         return FloatModel([None] + [x.copy() for x in self.c[1:]],
@@ -393,20 +393,29 @@ def _suffix_chains(table):
     return chains
 
 
+def _own_needed(table, model, n):
+    """The order-n n-grams that are the own n-gram of a context with a kept extension."""
+    needed = np.zeros(len(model.c[n]), bool)
+    if n < table.order:
+        own = table.own[n][table.state[n + 1][model.c[n + 1] > 0]]
+        needed[own[own >= 0]] = True
+    return needed
+
+
+def _suffix_needed(table, model, n):
+    """The order-n n-grams that are the suffix of a kept n-gram one word longer."""
+    needed = np.zeros(len(model.c[n]), bool)
+    if n < table.order:
+        needed[table.suffix[n + 1][model.c[n + 1] > 0]] = True
+    return needed
+
+
 def prunable(table, model):
     """Per order, the kept n-grams no kept longer n-gram needs: not the suffix of one,
     not the own n-gram of a context that has one (the unigrams are never pruned)."""
-    out = [None, np.zeros(len(model.c[1]), bool)]
-    N = table.order
-    for n in range(2, N + 1):
-        needed = np.zeros(len(model.c[n]), bool)
-        if n < N:
-            kept = model.c[n + 1] > 0
-            needed[table.suffix[n + 1][kept]] = True
-            own = table.own[n][table.state[n + 1][kept]]
-            needed[own[own >= 0]] = True
-        out.append((model.c[n] > 0) & ~needed)
-    return out
+    return [None, np.zeros(len(model.c[1]), bool)] + [
+        (model.c[n] > 0) & ~_suffix_needed(table, model, n) & ~_own_needed(table, model, n)
+        for n in range(2, table.order + 1)]
 
 
 def backoff_loss(count, backoff, backoff_count, backoff_total):
@@ -563,17 +572,9 @@ def prune_pass(table, model, threshold, visits):
     the count at once, so the n-grams scored after it see the larger back-off mass."""
     N = table.order
     P = probabilities(table, model)
-    protected = [None, None]
-    for n in range(2, N + 1):
-        needed = np.zeros(len(model.c[n]), bool)
-        if n < N:
-            own = table.own[n][table.state[n + 1][model.c[n + 1] > 0]]
-            needed[own[own >= 0]] = True
-        protected.append(needed)
+    protected = [None, None] + [_own_needed(table, model, n) for n in range(2, N + 1)]
     for n in range(N, 1, -1):
-        candidate = (model.c[n] > 0) & ~protected[n]
-        if n < N:
-            candidate[table.suffix[n + 1][model.c[n + 1] > 0]] = False
+        candidate = (model.c[n] > 0) & ~protected[n] & ~_suffix_needed(table, model, n)
         if n > 2:
             lower_share = (model.D[n - 1][table.state[n - 1]]
                            * P[n - 2][table.suffix[n - 1]])
@@ -636,7 +637,6 @@ def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None
         else:
             for _ in range(em_iterations):
                 trial = em_step(table, trial, stats, chains)
-            trial.threshold = threshold
             kept_passes = kept_passes[-1:] + [(threshold, kept, trial)]  # two at most
             if progress:
                 progress(number, trial.num_kept(), threshold)
