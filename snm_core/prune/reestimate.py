@@ -42,6 +42,7 @@ refuses a model its ``--memory`` cannot hold.
 """
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -112,6 +113,33 @@ class NgramTable:
     @property
     def num_links(self):
         return sum(len(c) for c in self.counts[1:])
+
+    @functools.cached_property
+    def paths(self):
+        """Per order n, ``(suffixes, states)``: dicts over k = 1..n of each order-n
+        n-gram's suffix at order k and that suffix's context (its back-off path),
+        computed once for the E-M (int32 where the order's n-grams allow)."""
+        out = [None]
+        for n in range(1, self.order + 1):
+            dtype = np.int32 if len(self.counts[n]) < 2 ** 31 else np.int64
+            suffixes = {n: np.arange(len(self.counts[n]), dtype=dtype)}
+            states = {n: self.state[n].astype(dtype)}
+            for k in range(n - 1, 0, -1):
+                suffixes[k] = self.suffix[k + 1][suffixes[k + 1]].astype(dtype)
+                states[k] = self.state[k][suffixes[k]].astype(dtype)
+            out.append((suffixes, states))
+        return out
+
+    @functools.cached_property
+    def visits(self):
+        """Per order n >= 2, ``(suffix_state, visit)``: each n-gram's suffix's context, and
+        the order a pruning pass visits the n-grams in: by suffix context, then context
+        (pocolm's order: the n-grams that share a back-off state come together)."""
+        out = [None, None]
+        for n in range(2, self.order + 1):
+            suffix_state = self.state[n - 1][self.suffix[n]]
+            out.append((suffix_state, np.lexsort((self.state[n], suffix_state))))
+        return out
 
 
 def build_table(features, matrix, keys_for):
@@ -382,17 +410,6 @@ def tune_discounts(table, events, say=None):
 # --- 2. pruning ---------------------------------------------------------------------------
 
 
-def _suffix_chains(table):
-    """chains[n][k]: each order-n n-gram's suffix at order k (k <= n)."""
-    chains = [None]
-    for n in range(1, table.order + 1):
-        chain = {n: np.arange(len(table.counts[n]))}
-        for k in range(n - 1, 0, -1):
-            chain[k] = table.suffix[k + 1][chain[k + 1]]
-        chains.append(chain)
-    return chains
-
-
 def _own_needed(table, model, n):
     """The order-n n-grams that are the own n-gram of a context with a kept extension."""
     needed = np.zeros(len(model.c[n]), bool)
@@ -488,7 +505,7 @@ def remove(table, model, scores, number):
 # --- 3. E-M -------------------------------------------------------------------------------
 
 
-def float_stats(table, model, chains):
+def float_stats(table, model):
     """The float stats of ``model`` (pocolm's): per n-gram, the expected count of its
     word after its context where it is the longest n-gram present, back-off included;
     per context, the expected count of words it backs off for.  Their sum is the
@@ -498,54 +515,56 @@ def float_stats(table, model, chains):
     backed = [None] + [x.copy() for x in model.D[1:]]
     stats = [None] * (N + 1)
     for n in range(N, 1, -1):
+        suffixes, states = table.paths[n]
         with np.errstate(divide="ignore", invalid="ignore"):
             remaining = np.clip(np.where(model.c[n] > 0, work[n] / model.c[n], 0.0), 0, 1)
-        weight = model.D[n][table.state[n]] * remaining
+        weight = model.D[n][states[n]] * remaining
         parts = {}
         for k in range(n - 1, 0, -1):
-            s = chains[n][k]
-            h = table.state[k][s]
-            part = weight * model.c[k][s] / model.T[k][h]
+            s, h = suffixes[k], states[k]
+            total = model.T[k][h]
+            part = weight * model.c[k][s] / total
             work[k] -= np.bincount(s, weights=part, minlength=len(work[k]))
             parts[k] = part
-            weight = weight * model.D[k][h] / model.T[k][h]
+            weight = weight * model.D[k][h] / total
         running = np.zeros(len(model.c[n]))
         for k in range(1, n):
-            running = running + parts[k]
-            h = table.state[k + 1][chains[n][k + 1]]
-            backed[k + 1] -= np.bincount(h, weights=running, minlength=len(backed[k + 1]))
+            running += parts[k]
+            backed[k + 1] -= np.bincount(states[k + 1], weights=running,
+                                         minlength=len(backed[k + 1]))
         stats[n] = np.maximum(model.c[n] * remaining + sum(parts.values()), 0)
     stats[1] = np.maximum(work[1], 0)
     return stats, [None] + [np.maximum(x, 0) for x in backed[1:]]
 
 
-def em_step(table, model, stats, chains):
+def em_step(table, model, stats):
     """One E-M iteration: ``model``'s counts re-estimated to explain ``stats``."""
     N = table.order
     counts_stats, backoff_stats = stats
     counts = [None] + [np.zeros(len(x)) for x in model.c[1:]]
     backoff = [None] + [x.copy() for x in backoff_stats[1:]]
     for n in range(N, 0, -1):
-        h = table.state[n]
-        direct = model.c[n] / model.T[n][h]
+        suffixes, states = table.paths[n]
+        context_total = model.T[n][states[n]]
+        direct = model.c[n] / context_total
         total = direct.copy()
         via = {}
-        weight = model.D[n][h] / model.T[n][h]
+        weight = model.D[n][states[n]] / context_total
         for k in range(n - 1, 0, -1):
-            s = chains[n][k]
-            hk = table.state[k][s]
-            via[k] = weight * model.c[k][s] / model.T[k][hk]
+            s, h = suffixes[k], states[k]
+            suffix_total = model.T[k][h]
+            via[k] = weight * model.c[k][s] / suffix_total
             total += via[k]
-            weight = weight * model.D[k][hk] / model.T[k][hk]
+            if k > 1:
+                weight *= model.D[k][h] / suffix_total
         share = np.divide(counts_stats[n], total, out=np.zeros(len(total)), where=total > 0)
         counts[n] += share * direct
         running = np.zeros(len(total))
         for k in range(1, n):
-            s = chains[n][k]
-            counts[k] += np.bincount(s, weights=share * via[k], minlength=len(counts[k]))
-            running = running + via[k]
-            h1 = table.state[k + 1][chains[n][k + 1]]
-            backoff[k + 1] += np.bincount(h1, weights=share * running,
+            counts[k] += np.bincount(suffixes[k], weights=share * via[k],
+                                     minlength=len(counts[k]))
+            running += via[k]
+            backoff[k + 1] += np.bincount(states[k + 1], weights=share * running,
                                           minlength=len(backoff[k + 1]))
     T = [None] + [np.bincount(table.state[n], weights=counts[n],
                               minlength=table.num_states[n]) + backoff[n]
@@ -553,17 +572,7 @@ def em_step(table, model, stats, chains):
     return FloatModel(counts, backoff, T)
 
 
-def _visits(table):
-    """Per order n >= 2, the order a pass visits its n-grams in: by suffix context, then
-    context (pocolm's order: the n-grams that share a back-off state come together)."""
-    out = [None, None]
-    for n in range(2, table.order + 1):
-        suffix_state = table.state[n - 1][table.suffix[n]]
-        out.append((suffix_state, np.lexsort((table.state[n], suffix_state))))
-    return out
-
-
-def prune_pass(table, model, threshold, visits):
+def prune_pass(table, model, threshold):
     """One pass of pocolm's pruning over ``model`` (changed in place; returned): longest
     n-grams first, each prunable n-gram (:func:`prunable`, with the contexts' own n-grams
     taken at the pass's start and the suffixes as the longer order left them) is pruned
@@ -580,7 +589,7 @@ def prune_pass(table, model, threshold, visits):
                            * P[n - 2][table.suffix[n - 1]])
         else:
             lower_share = np.zeros(len(model.c[1]))
-        suffix_state, visit = visits[n]
+        suffix_state, visit = table.visits[n]
         _prune_pass(_a(visit, np.int64), len(visit), _a(candidate.view(np.uint8)),
                     _a(model.c[n], np.float64), _a(table.state[n], np.int64),
                     _a(table.suffix[n], np.int64), _a(suffix_state, np.int64),
@@ -611,9 +620,7 @@ def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None
     the target while far from it (:func:`_aim`), and thresholds never fall.  A pass that
     leaves fewer n-grams than the target is undone and both powers raised a fifth.
     ``progress(pass, kept, threshold)`` after each kept pass."""
-    chains = _suffix_chains(table)
-    stats = float_stats(table, model, chains)
-    visits = _visits(table)
+    stats = float_stats(table, model)
     floor = len(model.c[1])
     target = max(int(target_links), floor)
     model = model.copy()
@@ -625,7 +632,7 @@ def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None
     threshold, repeat, power = INITIAL_THRESHOLD, 0.5, 1.0
     for number in range(1, MAX_PASSES + 1):
         last_threshold, last_kept, last = kept_passes[-1]
-        trial = prune_pass(table, last.copy(), threshold, visits)
+        trial = prune_pass(table, last.copy(), threshold)
         kept = trial.num_kept() - floor
         if kept < goal:
             if len(kept_passes) == 1:
@@ -636,7 +643,7 @@ def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None
             repeat, power = min(1.0, repeat * 1.2), power * 1.2
         else:
             for _ in range(em_iterations):
-                trial = em_step(table, trial, stats, chains)
+                trial = em_step(table, trial, stats)
             kept_passes = kept_passes[-1:] + [(threshold, kept, trial)]  # two at most
             if progress:
                 progress(number, trial.num_kept(), threshold)
@@ -657,7 +664,7 @@ def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None
                 break
             kept -= removed
         for _ in range(em_iterations):
-            model = em_step(table, model, stats, chains)
+            model = em_step(table, model, stats)
     model.threshold = kept_passes[-1][0]
     return model
 

@@ -132,14 +132,58 @@ def test_count_moving_gives_the_probabilities_of_a_dictionary_oracle(pooled):
 def test_the_unpruned_model_is_a_fixed_point_of_em(pooled):
     _, _, table = pooled
     model = reestimate.discounted(table, DISCOUNTS)
-    chains = reestimate._suffix_chains(table)
-    stats = reestimate.float_stats(table, model, chains)
+    stats = reestimate.float_stats(table, model)
     total = sum(c.sum() for c in model.c[1:])
     assert sum(s.sum() for s in stats[0][1:]) == pytest.approx(total, rel=1e-9)
-    again = reestimate.em_step(table, model, stats, chains)
+    again = reestimate.em_step(table, model, stats)
     for n in range(1, table.order + 1):
         np.testing.assert_allclose(again.c[n], model.c[n], rtol=1e-8, atol=1e-10)
         np.testing.assert_allclose(again.T[n], model.T[n], rtol=1e-8, atol=1e-10)
+
+
+def oracle_em_step(table, model, stats):
+    """One E-M iteration n-gram by n-gram: each n-gram's stat (the expected count of its
+    word after its context) shared among the states of its back-off path by their part
+    of P(w | h), each part counted for the n-gram it reaches and as backed off by every
+    context it passed through."""
+    N = table.order
+    counts_stats, backoff_stats = stats
+    counts = [None] + [[0.0] * len(x) for x in model.c[1:]]
+    backoff = [None] + [list(x) for x in backoff_stats[1:]]
+    for n in range(1, N + 1):
+        for j in range(len(model.c[n])):
+            path = [(n, j)]              # (order, n-gram) from the longest down
+            while path[-1][0] > 1:
+                k, i = path[-1]
+                path.append((k - 1, int(table.suffix[k][i])))
+            parts, weight = [], 1.0       # weight: the back-off factors passed so far
+            for k, i in path:
+                h = table.state[k][i]
+                parts.append(weight * model.c[k][i] / model.T[k][h])
+                weight *= model.D[k][h] / model.T[k][h]
+            total = sum(parts)
+            if total <= 0:
+                continue
+            for step, (k, i) in enumerate(path):
+                share = counts_stats[n][j] * parts[step] / total
+                counts[k][i] += share
+                for kk, ii in path[:step]:   # the contexts backed off from to reach it
+                    backoff[kk][table.state[kk][ii]] += share
+    return counts, backoff
+
+
+def test_em_reestimates_a_pruned_model_as_an_oracle_does(pooled):
+    _, _, table = pooled
+    model = reestimate.discounted(table, DISCOUNTS)
+    stats = reestimate.float_stats(table, model)
+    pruned = reestimate.prune_pass(table, model.copy(), 1.0)
+    assert pruned.num_kept() < model.num_kept()
+    again = reestimate.em_step(table, pruned, stats)
+    counts, backoff = oracle_em_step(table, pruned, stats)
+    for n in range(1, table.order + 1):
+        np.testing.assert_allclose(again.c[n], counts[n], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(again.D[n], backoff[n], rtol=1e-9, atol=1e-12)
+    assert any(not np.allclose(again.c[n], pruned.c[n]) for n in range(1, table.order + 1))
 
 
 def test_pruning_keeps_the_target_closed_and_normalised(pooled):
@@ -220,8 +264,7 @@ def test_a_pruning_pass_is_sequential_as_pocolm_s(pooled):
     model = reestimate.discounted(table, DISCOUNTS)
     for threshold in (0.3, 3.0):
         c, D, T = oracle_pass(table, model, threshold)
-        passed = reestimate.prune_pass(table, model.copy(), threshold,
-                                       reestimate._visits(table))
+        passed = reestimate.prune_pass(table, model.copy(), threshold)
         for n in range(1, table.order + 1):
             np.testing.assert_allclose(passed.c[n], c[n], rtol=1e-9, atol=1e-12)
             np.testing.assert_allclose(passed.D[n], D[n], rtol=1e-9, atol=1e-12)
