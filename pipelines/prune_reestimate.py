@@ -3,7 +3,8 @@ and pruned as pocolm prunes (:mod:`snm_core.prune.reestimate`), in this process.
 
 The n-gram table is held whole (the budget says so before anything is read); the
 discounts are chosen on ``--heldout`` (a join directory on the model's counts) when
-given.  The pruned model is written in the source's buckets with its links' M_hw
+given: first for the unpruned model, then, from there, for the pruned one, a pruning a
+trial.  The pruned model is written in the source's buckets with its links' M_hw
 replaced, so everything that reads a pruned model reads it."""
 
 import numpy as np
@@ -39,17 +40,19 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
     table = reestimate.read_table(options.model, manifest["num_buckets"],
                                   plain_extractor(manifest["config"]).keys_for)
     discounts = reestimate.default_discounts(table.order)
-    heldout_perplexity = None
+    heldout_perplexity = pruned_perplexity = None
     if options.heldout:
         check_heldout(options.heldout, manifest)
         events = read_events(options.heldout)
         events = reestimate.heldout_events(table, events.ptr, events.keys, events.target)
         discounts, heldout_perplexity = reestimate.tune_discounts(table, events, say)
-    unpruned = reestimate.discounted(table, discounts)
-    pruned = reestimate.prune(
-        table, unpruned, options.target_links,
-        progress=lambda number, kept, threshold: say(
-            f"prune: pass {number}: {kept:,} links (threshold {threshold:.3g})"))
+        discounts, pruned, pruned_perplexity = reestimate.tune_pruned_discounts(
+            table, events, discounts, options.target_links, say)
+    else:
+        pruned = reestimate.prune(
+            table, reestimate.discounted(table, discounts), options.target_links,
+            progress=lambda number, kept, threshold: say(
+                f"prune: pass {number}: {kept:,} links (threshold {threshold:.3g})"))
     m, _ = reestimate.snm_values(table, pruned)
     new_m = np.zeros(table.num_links, np.float32)
     kept = np.zeros(table.num_links, bool)
@@ -80,6 +83,7 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
                "threshold": pruned.threshold,
                "discounts": {str(n): list(d) for n, d in discounts.items()},
                "heldout": options.heldout, "heldout_perplexity_unpruned": heldout_perplexity,
+               "heldout_perplexity": pruned_perplexity,
                "links_before": links, "features_before": manifest["totals"]["features"],
                "source": options.model}
     prune_lib.finish_output(options.out, manifest, total_links, total_features, pruning)

@@ -68,6 +68,8 @@ UNIGRAM_DISCOUNTS = (0.75, 0.25, 0.1, 0.0)
 #: The share of the unigram's back-off mass that goes to <UNK>, as pocolm gives it; the
 #: rest is spread evenly over the words.
 UNK_SHARE = 0.5
+#: The largest discount a search may set.
+MAX_DISCOUNT = 0.99
 #: Multiplicative steps of the discount search, one tuple a sweep over the parameters.
 #: One sweep: a second gains a pruned model 0.01-0.1% for a minute more on kernel, and a
 #: search to convergence lowers the unpruned model's held-out perplexity and raises the
@@ -80,6 +82,9 @@ INITIAL_THRESHOLD = 0.5
 EM_ITERATIONS = 2
 TOLERANCE = 0.02
 MAX_PASSES = 60
+#: The steps of the search of discounts for a pruned model, tried in this order (a pruned
+#: model gains from larger discounts more often than from smaller).
+PRUNED_SEARCH_STEPS = (1.25, 0.8)
 #: What the estimate holds, in bytes a link (measured on kernel's 5-gram, rounded up).
 BYTES_PER_LINK = 500
 
@@ -380,6 +385,16 @@ def default_discounts(order):
     return {n: UNIGRAM_DISCOUNTS if n == 1 else DEFAULT_DISCOUNTS for n in range(1, order + 1)}
 
 
+def _step(discounts, n, i, step):
+    """``discounts`` with order ``n``'s i-th discount multiplied by ``step`` (at most
+    :data:`MAX_DISCOUNT`), or None where that changes nothing or breaks their order."""
+    trial = list(discounts[n])
+    trial[i] = min(MAX_DISCOUNT, trial[i] * step)
+    if trial == list(discounts[n]) or any(trial[j] < trial[j + 1] for j in range(3)):
+        return None
+    return {**discounts, n: tuple(trial)}
+
+
 def tune_discounts(table, events, say=None):
     """Discounts per order by coordinate search on held-out perplexity, from
     :data:`DEFAULT_DISCOUNTS`: in each sweep of :data:`SEARCH_STEPS`, each parameter in
@@ -392,11 +407,9 @@ def tune_discounts(table, events, say=None):
         for n in range(2, table.order + 1):
             for i in range(4):
                 for step in steps:
-                    trial = list(discounts[n])
-                    trial[i] = min(0.99, trial[i] * step)
-                    if any(trial[j] < trial[j + 1] for j in range(3)):
+                    candidate = _step(discounts, n, i, step)
+                    if candidate is None:
                         continue
-                    candidate = {**discounts, n: tuple(trial)}
                     value = heldout_perplexity(table, discounted(table, candidate, cache),
                                                events)
                     if value < best - 1e-9:
@@ -667,6 +680,43 @@ def prune(table, model, target_links, em_iterations=EM_ITERATIONS, progress=None
             model = em_step(table, model, stats)
     model.threshold = kept_passes[-1][0]
     return model
+
+
+def tune_pruned_discounts(table, events, discounts, target_links, say=None):
+    """Discounts chosen for the model pruned to ``target_links`` (:func:`prune`): one
+    coordinate sweep from ``discounts`` whose objective is the pruned model's held-out
+    perplexity, the highest order first, each parameter multiplied by each step of
+    :data:`PRUNED_SEARCH_STEPS` in turn and the first that lowers it kept.  What suits
+    the unpruned model is not what suits a pruned one, whose n-grams back off far more
+    often (benchmarks/README.md, "Re-estimated from the counts"); each trial is a whole
+    pruning.  Returns ``(discounts, pruned model, its held-out perplexity)``."""
+    cache = {}
+
+    def pruned(candidate):
+        model = prune(table, discounted(table, candidate, cache), target_links)
+        return heldout_perplexity(table, model, events), model
+
+    best, model = pruned(discounts)
+    if say:
+        say(f"pruned held-out perplexity {best:.2f} with the unpruned model's discounts")
+    for n in range(table.order, 1, -1):
+        for i in range(4):
+            for step in PRUNED_SEARCH_STEPS:
+                candidate = _step(discounts, n, i, step)
+                if candidate is None:
+                    continue
+                value, trial = pruned(candidate)
+                if say:
+                    say(f"order {n}'s D{i + 1} times {step:g}: pruned held-out perplexity "
+                        f"{value:.2f}")
+                if value < best - 1e-9:
+                    best, model, discounts = value, trial, candidate
+                    break
+        if say:
+            say(f"discounts of order {n} for the pruned model: "
+                + ", ".join(f"{d:.3f}" for d in discounts[n])
+                + f" (pruned held-out perplexity {best:.2f})")
+    return discounts, model, best
 
 
 # --- writing the model --------------------------------------------------------------------

@@ -283,6 +283,27 @@ def test_heldout_events_are_scored_as_the_float_model_says(pooled):
     assert np.isfinite(logp).mean() > 0.9
 
 
+def test_discounts_chosen_on_the_pruned_model_prune_it_no_worse(pooled):
+    """The search on the pruned model's held-out perplexity returns the model its
+    discounts prune to, no worse on the held-out events than where it started."""
+    model_dir, manifest, table = pooled
+    events = read_events(str(model_dir.parent / "heldout"))
+    events = reestimate.heldout_events(table, events.ptr, events.keys, events.target)
+    target = manifest["totals"]["links"] // 3
+    start = reestimate.prune(table, reestimate.discounted(table, DISCOUNTS), target)
+    before = reestimate.heldout_perplexity(table, start, events)
+    said = []
+    discounts, model, after = reestimate.tune_pruned_discounts(table, events, DISCOUNTS,
+                                                               target, said.append)
+    assert after == pytest.approx(reestimate.heldout_perplexity(table, model, events))
+    assert after <= before and discounts != DISCOUNTS
+    assert model.num_kept() == target
+    again = reestimate.prune(table, reestimate.discounted(table, discounts), target)
+    for n in range(1, table.order + 1):
+        np.testing.assert_array_equal(again.c[n], model.c[n])
+    assert any("order 5's D1" in line for line in said)
+
+
 def test_snm_prune_reestimate_writes_a_model_eval_and_arpa_agree_on(pooled, ngram_model,
                                                                     tmp_path, capsys):
     model_dir, manifest, table = pooled
