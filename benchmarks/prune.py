@@ -7,6 +7,7 @@
         --heldout_weights 1,2,4,8,16 --choose_weight      # the weight, on dev halves
     LMPLZ=$KENLM_BIN/lmplz python benchmarks/prune.py   # lmplz --prune in this run
     POCOLM=$POCOLM_DIR python benchmarks/prune.py                 # pocolm in this run
+    POCOLM=$POCOLM_DIR python benchmarks/prune.py --corpus man --criteria reestimate
 
 pocolm builds from its public sources: ``git clone https://github.com/danpovey/pocolm
 $POCOLM_DIR && make -C $POCOLM_DIR/src`` (its scripts need numpy: this process's
@@ -25,7 +26,12 @@ POCOLM names its checkout, and then the SNM is pruned to the n-gram counts pocol
 reached; otherwise their figures are ../shared/benchmarks/reference.md's.  The
 5-gram is pruned by ``--criteria`` (default: ``backoff``, the default for n-gram models;
 ``reestimate``, with the run's held-out join; ``count`` and ``mass``), to ``--targets``
-if given.
+if given.  ``--corpus man`` does the same on text the pruning was not tuned on: mix's
+man pages alone (400K words of train/man.txt.gz, mix's dev and test, which are man
+pages, and its vocab.txt), beside pocolm in the same run at POCOLM_TARGETS["man"]
+(POCOLM must be set).  pocolm's word list there is the vocab.txt words the training text
+holds, the words the SNM has: with all 115K words of mix's list pocolm would spread its
+unigram mass over words the text never shows, where the SNM gives it to ``<UNK>``.
 
 Skip-gram configurations (``--config skip10gram``) are pruned by ``mass`` and ``count``
 (through the Beam pipeline, two threads; also ``mass`` with the run's held-out join at
@@ -101,24 +107,57 @@ def lmplz_rows(lmplz, work, test_path):
     return rows
 
 
-#: pocolm's prune targets: lmplz's sizes (reference.md); it lands within 5% of a target.
-POCOLM_TARGETS = (1_095_624, 197_026)
+#: pocolm's prune targets: on kernel lmplz's sizes (reference.md; it lands within 5% of a
+#: target), on man about 20% and 6% of its n-grams above the unigrams.
+POCOLM_TARGETS = {"kernel": (1_095_624, 197_026), "man": (205_745, 76_394)}
 
 
-def pocolm_rows(pocolm, work, test_path):
-    """pocolm's unpruned 5-gram and its pruned models at POCOLM_TARGETS, built here
-    (each step skipped when its output exists), timed and scored."""
+def corpus_files(name):
+    """``{"train": [(source, path)], "dev", "test", "vocab"}`` of a corpus: ../shared's
+    setups, and ``man``, mix's man pages alone."""
+    if name == "man":
+        return {"train": [("man", corpus("mix", "train", "man.txt.gz"))],
+                "dev": corpus("mix", "dev.txt"), "test": corpus("mix", "test.txt"),
+                "vocab": corpus("mix", "vocab.txt")}
+    train = ([(s, corpus("mix", "train", s + ".txt.gz")) for s in MIX_SOURCES]
+             if name == "mix" else [(name, corpus(name, "train.txt.gz"))])
+    return {"train": train, "dev": corpus(name, "dev.txt"), "test": corpus(name, "test.txt"),
+            "vocab": corpus(name, "vocab.txt")}
+
+
+def seen_words(files, path):
+    """Write to ``path`` the words of ``files``' vocab.txt its training text holds."""
+    import gzip
+    with open(files["vocab"], encoding="utf-8") as f:
+        vocab = {line.strip() for line in f if line.strip()}
+    seen = set()
+    for _, source in files["train"]:
+        with gzip.open(source, "rt", encoding="utf-8") as f:
+            for line in f:
+                seen.update(line.split())
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(w + "\n" for w in sorted(vocab & seen))
+
+
+def pocolm_rows(pocolm, work, name, test_path):
+    """pocolm's unpruned 5-gram and its pruned models at POCOLM_TARGETS[name], built
+    here (each step skipped when its output exists), timed and scored."""
     import time
     env = {**os.environ, "PATH": os.pathsep.join(
         [os.path.dirname(sys.executable), os.path.join(pocolm, "scripts"),
          os.path.join(pocolm, "src"), os.environ.get("PATH", "")])}
-    root = os.path.join(work, "pocolm")
+    files = corpus_files(name)
+    root = os.path.join(work, "pocolm" if name == "kernel" else f"pocolm-{name}")
     text = os.path.join(root, "text")
     os.makedirs(text, exist_ok=True)
-    for name, source in (("kernel.txt.gz", corpus("kernel", "train.txt.gz")),
-                         ("dev.txt", corpus("kernel", "dev.txt"))):
-        if not os.path.lexists(os.path.join(text, name)):
-            os.symlink(source, os.path.join(text, name))
+    for file, source in [(s + ".txt.gz", path) for s, path in files["train"]] + [
+            ("dev.txt", files["dev"])]:
+        if not os.path.lexists(os.path.join(text, file)):
+            os.symlink(source, os.path.join(text, file))
+    wordlist = files["vocab"]
+    if name != "kernel":   # kernel's vocab.txt is its words seen three times or more
+        wordlist = os.path.join(root, "words.txt")
+        seen_words(files, wordlist)
 
     def step(cmd, output, stdout=None):
         """Seconds to make ``output`` (None: it was there from an earlier run)."""
@@ -132,10 +171,10 @@ def pocolm_rows(pocolm, work, test_path):
         return round(time.perf_counter() - start, 1)
 
     lm = os.path.join(root, "lm5")
-    train_s = step(["train_lm.py", f"--wordlist={corpus('kernel', 'vocab.txt')}",
+    train_s = step(["train_lm.py", f"--wordlist={wordlist}",
                     "--num-splits=1", "--warm-start-ratio=10", "text", "5", "work", "lm5"], lm)
     rows = []
-    for target in (None,) + POCOLM_TARGETS:
+    for target in (None,) + POCOLM_TARGETS[name]:
         pruned = lm if target is None else f"{lm}_prune{target}"
         prune_s = 0.0 if target is None else step(
             ["prune_lm_dir.py", f"--target-num-ngrams={target}", lm, pruned], pruned)
@@ -159,14 +198,14 @@ def trained(name, config, work):
     """The directory of an `snm train` run of ``config`` on corpus ``name`` (made once)."""
     run = os.path.join(work, f"{name}-{config}")
     if not os.path.exists(os.path.join(run, "eval.json")):
-        cmd = snm("train", "--config", config, "--heldout", corpus(name, "dev.txt"),
-                  "--test", corpus(name, "test.txt"), "--vocab", corpus(name, "vocab.txt"),
-                  "--out", run)
+        files = corpus_files(name)
+        cmd = snm("train", "--config", config, "--heldout", files["dev"],
+                  "--test", files["test"], "--vocab", files["vocab"], "--out", run)
         if name == "mix":
-            for source in MIX_SOURCES:
-                cmd += ["--train", f"{source}={corpus('mix', 'train', source + '.txt.gz')}"]
+            cmd += [arg for source, path in files["train"]
+                    for arg in ("--train", f"{source}={path}")]
         else:
-            cmd += ["--train", corpus(name, "train.txt.gz")]
+            cmd += ["--train", files["train"][0][1]]
         if config != "5gram":
             cmd += ["--num_buckets", "64", *MODE]
         run_measured(cmd, log=run + ".log")
@@ -212,7 +251,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="5gram", choices=("5gram", "skip10gram"))
-    parser.add_argument("--corpus", default="kernel", choices=("kernel", "mix"))
+    parser.add_argument("--corpus", default="kernel", choices=("kernel", "mix", "man"),
+                        help="man: the 5-gram beside pocolm on mix's man pages alone")
     parser.add_argument("--targets", help="comma-separated link counts (default: the "
                                           "fractions 50 .. 1%% of the model's links)")
     parser.add_argument("--criteria", default="backoff,reestimate,count,mass",
@@ -228,22 +268,26 @@ def main(argv=None):
     os.makedirs(work, exist_ok=True)
     if args.choose_weight:
         return choose_weight(args, work)
-    if args.config != "5gram" or args.corpus != "kernel":
+    if args.config != "5gram" or args.corpus == "mix":
         return skipgram_main(args, work)
-    test_path = corpus("kernel", "test.txt")
-    model = os.path.join(trained("kernel", "5gram", work), "model")
+    name = args.corpus
+    test_path = corpus_files(name)["test"]
+    model = os.path.join(trained(name, "5gram", work), "model")
     total = links_of(model)
-    rows = [{"model": "snm 5-gram, unpruned", "links": total,
+    rows = [{"model": f"snm 5-gram ({name}), unpruned", "links": total,
              "test_ppl": round(snm_perplexity(model, test_path), 2)}]
     pocolm = os.environ.get("POCOLM")
+    if name != "kernel" and not pocolm:
+        raise SystemExit(f"--corpus {name} compares with pocolm in the same run: set POCOLM "
+                         "to its built checkout")
     if pocolm:
-        pocolm_built = pocolm_rows(pocolm, work, test_path)
+        pocolm_built = pocolm_rows(pocolm, work, name, test_path)
         reached = {r["links"]: r["test_ppl"] for r in pocolm_built[1:]}
         goals = {links: round(ppl * 0.9, 2) for links, ppl in reached.items()}
     else:
         reached, goals = POCOLM, GOALS
     targets = ([int(t) for t in args.targets.split(",")] if args.targets
-               else [round(total * f) for f in FRACTIONS] + sorted(reached))
+               else [round(total * f) for f in FRACTIONS if name == "kernel"] + sorted(reached))
     for target in sorted(set(targets), reverse=True):
         for criterion in args.criteria.split(","):
             row = pruned_row(model, target, criterion, test_path,
@@ -253,7 +297,9 @@ def main(argv=None):
                 row["goal_ppl"] = goals[target]
             rows.append(row)
     lmplz = os.environ.get("LMPLZ")
-    if lmplz:
+    if name != "kernel":
+        baseline = []
+    elif lmplz:
         baseline = lmplz_rows(lmplz, work, test_path)
     else:
         baseline = [{"model": f"lmplz --prune 0 {n} {n} {n} {n} (reference.md)", "links": c,
@@ -266,8 +312,8 @@ def main(argv=None):
     print_table(rows + baseline, ["model", "links", "test_ppl", "arpa_ppl_kenlm", "pocolm_ppl",
                                   "goal_ppl", "prune_seconds", "prune_peak_rss_mib",
                                   "pocolm_seconds"])
-    record("prune", rows + baseline)
-    if not args.targets:  # the plot shows the whole sweep
+    record("prune", [dict(r, corpus=name) for r in rows + baseline])
+    if not args.targets and name == "kernel":  # the plot shows the whole sweep
         plot(rows, baseline, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
                                           "prune_kernel_5gram.png"))
 

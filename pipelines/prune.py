@@ -23,7 +23,8 @@ Four criteria (:mod:`snm_core.prune.criteria` has the arithmetic):
 * ``reestimate`` (pooled n-gram configurations): the model estimated again from its
   counts with count moving, pruned in passes by the relative entropy of backing off,
   E-M between passes, as pocolm does (:mod:`pipelines.prune_reestimate`), in this
-  process; ``--heldout`` chooses its discounts.
+  process; ``--heldout`` chooses its discounts, for the unpruned model and then for
+  the pruned one.
 * ``mass`` (default otherwise) and ``count`` (any configuration): the
   probability mass the link carries under its feature, weighted by how often
   the feature fires: with its share of the feature's adjusted mass (mass), or

@@ -29,8 +29,10 @@ def build_parser():
                              "(any model; the default for skip-gram models) or count")
     parser.add_argument("--heldout", metavar="DIR",
                         help="a join directory (snm join --out) on the model's counts; "
-                             "reestimate: its discounts are chosen on it (give it: the "
-                             "defaults are a few percent worse); mass or count: the features "
+                             "reestimate: its discounts are chosen on it, for the "
+                             "unpruned model and then for the pruned one (a pruning a "
+                             "trial: minutes; without it the defaults are a few percent "
+                             "worse); mass or count: the features "
                              "its held-out text touches weigh --heldout_weight times more")
     parser.add_argument("--heldout_weight", type=float,
                         help=f"with --heldout (default {stage.HELDOUT_WEIGHT:g})")
