@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.prune_output import finish
+from pipelines.runners import usable_cpus
 from snm_core.arpa.backoff import plain_extractor
 from snm_core.fit.heldout import read_events
 from snm_core.io import memory, model_files
@@ -19,6 +20,14 @@ from snm_core.io.progress import LOGGER
 from snm_core.prune import criteria as prune_lib
 from snm_core.prune import reestimate
 from snm_core.text.config import parse_config
+
+
+def search_workers(options, links):
+    """Processes for the search on the pruned model: the usable CPUs, as many as the
+    budget holds beyond the first (each adds a pruning's arrays)."""
+    spare = options.memory.bytes - memory.PROCESS_BYTES - links * reestimate.BYTES_PER_LINK
+    return max(1, min(usable_cpus(), 1 + spare // max(links * reestimate.BYTES_PER_LINK_A_TRIAL,
+                                                      1)))
 
 
 def prune_reestimate(options, manifest, check_heldout, summary=True):
@@ -47,7 +56,8 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
         events = reestimate.heldout_events(table, events.ptr, events.keys, events.target)
         discounts, heldout_perplexity = reestimate.tune_discounts(table, events, say)
         discounts, pruned, pruned_perplexity = reestimate.tune_pruned_discounts(
-            table, events, discounts, options.target_links, say)
+            table, events, discounts, options.target_links, say,
+            workers=search_workers(options, links))
     else:
         pruned = reestimate.prune(
             table, reestimate.discounted(table, discounts), options.target_links,

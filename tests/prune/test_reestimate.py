@@ -302,6 +302,11 @@ def test_discounts_chosen_on_the_pruned_model_prune_it_no_worse(pooled):
     for n in range(1, table.order + 1):
         np.testing.assert_array_equal(again.c[n], model.c[n])
     assert any("order 5's D1" in line for line in said)
+    # two processes try a parameter's steps at once and make the same choices
+    in_two = reestimate.tune_pruned_discounts(table, events, DISCOUNTS, target, workers=2)
+    assert in_two[0] == discounts and in_two[2] == after
+    for n in range(1, table.order + 1):
+        np.testing.assert_array_equal(in_two[1].c[n], model.c[n])
 
 
 def test_snm_prune_reestimate_writes_a_model_eval_and_arpa_agree_on(pooled, ngram_model,
