@@ -88,6 +88,7 @@ class Plan:
     memory: Optional[memory.MemoryBudget]  # --memory, given to every stage
     layout: str
     prune_to: object  # None, links (int) or a size of the scoring directory (str: "200M")
+    prune_criterion: Optional[str] = None  # None: snm prune's default (backoff)
     fit_options: object = None  # FitOptions (snm) or LogLinearOptions (loglinear)
     ngram: bool = True  # an n-gram configuration (pruning criterion, ARPA)
     encoding: str = "utf-8"  # --encoding of every text the run reads
@@ -166,6 +167,8 @@ def _inputs(plan, stage):
             inputs["target_size"] = memory.parse_size(plan.prune_to, "--prune_to")
         else:
             inputs["target_links"] = plan.prune_to
+        if stage.name == "prune" and plan.prune_criterion:  # (none before: the default)
+            inputs["criterion"] = plan.prune_criterion
     if plan.layout != "hashed" and stage.name in (plan.final, "eval"):
         inputs["layout"] = plan.layout  # (runs before --layout: hashed, no such input)
     if plan.encoding != "utf-8" and {"train", "heldout", "test"} & set(stage.reads):
@@ -248,9 +251,12 @@ def _run_apply(plan):
 
 def _run_prune(plan):
     from pipelines import prune as prune_stage
+    reestimate = plan.prune_criterion == "reestimate"  # its discounts chosen on the join
     prune_stage.run(prune_stage.PruneOptions(
         model=plan.path("apply"), out=plan.path("prune"), layout=plan.layout,
-        memory=plan.memory, **_targets(plan)), plan.beam_args, summary=plan.verbose)
+        memory=plan.memory, criterion=plan.prune_criterion,
+        heldout=plan.path("join") if reestimate else None, **_targets(plan)),
+        plan.beam_args, summary=plan.verbose)
 
 
 def _run_loglinear(plan):

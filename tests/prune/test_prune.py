@@ -216,6 +216,17 @@ def test_train_prunes_to_a_size_and_evaluates_the_pruned_model(tmp_path, capsys)
     assert main(["train", *train_argv(corpus, out), "--prune_to", "2000"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("up to date") == 5 and links_of(out / "pruned") == 2000
+    # pruned as pocolm prunes, its discounts chosen on the run's join: prune and eval again
+    backoff = json.loads((out / "eval.json").read_text())["adjusted"]["perplexity"]
+    assert main(["train", *train_argv(corpus, out), "--prune_to", "2000",
+                 "--prune_criterion", "reestimate"]) == 0
+    assert capsys.readouterr().out.count("up to date") == 5
+    pruning = manifests.Model.read(str(out / "pruned"))["pruning"]
+    assert "re-estimated" in pruning["criterion"] and pruning["heldout"] == str(out / "join")
+    assert links_of(out / "pruned") == 2000
+    assert json.loads((out / "eval.json").read_text())["adjusted"]["perplexity"] != backoff
+    assert main(["train", *train_argv(corpus, out), "--prune_criterion", "reestimate"]) == 2
+    assert "--prune_criterion chooses how --prune_to prunes" in capsys.readouterr().err
 
 
 # --- the mass criterion (pipelines/prune.py): any configuration, bucket by bucket ---------
