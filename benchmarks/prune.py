@@ -139,9 +139,9 @@ def seen_words(files, path):
         f.writelines(w + "\n" for w in sorted(vocab & seen))
 
 
-def pocolm_rows(pocolm, work, name, test_path):
-    """pocolm's unpruned 5-gram and its pruned models at POCOLM_TARGETS[name], built
-    here (each step skipped when its output exists), timed and scored."""
+def pocolm_rows(pocolm, work, name, test_path, targets):
+    """pocolm's unpruned 5-gram and its pruned models at ``targets``, built here (each
+    step skipped when its output exists), timed and scored."""
     import time
     env = {**os.environ, "PATH": os.pathsep.join(
         [os.path.dirname(sys.executable), os.path.join(pocolm, "scripts"),
@@ -174,7 +174,7 @@ def pocolm_rows(pocolm, work, name, test_path):
     train_s = step(["train_lm.py", f"--wordlist={wordlist}",
                     "--num-splits=1", "--warm-start-ratio=10", "text", "5", "work", "lm5"], lm)
     rows = []
-    for target in (None,) + POCOLM_TARGETS[name]:
+    for target in (None,) + tuple(targets):
         pruned = lm if target is None else f"{lm}_prune{target}"
         prune_s = 0.0 if target is None else step(
             ["prune_lm_dir.py", f"--target-num-ngrams={target}", lm, pruned], pruned)
@@ -253,6 +253,10 @@ def main(argv=None):
     parser.add_argument("--config", default="5gram", choices=("5gram", "skip10gram"))
     parser.add_argument("--corpus", default="kernel", choices=("kernel", "mix", "man"),
                         help="man: the 5-gram beside pocolm on mix's man pages alone")
+    parser.add_argument("--pocolm_targets",
+                        help="with POCOLM: comma-separated n-gram counts pocolm prunes to "
+                             "(default POCOLM_TARGETS), the SNM then pruned to the counts "
+                             "it reached only")
     parser.add_argument("--targets", help="comma-separated link counts (default: the "
                                           "fractions 50 .. 1%% of the model's links)")
     parser.add_argument("--criteria", default="backoff,reestimate,count,mass",
@@ -281,13 +285,16 @@ def main(argv=None):
         raise SystemExit(f"--corpus {name} compares with pocolm in the same run: set POCOLM "
                          "to its built checkout")
     if pocolm:
-        pocolm_built = pocolm_rows(pocolm, work, name, test_path)
+        pocolm_targets = ([int(t) for t in args.pocolm_targets.split(",")]
+                          if args.pocolm_targets else POCOLM_TARGETS[name])
+        pocolm_built = pocolm_rows(pocolm, work, name, test_path, pocolm_targets)
         reached = {r["links"]: r["test_ppl"] for r in pocolm_built[1:]}
         goals = {links: round(ppl * 0.9, 2) for links, ppl in reached.items()}
     else:
         reached, goals = POCOLM, GOALS
     targets = ([int(t) for t in args.targets.split(",")] if args.targets
-               else [round(total * f) for f in FRACTIONS if name == "kernel"] + sorted(reached))
+               else [round(total * f) for f in FRACTIONS
+                     if name == "kernel" and not args.pocolm_targets] + sorted(reached))
     for target in sorted(set(targets), reverse=True):
         for criterion in args.criteria.split(","):
             row = pruned_row(model, target, criterion, test_path,
