@@ -22,10 +22,9 @@ from snm_core.prune import reestimate
 from snm_core.text.config import parse_config
 
 
-def search_workers(options, links):
+def search_workers(spare, links):
     """Processes for the search on the pruned model: the usable CPUs, as many as the
-    budget holds beyond the first (each adds a pruning's arrays)."""
-    spare = options.memory.bytes - memory.PROCESS_BYTES - links * reestimate.BYTES_PER_LINK
+    ``spare`` bytes of the budget hold beyond the first (each adds a pruning's arrays)."""
     return max(1, min(usable_cpus(), 1 + spare // max(links * reestimate.BYTES_PER_LINK_A_TRIAL,
                                                       1)))
 
@@ -43,8 +42,9 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
         raise SnmInputError("--criterion reestimate prunes to --target_links or "
                             "--target_size, not to a --threshold")
     links = int(manifest["totals"]["links"])
-    options.memory.require("prune", {"the process": memory.PROCESS_BYTES,
-                                     "the n-gram table": links * reestimate.BYTES_PER_LINK})
+    held = {"the process": memory.PROCESS_BYTES,
+            "the n-gram table": links * reestimate.BYTES_PER_LINK}
+    options.memory.require("prune", held)
     say = LOGGER.info
     table = reestimate.read_table(options.model, manifest["num_buckets"],
                                   plain_extractor(manifest["config"]).keys_for)
@@ -57,7 +57,7 @@ def prune_reestimate(options, manifest, check_heldout, summary=True):
         discounts, heldout_perplexity = reestimate.tune_discounts(table, events, say)
         discounts, pruned, pruned_perplexity = reestimate.tune_pruned_discounts(
             table, events, discounts, options.target_links, say,
-            workers=search_workers(options, links))
+            workers=search_workers(options.memory.left(held), links))
     else:
         pruned = reestimate.prune(
             table, reestimate.discounted(table, discounts), options.target_links,
