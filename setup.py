@@ -102,6 +102,7 @@ setup(
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
                                                "snm_core/io/scratch_codec.c",
                                                "snm_core/count/sketch.c",
+                                               "snm_core/count/link_sums.c",
                                                "snm_core/text/words.c",
                                                "snm_core/scoring/layouts/hashed_loops.c",
                                                "snm_core/scoring/layouts/trie_loops.c",

@@ -100,6 +100,7 @@ class ExtractLinkPartials(beam.DoFn):
                                      * len(self.extractor.tags))
         loaded = {f.kind: f.load(self.extractor, len(self.vocab)) for f in self.sketch_files}
         self.feature_sketch, self.link_sketch = loaded.get("features"), loaded.get("links")
+        self.work = {}  # the sums' sort buffer, kept from chunk to chunk of a shard
 
     def process(self, shard):
         links, features, pending = [], [], 0
@@ -122,7 +123,7 @@ class ExtractLinkPartials(beam.DoFn):
                         dropped += left_out
                     if not events.num_pairs:
                         continue
-                    batch_links, batch_features = counting.batch_partials(events)
+                    batch_links, batch_features = counting.batch_partials(events, self.work)
                     if self.link_sketch is not None:
                         batch_links, batch_features = self.link_sketch.collapse(
                             batch_links, batch_features, events.type[0])
@@ -149,6 +150,7 @@ class ExtractLinkPartials(beam.DoFn):
             yield 0, ("stats", {**stats, **below})
         elif below:
             yield self.buckets[0], ("stats", below)
+        self.work.clear()
         running.release_memory()
 
     def _in_range(self, keys):
@@ -204,6 +206,7 @@ class MergeBucket(beam.DoFn):
         names = [t.name for t in self.extractor.feature_types]
         self.minimum = thresholds.per_type(self.min_feature_count, names)
         self.link_minimum = thresholds.per_type(self.min_link_count, names)
+        self.work = {}  # the merge's sort buffer, kept from bucket to bucket of a bundle
 
     def process(self, element):
         bucket, parts = element
@@ -221,15 +224,15 @@ class MergeBucket(beam.DoFn):
 
         def read(start, stop, group):
             parts = payloads[start:stop]
-            if group == "links":
-                return counting.links_from_scratch(self.shuffle.receive_group(parts, "links"))
+            if group == "links":  # in the scratch's columns, which the merge reads
+                return self.shuffle.receive_group(parts, "links")
             return counting.features_from_scratch(
                 self.shuffle.receive_group(parts, "features"),
-                self.shuffle.receive_group(parts, "feature_words"), self.extractor.max_words)
+                self.shuffle.receive_group(parts, "feature_words"))
 
         links, features, collisions, orphaned = counting.merge_bucket_chunks(
             [self.shuffle.rows(p, "links") for p in payloads], read,
-            len(self.extractor.feature_types), self.merge_rows, collapsed_word)
+            len(self.extractor.feature_types), self.merge_rows, collapsed_word, self.work)
         self.shuffle.release(payloads)  # this bucket's parts, read
         left_out = {}
         if self.min_feature_count or self.min_link_count:
@@ -256,6 +259,7 @@ class MergeBucket(beam.DoFn):
             yield target, ("extensions", payload)
 
     def finish_bundle(self):
+        self.work.clear()
         running.release_memory()
 
 

@@ -30,28 +30,31 @@ Partials are dicts of numpy arrays (they pickle cheaply):
 import numpy as np
 import pyarrow as pa
 
-from snm_core.io import key_ranges, tables
-from snm_core.io.arrays import (group_rows, padded_lists, padded_rows, run_starts,
-                                 stable_argsort, take_rows)
-from snm_core.io.radix import argsort_runs, sort_runs
+from snm_core.io import key_ranges, native, tables
+from snm_core.io.arrays import group_rows, padded_lists, run_starts
 
-#: Bits of a packed (feature index, word) pair given to the word id.
-_WORD_BITS = 32
+_sum_links = native.function("sum_links", [native.ptr, native.ptr, native.i64, native.ptr,
+                                           native.i64, native.i64] + [native.ptr] * 4,
+                             native.i64)
+_batch_links = native.function("batch_links", [native.ptr] * 3 + [native.i64] + [native.ptr] * 7,
+                               native.i64)
+_distinct_feature_rows = native.function(
+    "distinct_feature_rows", [native.ptr] * 4 + [native.i64, native.i64] + [native.ptr] * 7,
+    native.i64)
 
 
-def batch_partials(events):
+def batch_partials(events, work=None):
     """Summed links and distinct features of one batch, both sorted by feature key.
 
-    The occurrences are sorted by feature key (:func:`snm_core.io.arrays.stable_argsort`),
-    numbered by run of equal keys, and each packed into one uint64 (run
-    number, word) that a second sort orders: runs of equal values are the
-    links, their lengths the counts.  Faster than numbering the keys with a
-    hash table (pyarrow's dictionary encoding), and the key order lets
+    The occurrences are sorted by (feature key, word) in C (``link_sums.c``), each with
+    its index, and summed in one pass: runs of equal (key, word) are the links, their
+    lengths the counts; runs of equal keys the features.  The key order lets
     :func:`cut_by_bucket` find its key ranges without copying.
 
     Parameters
     ----------
     events : snm_core.text.features.EventFeatures
+    work : a dict that keeps the sort's buffer between calls, or None
 
     Returns
     -------
@@ -59,26 +62,28 @@ def batch_partials(events):
     features : features partial, one row per distinct key (type and words of
         its first occurrence), sorted by feature
     """
-    order, keys = stable_argsort(events.key, return_sorted=True)
-    new_key = np.ones(len(keys), dtype=bool)
-    np.not_equal(keys[1:], keys[:-1], out=new_key[1:])
-    run = np.cumsum(new_key) - 1
-    packed = (run.astype(np.uint64) << np.uint64(_WORD_BITS)) | \
-        events.target[events.event][order].astype(np.uint64)
-    sort_runs(packed, _WORD_BITS)  # in order by run already: each run's words sorted
-    starts = run_starts(packed)
-    unique = packed[starts]
-    key_starts = np.flatnonzero(new_key)
-    distinct = keys[key_starts]
-    links = {"feature": distinct[(unique >> np.uint64(_WORD_BITS)).astype(np.int64)],
-             "word": (unique & np.uint64((1 << _WORD_BITS) - 1)).astype(np.int32),
-             "count": np.diff(np.r_[starts, len(packed)]).astype(np.int64)}
-    # The first occurrence of each key (the sort is stable): the choice matters
-    # only for colliding keys, but stays fixed.
-    first = order[key_starts]
-    features = {"feature": distinct, "type": events.type[first],
-                "words": events.context_words(first, narrow=True)}
-    return links, features
+    key = np.ascontiguousarray(events.key, np.uint64)
+    event = np.ascontiguousarray(events.event, np.int64)
+    target = np.ascontiguousarray(events.target, np.int32)
+    n = len(key)
+    out_key, out_word, out_count = np.empty(n, np.uint64), np.empty(n, np.int32), \
+        np.empty(n, np.int64)
+    feature_key, first, features = np.empty(n, np.uint64), np.empty(n, np.int64), \
+        np.zeros(1, np.int64)
+    records = _records(n, work)
+    links = _batch_links(native.address(key), native.address(event), native.address(target),
+                         n, native.address(records), native.address(out_key),
+                         native.address(out_word), native.address(out_count),
+                         native.address(feature_key), native.address(first),
+                         native.address(features))
+    if links < 0:
+        raise ValueError(f"{n:,} occurrences: a batch's chunk takes fewer than 2^32")
+    # The first occurrence of each key: the choice matters only for colliding keys, but
+    # stays fixed.
+    first = first[:int(features[0])]
+    return ({"feature": out_key[:links], "word": out_word[:links], "count": out_count[:links]},
+            {"feature": feature_key[:len(first)], "type": events.type[first],
+             "words": events.context_words(first, narrow=True)})
 
 
 class ShardSums:
@@ -166,16 +171,16 @@ def features_to_scratch(partial, vocab_size):
             {"word": flat.astype(_scratch_word_type(vocab_size), copy=False)})
 
 
-def features_from_scratch(rows, words, max_words):
+def features_from_scratch(rows, words):
     """The features partial of :func:`features_to_scratch`'s two groups (each
-    concatenated over the same parts, in the same order), its words padded to
-    ``max_words`` columns with -1."""
+    concatenated over the same parts, in the same order): each row's key, type and
+    ``width`` words, and ``word``, every row's words one after another."""
     width = rows["width"]
     if int(width.sum(dtype=np.int64)) != len(words["word"]):
         raise ValueError(f"scratch features name {int(width.sum(dtype=np.int64))} words, "
                          f"their words column holds {len(words['word'])}")
-    return {"feature": rows["feature"], "type": rows["type"],
-            "words": padded_rows(words["word"], width, max_words, np.int32)}
+    return {"feature": rows["feature"], "type": rows["type"], "width": width,
+            "word": words["word"]}
 
 
 def scratch_groups(links, features, vocab_size=None):
@@ -292,51 +297,61 @@ def merge_bucket(link_parts, feature_parts, num_feature_types):
     return (links,) + merge_features(feature_parts, links, num_feature_types)
 
 
-def merge_links(link_parts):
+def merge_links(link_parts, work=None):
     """One bucket's links partials, summed: a table sorted by (feature, word).
 
-    ``link_parts`` is a list of links partials; it is emptied (the arrays are
-    copied, so the parts can go: a bucket's peak memory).
+    ``link_parts`` is a list of links partials, in the merge's columns or the scratch's
+    (:func:`links_to_scratch`); it is emptied (the arrays are copied, so the parts can
+    go: a bucket's peak memory).  ``work``: a dict that keeps the sort's buffer between
+    calls (:func:`merge_bucket_chunks`).
 
-    Two stable sorts instead of the much slower ``np.lexsort``: by feature
-    (:func:`snm_core.io.arrays.stable_argsort`), then each feature's run by word
-    (:func:`snm_core.io.radix.argsort_runs` of (run number, word) packed into one
-    int64).  Rows are gathered at random only once, by the first sort: the second
-    moves them only within a feature's run, and its sorted values are the (run, word)
-    pairs themselves.
+    One sort in C (``link_sums.c``) of records that carry the word and count with
+    the key, then one pass that sums equal (feature, word): an argsort would need a
+    gather of each column at random afterwards, which cost more than the sort.
     """
     if not link_parts:
         return _COUNTED_LINKS.empty_table()
     parts = concat_partials(link_parts)
     link_parts.clear()
-    by_feature, feature = stable_argsort(parts.pop("feature"), return_sorted=True)
-    word = parts.pop("word")[by_feature].astype(np.int64)
-    count = parts.pop("count")[by_feature]
-    del by_feature
-    new_feature = np.empty(len(feature), dtype=bool)
-    new_feature[:1] = True
-    np.not_equal(feature[1:], feature[:-1], out=new_feature[1:])
-    run = np.cumsum(new_feature) - 1
-    distinct = feature[new_feature]
-    del feature, new_feature
-    word_bits = int(word.max()).bit_length() if len(word) else 0
-    run <<= np.int64(word_bits)
-    run |= word
-    del word
-    by_word, packed = argsort_runs(run.view(np.uint64), word_bits)  # runs in order already
-    packed = packed.view(np.int64)
-    del run
-    count = count[by_word]  # within runs: nearly in place
-    del by_word
-    starts = run_starts(packed)
-    packed = packed[starts]
-    return pa.table({"feature": distinct[packed >> np.int64(word_bits)],
-                     "word": (packed & np.int64((1 << word_bits) - 1)).astype(np.int32),
-                     "count": np.add.reduceat(count, starts).astype(np.int64)
-                     if len(count) else count.astype(np.int64)})
+    if parts["count"].dtype.itemsize > 4 and len(parts["count"]) and \
+            int(parts["count"].max()) > SCRATCH_COUNT_MAX:
+        parts = links_to_scratch(parts, None)  # larger counts as several rows
+    feature = np.ascontiguousarray(parts.pop("feature"), np.uint64)
+    word = _narrow_or_int32(parts.pop("word"))
+    count = parts.pop("count")
+    if count.dtype not in (np.int32, np.int64):
+        count = count.astype(np.int64)
+    count = np.ascontiguousarray(count)
+    n = len(feature)
+    out_feature, out_word = np.empty(n, np.uint64), np.empty(n, np.int32)
+    out_count, records = np.empty(n, np.int64), _records(n, work)
+    rows = _sum_links(native.address(feature), native.address(word), word.itemsize,
+                      native.address(count), count.itemsize, n, native.address(records),
+                      native.address(out_feature), native.address(out_word),
+                      native.address(out_count))
+    if rows < 0:
+        raise ValueError("a partial link's count is out of the merge's range")
+    return pa.table({"feature": out_feature[:rows], "word": out_word[:rows],
+                     "count": out_count[:rows]})
 
 
-def merge_bucket_chunks(rows, read, num_feature_types, max_rows, collapsed_word=None):
+def _narrow_or_int32(word):
+    """Word ids as the C merge reads them: uint16 as they are, others as int32."""
+    return np.ascontiguousarray(word, np.uint16 if word.dtype == np.uint16 else np.int32)
+
+
+def _records(n, work=None):
+    """Work space of the C merge's sort: two buffers of ``n`` 16-byte records, kept in
+    ``work`` (a dict, or None) for the next call: a buffer this large is mapped afresh at
+    each allocation, and the kernel then zeroes it a page at a time."""
+    work = {} if work is None else work
+    if "records" not in work or len(work["records"]) < 2 * n:
+        work["records"] = np.empty((2 * n, 2), np.uint64)
+    return work["records"][:2 * n]
+
+
+def merge_bucket_chunks(rows, read, num_feature_types, max_rows, collapsed_word=None,
+                        work=None):
     """:func:`merge_bucket` of a bucket whose partials are read a chunk at a time.
 
     A bucket holding a frequent feature (a context like "the" or ``<s>``, followed by
@@ -357,6 +372,7 @@ def merge_bucket_chunks(rows, read, num_feature_types, max_rows, collapsed_word=
         (:func:`snm_core.count.thresholds.collapse_links`), or None.  Those of a feature
         no batch sent a row of (every link of it collapsed everywhere: a feature the
         thresholds leave out) are dropped here.
+    work : a dict that keeps the merge's sort buffer between chunks and calls, or None
 
     Returns ``(links, features, collisions, orphaned)``: ``orphaned`` the occurrences
     those dropped rows counted.
@@ -372,11 +388,11 @@ def merge_bucket_chunks(rows, read, num_feature_types, max_rows, collapsed_word=
         parts = [read(start, stop, "links")]
         if links is not None:  # the sums so far: first, as their parts came first
             parts.insert(0, {name: links[name].to_numpy() for name in links.column_names})
-        links = merge_links(parts)
+        links = merge_links(parts, work)
         parts = [read(start, stop, "features")]
         if features is not None:
             parts.insert(0, features)
-        features, found = distinct_features(parts)
+        features, found = distinct_features(parts, work)
         collisions += found
         start = stop
     if links is None:
@@ -414,39 +430,47 @@ def merge_features(feature_parts, links, num_feature_types):
     return feature_table(features, links, num_feature_types), collisions
 
 
-def distinct_features(feature_parts):
+def distinct_features(feature_parts, work=None):
     """Features partials -> one row per key (its first occurrence), sorted by key.
 
-    Returns ``(features partial, collisions)``: the number of rows that share a key
-    with the row before them but name another feature.  ``feature_parts`` (of any
-    widths of words: padded to the widest) is emptied.
+    A part's words may be padded rows (``words``, as :func:`batch_partials` makes them)
+    or each row's words one after another (``width`` and ``word``, as the scratch keeps
+    them: :func:`features_from_scratch`).  Returns ``(features, collisions)``: the
+    distinct features in the second form, and the number of rows that share a key with
+    the row before them but name another feature (a 64-bit collision: about
+    n**2 / 2**65 pairs expected among n features).  ``feature_parts`` is emptied.
+    One sort in C of (key, row) records, then one pass (``link_sums.c``).
     """
-    width = max(p["words"].shape[1] for p in feature_parts)
-    feats = concat_partials([_words_padded(p, width) for p in feature_parts])
+    feats = concat_partials([_flat_words(p) for p in feature_parts])
     feature_parts.clear()
-    by_key, keys = stable_argsort(feats["feature"], return_sorted=True)
-    new_key = np.r_[True, keys[1:] != keys[:-1]]
-    types, words = feats["type"][by_key], take_rows(feats["words"], by_key)
+    key = np.ascontiguousarray(feats["feature"], np.uint64)
+    kind = np.ascontiguousarray(feats["type"], np.int32)
+    width = np.ascontiguousarray(feats["width"], np.uint8)
+    words = _narrow_or_int32(feats["word"])
     del feats
-    # Rows with one key must name one feature; two identities on one key is a
-    # 64-bit collision (about n**2 / 2**65 pairs expected among n features).
-    # Compared column by column: faster than np.any(axis=1) over the rows.
-    differs = types[1:] != types[:-1]
-    for col in range(words.shape[1]):
-        differs |= words[1:, col] != words[:-1, col]
-    collisions = int(np.count_nonzero(differs & ~new_key[1:]))
-    first = np.flatnonzero(new_key)
-    return {"feature": keys[first], "type": types[first],
-            "words": take_rows(words, first)}, collisions
+    m = len(key)
+    out_key, out_type = np.empty(m, np.uint64), np.empty(m, np.int32)
+    out_width, out_words = np.empty(m, np.uint8), np.empty(len(words), np.int32)
+    collisions, offsets = np.zeros(1, np.int64), np.empty(m + 1, np.int64)
+    records = _records(m, work)
+    rows = _distinct_feature_rows(
+        native.address(key), native.address(kind), native.address(width),
+        native.address(words), words.itemsize, m, native.address(offsets),
+        native.address(records), native.address(out_key), native.address(out_type),
+        native.address(out_width), native.address(out_words), native.address(collisions))
+    if rows < 0:
+        raise ValueError(f"{m:,} feature rows: a merge takes fewer than 2^32")
+    kept_width = out_width[:rows]
+    return {"feature": out_key[:rows], "type": out_type[:rows], "width": kept_width,
+            "word": out_words[:int(kept_width.sum(dtype=np.int64))]}, int(collisions[0])
 
 
-def _words_padded(features, width):
-    """A features partial with its words padded with -1 to ``width`` columns."""
-    missing = width - features["words"].shape[1]
-    if not missing:
+def _flat_words(features):
+    """A features partial with its words one row after another (``width``, ``word``)."""
+    if "words" not in features:
         return features
-    return {**features, "words": np.pad(features["words"], ((0, 0), (0, missing)),
-                                        constant_values=-1)}
+    rows, words = features_to_scratch(features, None)
+    return {**rows, **words}
 
 
 def feature_table(features, links, num_feature_types):
@@ -461,16 +485,10 @@ def feature_table(features, links, num_feature_types):
     if not np.array_equal(features["feature"], row_keys):
         raise ValueError("feature rows and link rows disagree: every feature must have links")
     type_id = features["type"].astype(np.int64)
-    words = features["words"]
-    # Padding (-1) is at the end of each row, so the non-negative values in
-    # row order are each row's words, oldest first.
-    lengths = np.zeros(len(words), dtype=np.int32)
-    for col in range(words.shape[1]):
-        lengths += words[:, col] >= 0
-    offsets = np.zeros(len(words) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = words.ravel()
-    words_list = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[flat >= 0]))
+    offsets = np.zeros(len(row_keys) + 1, dtype=np.int32)
+    np.cumsum(features["width"], out=offsets[1:])
+    words_list = pa.ListArray.from_arrays(pa.array(offsets),
+                                          pa.array(features["word"].astype(np.int32)))
     return pa.table({
         "feature": row_keys,
         "tag": (type_id // num_feature_types).astype(np.int16),

@@ -9,8 +9,6 @@
 #define DIGIT_BITS 8
 #define DIGITS (1 << DIGIT_BITS)
 #define MAX_PASSES (64 / DIGIT_BITS)
-/* Runs up to this long are sorted by insertion (radix.py's SHORT_RUN). */
-#define SHORT_RUN 32
 
 /* Sort keys[0..n) in place, rows[0..n) (or NULL) with them; key_tmp, row_tmp hold n. */
 static void radix_sort_in(uint64_t *keys, uint32_t *rows, int64_t n, uint64_t *key_tmp,
@@ -92,53 +90,4 @@ void radix_argsort(const uint64_t *keys, int64_t n, uint32_t *order, uint64_t *s
     for (int64_t i = 0; i < n; i++)
         order[i] = (uint32_t)i;
     radix_sort_in(scratch_keys, order, n, scratch_keys + n, scratch_order);
-}
-
-/* Sort each run of values[0..n) with equal bits above low_bits (the runs in order
- * already) in place, stably, rows (or NULL) with them.  Returns -1 when out of memory. */
-int64_t sort_runs(uint64_t *values, uint32_t *rows, int64_t n, int64_t low_bits) {
-    uint64_t *key_tmp = NULL;
-    uint32_t *row_tmp = NULL;
-    int64_t capacity = 0, lo = 0;
-    while (lo < n) {
-        uint64_t high = values[lo] >> low_bits;
-        int64_t hi = lo + 1;
-        while (hi < n && (values[hi] >> low_bits) == high)
-            hi++;
-        int64_t length = hi - lo;
-        if (length > SHORT_RUN) {
-            if (length > capacity) {
-                free(key_tmp);
-                free(row_tmp);
-                capacity = length;
-                key_tmp = malloc(sizeof(uint64_t) * capacity);
-                row_tmp = rows ? malloc(sizeof(uint32_t) * capacity) : NULL;
-                if (!key_tmp || (rows && !row_tmp)) {
-                    free(key_tmp);
-                    free(row_tmp);
-                    return -1;
-                }
-            }
-            radix_sort_in(values + lo, rows ? rows + lo : NULL, length, key_tmp, row_tmp);
-        } else {
-            for (int64_t i = lo + 1; i < hi; i++) {
-                uint64_t value = values[i];
-                uint32_t row = rows ? rows[i] : 0;
-                int64_t j = i;
-                while (j > lo && values[j - 1] > value) { /* strict: equal values keep order */
-                    values[j] = values[j - 1];
-                    if (rows)
-                        rows[j] = rows[j - 1];
-                    j--;
-                }
-                values[j] = value;
-                if (rows)
-                    rows[j] = row;
-            }
-        }
-        lo = hi;
-    }
-    free(key_tmp);
-    free(row_tmp);
-    return 0;
 }

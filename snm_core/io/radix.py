@@ -17,8 +17,6 @@ SMALL = 1 << 10
 
 _radix_sort = native.function("radix_sort", [native.ptr, native.ptr, native.i64], native.i64)
 _radix_argsort = native.function("radix_argsort", [native.ptr, native.i64] + [native.ptr] * 3)
-_sort_runs = native.function("sort_runs", [native.ptr, native.ptr, native.i64, native.i64],
-                             native.i64)
 
 
 def sort_uint64(values):
@@ -60,22 +58,3 @@ def argsort_keys(keys, scratch=None):
     _radix_argsort(native.address(keys), n, native.address(order),
                    native.address(scratch["keys"]), native.address(scratch["order"]))
     return order
-
-
-def sort_runs(values, low_bits):
-    """Sort uint64 ``values`` in place when their bits above ``low_bits`` are already
-    in order (values packed as (run, item)): each run is sorted alone, as
-    :func:`sort_uint64` would sort the whole.  Runs of a few values (most of a count's)
-    are sorted by insertion, longer ones by radix sort, whose passes over the run's
-    shared high digits are skipped."""
-    status = _sort_runs(native.address(values, np.uint64), None, len(values), low_bits)
-    native.checked(status, "radix sort")
-
-
-def argsort_runs(values, low_bits):
-    """``(order, values[order])`` as :func:`argsort_uint64` gives them, for uint64
-    ``values`` whose bits above ``low_bits`` are already in order."""
-    keys, rows = np.array(values, np.uint64), np.arange(len(values), dtype=np.uint32)
-    status = _sort_runs(native.address(keys), native.address(rows), len(keys), low_bits)
-    native.checked(status, "radix sort")
-    return rows.astype(np.int64), keys

@@ -49,13 +49,12 @@ def test_links_come_back_with_their_sums_and_order(rows, vocab_size):
 
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(st.lists(st.integers(0, 0x1FFFF), max_size=9), max_size=30),
-       vocab_size=st.sampled_from([0xFFFF, 0x10000, None]), max_words=st.integers(9, 11),
-       num_buckets=st.integers(1, 5))
-def test_feature_words_come_back_padded_whatever_their_width(rows, vocab_size, max_words,
-                                                           num_buckets):
+       vocab_size=st.sampled_from([0xFFFF, 0x10000, None]), num_buckets=st.integers(1, 5))
+def test_feature_words_come_back_without_padding_whatever_their_width(rows, vocab_size,
+                                                                     num_buckets):
     """Features of any number of words (a batch's of one type, narrow; another count's,
-    padded to the longest) travel without padding and come back padded to the merge's
-    width, each bucket's rows with their own words."""
+    padded to the longest) travel without padding and come back as each row's words,
+    each bucket's rows with their own words, which the merge keeps."""
     limit = vocab_size if vocab_size is not None else 0x20000
     rows = [[w % limit for w in row] for row in rows]
     width = max((len(r) for r in rows), default=0)
@@ -71,11 +70,14 @@ def test_feature_words_come_back_padded_whatever_their_width(rows, vocab_size, m
     for b in range(num_buckets):
         back = counting.features_from_scratch(
             {name: column[bounds[b]:bounds[b + 1]] for name, column in sent.items()},
-            {"word": flat["word"][word_bounds[b]:word_bounds[b + 1]]}, max_words)
-        expected = [r + [-1] * (max_words - len(r)) for r in rows[bounds[b]:bounds[b + 1]]]
-        assert back["words"].dtype == np.int32
-        assert back["words"].tolist() == expected
+            {"word": flat["word"][word_bounds[b]:word_bounds[b + 1]]})
+        expected = rows[bounds[b]:bounds[b + 1]]
+        assert back["width"].tolist() == [len(r) for r in expected]
+        assert back["word"].tolist() == [w for r in expected for w in r]
         assert back["feature"].tolist() == keys[bounds[b]:bounds[b + 1]].tolist()
+        merged, collisions = counting.distinct_features([back])
+        assert merged["word"].dtype == np.int32 and collisions == 0
+        assert merged["word"].tolist() == [w for r in expected for w in r]
 
 
 def test_a_features_part_that_disagrees_with_its_words_is_an_error():
@@ -83,4 +85,4 @@ def test_a_features_part_that_disagrees_with_its_words_is_an_error():
         {"feature": np.array([1, 2], np.uint64), "type": np.array([0, 0], np.int32),
          "words": np.array([[3, 4], [5, 6]], np.int32)}, 0xFFFF)
     with pytest.raises(ValueError, match="name 4 words"):
-        counting.features_from_scratch(rows, {"word": words["word"][:3]}, 9)
+        counting.features_from_scratch(rows, {"word": words["word"][:3]})

@@ -88,26 +88,6 @@ def test_radix_sorts_are_numpys(size, bits):
     np.testing.assert_array_equal(ordered, ours)
 
 
-@pytest.mark.parametrize("run_length", [1, 3, 32, 33, 5000])
-@pytest.mark.parametrize("low_bits", [0, 5, 32])
-def test_sorts_within_runs_are_numpys(run_length, low_bits):
-    """Values whose high bits are in order already, sorted run by run: the same as a
-    sort of the whole (insertion up to 32 values a run, radix above; the argsort
-    stable: every run holds repeats)."""
-    from snm_core.io.radix import argsort_runs, sort_runs
-    rng = np.random.default_rng(run_length + low_bits)
-    size = 20_000
-    runs = np.sort(rng.integers(0, max(1, size // run_length), size)).astype(np.uint64)
-    low = rng.integers(0, 2 ** min(low_bits, 3) if low_bits else 1, size).astype(np.uint64)
-    values = (runs << np.uint64(low_bits)) | low
-    ours = values.copy()
-    sort_runs(ours, low_bits)
-    np.testing.assert_array_equal(ours, np.sort(values))
-    order, ordered = argsort_runs(values, low_bits)
-    np.testing.assert_array_equal(order, np.argsort(values, kind="stable"))
-    np.testing.assert_array_equal(ordered, ours)
-
-
 def test_stable_argsort_of_narrow_integers():
     values = np.random.default_rng(5).integers(0, 50, 3000).astype(np.int32)
     order, ordered = stable_argsort(values, return_sorted=True)

@@ -1,0 +1,213 @@
+/* The count's sums (snm_core/count/counting.py): a batch's feature occurrences summed
+ * into links, a bucket's partial links summed, and its partial feature rows made
+ * distinct, each in one sort of 16-byte records that carry their payload.  An argsort followed by gathers reads every column at random once
+ * more, which on a bucket of millions of rows cost more than the sort.
+ *
+ * The sort is a most-significant-digit radix sort of (key, minor), 8 bits a digit, out
+ * of place between two buffers: keys are hashes, so after the digits the bucket's key
+ * range shares, each level splits its rows about 256 ways and a few levels leave runs
+ * short enough for insertion.  A digit that every row of a run shares moves nothing. */
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t key;
+    uint32_t minor; /* a link's word; a feature row's index (so equal keys keep row order) */
+    uint32_t value; /* a link's count; an occurrence's index */
+} record_t;
+
+#define INSERTION_ROWS 32
+#define DIGITS 12 /* 8 of the key, 4 of the minor */
+
+static inline unsigned digit_of(const record_t *r, int d) {
+    return d < 8 ? (unsigned)(r->key >> (56 - 8 * d)) & 255u
+                 : (r->minor >> (24 - 8 * (d - 8))) & 255u;
+}
+
+static inline int before(const record_t *a, const record_t *b) {
+    return a->key < b->key || (a->key == b->key && a->minor < b->minor);
+}
+
+static void insertion_sort(record_t *a, int64_t n) {
+    for (int64_t i = 1; i < n; i++) {
+        record_t r = a[i];
+        int64_t j = i;
+        while (j > 0 && before(&r, &a[j - 1])) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = r;
+    }
+}
+
+/* Sort src[0, n) by (key, minor) from digit d on, into out, which is src or dst (a buffer
+ * of n rows that may be overwritten). */
+static void msd_sort(record_t *src, record_t *dst, int64_t n, int d, record_t *out) {
+    while (d < DIGITS) {
+        if (n <= INSERTION_ROWS) break;
+        int64_t count[256] = {0};
+        for (int64_t i = 0; i < n; i++) count[digit_of(&src[i], d)]++;
+        if (count[digit_of(&src[0], d)] == n) { /* every row shares this digit */
+            d++;
+            continue;
+        }
+        int64_t start[256], at = 0;
+        for (int b = 0; b < 256; b++) {
+            start[b] = at;
+            at += count[b];
+        }
+        int64_t next[256];
+        memcpy(next, start, sizeof next);
+        for (int64_t i = 0; i < n; i++) dst[next[digit_of(&src[i], d)]++] = src[i];
+        for (int b = 0; b < 256; b++) {
+            if (!count[b]) continue;
+            record_t *in = dst + start[b], *other = src + start[b];
+            msd_sort(in, other, count[b], d + 1, out == src ? other : in);
+        }
+        return;
+    }
+    insertion_sort(src, n);
+    if (out != src) memcpy(out, src, (size_t)n * sizeof(record_t));
+}
+
+/* The keys' span: rows sort by (key - low) << shift as by key, and the top digit of
+ * that splits the rows even where every key shares its high bits (a bucket's range). */
+static void key_span(const uint64_t *key, int64_t n, uint64_t *low, int *shift) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (key[i] < lo) lo = key[i];
+        if (key[i] > hi) hi = key[i];
+    }
+    *low = n ? lo : 0;
+    *shift = n && hi > lo ? __builtin_clzll(hi - lo) : 0;
+}
+
+/* Partial links (key, word, count) summed: out_* get one row a distinct (key, word), in
+ * that order.  Words are 2 or 4 bytes (word_bytes), counts 4 or 8 (count_bytes), each at
+ * most 2^32 - 1 (the caller splits larger ones into rows).  `buffer` holds 2n records.
+ * Returns the rows written, or -1 for a count out of range. */
+int64_t sum_links(const uint64_t *key, const void *word, int64_t word_bytes, const void *count,
+                  int64_t count_bytes, int64_t n, record_t *buffer, uint64_t *out_key,
+                  int32_t *out_word, int64_t *out_count) {
+    record_t *rows = buffer, *spare = buffer + n;
+    uint64_t low;
+    int shift;
+    key_span(key, n, &low, &shift);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t c = count_bytes == 8 ? (uint64_t)((const int64_t *)count)[i]
+                                      : (uint64_t)(uint32_t)((const int32_t *)count)[i];
+        if (c > UINT32_MAX) return -1;
+        rows[i].key = (key[i] - low) << shift;
+        rows[i].minor = word_bytes == 2 ? ((const uint16_t *)word)[i]
+                                        : (uint32_t)((const int32_t *)word)[i];
+        rows[i].value = (uint32_t)c;
+    }
+    msd_sort(rows, spare, n, 0, rows);
+    int64_t out = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (i > 0 && rows[i].key == rows[i - 1].key && rows[i].minor == rows[i - 1].minor) {
+            out_count[out] += rows[i].value;
+        } else {
+            out++;
+            out_key[out] = (rows[i].key >> shift) + low;
+            out_word[out] = (int32_t)rows[i].minor;
+            out_count[out] = rows[i].value;
+        }
+    }
+    return out + 1;
+}
+
+static inline int32_t word_at(const void *words, int64_t word_bytes, int64_t i) {
+    return word_bytes == 2 ? (int32_t)((const uint16_t *)words)[i]
+                           : ((const int32_t *)words)[i];
+}
+
+/* Feature rows (key, type, and `width[i]` words each, stored one after another in
+ * `words`) made distinct: the first row of each key in row order, sorted by key.
+ * `offsets` holds m + 1 int64 (filled here), `buffer` 2m records.  out_words gets the
+ * kept rows' words one after another, out_width their counts.  *collisions: rows that
+ * share a key with the row before them (in row order among that key's rows) but name
+ * another feature (type or words).  Returns the distinct keys, or -1 for m >= 2^32. */
+int64_t distinct_feature_rows(const uint64_t *key, const int32_t *type, const uint8_t *width,
+                              const void *words, int64_t word_bytes, int64_t m,
+                              int64_t *offsets, record_t *buffer, uint64_t *out_key,
+                              int32_t *out_type, uint8_t *out_width, int32_t *out_words,
+                              int64_t *collisions) {
+    if (m >= ((int64_t)1 << 32)) return -1;
+    record_t *rows = buffer, *spare = buffer + m;
+    uint64_t low;
+    int shift;
+    key_span(key, m, &low, &shift);
+    offsets[0] = 0;
+    for (int64_t i = 0; i < m; i++) {
+        offsets[i + 1] = offsets[i] + width[i];
+        rows[i].key = (key[i] - low) << shift;
+        rows[i].minor = (uint32_t)i;
+        rows[i].value = 0;
+    }
+    msd_sort(rows, spare, m, 0, rows);
+    int64_t out = -1, written = 0, differ = 0;
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t r = rows[i].minor;
+        if (i > 0 && rows[i].key == rows[i - 1].key) {
+            uint32_t p = rows[i - 1].minor;
+            int same = type[r] == type[p] && width[r] == width[p];
+            for (int64_t j = 0; same && j < width[r]; j++)
+                same = word_at(words, word_bytes, offsets[r] + j) ==
+                       word_at(words, word_bytes, offsets[p] + j);
+            differ += !same;
+            continue;
+        }
+        out++;
+        out_key[out] = key[r];
+        out_type[out] = type[r];
+        out_width[out] = width[r];
+        for (int64_t j = 0; j < width[r]; j++)
+            out_words[written++] = word_at(words, word_bytes, offsets[r] + j);
+    }
+    *collisions = differ;
+    return out + 1;
+}
+
+/* A batch's occurrences (key[i], the word target[event[i]]) summed into links (out_key,
+ * out_word, out_count: one row a distinct (key, word), in that order) and its distinct
+ * keys (feature_key, sorted, and feature_first: the index of each key's first
+ * occurrence).  `buffer` holds 2n records.  Returns the links (the features are
+ * *features), or -1 for n >= 2^32. */
+int64_t batch_links(const uint64_t *key, const int64_t *event, const int32_t *target,
+                    int64_t n, record_t *buffer, uint64_t *out_key, int32_t *out_word,
+                    int64_t *out_count, uint64_t *feature_key, int64_t *feature_first,
+                    int64_t *features) {
+    if (n >= ((int64_t)1 << 32)) return -1;
+    record_t *rows = buffer, *spare = buffer + n;
+    uint64_t low;
+    int shift;
+    key_span(key, n, &low, &shift);
+    for (int64_t i = 0; i < n; i++) {
+        rows[i].key = (key[i] - low) << shift;
+        rows[i].minor = (uint32_t)target[event[i]];
+        rows[i].value = (uint32_t)i;
+    }
+    msd_sort(rows, spare, n, 0, rows);
+    int64_t link = -1, feature = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int new_key = i == 0 || rows[i].key != rows[i - 1].key;
+        if (new_key) {
+            feature++;
+            feature_key[feature] = (rows[i].key >> shift) + low;
+            feature_first[feature] = rows[i].value;
+        } else if (rows[i].value < feature_first[feature]) {
+            feature_first[feature] = rows[i].value;
+        }
+        if (new_key || rows[i].minor != rows[i - 1].minor) {
+            link++;
+            out_key[link] = feature_key[feature];
+            out_word[link] = (int32_t)rows[i].minor;
+            out_count[link] = 1;
+        } else {
+            out_count[link]++;
+        }
+    }
+    *features = feature + 1;
+    return link + 1;
+}
