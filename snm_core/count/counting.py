@@ -20,11 +20,14 @@ outputs around (DESIGN.md, "Speed"):
 
 Partials are dicts of numpy arrays (they pickle cheaply):
 
-* links: ``feature`` uint64, ``word`` int32, ``count`` int64
-* features: ``feature`` uint64, ``type`` int32 (type id: tag-major), ``words``
-  int32 (n, w), identity words oldest first, padded with -1; w at most the
-  extractor's ``max_words`` (a batch's partial has its type's number of words, the
-  merge pads them all to ``max_words``)
+* links: ``feature`` uint64, ``word`` int32, ``count`` int64 (in scratch: narrower,
+  :func:`links_to_scratch`)
+* features: ``feature`` uint64, ``type`` int32 (type id: tag-major), and the identity
+  words oldest first, either as ``words`` int32 (n, w) padded with -1 (w at most the
+  extractor's ``max_words``; a batch's partial has its type's number of words), or as
+  ``width`` uint8 (n,) and ``word`` (every row's words one after another), as the
+  scratch and the merge keep them (:func:`features_from_scratch`,
+  :func:`distinct_features`)
 """
 
 import numpy as np
@@ -130,8 +133,8 @@ SCRATCH_COUNT_MAX = np.iinfo(np.int32).max
 
 
 def links_to_scratch(partial, vocab_size):
-    """A links partial in the narrow columns of the scratch (:func:`links_from_scratch`
-    reads it back).  Rows keep their order."""
+    """A links partial in the narrow columns of the scratch (:func:`merge_links` reads
+    them as they are).  Rows keep their order."""
     feature, word, count = partial["feature"], partial["word"], partial["count"]
     large = count > SCRATCH_COUNT_MAX
     if large.any():
@@ -145,13 +148,6 @@ def links_to_scratch(partial, vocab_size):
     return {"feature": feature,
             "word": word.astype(_scratch_word_type(vocab_size), copy=False),
             "count": count.astype(np.int32)}
-
-
-def links_from_scratch(partial):
-    """A links partial of :func:`links_to_scratch` in the merge's columns: word ids
-    int32, counts int64."""
-    return {**partial, "word": partial["word"].astype(np.int32, copy=False),
-            "count": partial["count"].astype(np.int64, copy=False)}
 
 
 def features_to_scratch(partial, vocab_size):
