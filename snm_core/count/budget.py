@@ -1,8 +1,8 @@
 """The count's memory within the budget: what a worker holds, and the buckets that fit.
 
 A count worker holds, at once: a chunk of feature occurrences being extracted
-(:data:`MAX_OCCURRENCES_PER_CHUNK` at most, each with its keys, sort and partial
-arrays), its flush buffer (``--flush_links`` pending links) and the bucket it merges
+(:data:`MAX_OCCURRENCES_PER_CHUNK` at most, or the corpus's, each with its keys, the
+sort's records and partial arrays), its flush buffer (``--flush_links`` pending links) and the bucket it merges
 (its partial links, at most the corpus's feature occurrences over the buckets).  The
 first two are fixed; :func:`plan_memory` checks them against the budget and sizes the
 buckets from the rest.
@@ -42,10 +42,11 @@ MIN_FLUSH_LINKS = 250_000
 FLUSH_LINKS_PER_BUCKET = 4096
 MAX_FLUSH_LINKS = 4_000_000
 #: What a worker holds, in bytes: a pending link of its flush buffer, a feature
-#: occurrence of the chunk it extracts (its keys, sort and partial arrays), a partial
-#: link of the bucket it merges.
+#: occurrence of the chunk it extracts (its keys, the sort's records, the partial arrays
+#: and the first occurrences' words, at the peak of ``counting.batch_partials``), a
+#: partial link of the bucket it merges.
 PENDING_LINK_BYTES = 45
-OCCURRENCE_BYTES = 35
+OCCURRENCE_BYTES = 180
 MERGE_PARTIAL_BYTES = 100
 
 
@@ -133,7 +134,8 @@ def plan_memory(budget, workers, words, occurrences_per_event, flush_links=None,
     flush = flush_links or max(1, min(default_flush_links(buckets), budget.working() // (
         16 * workers * PENDING_LINK_BYTES)))
     fixed = {"the process": PROCESS_BYTES,
-             "extraction": workers * MAX_OCCURRENCES_PER_CHUNK * OCCURRENCE_BYTES,
+             "extraction": workers * min(MAX_OCCURRENCES_PER_CHUNK, occurrences)
+             * OCCURRENCE_BYTES,
              "flush buffers": workers * flush * PENDING_LINK_BYTES}
     budget.require("count", fixed)
     need = max(1, -(-merging // max(budget.left(fixed), 1)))
