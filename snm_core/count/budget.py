@@ -2,10 +2,10 @@
 
 A count worker holds, at once: a chunk of feature occurrences being extracted
 (:data:`MAX_OCCURRENCES_PER_CHUNK` at most, or the corpus's, each with its keys, the
-sort's records and partial arrays), its flush buffer (``--flush_links`` pending links) and the bucket it merges
-(its partial links, at most the corpus's feature occurrences over the buckets).  The
-first two are fixed; :func:`plan_memory` checks them against the budget and sizes the
-buckets from the rest.
+sort's records and partial arrays), its flush buffer (``--flush_links`` pending links)
+and the bucket it merges (its partial links, at most the corpus's feature occurrences
+over the buckets).  The first two are fixed; :func:`plan_memory` checks them against the
+budget and sizes the buckets from the rest.
 """
 
 import dataclasses

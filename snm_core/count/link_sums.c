@@ -1,7 +1,8 @@
 /* The count's sums (snm_core/count/counting.py): a batch's feature occurrences summed
  * into links, a bucket's partial links summed, and its partial feature rows made
- * distinct, each in one sort of 16-byte records that carry their payload.  An argsort followed by gathers reads every column at random once
- * more, which on a bucket of millions of rows cost more than the sort.
+ * distinct, each in one sort of 16-byte records that carry their payload.  An argsort
+ * followed by gathers reads every column at random once more, which on a bucket of
+ * millions of rows cost more than the sort.
  *
  * The sort is a most-significant-digit radix sort of (key, minor), 8 bits a digit, out
  * of place between two buffers: keys are hashes, so after the digits the bucket's key
