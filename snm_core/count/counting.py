@@ -484,7 +484,8 @@ def feature_table(features, links, num_feature_types):
     offsets = np.zeros(len(row_keys) + 1, dtype=np.int32)
     np.cumsum(features["width"], out=offsets[1:])
     words_list = pa.ListArray.from_arrays(pa.array(offsets),
-                                          pa.array(features["word"].astype(np.int32)))
+                                          pa.array(features["word"].astype(np.int32,
+                                                                           copy=False)))
     return pa.table({
         "feature": row_keys,
         "tag": (type_id // num_feature_types).astype(np.int16),

@@ -5,9 +5,10 @@
  * millions of rows cost more than the sort.
  *
  * The sort is a most-significant-digit radix sort of (key, minor), 8 bits a digit, out
- * of place between two buffers: keys are hashes, so after the digits the bucket's key
- * range shares, each level splits its rows about 256 ways and a few levels leave runs
- * short enough for insertion.  A digit that every row of a run shares moves nothing. */
+ * of place between two buffers: keys are hashes, taken from the top of their span
+ * (key_span: a bucket's keys share their high bits), so each level splits its rows about
+ * 256 ways and a few levels leave runs short enough for insertion.  A digit that every
+ * row of a run shares moves nothing. */
 #include <stdint.h>
 #include <string.h>
 
