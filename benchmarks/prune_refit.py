@@ -158,8 +158,9 @@ def residual_count(count, out):
         links = pq.read_table(os.path.join(count, name))
         features = pq.read_table(os.path.join(count, "features-" + name[len("links-"):]))
         tables_of[name] = links, features
-        parent_feature, parent_link = continuation.extension_keys(features, links, extractor,
-                                                                  parents)
+        parent_feature, parent_word = continuation.extension_names(features, links, extractor,
+                                                                   parents)
+        parent_link = hashing.link_key(parent_feature, parent_word)
         extends = np.repeat(parents[features["type"].to_numpy()] >= 0,
                             features["diversity"].to_numpy())
         counts = links["count"].to_numpy()[extends]

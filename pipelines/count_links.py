@@ -181,7 +181,7 @@ class MergeBucket(beam.DoFn):
 
     Yields ``(bucket, ("links", payload))`` for this bucket's summed links,
     ``(parent bucket, ("extensions", payload))`` for the links they extend
-    (see :func:`snm_core.count.continuation.extension_keys`), and the stats.
+    (see :func:`snm_core.count.continuation.extension_names`), and the stats.
     """
 
     def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None,
@@ -248,13 +248,14 @@ class MergeBucket(beam.DoFn):
                                  **left_out})
         yield bucket, ("links", self.shuffle.send(
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
-        parent_feature, parent_link = continuation.extension_keys(features, links, self.extractor,
-                                                              self.parents)
-        # Cut by the parent feature's bucket; only the link keys travel.
-        names, bounds = counting.cut_by_bucket({"feature": parent_feature, "link": parent_link},
-                                               self.num_buckets)
-        payloads = self.shuffle.send_cut({"extensions": [({"link": names["link"]}, bounds)]},
-                                         by_bucket=True)
+        parent_feature, word = continuation.extension_names(features, links, self.extractor,
+                                                            self.parents)
+        # Cut by the parent feature's bucket, the words as narrow as the scratch keeps them.
+        names, bounds = counting.cut_by_bucket(
+            {"feature": parent_feature,
+             "word": word.astype(counting.scratch_word_type(self.vocab_size), copy=False)},
+            self.num_buckets)
+        payloads = self.shuffle.send_cut({"extensions": [(names, bounds)]}, by_bucket=True)
         for target, payload in payloads.items():
             yield target, ("extensions", payload)
 
@@ -293,9 +294,9 @@ class WriteLinks(beam.DoFn):
         # of the 1-word contexts.
         bounds = counting.chunk_bounds([self.shuffle.rows(p, "extensions") for p in extensions],
                                        self.merge_rows)
-        links = continuation.add_continuation(links, (
-            self.shuffle.receive_group(extensions[start:stop], "extensions")["link"]
-            for start, stop in zip(bounds, bounds[1:])))
+        names = (self.shuffle.receive_group(extensions[start:stop], "extensions")
+                 for start, stop in zip(bounds, bounds[1:]))
+        links = continuation.add_continuation(links, ((n["feature"], n["word"]) for n in names))
         self.shuffle.release(extensions + ([links_payload] if links_payload is not None else []))
         storage.write_parquet(links.cast(tables.LINKS), storage.join(
             self.out, tables.bucket_file("links", bucket, self.num_buckets)))

@@ -7,8 +7,7 @@ link's bucket and counted there.
 import numpy as np
 import pyarrow as pa
 
-from snm_core.io.arrays import group_rows, run_starts, stable_argsort, take_runs
-from snm_core.io.radix import sort_uint64
+from snm_core.io import native
 from snm_core.text import hashing
 
 
@@ -34,70 +33,88 @@ def parent_types(config):
     return parents
 
 
-def extension_keys(features, links, extractor, parents):
+def extension_names(features, links, extractor, parents):
     """Where each link (f', w) of a type that extends another sends its continuation.
 
     The link extends (f, w), f being f' without its oldest word (same tag);
     every distinct f' of a (f, w) adds one to the continuation count of (f, w),
     the number of distinct words seen right before f followed by w (Kneser-Ney's
-    N1+(. f w)).
+    N1+(. f w)).  In C (``link_sums.c``), one pass over the features and their links.
+
+    Parameters
+    ----------
+    features, links : a bucket's tables (:func:`snm_core.count.counting.merge_bucket`):
+        each feature's ``diversity`` links, in feature order
 
     Returns
     -------
     parent_feature : uint64 (k,), key of f for the k links that extend one
-    parent_link : uint64 (k,), :func:`snm_core.text.hashing.link_key` of (f, w)
+    word : int32 (k,), their words: the name is the link (f, w)
     """
-    n_types = len(extractor.feature_types)
-    type_index = features["type"].to_numpy().astype(np.int64)
-    type_id = features["tag"].to_numpy().astype(np.int64) * n_types + type_index
-    parent_key = np.zeros(features.num_rows, dtype=np.uint64)
-    has_parent = parents[type_index] >= 0 if features.num_rows else np.zeros(0, bool)
-    lists = features["words"].combine_chunks()
-    flat = lists.values.to_numpy()
-    starts = lists.offsets.to_numpy()[:-1]
-    # The rows of each (tag, type), from one sort, not a scan of all rows per type.
-    by_type, bounds = group_rows(type_id, len(extractor.tags) * n_types)
-    for t in np.flatnonzero(parents >= 0):
-        width = extractor.feature_types[t].num_words
-        for g in range(len(extractor.tags)):
-            rows = by_type[bounds[g * n_types + t]:bounds[g * n_types + t + 1]]
-            if not len(rows):
-                continue
-            # Every row of one type has its width: all but its first word are one
-            # run of the list values.
-            words = take_runs(flat, starts[rows] + 1, width - 1)
-            parent_key[rows] = extractor.keys_for(g * n_types + parents[t], words)
-    diversity = features["diversity"].to_numpy()
-    link_has = np.repeat(has_parent, diversity)
-    link_parent = np.repeat(parent_key, diversity)[link_has]
-    word = links["word"].to_numpy()[link_has]
-    return link_parent, hashing.link_key(link_parent, word)
+    lists = features["words"].combine_chunks() if isinstance(
+        features["words"], pa.ChunkedArray) else features["words"]
+    # (offsets into all of ``values``, a slice's too)
+    offsets = np.ascontiguousarray(lists.offsets.to_numpy(), np.int32)
+    words = np.ascontiguousarray(lists.values.to_numpy(), np.int32)
+    tag, kind, diversity = (np.ascontiguousarray(features[name].to_numpy(), dtype)
+                            for name, dtype in (("tag", np.int16), ("type", np.int16),
+                                                ("diversity", np.int64)))
+    link_word = np.ascontiguousarray(links["word"].to_numpy(), np.int32)
+    types = extractor.feature_types
+    num_words = np.array([t.num_words for t in types], np.int32)
+    remote = np.array([t.remote for t in types], np.int32)
+    salts = np.ascontiguousarray(extractor.type_salts, np.uint64)
+    parents = np.ascontiguousarray(parents, np.int64)
+    n = len(link_word)
+    parent_feature, word = np.empty(n, np.uint64), np.empty(n, np.int32)
+    names = _extension_names(
+        native.address(parents), native.address(num_words), native.address(remote),
+        native.address(salts), len(types), int(hashing.SEQUENCE_SEED), native.address(tag),
+        native.address(kind), native.address(offsets), native.address(words),
+        native.address(diversity), features.num_rows, native.address(link_word), n,
+        native.address(parent_feature), native.address(word))
+    if names < 0:
+        raise ValueError("a feature's words or links do not match its type's")
+    return parent_feature[:names], word[:names]
 
 
-def add_continuation(links, extension_link_keys):
-    """``links`` with a ``continuation`` column: how many extension keys name each link.
+def add_continuation(links, names):
+    """``links`` (sorted by (feature, word)) with a ``continuation`` column: how many
+    names each link has.
 
-    ``extension_link_keys``: an array of keys, or an iterable of such arrays (chunks of
-    one bucket's names, counted one at a time: a bucket holding the empty context is
-    named by every link of the 1-word contexts, more as the corpus grows).
+    ``names``: a ``(feature, word)`` pair of arrays (:func:`extension_names`), or an
+    iterable of such pairs (chunks of one bucket's names, counted one at a time: a
+    bucket holding the empty context is named by every link of the 1-word contexts, more
+    as the corpus grows).  Names of no link are not counted.  Each chunk is sorted in C
+    (``link_sums.c``) and met with the links in one pass.
     """
-    if isinstance(extension_link_keys, np.ndarray):
-        extension_link_keys = [extension_link_keys]
-    own = hashing.link_key(links["feature"].to_numpy(), links["word"].to_numpy())
-    order, own = stable_argsort(own, return_sorted=True)
-    starts = run_starts(own)
-    distinct = own[starts]
-    named_times = np.zeros(len(distinct), dtype=np.int64)
-    for keys in extension_link_keys:
-        ext = np.array(keys, np.uint64)
-        sort_uint64(ext)
-        ext_starts = run_starts(ext)
-        named, times = ext[ext_starts], np.diff(np.r_[ext_starts, len(ext)])
-        if not len(named) or not len(distinct):
+    if isinstance(names, tuple):
+        names = [names]
+    feature = np.ascontiguousarray(links["feature"].to_numpy(), np.uint64)
+    word = np.ascontiguousarray(links["word"].to_numpy(), np.int32)
+    counts = np.zeros(len(feature), np.int64)
+    work = {}
+    for name_feature, name_word in names:
+        name_feature = np.ascontiguousarray(name_feature, np.uint64)
+        name_word = np.ascontiguousarray(
+            name_word, np.uint16 if name_word.dtype == np.uint16 else np.int32)
+        m = len(name_feature)
+        if not m:
             continue
-        at = np.minimum(np.searchsorted(distinct, named), len(distinct) - 1)
-        found = distinct[at] == named  # names of no link are not counted
-        named_times[at[found]] += times[found]
-    counts = np.zeros(len(own), dtype=np.int64)
-    counts[order] = np.repeat(named_times, np.diff(np.r_[starts, len(own)]))
+        if work.get("records") is None or len(work["records"]) < 2 * m:
+            work["records"] = np.empty((2 * m, 2), np.uint64)
+        if _count_names(native.address(feature), native.address(word), len(feature),
+                        native.address(name_feature), native.address(name_word),
+                        name_word.itemsize, m, native.address(work["records"]),
+                        native.address(counts)) < 0:
+            raise ValueError("continuation names: the links are not sorted by (feature, "
+                             "word), or a chunk holds 2^32 names or more")
     return links.append_column("continuation", pa.array(counts))
+
+
+_extension_names = native.function(
+    "extension_names", [native.ptr] * 4 + [native.i64, native.u64] + [native.ptr] * 5
+    + [native.i64, native.ptr, native.i64, native.ptr, native.ptr], native.i64)
+_count_names = native.function(
+    "count_names", [native.ptr, native.ptr, native.i64, native.ptr, native.ptr, native.i64,
+                    native.i64, native.ptr, native.ptr], native.i64)

@@ -12,7 +12,7 @@ outputs around (DESIGN.md, "Speed"):
    :func:`merge_bucket`; :func:`merge_bucket_chunks` a chunk of partials at a
    time): sum all partials of one bucket and produce its final tables, sorted,
    with C(f,*) and the diversity of each feature.
-4. :func:`snm_core.count.continuation.extension_keys` then
+4. :func:`snm_core.count.continuation.extension_names` then
    :func:`~snm_core.count.continuation.add_continuation`: every link of a type
    that extends a shorter one (an n-gram of the (n-1)-gram) names the link it
    extends; the names are shuffled to that link's bucket and counted there
@@ -146,7 +146,7 @@ def links_to_scratch(partial, vocab_size):
                          SCRATCH_COUNT_MAX)
         feature, word = feature[rows], word[rows]
     return {"feature": feature,
-            "word": word.astype(_scratch_word_type(vocab_size), copy=False),
+            "word": word.astype(scratch_word_type(vocab_size), copy=False),
             "count": count.astype(np.int32)}
 
 
@@ -164,7 +164,7 @@ def features_to_scratch(partial, vocab_size):
     else:
         flat, width = words[present], present.sum(axis=1).astype(np.uint8)
     return ({"feature": partial["feature"], "type": partial["type"], "width": width},
-            {"word": flat.astype(_scratch_word_type(vocab_size), copy=False)})
+            {"word": flat.astype(scratch_word_type(vocab_size), copy=False)})
 
 
 def features_from_scratch(rows, words):
@@ -197,7 +197,7 @@ def cut_features(partial, num_buckets, vocab_size):
     return (rows, bounds), (words, word_ends[bounds])
 
 
-def _scratch_word_type(vocab_size):
+def scratch_word_type(vocab_size):
     """16-bit word ids for a vocabulary that fits them; None: 32-bit."""
     return np.uint16 if vocab_size is not None and vocab_size <= SCRATCH_WORD_LIMIT \
         else np.int32

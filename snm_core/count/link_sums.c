@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../text/hash64.h"
+
 typedef struct {
     uint64_t key;
     uint32_t minor; /* a link's word; a feature row's index (so equal keys keep row order) */
@@ -212,4 +214,88 @@ int64_t batch_links(const uint64_t *key, const int64_t *event, const int32_t *ta
     }
     *features = feature + 1;
     return link + 1;
+}
+
+/* A feature key as snm_core.text.features.FeatureExtractor.keys_for makes it: the
+ * adjacent words folded newest first from `seed`, then (a skip-gram) the remote words'
+ * own fold folded in, then mixed with the type id's salt. */
+static inline uint64_t feature_key(const int32_t *words, int num_words, int remote,
+                                   uint64_t seed, uint64_t salt) {
+    uint64_t base = seed;
+    for (int col = num_words - 1; col >= remote; col--)
+        base = hash64_combine(base, (uint64_t)(int64_t)words[col]);
+    if (remote) {
+        uint64_t far = seed;
+        for (int col = remote - 1; col >= 0; col--)
+            far = hash64_combine(far, (uint64_t)(int64_t)words[col]);
+        base = hash64_combine(base, far);
+    }
+    return hash64_mix(base ^ salt);
+}
+
+/* Continuation names (Kneser-Ney's N1+(. f w)): every link (f', w) of a feature row
+ * whose type extends another names (f, w), f being f' without its oldest word.  Rows
+ * (m, sorted by key, each with its tag, type index, list offsets into `words`, and its
+ * `diversity` links in `link_word`, in row order) give out_feature[k], out_word[k] for
+ * each link that names one.  Per type index: `parent` (-1: none), `num_words`,
+ * `remote`; `salt` per type id (tag-major, n_types a tag); `seed` the word sequences'
+ * (hashing.SEQUENCE_SEED).  Returns the names, or -1 when a row's words or links do not
+ * match its type's. */
+int64_t extension_names(const int64_t *parent, const int32_t *num_words, const int32_t *remote,
+                        const uint64_t *salt, int64_t n_types, uint64_t seed, const int16_t *tag,
+                        const int16_t *type, const int32_t *offsets, const int32_t *words,
+                        const int64_t *diversity, int64_t m, const int32_t *link_word,
+                        int64_t n_links, uint64_t *out_feature, int32_t *out_word) {
+    int64_t link = 0, out = 0;
+    for (int64_t i = 0; i < m; i++) {
+        int64_t t = type[i], p = t >= 0 && t < n_types ? parent[t] : -2;
+        if (p == -2 || offsets[i + 1] - offsets[i] != num_words[t] ||
+            diversity[i] < 0 || link + diversity[i] > n_links)
+            return -1;
+        if (p >= 0) {
+            uint64_t key = feature_key(words + offsets[i] + 1, num_words[p], remote[p], seed,
+                                       salt[tag[i] * n_types + p]);
+            for (int64_t j = 0; j < diversity[i]; j++) {
+                out_feature[out] = key;
+                out_word[out++] = link_word[link + j];
+            }
+        }
+        link += diversity[i];
+    }
+    return link == n_links ? out : -1;
+}
+
+/* How many names (name_key, name_word: m, any order) each link (link_key, link_word: n,
+ * sorted by (key, word)) has, added to continuation[n]; names of no link are not counted.
+ * `buffer` holds 2m records.  Returns 0, or -1 when the links are not sorted or
+ * m >= 2^32. */
+int64_t count_names(const uint64_t *link_key, const int32_t *link_word, int64_t n,
+                    const uint64_t *name_key, const void *name_word, int64_t word_bytes,
+                    int64_t m, record_t *buffer, int64_t *continuation) {
+    if (m >= ((int64_t)1 << 32)) return -1;
+    for (int64_t i = 1; i < n; i++)
+        if (link_key[i] < link_key[i - 1] ||
+            (link_key[i] == link_key[i - 1] && link_word[i] <= link_word[i - 1]))
+            return -1;
+    record_t *rows = buffer, *spare = buffer + m;
+    uint64_t low;
+    int shift;
+    key_span(name_key, m, &low, &shift);
+    for (int64_t i = 0; i < m; i++) {
+        rows[i].key = (name_key[i] - low) << shift;
+        rows[i].minor = (uint32_t)word_at(name_word, word_bytes, i);
+        rows[i].value = 0;
+    }
+    msd_sort(rows, spare, m, 0, rows);
+    int64_t at = 0;
+    for (int64_t i = 0; i < m && at < n; i++) {
+        uint64_t key = (rows[i].key >> shift) + low;
+        uint32_t word = rows[i].minor;
+        while (at < n && (link_key[at] < key ||
+                          (link_key[at] == key && (uint32_t)link_word[at] < word)))
+            at++;
+        if (at < n && link_key[at] == key && (uint32_t)link_word[at] == word)
+            continuation[at]++;
+    }
+    return 0;
 }

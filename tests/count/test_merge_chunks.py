@@ -3,6 +3,7 @@
 import collections
 
 import numpy as np
+import pytest
 
 from snm_core.count.counting import chunk_bounds, merge_bucket, merge_bucket_chunks
 
@@ -84,18 +85,26 @@ def test_continuation_counts_names_read_in_chunks():
     import pyarrow as pa
 
     from snm_core.count.continuation import add_continuation
-    from snm_core.text.hashing import link_key
     rng = np.random.default_rng(8)
     feature = np.sort(rng.integers(1, 2 ** 63, 300, dtype=np.uint64)).repeat(3)
-    word = np.tile(np.arange(3, dtype=np.int32), 300)
+    word = np.tile(np.array([0, 7, 40000], np.int32), 300)
     links = pa.table({"feature": feature, "word": word, "count": np.ones(900, np.int64)})
-    own = link_key(feature, word)
-    # names of links, many of a few (the empty context's), and names of no link
-    names = np.r_[rng.choice(own, 5000), np.repeat(own[:4], 700),
-                  rng.integers(0, 2 ** 63, 50, dtype=np.uint64)]
+    own = list(zip(feature.tolist(), word.tolist()))
+    # names of links, many of a few (the empty context's), and names of no link: an
+    # unknown feature, or a known feature with another word
+    picks = np.r_[rng.integers(0, 900, 5000), np.repeat(np.arange(4), 700)]
+    names = [own[i] for i in picks] + \
+        [(int(k), 7) for k in rng.integers(0, 2 ** 63, 50, dtype=np.uint64)] + \
+        [(own[i][0], 3) for i in rng.integers(0, 900, 50)]
     rng.shuffle(names)
-    named = collections.Counter(names.tolist())
-    counted = add_continuation(links, (names[i:i + 613] for i in range(0, len(names), 613)))
-    assert counted["continuation"].to_pylist() == [named[k] for k in own.tolist()]
+    named = collections.Counter(names)
+    name_feature = np.array([f for f, _ in names], np.uint64)
+    name_word = np.array([w for _, w in names], np.int32)
+    chunks = [(name_feature[i:i + 613], name_word[i:i + 613].astype(np.uint16))
+              for i in range(0, len(names), 613)]
+    counted = add_continuation(links, chunks)
+    assert counted["continuation"].to_pylist() == [named[k] for k in own]
     assert counted["continuation"].to_pylist() == \
-        add_continuation(links, names)["continuation"].to_pylist()
+        add_continuation(links, (name_feature, name_word))["continuation"].to_pylist()
+    with pytest.raises(ValueError, match="not sorted"):
+        add_continuation(links.take(np.r_[1, 0, 2:900]), (name_feature, name_word))

@@ -49,9 +49,9 @@ def count_tables(config, sources, vocab, tags=None):
         feature_parts.append(features)
     links, features, _ = counting.merge_bucket(link_parts, feature_parts,
                                                len(config.feature_types()))
-    _, extensions = continuation.extension_keys(features, links, extractor,
-                                            continuation.parent_types(config))
-    return continuation.add_continuation(links, extensions), features
+    names = continuation.extension_names(features, links, extractor,
+                                         continuation.parent_types(config))
+    return continuation.add_continuation(links, names), features
 
 
 def join_tables(config, sources, heldout_lines, vocab, tags=None):
