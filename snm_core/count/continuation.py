@@ -93,7 +93,7 @@ def add_continuation(links, names):
     feature = np.ascontiguousarray(links["feature"].to_numpy(), np.uint64)
     word = np.ascontiguousarray(links["word"].to_numpy(), np.int32)
     counts = np.zeros(len(feature), np.int64)
-    work = {}
+    records = np.empty((0, 2), np.uint64)  # the sort's two buffers, grown to a chunk's
     for name_feature, name_word in names:
         name_feature = np.ascontiguousarray(name_feature, np.uint64)
         name_word = np.ascontiguousarray(
@@ -101,11 +101,11 @@ def add_continuation(links, names):
         m = len(name_feature)
         if not m:
             continue
-        if work.get("records") is None or len(work["records"]) < 2 * m:
-            work["records"] = np.empty((2 * m, 2), np.uint64)
+        if len(records) < 2 * m:
+            records = np.empty((2 * m, 2), np.uint64)
         if _count_names(native.address(feature), native.address(word), len(feature),
                         native.address(name_feature), native.address(name_word),
-                        name_word.itemsize, m, native.address(work["records"]),
+                        name_word.itemsize, m, native.address(records),
                         native.address(counts)) < 0:
             raise ValueError("continuation names: the links are not sorted by (feature, "
                              "word), or a chunk holds 2^32 names or more")
