@@ -61,10 +61,10 @@ RACE_PROBE = 0.125
 #: (benchmarks/README.md, "The race's probe").
 PROBE_MARGIN = 0.02
 SELECTIONS = ("race", "each")
-#: The order candidates train in.  Where the budget holds one compiled problem at a
-#: time, a round starts with the candidate whose problem is loaded (the previous
-#: round's last), then the others in this order; the probe ends with unlexicalized,
-#: the usual winner on matched data, whose problem then serves the first round.
+#: The order candidates train in.  One compiled problem is held at a time, so a round
+#: starts with the candidate whose problem is loaded (the previous round's last), then
+#: the others in this order; the probe ends with unlexicalized, the usual winner on
+#: matched data, whose problem then serves the first round.
 TRAINING_ORDER = ("lexicalized", "feature-only", "unlexicalized")
 
 
@@ -168,7 +168,7 @@ class Candidate:
 
 
 class Selection:
-    """Trains candidates on the training share, one epoch at a time."""
+    """Trains candidates on the training share, one epoch at a time, one problem in memory."""
 
     def __init__(self, problem_for, options, cap, say, log_entries):
         self.problem_for = problem_for
@@ -177,7 +177,7 @@ class Selection:
         self.say = say
         self.log_entries = log_entries
         self.split = None
-        self.loaded = None  # the spec of the problem used last
+        self.loaded = None  # the spec of the problem problem_for holds
 
     def problem(self, candidate):
         """``candidate``'s compiled problem; the (train, validation) split on the first call."""
@@ -312,22 +312,20 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     log_entries = []
     problems = {}
     join_manifest = validation.validate_directory(join_dir, "join").manifest
-    parts = fit_memory(join_manifest, options)
-    options.memory.require("fit", parts)
-    # Compiled problems the budget holds at once (one at least, each counted at small M's
-    # share): the race moves between variants, and each compile is seconds.
-    held = 1 + max(0, options.memory.left(parts)) // max(parts["small M"], 1)
+    options.memory.require("fit", fit_memory(join_manifest, options))
     # A directory without a manifest is not a finished fit: never old settings
     # beside a new theta if this run is cut short.
     storage.remove_file(storage.join(out_dir, tables.MANIFEST))
 
     def problem_for(spec):
-        if spec in problems:
-            problems[spec] = problems.pop(spec)  # the most recently used last
-        else:
-            while len(problems) >= held:  # the least recently used goes
-                problems.pop(next(iter(problems))).close()
-                memory.release_memory()
+        if spec not in problems:
+            # One compiled problem at a time: keeping another variant's beside it slowed
+            # the lexicalized epochs by more than the compile it saves (benchmarks/
+            # README.md, "Fitting").
+            for old in problems.values():
+                old.close()
+            problems.clear()
+            memory.release_memory()
             # Reading and compiling small M frees and makes arrays of up to ~100 MB:
             # reused from the heap, not mapped and zeroed afresh (a third of the
             # compile's time); what the heap kept is given back after.
@@ -376,9 +374,6 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
             f"({entry['seconds']:.2f} s)")
 
     final_started = time.perf_counter()
-    for other in [s for s, p in problems.items() if p is not problem]:
-        problems.pop(other).close()  # the race's others, before the final run
-    memory.release_memory()
     theta, history = trainer.train(problem, options.settings(epochs), log=log, progress=progress)
     final_seconds = time.perf_counter() - final_started
     problem.close()  # its batch buffers, before the hash_size-long table is made
