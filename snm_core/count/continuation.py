@@ -7,6 +7,7 @@ link's bucket and counted there.
 import numpy as np
 import pyarrow as pa
 
+from snm_core.count import counting
 from snm_core.io import native
 from snm_core.text import hashing
 
@@ -93,16 +94,14 @@ def add_continuation(links, names):
     feature = np.ascontiguousarray(links["feature"].to_numpy(), np.uint64)
     word = np.ascontiguousarray(links["word"].to_numpy(), np.int32)
     counts = np.zeros(len(feature), np.int64)
-    records = np.empty((0, 2), np.uint64)  # the sort's two buffers, grown to a chunk's
+    work = {}  # the sort's buffer, kept from chunk to chunk
     for name_feature, name_word in names:
         name_feature = np.ascontiguousarray(name_feature, np.uint64)
-        name_word = np.ascontiguousarray(
-            name_word, np.uint16 if name_word.dtype == np.uint16 else np.int32)
+        name_word = counting.narrow_or_int32(name_word)
         m = len(name_feature)
         if not m:
             continue
-        if len(records) < 2 * m:
-            records = np.empty((2 * m, 2), np.uint64)
+        records = counting.sort_records(m, work)
         if _count_names(native.address(feature), native.address(word), len(feature),
                         native.address(name_feature), native.address(name_word),
                         name_word.itemsize, m, native.address(records),

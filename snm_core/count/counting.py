@@ -73,7 +73,7 @@ def batch_partials(events, work=None):
         np.empty(n, np.int64)
     feature_key, first, features = np.empty(n, np.uint64), np.empty(n, np.int64), \
         np.zeros(1, np.int64)
-    records = _records(n, work)
+    records = sort_records(n, work)
     links = _batch_links(native.address(key), native.address(event), native.address(target),
                          n, native.address(records), native.address(out_key),
                          native.address(out_word), native.address(out_count),
@@ -313,14 +313,14 @@ def merge_links(link_parts, work=None):
             int(parts["count"].max()) > SCRATCH_COUNT_MAX:
         parts = links_to_scratch(parts, None)  # larger counts as several rows
     feature = np.ascontiguousarray(parts.pop("feature"), np.uint64)
-    word = _narrow_or_int32(parts.pop("word"))
+    word = narrow_or_int32(parts.pop("word"))
     count = parts.pop("count")
     if count.dtype not in (np.int32, np.int64):
         count = count.astype(np.int64)
     count = np.ascontiguousarray(count)
     n = len(feature)
     out_feature, out_word = np.empty(n, np.uint64), np.empty(n, np.int32)
-    out_count, records = np.empty(n, np.int64), _records(n, work)
+    out_count, records = np.empty(n, np.int64), sort_records(n, work)
     rows = _sum_links(native.address(feature), native.address(word), word.itemsize,
                       native.address(count), count.itemsize, n, native.address(records),
                       native.address(out_feature), native.address(out_word),
@@ -331,13 +331,13 @@ def merge_links(link_parts, work=None):
                      "count": out_count[:rows]})
 
 
-def _narrow_or_int32(word):
-    """Word ids as the C merge reads them: uint16 as they are, others as int32."""
+def narrow_or_int32(word):
+    """Word ids as ``link_sums.c`` reads them: uint16 as they are, others as int32."""
     return np.ascontiguousarray(word, np.uint16 if word.dtype == np.uint16 else np.int32)
 
 
-def _records(n, work=None):
-    """Work space of the C merge's sort: two buffers of ``n`` 16-byte records, kept in
+def sort_records(n, work=None):
+    """Work space of ``link_sums.c``'s sort: two buffers of ``n`` 16-byte records, kept in
     ``work`` (a dict, or None) for the next call: a buffer this large is mapped afresh at
     each allocation, and the kernel then zeroes it a page at a time."""
     work = {} if work is None else work
@@ -442,13 +442,13 @@ def distinct_features(feature_parts, work=None):
     key = np.ascontiguousarray(feats["feature"], np.uint64)
     kind = np.ascontiguousarray(feats["type"], np.int32)
     width = np.ascontiguousarray(feats["width"], np.uint8)
-    words = _narrow_or_int32(feats["word"])
+    words = narrow_or_int32(feats["word"])
     del feats
     m = len(key)
     out_key, out_type = np.empty(m, np.uint64), np.empty(m, np.int32)
     out_width, out_words = np.empty(m, np.uint8), np.empty(len(words), np.int32)
     collisions, offsets = np.zeros(1, np.int64), np.empty(m + 1, np.int64)
-    records = _records(m, work)
+    records = sort_records(m, work)
     rows = _distinct_feature_rows(
         native.address(key), native.address(kind), native.address(width),
         native.address(words), words.itemsize, m, native.address(offsets),
