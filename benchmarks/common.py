@@ -128,11 +128,15 @@ def record(benchmark, rows):
 
 
 def read_train_run(out):
-    """``(stages.json, the fit's manifest, eval.json)`` of a finished ``snm train --out out``."""
+    """``(stages, the fit's manifest, eval.json)`` of a finished ``snm train --out out``:
+    ``stages`` is ``stages.json``'s stages by name (not its other keys, such as the name of
+    the final model)."""
     def load(*parts):
         with open(os.path.join(out, *parts)) as f:
             return json.load(f)
-    return load("stages.json"), load("fit", "manifest.json"), load("eval.json")
+    stages = {name: stage for name, stage in load("stages.json").items()
+              if isinstance(stage, dict)}
+    return stages, load("fit", "manifest.json"), load("eval.json")
 
 
 def print_table(rows, columns):

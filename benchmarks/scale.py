@@ -53,6 +53,7 @@ from benchmarks.common import (  # noqa: E402
     corpus,
     kenlm_binary,
     print_table,
+    read_train_run,
     record,
     run_measured,
 )
@@ -330,13 +331,12 @@ def stages(args):
             "--memory", memory, *MODE), [snm_run])
         links = read_json(os.path.join(snm_run, "model", "manifest.json"))["totals"]["links"]
         only = set(args.only.split(","))
-        stages_json = read_json(os.path.join(snm_run, "stages.json"))
+        stages_run, _, evaluation = read_train_run(snm_run)
         train.update(links=links, stage_seconds={k: v["seconds"] for k, v in
-                                                 stages_json.items()},
+                                                 stages_run.items()},
                      stage_peak_rss_mib={k: v.get("peak_rss_mib") for k, v in
-                                         stages_json.items()},
-                     test_perplexity=read_json(os.path.join(snm_run, "eval.json"))
-                     ["adjusted"]["perplexity"])
+                                         stages_run.items()},
+                     test_perplexity=evaluation["adjusted"]["perplexity"])
         model_out = os.path.join(snm_run, "model")
         if not args.keep:  # what the next steps do not read
             for name in ("count", "join"):
