@@ -251,10 +251,9 @@ class MergeBucket(beam.DoFn):
         parent_feature, word = continuation.extension_names(features, links, self.extractor,
                                                             self.parents)
         # Cut by the parent feature's bucket, the words as narrow as the scratch keeps them.
-        names, bounds = counting.cut_by_bucket(
-            {"feature": parent_feature,
-             "word": word.astype(counting.scratch_word_type(self.vocab_size), copy=False)},
-            self.num_buckets)
+        names, bounds = continuation.names_by_bucket(
+            parent_feature, word, self.num_buckets,
+            counting.scratch_word_type(self.vocab_size))
         payloads = self.shuffle.send_cut({"extensions": [(names, bounds)]}, by_bucket=True)
         for target, payload in payloads.items():
             yield target, ("extensions", payload)

@@ -79,6 +79,25 @@ def extension_names(features, links, extractor, parents):
     return parent_feature[:names], word[:names]
 
 
+def names_by_bucket(parent_feature, word, num_buckets, word_type):
+    """Names (:func:`extension_names`) grouped by their feature's key-range bucket, as
+    :func:`snm_core.count.counting.cut_by_bucket` cuts a partial: ``({"feature", "word"},
+    bounds)``, bucket ``b``'s names at ``bounds[b]:bounds[b + 1]`` in their order, the words
+    as ``word_type`` (uint16 or int32: the scratch's width).  In C, one pass to count the
+    buckets and one to place the names."""
+    feature = np.ascontiguousarray(parent_feature, np.uint64)
+    word = np.ascontiguousarray(word, np.int32)
+    word_type = np.dtype(word_type)
+    out_feature, out_word = np.empty(len(feature), np.uint64), np.empty(len(feature), word_type)
+    bounds = np.empty(num_buckets + 1, np.int64)
+    if _names_by_bucket(native.address(feature), native.address(word), len(feature),
+                        num_buckets, word_type.itemsize, native.address(out_feature),
+                        native.address(out_word), native.address(bounds)) < 0:
+        raise ValueError(f"continuation names: {num_buckets} buckets, or a word wider than "
+                         f"{word_type}")
+    return {"feature": out_feature, "word": out_word}, bounds
+
+
 def add_continuation(links, names):
     """``links`` (sorted by (feature, word)) with a ``continuation`` column: how many
     names each link has.
@@ -117,3 +136,6 @@ _extension_names = native.function(
 _count_names = native.function(
     "count_names", [native.ptr, native.ptr, native.i64, native.ptr, native.ptr, native.i64,
                     native.i64, native.ptr, native.ptr], native.i64)
+_names_by_bucket = native.function(
+    "names_by_bucket", [native.ptr, native.ptr, native.i64, native.i64, native.i64,
+                        native.ptr, native.ptr, native.ptr], native.i64)

@@ -265,6 +265,36 @@ int64_t extension_names(const int64_t *parent, const int32_t *num_words, const i
     return link == n_links ? out : -1;
 }
 
+/* Names (key, word: n) grouped by the key-range bucket of their key (of `num_buckets`,
+ * as snm_core.io.key_ranges.bucket_of), in their order within a bucket: out_key[n] and
+ * out_word[n] (`word_bytes` 2 or 4: the scratch's width), bucket b's rows
+ * bounds[b]:bounds[b + 1].  One pass counts the buckets, one places the rows: an argsort
+ * by bucket and gathers of both columns cost several times that.  Returns 0, or -1 when
+ * num_buckets is outside [1, 2^16] or a word does not fit its width. */
+int64_t names_by_bucket(const uint64_t *key, const int32_t *word, int64_t n, int64_t num_buckets,
+                        int64_t word_bytes, uint64_t *out_key, void *out_word, int64_t *bounds) {
+    if (num_buckets < 1 || num_buckets > (1 << 16) || (word_bytes != 2 && word_bytes != 4))
+        return -1;
+    memset(bounds, 0, (size_t)(num_buckets + 1) * sizeof *bounds);
+    for (int64_t i = 0; i < n; i++) {
+        if (word_bytes == 2 && (word[i] < 0 || word[i] > 65535)) return -1;
+        bounds[(((key[i] >> 16) * (uint64_t)num_buckets) >> 48) + 1]++;
+    }
+    for (int64_t b = 0; b < num_buckets; b++) bounds[b + 1] += bounds[b];
+    int64_t *at = bounds; /* each bucket's next row, restored below */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t row = at[((key[i] >> 16) * (uint64_t)num_buckets) >> 48]++;
+        out_key[row] = key[i];
+        if (word_bytes == 2)
+            ((uint16_t *)out_word)[row] = (uint16_t)word[i];
+        else
+            ((int32_t *)out_word)[row] = word[i];
+    }
+    for (int64_t b = num_buckets; b > 0; b--) bounds[b] = bounds[b - 1];
+    bounds[0] = 0;
+    return 0;
+}
+
 /* How many names (name_key, name_word: m, any order) each link (link_key, link_word: n,
  * sorted by (key, word)) has, added to continuation[n]; names of no link are not counted.
  * `buffer` holds 2m records.  Returns 0, or -1 when the links are not sorted or

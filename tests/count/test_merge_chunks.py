@@ -108,3 +108,26 @@ def test_continuation_counts_names_read_in_chunks():
         add_continuation(links, (name_feature, name_word))["continuation"].to_pylist()
     with pytest.raises(ValueError, match="not sorted"):
         add_continuation(links.take(np.r_[1, 0, 2:900]), (name_feature, name_word))
+
+@pytest.mark.parametrize("word_type", [np.uint16, np.int32])
+def test_continuation_names_are_grouped_by_their_feature_bucket_in_order(word_type):
+    from snm_core.count.continuation import names_by_bucket
+    rng = np.random.default_rng(9)
+    num_buckets = 37
+    # keys over the whole range, the ends of it included, and a bucket with no name
+    key = np.r_[rng.integers(0, 2 ** 64, 4000, dtype=np.uint64),
+                np.array([0, 2 ** 64 - 1, 2 ** 63], np.uint64)]
+    key = key[((key >> np.uint64(16)) * np.uint64(num_buckets) >> np.uint64(48)) != 5]
+    word = rng.integers(0, 65536 if word_type == np.uint16 else 2 ** 31, len(key)).astype(np.int32)
+    names, bounds = names_by_bucket(key, word, num_buckets, word_type)
+    assert names["word"].dtype == word_type and bounds[0] == 0 and bounds[-1] == len(key)
+    for b in range(num_buckets):
+        # the oracle: a bucket is the keys in [b, b + 1) * 2^64 / num_buckets, by division
+        expected = [(int(k), int(w)) for k, w in zip(key, word)
+                    if int(k) * num_buckets // 2 ** 64 == b]
+        got = list(zip(names["feature"][bounds[b]:bounds[b + 1]].tolist(),
+                       names["word"][bounds[b]:bounds[b + 1]].tolist()))
+        assert got == expected, b
+    assert bounds[6] == bounds[5]
+    with pytest.raises(ValueError, match="wider"):
+        names_by_bucket(key[:3], np.array([1, 70000, 2], np.int32), num_buckets, np.uint16)
