@@ -102,28 +102,6 @@ def take_rows(array, index):
     return np.take(rows, index).view(array.dtype).reshape(-1, array.shape[1])
 
 
-def take_runs(values, starts, width):
-    """``values[starts[i]:starts[i] + width]`` for every i, as rows of a 2-d array.
-
-    One 1-d ``np.take`` a column.  ``np.take`` of a sliding-window view first
-    copies the whole view (``len(values) * width`` items) into a contiguous
-    array: on a merge bucket's words, once per feature type.  Indexing the
-    view's rows (``view[starts]``) is slower than this, and holds the GIL,
-    which ``np.take`` releases.
-
-    Examples
-    --------
-    >>> take_runs(np.arange(10, 16), np.array([3, 0]), 2).tolist()
-    [[13, 14], [10, 11]]
-    """
-    if width == 0:
-        return np.zeros((len(starts), 0), dtype=values.dtype)
-    rows = np.empty((len(starts), width), dtype=values.dtype)
-    for col in range(width):
-        rows[:, col] = np.take(values, starts + col)
-    return rows
-
-
 def sorted_ids(keys):
     """Dense ids of keys numbered in key order: ``(ids int64, distinct keys sorted, first
     row of each)``, with ``distinct[ids] == keys``; ``keys`` non-negative integers.

@@ -24,7 +24,7 @@ import numpy as np
 from snm_core.io.errors import SnmInputError
 
 #: What ``loops_version`` returns: a library built from other sources is refused.
-VERSION = 12
+VERSION = 13
 
 i32, i64, u64, f64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
 ptr = ctypes.c_void_p

@@ -32,7 +32,7 @@ import dataclasses
 
 import numpy as np
 
-from snm_core.io.arrays import group_rows, take_runs
+from snm_core.io import native
 from snm_core.text import hashing
 from snm_core.text.vocab import BOS_ID, EOS_ID
 
@@ -102,27 +102,25 @@ class EventFeatures:
         -------
         ndarray of int32, shape (k, extractor.max_words), or (k, the most words) if narrow
         """
-        if pairs is None:
-            pairs = np.arange(self.num_pairs)
-        windows = self.extractor._gen_table  # (r, s, a) of each generator
-        generator = self.generator[pairs]
-        position = self._event_position[self.event[pairs]]
-        # The pairs of one type mostly share one window, whose remote and adjacent
-        # words are runs of the sequence at fixed offsets from the target.
-        used = np.flatnonzero(np.bincount(generator, minlength=len(windows)))
-        columns = (int(max((windows[g][0] + windows[g][2] for g in used), default=0))
-                   if narrow else self.extractor.max_words)
-        words = np.full((len(pairs), columns), -1, dtype=np.int32)
-        if len(used) > 1:  # tied skip windows
-            by_generator, bounds = group_rows(generator, len(windows))
-        for g in used:
-            r, s, a = (int(v) for v in windows[g])
-            rows = slice(None) if len(used) == 1 else by_generator[bounds[g]:bounds[g + 1]]
-            start = position[rows] - a  # first adjacent word
-            for first_col, width, first_word in ((0, r, start - s - r), (r, a, start)):
-                if width:
-                    words[rows, first_col:first_col + width] = take_runs(
-                        self._sequence, first_word, width)
+        pairs = np.arange(self.num_pairs) if pairs is None else \
+            np.ascontiguousarray(pairs, np.int64)
+        windows = np.ascontiguousarray(self.extractor._gen_table, np.int64)  # (r, s, a) each
+        if narrow:
+            used = np.flatnonzero(np.bincount(self.generator[pairs], minlength=len(windows)))
+            columns = int(max((windows[g, 0] + windows[g, 2] for g in used), default=0))
+        else:
+            columns = self.extractor.max_words
+        words = np.empty((len(pairs), columns), dtype=np.int32)
+        # In C, a row at a time: gathers of each column of each window cost several times it.
+        sequence = np.ascontiguousarray(self._sequence, np.int32)
+        generator = np.ascontiguousarray(self.generator, np.int16)
+        event = np.ascontiguousarray(self.event, np.int64)
+        position = np.ascontiguousarray(self._event_position, np.int64)
+        if _context_words(native.address(sequence), native.address(generator),
+                          native.address(event), native.address(position),
+                          native.address(windows), len(windows), native.address(pairs),
+                          len(pairs), columns, native.address(words)) < 0:
+            raise ValueError("a feature's window does not fit its sequence")
         return words
 
 
@@ -433,3 +431,8 @@ def _type_pairs(windows, hashes, event_pos, event_depth):
         earlier.append((remote, valid))
         keep = np.flatnonzero(fresh)
         yield g, ev[keep], hashing.combine(hashes[a][positions[keep]], remote[keep])
+
+
+_context_words = native.function(
+    "context_words", [native.ptr] * 5 + [native.i64, native.ptr, native.i64, native.i64,
+                                         native.ptr], native.i64)

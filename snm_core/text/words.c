@@ -67,3 +67,26 @@ void word_ids(const int32_t *table, int64_t size, const int64_t *table_offsets,
         result[i] = found;
     }
 }
+
+/* The identity words of k feature occurrences (snm_core/text/features.py,
+ * EventFeatures.context_words): occurrence pairs[i] of window generator[pairs[i]],
+ * whose (r, s, a) is windows[3 g .. 3 g + 3), at the event whose target is
+ * seq[event_position[event[pairs[i]]]], gets its r remote words then its a adjacent
+ * words, oldest first, in row i of out (k x columns), the rest -1.  Returns 0, or -1
+ * when a window does not fit the columns or reaches before the sequence. */
+int64_t context_words(const int32_t *seq, const int16_t *generator, const int64_t *event,
+                      const int64_t *event_position, const int64_t *windows, int64_t n_windows,
+                      const int64_t *pairs, int64_t k, int64_t columns, int32_t *out) {
+    for (int64_t i = 0; i < k; i++) {
+        int64_t p = pairs[i], g = generator[p];
+        if (g < 0 || g >= n_windows) return -1;
+        int64_t r = windows[3 * g], s = windows[3 * g + 1], a = windows[3 * g + 2];
+        int64_t start = event_position[event[p]] - a; /* the first adjacent word */
+        if (r + a > columns || start - s - r < 0) return -1;
+        int32_t *row = out + i * columns;
+        for (int64_t j = 0; j < r; j++) row[j] = seq[start - s - r + j];
+        for (int64_t j = 0; j < a; j++) row[r + j] = seq[start + j];
+        for (int64_t j = r + a; j < columns; j++) row[j] = -1;
+    }
+    return 0;
+}

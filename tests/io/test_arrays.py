@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from snm_core.io.arrays import group_rows, sorted_ids, stable_argsort, take_rows, take_runs
+from snm_core.io.arrays import group_rows, sorted_ids, stable_argsort, take_rows
 
 
 def _cases():
@@ -50,15 +50,6 @@ def test_take_rows_equals_fancy_indexing(dtype, width):
         got = take_rows(array, index)
         assert got.dtype == dtype and np.array_equal(got, array[index])
     assert take_rows(array[::2], np.array([1, 0])).tolist() == array[::2][[1, 0]].tolist()
-
-
-@pytest.mark.parametrize("width", [0, 1, 3])
-def test_take_runs_equals_fancy_indexing(width):
-    values = np.arange(100, 120, dtype=np.int32)
-    starts = np.array([5, 0, 17 - width + 3, 5])
-    got = take_runs(values, starts, width)
-    assert got.dtype == np.int32 and got.shape == (len(starts), width)
-    assert np.array_equal(got, values[starts[:, None] + np.arange(width)])
 
 
 @pytest.mark.parametrize("num_groups", [1, 5, 70_000])

@@ -221,3 +221,29 @@ def test_extraction_by_type_yields_the_same_pairs_one_type_at_a_time(tags):
         assert len(np.unique(ev.type % len(ex.feature_types))) == 1
         assert np.array_equal(ev.target, whole.target)
     assert sorted(p for ev in groups for p in pairs(ev)) == pairs(whole)
+
+
+def test_context_words_are_each_windows_words_before_the_target():
+    # The oracle: each sentence padded with <S> and </S> in plain lists; an (r, s, a)
+    # window at target t holds the r words ending s + a before t, then the a before t.
+    rng = np.random.default_rng(3)
+    sentences = [rng.integers(3, 40, n).tolist() for n in (0, 1, 4, 12, 25, 3)]
+    ex = FeatureExtractor(preset("skip10gram"))
+    ev = ex.extract(SentenceBatch.from_lists(sentences))
+    padded = [[BOS_ID] + s + [EOS_ID] for s in sentences]
+    starts = np.cumsum([0] + [len(s) for s in padded])
+    sequence = [w for s in padded for w in s]
+    events = [i for s, first in zip(padded, starts) for i in range(first + 1, first + len(s))]
+    expected = []
+    for p in range(ev.num_pairs):
+        _, r, s, a = ex.generators[ev.generator[p]]
+        t = events[ev.event[p]]
+        row = sequence[t - a - s - r:t - a - s] + sequence[t - a:t]
+        expected.append(row + [-1] * (ex.max_words - len(row)))
+    assert ev.context_words().tolist() == expected
+    some = rng.choice(ev.num_pairs, 50, replace=False)
+    assert ev.context_words(some).tolist() == [expected[p] for p in some]
+    one_type = np.flatnonzero(ev.type == ev.type[-1])
+    narrow = ev.context_words(one_type, narrow=True)
+    width = ex.feature_types[ev.type[-1] % len(ex.feature_types)].num_words
+    assert narrow.tolist() == [expected[p][:width] for p in one_type]
