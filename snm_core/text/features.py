@@ -110,8 +110,8 @@ class EventFeatures:
             columns = int(max((windows[g, 0] + windows[g, 2] for g in used), default=0))
         else:
             columns = self.extractor.max_words
-        words = np.empty((len(pairs), columns), dtype=np.int32)
-        # In C, a row at a time: gathers of each column of each window cost several times it.
+        words, work = np.empty((len(pairs), columns), np.int32), np.empty(len(pairs), np.int64)
+        # In C (numpy gathered each column of each window: several times the time).
         sequence = np.ascontiguousarray(self._sequence, np.int32)
         generator = np.ascontiguousarray(self.generator, np.int16)
         event = np.ascontiguousarray(self.event, np.int64)
@@ -119,7 +119,7 @@ class EventFeatures:
         if _context_words(native.address(sequence), native.address(generator),
                           native.address(event), native.address(position),
                           native.address(windows), len(windows), native.address(pairs),
-                          len(pairs), columns, native.address(words)) < 0:
+                          len(pairs), columns, native.address(work), native.address(words)) < 0:
             raise ValueError("a feature's window does not fit its sequence")
         return words
 
@@ -435,4 +435,4 @@ def _type_pairs(windows, hashes, event_pos, event_depth):
 
 _context_words = native.function(
     "context_words", [native.ptr] * 5 + [native.i64, native.ptr, native.i64, native.i64,
-                                         native.ptr], native.i64)
+                                         native.ptr, native.ptr], native.i64)

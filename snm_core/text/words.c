@@ -72,16 +72,24 @@ void word_ids(const int32_t *table, int64_t size, const int64_t *table_offsets,
  * EventFeatures.context_words): occurrence pairs[i] of window generator[pairs[i]],
  * whose (r, s, a) is windows[3 g .. 3 g + 3), at the event whose target is
  * seq[event_position[event[pairs[i]]]], gets its r remote words then its a adjacent
- * words, oldest first, in row i of out (k x columns), the rest -1.  Returns 0, or -1
- * when a window does not fit the columns or reaches before the sequence. */
+ * words, oldest first, in row i of out (k x columns), the rest -1.  `work` holds k
+ * int64.  Returns 0, or -1 when a window does not fit the columns or reaches before the
+ * sequence. */
 int64_t context_words(const int32_t *seq, const int16_t *generator, const int64_t *event,
                       const int64_t *event_position, const int64_t *windows, int64_t n_windows,
-                      const int64_t *pairs, int64_t k, int64_t columns, int32_t *out) {
+                      const int64_t *pairs, int64_t k, int64_t columns, int64_t *work,
+                      int32_t *out) {
+    /* The pairs are in no order, so every read of a row is a miss: first each row's
+     * target and window, in a loop of independent reads (they overlap), then its words. */
     for (int64_t i = 0; i < k; i++) {
         int64_t p = pairs[i], g = generator[p];
         if (g < 0 || g >= n_windows) return -1;
+        work[i] = event_position[event[p]] << 16 | g;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        int64_t g = work[i] & 0xFFFF;
         int64_t r = windows[3 * g], s = windows[3 * g + 1], a = windows[3 * g + 2];
-        int64_t start = event_position[event[p]] - a; /* the first adjacent word */
+        int64_t start = (work[i] >> 16) - a; /* the first adjacent word */
         if (r + a > columns || start - s - r < 0) return -1;
         int32_t *row = out + i * columns;
         for (int64_t j = 0; j < r; j++) row[j] = seq[start - s - r + j];
