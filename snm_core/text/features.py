@@ -111,15 +111,18 @@ class EventFeatures:
         else:
             columns = self.extractor.max_words
         words, work = np.empty((len(pairs), columns), np.int32), np.empty(len(pairs), np.int64)
-        # In C (numpy gathered each column of each window: several times the time).
         sequence = np.ascontiguousarray(self._sequence, np.int32)
         generator = np.ascontiguousarray(self.generator, np.int16)
         event = np.ascontiguousarray(self.event, np.int64)
         position = np.ascontiguousarray(self._event_position, np.int64)
-        if _context_words(native.address(sequence), native.address(generator),
-                          native.address(event), native.address(position),
-                          native.address(windows), len(windows), native.address(pairs),
-                          len(pairs), columns, native.address(work), native.address(words)) < 0:
+        found = _context_words(
+            native.address(sequence), len(sequence), native.address(generator),
+            native.address(event), len(event), native.address(position), len(position),
+            native.address(windows), len(windows), native.address(pairs), len(pairs), columns,
+            native.address(work), native.address(words))
+        if found == -2:
+            raise IndexError(f"context_words: a pair out of range (of {self.num_pairs:,})")
+        if found < 0:
             raise ValueError("a feature's window does not fit its sequence")
         return words
 
@@ -434,5 +437,6 @@ def _type_pairs(windows, hashes, event_pos, event_depth):
 
 
 _context_words = native.function(
-    "context_words", [native.ptr] * 5 + [native.i64, native.ptr, native.i64, native.i64,
-                                         native.ptr, native.ptr], native.i64)
+    "context_words", [native.ptr, native.i64, native.ptr, native.ptr, native.i64, native.ptr,
+                      native.i64, native.ptr, native.i64, native.ptr, native.i64, native.i64,
+                      native.ptr, native.ptr], native.i64)

@@ -69,22 +69,25 @@ void word_ids(const int32_t *table, int64_t size, const int64_t *table_offsets,
 }
 
 /* The identity words of k feature occurrences (snm_core/text/features.py,
- * EventFeatures.context_words): occurrence pairs[i] of window generator[pairs[i]],
- * whose (r, s, a) is windows[3 g .. 3 g + 3), at the event whose target is
- * seq[event_position[event[pairs[i]]]], gets its r remote words then its a adjacent
- * words, oldest first, in row i of out (k x columns), the rest -1.  `work` holds k
- * int64.  Returns 0, or -1 when a window does not fit the columns or reaches before the
- * sequence. */
-int64_t context_words(const int32_t *seq, const int16_t *generator, const int64_t *event,
-                      const int64_t *event_position, const int64_t *windows, int64_t n_windows,
+ * EventFeatures.context_words): occurrence pairs[i] (of n_pairs) of window
+ * generator[pairs[i]], whose (r, s, a) is windows[3 g .. 3 g + 3), at the event (of
+ * n_events) whose target is seq[event_position[event[pairs[i]]]] (of n_seq), gets its r
+ * remote words then its a adjacent words, oldest first, in row i of out (k x columns),
+ * the rest -1.  `work` holds k int64.  Returns 0; -1 when a window does not fit the
+ * columns or the sequence; -2 when a pair, event or position is out of range. */
+int64_t context_words(const int32_t *seq, int64_t n_seq, const int16_t *generator,
+                      const int64_t *event, int64_t n_pairs, const int64_t *event_position,
+                      int64_t n_events, const int64_t *windows, int64_t n_windows,
                       const int64_t *pairs, int64_t k, int64_t columns, int64_t *work,
                       int32_t *out) {
     /* The pairs are in no order, so every read of a row is a miss: first each row's
      * target and window, in a loop of independent reads (they overlap), then its words. */
     for (int64_t i = 0; i < k; i++) {
-        int64_t p = pairs[i], g = generator[p];
-        if (g < 0 || g >= n_windows) return -1;
-        work[i] = event_position[event[p]] << 16 | g;
+        int64_t p = pairs[i];
+        if (p < 0 || p >= n_pairs || event[p] < 0 || event[p] >= n_events) return -2;
+        int64_t g = generator[p], position = event_position[event[p]];
+        if (g < 0 || g >= n_windows || position < 0 || position >= n_seq) return -2;
+        work[i] = position << 16 | g;
     }
     for (int64_t i = 0; i < k; i++) {
         int64_t g = work[i] & 0xFFFF;

@@ -247,3 +247,5 @@ def test_context_words_are_each_windows_words_before_the_target():
     narrow = ev.context_words(one_type, narrow=True)
     width = ex.feature_types[ev.type[-1] % len(ex.feature_types)].num_words
     assert narrow.tolist() == [expected[p][:width] for p in one_type]
+    with pytest.raises(IndexError, match="out of range"):
+        ev.context_words([0, ev.num_pairs])
