@@ -310,7 +310,7 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     memory.configure_process("single")
     started = time.perf_counter()
     log_entries = []
-    problems = {}
+    held = {}  # the one compiled problem: its spec -> it
     join_manifest = validation.validate_directory(join_dir, "join").manifest
     options.memory.require("fit", fit_memory(join_manifest, options))
     # A directory without a manifest is not a finished fit: never old settings
@@ -318,20 +318,19 @@ def fit_directory(join_dir, out_dir, options, say=print, progress=None):
     storage.remove_file(storage.join(out_dir, tables.MANIFEST))
 
     def problem_for(spec):
-        if spec not in problems:
+        if spec not in held:
             # One compiled problem at a time: keeping another variant's beside it slowed
             # the lexicalized epochs by more than the compile it saves (benchmarks/
             # README.md, "Fitting").
-            for old in problems.values():
-                old.close()
-            problems.clear()
+            if held:
+                held.popitem()[1].close()
             memory.release_memory()
             # Reading and compiling small M frees and makes arrays of up to ~100 MB:
             # reused from the heap, not mapped and zeroed afresh (a third of the
             # compile's time); what the heap kept is given back after.
             with memory.kept_heap("single"):
-                problems[spec] = load_join(join_dir, spec, options.threads or None)[0]
-        return problems[spec]
+                held[spec] = load_join(join_dir, spec, options.threads or None)[0]
+        return held[spec]
 
     choice = None
     candidates = [Candidate(spec) for spec in options.candidates()]

@@ -109,6 +109,7 @@ def test_continuation_counts_names_read_in_chunks():
     with pytest.raises(ValueError, match="not sorted"):
         add_continuation(links.take(np.r_[1, 0, 2:900]), (name_feature, name_word))
 
+
 @pytest.mark.parametrize("word_type", [np.uint16, np.int32])
 def test_continuation_names_are_grouped_by_their_feature_bucket_in_order(word_type):
     from snm_core.count.continuation import names_by_bucket
