@@ -20,12 +20,29 @@ typedef struct {
     uint32_t value; /* a link's count; an occurrence's index */
 } record_t;
 
-#define INSERTION_ROWS 32
-#define DIGITS 12 /* 8 of the key, 4 of the minor */
+#define INSERTION_ROWS 16
+#define SORT_BITS 96 /* 64 of the key, then 32 of the minor */
+/* A run of at most WIDE_ROWS rows takes a digit of about log2(rows) - 2 bits (at most
+ * MAX_DIGIT_BITS), so that its hashed keys split into runs of a few rows: 8-bit digits
+ * left runs of 10-30 rows, whose insertion sorts took half the sort. */
+#define WIDE_ROWS 65536
+#define MAX_DIGIT_BITS 10
 
-static inline unsigned digit_of(const record_t *r, int d) {
-    return d < 8 ? (unsigned)(r->key >> (56 - 8 * d)) & 255u
-                 : (r->minor >> (24 - 8 * (d - 8))) & 255u;
+/* The `bits` bits of (key, minor) from bit `pos` (0: the key's highest); a digit never
+ * spans the key's end. */
+static inline unsigned digit_at(const record_t *r, int pos, int bits) {
+    return pos < 64 ? (unsigned)((r->key << pos) >> (64 - bits))
+                    : (unsigned)((uint32_t)(r->minor << (pos - 64)) >> (32 - bits));
+}
+
+static inline int digit_bits(int64_t n, int pos) {
+    int bits = 8;
+    if (n <= WIDE_ROWS) {
+        bits = 62 - __builtin_clzll((uint64_t)n);
+        bits = bits < 4 ? 4 : bits > MAX_DIGIT_BITS ? MAX_DIGIT_BITS : bits;
+    }
+    int end = pos < 64 ? 64 : SORT_BITS;
+    return pos + bits > end ? end - pos : bits;
 }
 
 static inline int before(const record_t *a, const record_t *b) {
@@ -44,29 +61,30 @@ static void insertion_sort(record_t *a, int64_t n) {
     }
 }
 
-/* Sort src[0, n) by (key, minor) from digit d on, into out, which is src or dst (a buffer
- * of n rows that may be overwritten). */
-static void msd_sort(record_t *src, record_t *dst, int64_t n, int d, record_t *out) {
-    while (d < DIGITS) {
-        if (n <= INSERTION_ROWS) break;
-        int64_t count[256] = {0};
-        for (int64_t i = 0; i < n; i++) count[digit_of(&src[i], d)]++;
-        if (count[digit_of(&src[0], d)] == n) { /* every row shares this digit */
-            d++;
+/* Sort src[0, n) by (key, minor) from bit pos on, into out, which is src or dst (a
+ * buffer of n rows that may be overwritten). */
+static void msd_sort(record_t *src, record_t *dst, int64_t n, int pos, record_t *out) {
+    int64_t next[1 << MAX_DIGIT_BITS];
+    while (pos < SORT_BITS && n > INSERTION_ROWS) {
+        int bits = digit_bits(n, pos), digits = 1 << bits;
+        memset(next, 0, sizeof(int64_t) * (size_t)digits);
+        for (int64_t i = 0; i < n; i++) next[digit_at(&src[i], pos, bits)]++;
+        if (next[digit_at(&src[0], pos, bits)] == n) { /* every row shares this digit */
+            pos += bits;
             continue;
         }
-        int64_t start[256], at = 0;
-        for (int b = 0; b < 256; b++) {
-            start[b] = at;
-            at += count[b];
+        int64_t at = 0;
+        for (int b = 0; b < digits; b++) {
+            int64_t rows = next[b];
+            next[b] = at;
+            at += rows;
         }
-        int64_t next[256];
-        memcpy(next, start, sizeof next);
-        for (int64_t i = 0; i < n; i++) dst[next[digit_of(&src[i], d)]++] = src[i];
-        for (int b = 0; b < 256; b++) {
-            if (!count[b]) continue;
-            record_t *in = dst + start[b], *other = src + start[b];
-            msd_sort(in, other, count[b], d + 1, out == src ? other : in);
+        for (int64_t i = 0; i < n; i++) dst[next[digit_at(&src[i], pos, bits)]++] = src[i];
+        /* next[b] is now digit b's end */
+        for (int64_t b = 0, lo = 0; b < digits; lo = next[b], b++) {
+            if (next[b] == lo) continue;
+            record_t *in = dst + lo, *other = src + lo;
+            msd_sort(in, other, next[b] - lo, pos + bits, out == src ? other : in);
         }
         return;
     }

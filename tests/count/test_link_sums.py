@@ -34,7 +34,7 @@ def random_keys(rng, n, pool):
 def test_links_are_summed_and_ordered_by_feature_then_word(word_type, largest_word, seed):
     rng = np.random.default_rng(seed)
     parts, expected = [], collections.Counter()
-    for n in (40_000, 7, 0, 25_000):
+    for n in (40_000, 7, 0, 30_000):  # 70,010 rows: 8-bit digits first, then wider
         part = {"feature": random_keys(rng, n, 2_000),
                 "word": rng.integers(0, largest_word, n, endpoint=True).astype(word_type),
                 "count": rng.integers(1, 5, n).astype(np.int32)}
