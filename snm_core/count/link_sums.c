@@ -4,11 +4,11 @@
  * followed by gathers reads every column at random once more, which on a bucket of
  * millions of rows cost more than the sort.
  *
- * The sort is a most-significant-digit radix sort of (key, minor), 8 bits a digit, out
- * of place between two buffers: keys are hashes, taken from the top of their span
- * (key_span: a bucket's keys share their high bits), so each level splits its rows about
- * 256 ways and a few levels leave runs short enough for insertion.  A digit that every
- * row of a run shares moves nothing. */
+ * The sort is a most-significant-digit radix sort of (key, minor), out of place between
+ * two buffers: keys are hashes, taken from the top of their span (key_span: a bucket's
+ * keys share their high bits), so each level splits its rows evenly (8 bits a digit for
+ * a large run, about log2(rows) - 2 for a small one) and two or three levels leave runs
+ * short enough for insertion.  A digit that every row of a run shares moves nothing. */
 #include <stdint.h>
 #include <string.h>
 
