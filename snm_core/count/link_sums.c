@@ -283,6 +283,12 @@ int64_t extension_names(const int64_t *parent, const int32_t *num_words, const i
     return link == n_links ? out : -1;
 }
 
+/* A key's key-range bucket of num_buckets (at most 2^16), as
+ * snm_core.io.key_ranges.bucket_of takes it (the product cannot overflow). */
+static inline int64_t key_bucket(uint64_t key, int64_t num_buckets) {
+    return (int64_t)(((key >> 16) * (uint64_t)num_buckets) >> 48);
+}
+
 /* Names (key, word: n) grouped by the key-range bucket of their key (of `num_buckets`,
  * as snm_core.io.key_ranges.bucket_of), in their order within a bucket: out_key[n] and
  * out_word[n] (`word_bytes` 2 or 4: the scratch's width), bucket b's rows
@@ -296,12 +302,12 @@ int64_t names_by_bucket(const uint64_t *key, const int32_t *word, int64_t n, int
     memset(bounds, 0, (size_t)(num_buckets + 1) * sizeof *bounds);
     for (int64_t i = 0; i < n; i++) {
         if (word_bytes == 2 && (word[i] < 0 || word[i] > 65535)) return -1;
-        bounds[(((key[i] >> 16) * (uint64_t)num_buckets) >> 48) + 1]++;
+        bounds[key_bucket(key[i], num_buckets) + 1]++;
     }
     for (int64_t b = 0; b < num_buckets; b++) bounds[b + 1] += bounds[b];
     int64_t *at = bounds; /* each bucket's next row, restored below */
     for (int64_t i = 0; i < n; i++) {
-        int64_t row = at[((key[i] >> 16) * (uint64_t)num_buckets) >> 48]++;
+        int64_t row = at[key_bucket(key[i], num_buckets)]++;
         out_key[row] = key[i];
         if (word_bytes == 2)
             ((uint16_t *)out_word)[row] = (uint16_t)word[i];
