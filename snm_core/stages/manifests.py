@@ -271,9 +271,14 @@ CHECKSUM = "xxh3_64"
 CHECKSUM_READ_BYTES = 8 << 20
 
 
+def checksum_digest():
+    """A :data:`CHECKSUM` digest, bytes fed with ``update`` (a writer's, as it writes)."""
+    return xxhash.xxh3_64()
+
+
 def file_checksum(path):
     """The :data:`CHECKSUM` of a file's bytes (local or remote), as hex."""
-    digest = xxhash.xxh3_64()
+    digest = checksum_digest()
     if storage.is_remote(path):
         fs, inner = storage.filesystem(path)
         with fs.open_input_stream(inner) as f:

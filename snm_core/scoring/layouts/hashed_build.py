@@ -39,7 +39,7 @@ from snm_core.scoring.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_L
 from snm_core.scoring.layouts.hashed_tables import (CODEBOOK_SAMPLE, SHARED, EntryTableWriter,
                                                   fit_codebook)
 from snm_core.scoring.layouts.hashed_build_kernels import RECORD, fill_records, group_by_bits
-from snm_core.scoring.layouts.npy import NpyWriter
+from snm_core.scoring.layouts.npy import NpyWriter, known_checksums
 from snm_core.stages import manifests
 
 #: Scratch files a scatter pass writes at once is at most 2**FAN_OUT_BITS.
@@ -259,7 +259,7 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     link_table = EntryTableWriter(n_links, directory, "link", packed=packed,
                                   codebook=codebooks[1])
     link_c = None if packed else NpyWriter(os.path.join(directory, "link_c.npy"), np.float32,
-                                           n_links)
+                                           n_links, direct=True)
     # With keys cut short (a test's hook), an absent link would find a present one of the
     # same short key: every link goes to the collisions, settled by (feature, word).
     everything_shared = link_key_bits < 64 if settle_every_link is None else settle_every_link
@@ -304,7 +304,8 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     return manifests.Compact(layout=PACKED_LAYOUT if packed else COMPACT_LAYOUT,
                              files=[n + ".npy" for n in files],
                              features=int(n_features), links=int(n_links), bytes=int(sizes),
-                             extra=extra).write(directory)
+                             extra=extra).write(directory, known=known_checksums(
+                                 feature_table.writers() + link_table.writers() + [link_c]))
 
 
 def _collisions(model_dir, buckets, shared_keys, partition, mask, progress):

@@ -323,7 +323,8 @@ class EntryTableWriter:
     def _output(self, part, dtype, n):
         if self.directory is None:
             return None
-        return NpyWriter(os.path.join(self.directory, f"{self.name}_{part}.npy"), dtype, n)
+        return NpyWriter(os.path.join(self.directory, f"{self.name}_{part}.npy"), dtype, n,
+                         direct=True)
 
     def add(self, keys, values):
         keys = np.ascontiguousarray(keys, np.uint64)
@@ -349,6 +350,10 @@ class EntryTableWriter:
             self.overflow.append((keys[rows], rows + self.done))
             self.last = (stored[-1], keys[-1], bool(shared[-1]))
         self.done += len(keys)
+
+    def writers(self):
+        """The :class:`NpyWriter` s of the large arrays (none in memory)."""
+        return [w for w in (self.entries, self.slots.out) if w is not None]
 
     def finish(self):
         """In memory: ``(entries, offsets, blocks, overflow)``; written: the bytes written."""

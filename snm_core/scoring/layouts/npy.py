@@ -1,52 +1,81 @@
 """``.npy`` files of a layout: written in order, and loaded with their dtype and shape checked."""
 
+import io
 import os
 
 import numpy as np
 
+from snm_core.io import direct as direct_io
 from snm_core.io import tables
 from snm_core.io.errors import SnmInputError
+from snm_core.stages import manifests
 
 
 class NpyWriter:
     """A ``.npy`` file of ``n`` elements written in order, then renamed into place.
 
     Plain writes, not a memory map: the pages written are the page cache's,
-    not this process's resident memory.  ``n=None``: as many as are appended, the
-    header rewritten when closed (numpy pads a header for any length, so its size does
-    not change); the file is byte for byte ``np.save``'s either way.
+    not this process's resident memory; ``direct``: around the page cache
+    (:mod:`snm_core.io.direct`), for a large file this process does not read again.
+    ``n=None``: as many as are appended, the header rewritten when closed (numpy pads a
+    header for any length, so its size does not change); the file is byte for byte
+    ``np.save``'s either way.  With ``n`` given, the file's manifest checksum is taken as
+    it is written (:attr:`checksum`, once closed), so the manifest need not read it back.
     """
 
-    def __init__(self, path, dtype, n=None):
+    def __init__(self, path, dtype, n=None, direct=False):
         self.path, self.dtype, self.n, self.count = path, np.dtype(dtype), n, 0
-        self.file = open(path + ".tmp", "wb")
-        self._header_bytes = self._write_header(n or 0)
+        tmp = path + ".tmp"
+        if os.path.exists(tmp):  # a killed build's
+            os.remove(tmp)
+        self.file = direct_io.open_writer(tmp, direct)
+        self._header = self._header_for(n or 0)
+        self.digest = manifests.checksum_digest() if n is not None else None
+        self.checksum = None
+        self._write(self._header)
 
-    def _write_header(self, n):
+    def _header_for(self, n):
         from numpy.lib import format as npy_format
 
-        start = self.file.tell()
-        npy_format.write_array_header_1_0(self.file, {"descr": npy_format.dtype_to_descr(
+        header = io.BytesIO()
+        npy_format.write_array_header_1_0(header, {"descr": npy_format.dtype_to_descr(
             self.dtype), "fortran_order": False, "shape": (n,)})
-        return self.file.tell() - start
+        return header.getvalue()
+
+    def _write(self, data):
+        self.file.write(data)
+        if self.digest is not None:
+            self.digest.update(data)
 
     def append(self, array):
         array = np.ascontiguousarray(array, self.dtype)
-        self.file.write(memoryview(array).cast("B"))
+        self._write(memoryview(array).cast("B"))
         self.count += len(array)
 
     def close(self):
         """Rename the file into place; returns the bytes of its elements."""
+        self.file.close()
         if self.n is None:
             self.n = self.count
-            self.file.seek(0)
-            if self._write_header(self.n) != self._header_bytes:
+            header = self._header_for(self.n)
+            if len(header) != len(self._header):
                 raise RuntimeError(f"{self.path}: the header of {self.n} elements is longer")
-        self.file.close()
+            with open(self.path + ".tmp", "r+b") as f:
+                f.write(header)
         if self.count != self.n:
             raise RuntimeError(f"{self.path}: wrote {self.count} of {self.n} elements")
         os.replace(self.path + ".tmp", self.path)
+        if self.digest is not None:
+            self.checksum = self.digest.hexdigest()
         return self.n * self.dtype.itemsize
+
+
+def known_checksums(writers):
+    """The checksums the closed ``writers`` took as they wrote, as a manifest's ``known``
+    (:func:`snm_core.stages.manifests.write_manifest`)."""
+    return {"algorithm": manifests.CHECKSUM,
+            "files": {os.path.basename(w.path): w.checksum for w in writers
+                      if w is not None and w.checksum is not None}}
 
 
 def compact_command(model_dir, layout):

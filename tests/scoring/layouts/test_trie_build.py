@@ -4,16 +4,18 @@ budget, one that cuts the model into many runs and partitions included."""
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
+import xxhash
 from reference_tries import small_arrays, trie_arrays
 
 from snm_core.io.errors import SnmInputError
 from snm_core.io.progress import Progress
 from snm_core.scoring.compact import write_scoring_directory
 from snm_core.scoring.layouts import small, trie, trie_build
-from snm_core.scoring.layouts.npy import NpyWriter
+from snm_core.scoring.layouts.npy import NpyWriter, known_checksums
 from snm_core.scoring.layouts.sorted_runs import SortedRuns
 from snm_core.stages import manifests
 
@@ -141,15 +143,25 @@ def test_sorted_runs_give_every_record_once_in_order(tmp_path, width):
     runs.remove()
 
 
-def test_npy_writer_of_unknown_length_is_np_save(tmp_path):
+@pytest.mark.parametrize("known", [False, True])
+@pytest.mark.parametrize("direct", [False, True])
+@pytest.mark.parametrize("size", [0, 1234, 300_000])
+def test_npy_writer_is_np_save_and_takes_its_checksum_as_it_writes(tmp_path, known, direct,
+                                                                     size):
+    """Of a known or unknown length, through the page cache or around it (bytes past the
+    direct writer's staging buffer): the file is np.save's, and the checksum it took as it
+    wrote (known lengths only) is the one read from the file."""
     dtype = trie.ENTRY_TYPES[0]
-    array = np.zeros(1234, dtype)
-    array["word"] = np.arange(1234)
-    writer = NpyWriter(str(tmp_path / "a.npy"), dtype)
+    array = np.zeros(size, dtype)
+    array["word"] = np.arange(size)
+    writer = NpyWriter(str(tmp_path / "a.npy"), dtype, size if known else None, direct=direct)
     for piece in np.array_split(array, 5):
         writer.append(piece)
     assert writer.close() == array.nbytes
     assert (tmp_path / "a.npy").read_bytes() == saved(array)
+    assert os.listdir(tmp_path) == ["a.npy"]
+    taken = known_checksums([writer])["files"]
+    assert taken == ({"a.npy": xxhash.xxh3_64_hexdigest(saved(array))} if known else {})
 
 
 def test_keys_of_several_words(tagged_ngram_model, tmp_path, monkeypatch):
