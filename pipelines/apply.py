@@ -82,10 +82,11 @@ class AdjustBucket(beam.DoFn):
             rows_path, _ = model_files.bucket_paths(self.out, table, bucket, num_buckets)
             storage.link_or_copy(count_file, rows_path)  # the model's rows: the count's files
         checkpoint("apply.bucket")  # fault tests stop a worker here, mid-write
-        model_files.write_values(self.out, bucket, num_buckets, m, m_star)
+        taken = model_files.write_values(self.out, bucket, num_buckets, m, m_star,
+                                         manifests.checksum_digest)
         self.progress.update()
         self.links_counter.inc(len(m))
-        yield {"links": len(m), "features": len(m_star), "bucket": bucket}
+        yield {"links": len(m), "features": len(m_star), "bucket": bucket, "checksums": taken}
 
 
 def check_apply(totals, counts):
@@ -110,8 +111,13 @@ def write_manifest(totals, out, settings, fit_manifest):
         count_totals=counts.totals, sources=counts.sources, fit=fit_manifest.summary(),
         extra={"selection": counts.extra["selection"]} if "selection" in counts.extra else {})
     storage.remove_stale(out, set(files), model_files.PATTERNS)
-    # the rows files and vocab.txt are the count's, linked or copied: their checksums too
-    return manifest.write(out, known=counts.checksums)
+    # the rows files and vocab.txt are the count's, linked or copied: their checksums too;
+    # the values files', taken as they were written
+    known = dict((counts.checksums or {}).get("files", {})) \
+        if (counts.checksums or {}).get("algorithm") == manifests.CHECKSUM else {}
+    for t in totals:
+        known.update(t["checksums"])
+    return manifest.write(out, known=manifests.taken_checksums(known))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,14 +121,15 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
     """Check the totals, write empty files for buckets that got no data, then the
     manifest (last).
 
-    ``written`` holds WriteLinks' ``{"totals": ..., "buckets": [...]}`` of every
-    bucket; ``shards`` the names of the text shards listed (each must have been
-    read once).
+    ``written`` holds WriteLinks' ``{"totals": ..., "buckets": [...], "checksums":
+    {file: hex}}`` of every bucket (the checksums taken as its files were written);
+    ``shards`` the names of the text shards listed (each must have been read once).
     """
-    counted, written_buckets = {}, set()
+    counted, written_buckets, known = {}, set(), {}
     for part in written:
         losscheck.add_totals(counted, part["totals"])
         written_buckets.update(part["buckets"])
+        known.update(part.get("checksums", {}))
     check_counts(counted, shards, previous)
     reading.check_invalid_lines(counted, encoding, skip_invalid)
     check_has_vocabulary_words(counted, previous, sources)
@@ -157,7 +158,7 @@ def write_manifest(written, out, num_buckets, config, tags, vocab_size, vocab_fi
         files=sorted(files), totals=totals, min_feature_count=dict(min_feature_count or {}),
         min_link_count=dict(min_link_count or {}))
     storage.remove_stale(out, set(files), ["links-*.parquet", "features-*.parquet"])
-    return manifest.write(out)
+    return manifest.write(out, known=manifests.taken_checksums(known))
 
 
 def check_counts(counted, shards, previous=None):

@@ -18,6 +18,7 @@ from snm_core.count import continuation, counting, thresholds
 from snm_core.count.budget import MAX_OCCURRENCES_PER_CHUNK, MERGE_CHUNK_ROWS
 from snm_core.io import key_ranges, losscheck, storage, tables
 from snm_core.io.checkpoints import checkpoint
+from snm_core.stages import manifests
 from snm_core.text.config import parse_config
 from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
@@ -181,7 +182,8 @@ class MergeBucket(beam.DoFn):
 
     Yields ``(bucket, ("links", payload))`` for this bucket's summed links,
     ``(parent bucket, ("extensions", payload))`` for the links they extend
-    (see :func:`snm_core.count.continuation.extension_names`), and the stats.
+    (see :func:`snm_core.count.continuation.extension_names`), the stats, and
+    ``(bucket, ("checksums", {file: hex}))`` of its features file.
     """
 
     def __init__(self, settings, out, num_buckets, shuffle, merge_rows, min_feature_count=None,
@@ -239,13 +241,15 @@ class MergeBucket(beam.DoFn):
             features, links, left_out = thresholds.keep_counted(
                 features, links, self.minimum, self.link_minimum, collapsed_word, self.partial)
             left_out["below_threshold_occurrences"] += orphaned
-        storage.write_parquet(features, storage.join(
-            self.out, tables.bucket_file("features", bucket, self.num_buckets)))
+        name = tables.bucket_file("features", bucket, self.num_buckets)
+        digest = manifests.checksum_digest()
+        storage.write_parquet(features, storage.join(self.out, name), digest)
         checkpoint("count.merged")  # fault tests stop a worker here, mid-merge
         self.progress.update()
         self.features_counter.inc(features.num_rows)
         yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions,
                                  **left_out})
+        yield bucket, ("checksums", {name: digest.hexdigest()})
         yield bucket, ("links", self.shuffle.send(
             {"links": {name: links[name].to_numpy() for name in links.column_names}}))
         parent_feature, word = continuation.extension_names(features, links, self.extractor,
@@ -265,7 +269,7 @@ class MergeBucket(beam.DoFn):
 
 class WriteLinks(beam.DoFn):
     """``(bucket, parts)`` -> the bucket's links file with continuation counts (the names
-    read ``merge_rows`` at a time at most); yields totals."""
+    read ``merge_rows`` at a time at most); yields totals and its files' checksums."""
 
     def __init__(self, out, num_buckets, shuffle, merge_rows, stage="count"):
         self.out = out
@@ -281,9 +285,12 @@ class WriteLinks(beam.DoFn):
     def process(self, element):
         bucket, parts = element
         links, extensions, totals, links_payload = None, [], {}, None
+        checksums = {}  # of the files written, for the manifest (not read back)
         for kind, payload in parts:
             if kind == "stats":
                 losscheck.add_totals(totals, payload)
+            elif kind == "checksums":
+                checksums.update(payload)
             elif kind == "links":
                 links_payload = payload
                 links = pa.table(self.shuffle.receive(payload)["links"])
@@ -297,14 +304,16 @@ class WriteLinks(beam.DoFn):
                  for start, stop in zip(bounds, bounds[1:]))
         links = continuation.add_continuation(links, ((n["feature"], n["word"]) for n in names))
         self.shuffle.release(extensions + ([links_payload] if links_payload is not None else []))
-        storage.write_parquet(links.cast(tables.LINKS), storage.join(
-            self.out, tables.bucket_file("links", bucket, self.num_buckets)))
+        name = tables.bucket_file("links", bucket, self.num_buckets)
+        digest = manifests.checksum_digest()
+        storage.write_parquet(links.cast(tables.LINKS), storage.join(self.out, name), digest)
+        checksums[name] = digest.hexdigest()
         self.links_counter.inc(links.num_rows)
         self.progress.update()
         losscheck.add_totals(totals, {
             "links": links.num_rows,
             "link_count_sum": int(pc.sum(links["count"]).as_py() or 0)})
-        yield {"totals": totals, "buckets": [bucket]}
+        yield {"totals": totals, "buckets": [bucket], "checksums": checksums}
 
     def finish_bundle(self):
         running.release_memory()

@@ -100,9 +100,10 @@ def fits(options, vocabulary_size, vocabulary_bytes):
 
 def write_manifest(written, out, source, min_feature_count, min_link_count, selection):
     """Checks what was written against what was read; writes the manifest (last)."""
-    counted = {}
+    counted, known = {}, {}
     for part in written:
         losscheck.add_totals(counted, part["totals"])
+        known.update(part.get("checksums", {}))  # taken as its files were written
     with losscheck.Checks("select") as checks:
         checks.equal("C(f,*) of the features read", counted.get("read_feature_counts", 0),
                      "the link counts written and those left out",
@@ -123,7 +124,7 @@ def write_manifest(written, out, source, min_feature_count, min_link_count, sele
         sources=list(source.sources), files=sorted(files + ["vocab.txt"]), totals=totals,
         min_feature_count=dict(min_feature_count), min_link_count=dict(min_link_count),
         extra={"selection": selection})
-    return manifest.write(out)
+    return manifest.write(out, known=manifests.taken_checksums(known))
 
 
 def run(options, beam_args=(), summary=True):

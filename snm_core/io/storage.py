@@ -329,8 +329,25 @@ def read_npy(path):
     return np.load(io.BytesIO(read_bytes(path)))
 
 
-def write_parquet(table, path):
-    """Write a table as Parquet, atomically, straight to the file (no copy in memory).
+class _Digesting(io.RawIOBase):
+    """A file being written whose bytes also go to a digest (``update``)."""
+
+    def __init__(self, file, digest):
+        super().__init__()
+        self.file, self.digest = file, digest
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        self.digest.update(data)
+        return self.file.write(data)
+
+
+def write_parquet(table, path, digest=None):
+    """Write a table as Parquet, atomically, straight to the file (no copy in memory);
+    ``digest``: fed the file's bytes as they are written (its manifest checksum, taken
+    where the file is made instead of read back).
 
     Encodings by column (chosen on count buckets; benchmarks/README.md, "Figures
     behind the code"):
@@ -370,7 +387,8 @@ def write_parquet(table, path):
     compression = {c: "none" for c in delta}
     compression.update({c: PARQUET_COMPRESSION for c in dictionary + plain})
     with atomic_output(path) as f:
-        pq.write_table(table, f, use_dictionary=dictionary, compression=compression,
+        pq.write_table(table, f if digest is None else _Digesting(f, digest),
+                       use_dictionary=dictionary, compression=compression,
                        column_encoding={c: "DELTA_BINARY_PACKED" for c in delta},
                        write_statistics=["feature"] if keyed else True)
 

@@ -293,6 +293,11 @@ def file_checksum(path):
     return digest.hexdigest()
 
 
+def taken_checksums(files):
+    """``{file: hex}`` taken as the files were written, as ``known`` to :func:`checksums`."""
+    return {"algorithm": CHECKSUM, "files": dict(files)}
+
+
 def checksums(directory, names, known=None):
     """``{"algorithm": CHECKSUM, "files": {name: hex}}`` of the files ``names`` of
     ``directory`` (what a manifest records); ``known``: the checksums of some of them

@@ -18,6 +18,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 from apache_beam.testing import test_pipeline as beam_testing
 from apache_beam.testing.util import assert_that, equal_to
 from support import paper
@@ -325,7 +326,8 @@ def test_join_heldout_keeps_the_training_links_of_the_heldout_features(text, tmp
 # --- apply.AdjustBucket -------------------------------------------------------------------
 
 def test_adjust_bucket_with_theta_zero_writes_the_relative_frequencies(text, tmp_path):
-    """A(f, w) = 0: M_fw is c(w|f) = C(f,w) / C(f,*) and M_f* is 1, in every bucket."""
+    """A(f, w) = 0: M_fw is c(w|f) = C(f,w) / C(f,*) and M_f* is 1, in every bucket; each
+    bucket's values files come with the checksums of their bytes (for the manifest)."""
     settings = count_directory.CountDirectory.load(text["count"])
     theta = tmp_path / "theta.npy"
     np.save(theta, np.zeros(1 << 12, np.float32))
@@ -338,11 +340,21 @@ def test_adjust_bucket_with_theta_zero_writes_the_relative_frequencies(text, tmp
     buckets = list(range(NUM_BUCKETS))
     expected = [{"bucket": b, "links": rows("links", b), "features": rows("features", b)}
                 for b in buckets]
+
+    def as_expected(written):
+        assert sorted(({k: v for k, v in w.items() if k != "checksums"} for w in written),
+                      key=lambda w: w["bucket"]) == expected
+        for w in written:
+            assert sorted(w["checksums"]) == [tables.bucket_file(prefix, w["bucket"], NUM_BUCKETS)
+                                              for prefix in ("m", "m_star")]
+            for name, taken in w["checksums"].items():
+                assert xxhash.xxh3_64((out / name).read_bytes()).hexdigest() == taken
+
     with pipeline() as p:
         written = (p | beam.Create(buckets)
                    | beam.ParDo(AdjustBucket(settings, str(theta),
                                              MetaFeatureSpec("unlexicalized", 1 << 12), str(out))))
-        assert_that(written, equal_to(expected))
+        assert_that(written, as_expected)
     feature_count = {r["feature"]: r["count"] for r in paper.read_table(text["count"], "features")}
     matrix = paper.read_model_table(out, "matrix")
     assert len(matrix) == sum(e["links"] for e in expected)

@@ -73,9 +73,8 @@ class NpyWriter:
 def known_checksums(writers):
     """The checksums the closed ``writers`` took as they wrote, as a manifest's ``known``
     (:func:`snm_core.stages.manifests.write_manifest`)."""
-    return {"algorithm": manifests.CHECKSUM,
-            "files": {os.path.basename(w.path): w.checksum for w in writers
-                      if w is not None and w.checksum is not None}}
+    return manifests.taken_checksums({os.path.basename(w.path): w.checksum for w in writers
+                                      if w is not None and w.checksum is not None})
 
 
 def compact_command(model_dir, layout):
