@@ -259,7 +259,7 @@ def build_hashed(model_dir, manifest, directory, memory=None, progress=None, par
     link_table = EntryTableWriter(n_links, directory, "link", packed=packed,
                                   codebook=codebooks[1])
     link_c = None if packed else NpyWriter(os.path.join(directory, "link_c.npy"), np.float32,
-                                           n_links, direct=True)
+                                           n_links)
     # With keys cut short (a test's hook), an absent link would find a present one of the
     # same short key: every link goes to the collisions, settled by (feature, word).
     everything_shared = link_key_bits < 64 if settle_every_link is None else settle_every_link

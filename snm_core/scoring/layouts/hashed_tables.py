@@ -323,8 +323,7 @@ class EntryTableWriter:
     def _output(self, part, dtype, n):
         if self.directory is None:
             return None
-        return NpyWriter(os.path.join(self.directory, f"{self.name}_{part}.npy"), dtype, n,
-                         direct=True)
+        return NpyWriter(os.path.join(self.directory, f"{self.name}_{part}.npy"), dtype, n)
 
     def add(self, keys, values):
         keys = np.ascontiguousarray(keys, np.uint64)

@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 
-from snm_core.io import direct as direct_io
 from snm_core.io import tables
 from snm_core.io.errors import SnmInputError
 from snm_core.stages import manifests
@@ -15,23 +14,19 @@ class NpyWriter:
     """A ``.npy`` file of ``n`` elements written in order, then renamed into place.
 
     Plain writes, not a memory map: the pages written are the page cache's,
-    not this process's resident memory; ``direct``: around the page cache
-    (:mod:`snm_core.io.direct`), for a large file this process does not read again.
-    ``n=None``: as many as are appended, the header rewritten when closed (numpy pads a
-    header for any length, so its size does not change); the file is byte for byte
-    ``np.save``'s either way.  With ``n`` given, the file's manifest checksum is taken as
-    it is written (:attr:`checksum`, once closed), so the manifest need not read it back.
+    not this process's resident memory.  ``n=None``: as many as are appended, the
+    header rewritten when closed (numpy pads a header for any length, so its size does
+    not change); the file is byte for byte ``np.save``'s either way.  With ``n`` given,
+    the file's manifest checksum is taken as it is written (:attr:`checksum`, once
+    closed), so the manifest need not read the file back.
     """
 
-    def __init__(self, path, dtype, n=None, direct=False):
+    def __init__(self, path, dtype, n=None):
         self.path, self.dtype, self.n, self.count = path, np.dtype(dtype), n, 0
-        tmp = path + ".tmp"
-        if os.path.exists(tmp):  # a killed build's
-            os.remove(tmp)
-        self.file = direct_io.open_writer(tmp, direct)
-        self._header = self._header_for(n or 0)
+        self.file = open(path + ".tmp", "wb")
         self.digest = manifests.checksum_digest() if n is not None else None
         self.checksum = None
+        self._header = self._header_for(n or 0)
         self._write(self._header)
 
     def _header_for(self, n):
@@ -54,14 +49,14 @@ class NpyWriter:
 
     def close(self):
         """Rename the file into place; returns the bytes of its elements."""
-        self.file.close()
         if self.n is None:
             self.n = self.count
             header = self._header_for(self.n)
             if len(header) != len(self._header):
                 raise RuntimeError(f"{self.path}: the header of {self.n} elements is longer")
-            with open(self.path + ".tmp", "r+b") as f:
-                f.write(header)
+            self.file.seek(0)
+            self.file.write(header)
+        self.file.close()
         if self.count != self.n:
             raise RuntimeError(f"{self.path}: wrote {self.count} of {self.n} elements")
         os.replace(self.path + ".tmp", self.path)
