@@ -8,7 +8,6 @@ counts (:class:`WriteLinks`), and an existing count's buckets read back as parti
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import count_directory, reading, running
@@ -250,8 +249,9 @@ class MergeBucket(beam.DoFn):
         yield bucket, ("stats", {"features": features.num_rows, "key_collisions": collisions,
                                  **left_out})
         yield bucket, ("checksums", {name: digest.hexdigest()})
-        yield bucket, ("links", self.shuffle.send(
-            {"links": {name: links[name].to_numpy() for name in links.column_names}}))
+        # Without their features' keys: WriteLinks reads them from the features file.
+        yield bucket, ("links", self.shuffle.send(counting.merged_links_to_scratch(
+            links, features["feature"].to_numpy(), self.vocab_size)))
         parent_feature, word = continuation.extension_names(features, links, self.extractor,
                                                             self.parents)
         # Cut by the parent feature's bucket, the words as narrow as the scratch keeps them.
@@ -293,7 +293,10 @@ class WriteLinks(beam.DoFn):
                 checksums.update(payload)
             elif kind == "links":
                 links_payload = payload
-                links = pa.table(self.shuffle.receive(payload)["links"])
+                keys = storage.read_parquet(storage.join(self.out, tables.bucket_file(
+                    "features", bucket, self.num_buckets)), columns=["feature"])
+                links = counting.merged_links_from_scratch(
+                    self.shuffle.receive(payload), keys["feature"].to_numpy())
             else:
                 extensions.append(payload)
         # The names a chunk at a time: the empty context's bucket is named by every link

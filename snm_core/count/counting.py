@@ -187,6 +187,44 @@ def scratch_groups(links, features, vocab_size=None):
             "feature_words": words}
 
 
+def merged_links_to_scratch(links, feature_keys, vocab_size):
+    """A bucket's merged links (a table sorted by (feature, word)) in the scratch's columns,
+    for the step that adds their continuation counts, as two groups of columns:
+    ``{"links": {"word", "count"}, "link_runs": {"per_feature"}}``.
+
+    The links do not carry their feature's key: ``per_feature`` (uint32) holds how many
+    links each of ``feature_keys`` (the bucket's features file's, sorted; a feature may
+    have none) has, and :func:`merged_links_from_scratch` repeats the keys.  Words take
+    the scratch's width, counts 32 bits unless one is larger."""
+    feature = links["feature"].to_numpy()
+    feature_keys = np.asarray(feature_keys, np.uint64)
+    starts = np.searchsorted(feature_keys, feature)
+    if len(feature) and (starts[-1] >= len(feature_keys)
+                         or not np.array_equal(feature_keys[starts], feature)):
+        raise ValueError("merged links name a feature the features file does not hold")
+    per_feature = np.bincount(starts, minlength=len(feature_keys))
+    count = links["count"].to_numpy()
+    narrow = np.uint32 if not len(count) or int(count.max()) <= np.iinfo(np.uint32).max \
+        else np.int64
+    return {"links": {"word": links["word"].to_numpy().astype(scratch_word_type(vocab_size)),
+                      "count": count.astype(narrow)},
+            "link_runs": {"per_feature": per_feature.astype(np.uint32)}}
+
+
+def merged_links_from_scratch(groups, feature_keys):
+    """The merged links table (feature, word int32, count int64) of
+    :func:`merged_links_to_scratch`'s groups and the same ``feature_keys``."""
+    links, per_feature = groups["links"], groups["link_runs"]["per_feature"]
+    if len(per_feature) != len(feature_keys) or \
+            int(per_feature.sum(dtype=np.int64)) != len(links["word"]):
+        raise ValueError(f"scratch links: {len(links['word'])} links, the features file "
+                         f"{len(feature_keys)} features, their links "
+                         f"{int(per_feature.sum(dtype=np.int64))}")
+    return pa.table({"feature": np.repeat(np.asarray(feature_keys, np.uint64), per_feature),
+                     "word": links["word"].astype(np.int32),
+                     "count": links["count"].astype(np.int64)})
+
+
 def cut_features(partial, num_buckets, vocab_size):
     """A features partial cut by bucket (:func:`cut_by_bucket`) in the scratch's two
     groups: ``((rows, bounds), (words, word_bounds))``."""

@@ -7,6 +7,7 @@ Oracle: sums of (feature, word) -> count and the feature rows, by Python diction
 import collections
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,3 +86,39 @@ def test_a_features_part_that_disagrees_with_its_words_is_an_error():
          "words": np.array([[3, 4], [5, 6]], np.int32)}, 0xFFFF)
     with pytest.raises(ValueError, match="name 4 words"):
         counting.features_from_scratch(rows, {"word": words["word"][:3]})
+
+
+@settings(max_examples=60, deadline=None)
+@given(features=st.dictionaries(
+           st.integers(0, 2**64 - 1),
+           st.dictionaries(st.integers(0, 70_000), st.sampled_from([1, 3, 2**32 - 1, 2**40]),
+                           max_size=4),
+           max_size=12),
+       vocab_size=st.sampled_from([0xFFFF, 200_000]))
+def test_merged_links_come_back_with_their_features_keys(features, vocab_size):
+    """A bucket's merged links travel without their features' keys (the features file
+    holds them, some features with no link left) and come back as they were."""
+    keys = sorted(features)
+    rows = [(f, w % vocab_size, c) for f in keys for w, c in sorted(features[f].items())
+            if w < vocab_size]
+    rows = sorted(dict(((f, w), (f, w, c)) for f, w, c in rows).values())
+    links = pa.table({"feature": pa.array([r[0] for r in rows], pa.uint64()),
+                      "word": pa.array([r[1] for r in rows], pa.int32()),
+                      "count": pa.array([r[2] for r in rows], pa.int64())})
+    sent = counting.merged_links_to_scratch(links, np.array(keys, np.uint64), vocab_size)
+    assert sent["links"]["word"].dtype == (np.uint16 if vocab_size <= 0xFFFF else np.int32)
+    assert sent["links"]["count"].dtype == (
+        np.int64 if any(r[2] >= 2**32 for r in rows) else np.uint32)
+    assert "feature" not in sent["links"]
+    back = counting.merged_links_from_scratch(sent, np.array(keys, np.uint64))
+    assert back.to_pylist() == links.to_pylist()
+
+
+def test_merged_links_of_a_feature_not_in_the_features_file_are_refused():
+    links = pa.table({"feature": pa.array([5, 9], pa.uint64()),
+                      "word": pa.array([1, 2], pa.int32()), "count": pa.array([1, 1], pa.int64())})
+    with pytest.raises(ValueError, match="features file"):
+        counting.merged_links_to_scratch(links, np.array([5, 7], np.uint64), 10)
+    sent = counting.merged_links_to_scratch(links, np.array([5, 9], np.uint64), 10)
+    with pytest.raises(ValueError, match="2 links, the features file 3 features"):
+        counting.merged_links_from_scratch(sent, np.array([5, 9, 11], np.uint64))
