@@ -15,6 +15,8 @@ import numpy as np
 from pipelines import reading
 from snm_core.count import counting
 from snm_core.io import key_ranges, losscheck
+from snm_core.text.config import parse_config
+from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 
 
@@ -36,7 +38,7 @@ def _reference_pairs(shard, settings, batch_bytes, encoding):
     yield "stats", stats
 
 
-def _reference_part(element, num_buckets):
+def _reference_part(element, num_buckets, num_type_ids):
     """All links of one feature and its identity -> ``(bucket, ("part", part))``."""
     key, values = element
     words, counts, identity = [], [], None
@@ -50,7 +52,7 @@ def _reference_part(element, num_buckets):
     part = counting.scratch_groups(
         {"feature": keys, "word": np.array(words, np.int32), "count": np.array(counts, np.int64)},
         {"feature": keys[:1], "type": np.array([identity[0]], np.int32),
-         "words": np.array([identity[1]], np.int32)})
+         "words": np.array([identity[1]], np.int32)}, num_type_ids=num_type_ids)
     return int(key_ranges.bucket_of(keys[:1], num_buckets)[0]), ("part", part)
 
 
@@ -79,7 +81,8 @@ class ReferenceLinkPartials(beam.PTransform):
         parts = ((links, features)
                  | "LinksAndFeatures" >> beam.Flatten()
                  | "GroupByFeature" >> beam.GroupByKey()
-                 | "Parts" >> beam.Map(_reference_part, self.num_buckets))
+                 | "Parts" >> beam.Map(_reference_part, self.num_buckets, FeatureExtractor(
+                     parse_config(self.settings.config_text), self.settings.tags).num_type_ids))
         stats = (tagged
                  | "Stats" >> beam.Filter(lambda kv: kv[0] == "stats")
                  | "StatsKV" >> beam.Map(lambda kv: (0, ("stats", kv[1]))))

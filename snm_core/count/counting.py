@@ -127,33 +127,48 @@ class ShardSums:
 #: sketch's collapsed word, the vocabulary's size) is at most this: partials are written
 #: to scratch as they are sent and read back once.
 SCRATCH_WORD_LIMIT = 0xFFFF
-#: The scratch keeps counts in 32 bits; a larger count travels as several rows of one
-#: link, which the merge sums (a batch's counts never come near it).
-SCRATCH_COUNT_MAX = np.iinfo(np.int32).max
+#: The scratch keeps counts in 16 bits; a larger count travels as several rows of one
+#: link, which the merge sums (in a batch's partials only the most frequent links come
+#: near it: the empty context's, summed over a shard, and a sketch's collapsed rows).
+SCRATCH_COUNT_MAX = np.iinfo(np.uint16).max
+#: The merge's sort carries counts in 32 bits: larger ones are cut likewise.
+MERGE_COUNT_MAX = np.iinfo(np.int32).max
+
+
+def split_counts(partial, limit):
+    """A links partial whose counts above ``limit`` are cut into rows of one link, each
+    at most ``limit``, in place of the row.  Rows keep their order."""
+    feature, word, count = partial["feature"], partial["word"], partial["count"]
+    large = count > limit
+    if large.any():
+        pieces = np.where(large, -(-count // limit), 1)
+        rows = np.repeat(np.arange(len(count)), pieces)
+        first_piece = np.repeat(np.cumsum(pieces) - pieces, pieces)
+        last = np.arange(len(rows)) - first_piece == pieces[rows] - 1
+        count = np.where(last, count[rows] - (pieces[rows] - 1) * limit, limit)
+        feature, word = feature[rows], word[rows]
+    return {"feature": feature, "word": word, "count": count}
 
 
 def links_to_scratch(partial, vocab_size):
     """A links partial in the narrow columns of the scratch (:func:`merge_links` reads
     them as they are).  Rows keep their order."""
-    feature, word, count = partial["feature"], partial["word"], partial["count"]
-    large = count > SCRATCH_COUNT_MAX
-    if large.any():
-        pieces = np.where(large, -(-count // SCRATCH_COUNT_MAX), 1)
-        rows = np.repeat(np.arange(len(count)), pieces)
-        first_piece = np.repeat(np.cumsum(pieces) - pieces, pieces)
-        last = np.arange(len(rows)) - first_piece == pieces[rows] - 1
-        count = np.where(last, count[rows] - (pieces[rows] - 1) * SCRATCH_COUNT_MAX,
-                         SCRATCH_COUNT_MAX)
-        feature, word = feature[rows], word[rows]
-    return {"feature": feature,
-            "word": word.astype(scratch_word_type(vocab_size), copy=False),
-            "count": count.astype(np.int32)}
+    cut = split_counts(partial, SCRATCH_COUNT_MAX)
+    return {"feature": cut["feature"],
+            "word": cut["word"].astype(scratch_word_type(vocab_size), copy=False),
+            "count": cut["count"].astype(np.uint16)}
 
 
-def features_to_scratch(partial, vocab_size):
+def scratch_type_type(num_type_ids):
+    """The scratch's dtype of a count's tag-major type ids (``num_type_ids``: tags x feature
+    types; None: 32 bits), one for every part, which the merge concatenates."""
+    return np.int16 if num_type_ids is not None and num_type_ids <= 1 << 15 else np.int32
+
+
+def features_to_scratch(partial, vocab_size, num_type_ids=None):
     """A features partial in the scratch's columns, as two groups of columns:
-    ``(rows, words)``.  ``rows`` keeps each row's key and type and gives its number of
-    words (``width``, uint8); ``words`` (``{"word": ...}``) is every row's words in row
+    ``(rows, words)``.  ``rows`` keeps each row's key and type (:func:`scratch_type_type`)
+    and gives its number of words (``width``, uint8); ``words`` (``{"word": ...}``) is every row's words in row
     order, without padding: a batch's features have their type's words, at most nine,
     where padded rows would carry the longest type's.  :func:`features_from_scratch`
     reads them back."""
@@ -163,7 +178,9 @@ def features_to_scratch(partial, vocab_size):
         flat, width = words.ravel(), np.full(len(words), words.shape[1], np.uint8)
     else:
         flat, width = words[present], present.sum(axis=1).astype(np.uint8)
-    return ({"feature": partial["feature"], "type": partial["type"], "width": width},
+    return ({"feature": partial["feature"],
+             "type": partial["type"].astype(scratch_type_type(num_type_ids), copy=False),
+             "width": width},
             {"word": flat.astype(scratch_word_type(vocab_size), copy=False)})
 
 
@@ -179,10 +196,10 @@ def features_from_scratch(rows, words):
             "word": words["word"]}
 
 
-def scratch_groups(links, features, vocab_size=None):
+def scratch_groups(links, features, vocab_size=None, num_type_ids=None):
     """One part's links and features partials as the scratch's groups of columns
-    (``vocab_size`` None: 32-bit word ids)."""
-    rows, words = features_to_scratch(features, vocab_size)
+    (``vocab_size``, ``num_type_ids`` None: 32-bit word and type ids)."""
+    rows, words = features_to_scratch(features, vocab_size, num_type_ids)
     return {"links": links_to_scratch(links, vocab_size), "features": rows,
             "feature_words": words}
 
@@ -225,11 +242,11 @@ def merged_links_from_scratch(groups, feature_keys):
                      "count": links["count"].astype(np.int64)})
 
 
-def cut_features(partial, num_buckets, vocab_size):
+def cut_features(partial, num_buckets, vocab_size, num_type_ids=None):
     """A features partial cut by bucket (:func:`cut_by_bucket`) in the scratch's two
     groups: ``((rows, bounds), (words, word_bounds))``."""
     ordered, bounds = cut_by_bucket(partial, num_buckets)
-    rows, words = features_to_scratch(ordered, vocab_size)
+    rows, words = features_to_scratch(ordered, vocab_size, num_type_ids)
     word_ends = np.zeros(len(rows["width"]) + 1, np.int64)
     np.cumsum(rows["width"], dtype=np.int64, out=word_ends[1:])
     return (rows, bounds), (words, word_ends[bounds])
@@ -348,13 +365,13 @@ def merge_links(link_parts, work=None):
     parts = concat_partials(link_parts)
     link_parts.clear()
     if parts["count"].dtype.itemsize > 4 and len(parts["count"]) and \
-            int(parts["count"].max()) > SCRATCH_COUNT_MAX:
-        parts = links_to_scratch(parts, None)  # larger counts as several rows
+            int(parts["count"].max()) > MERGE_COUNT_MAX:
+        parts = split_counts(parts, MERGE_COUNT_MAX)  # larger counts as several rows
     feature = np.ascontiguousarray(parts.pop("feature"), np.uint64)
     word = narrow_or_int32(parts.pop("word"))
     count = parts.pop("count")
-    if count.dtype not in (np.int32, np.int64):
-        count = count.astype(np.int64)
+    if count.dtype not in (np.int32, np.int64):  # the scratch's uint16, or merged sums
+        count = count.astype(np.int32 if count.dtype.itemsize < 4 else np.int64)
     count = np.ascontiguousarray(count)
     n = len(feature)
     out_feature, out_word = np.empty(n, np.uint64), np.empty(n, np.int32)

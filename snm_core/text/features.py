@@ -166,6 +166,11 @@ class FeatureExtractor:
                                 for tag in self.tags], dtype=np.uint64)
 
     @property
+    def num_type_ids(self):
+        """Tag-major type ids: feature types x tags."""
+        return len(self.feature_types) * len(self.tags)
+
+    @property
     def max_windows_per_type(self):
         """Most windows of one feature type: a type has at most that many pairs an event."""
         return max(len(windows) for windows in self._windows_by_type.values())

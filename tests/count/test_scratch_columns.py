@@ -28,7 +28,7 @@ def link_sums(partial):
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 70_000),
                                st.sampled_from([1, 2, 7, BIG - 1, BIG, BIG + 1, 3 * BIG + 5,
-                                                2**40])), max_size=30),
+                                                2**20 + 3])), max_size=30),
        vocab_size=st.sampled_from([10, 0xFFFF, 0x10000, 200_000]))
 def test_links_come_back_with_their_sums_and_order(rows, vocab_size):
     rows = sorted((f, w % vocab_size, c) for f, w, c in rows)
@@ -36,7 +36,8 @@ def test_links_come_back_with_their_sums_and_order(rows, vocab_size):
                "word": np.array([r[1] for r in rows], np.int32),
                "count": np.array([r[2] for r in rows], np.int64)}
     sent = counting.links_to_scratch(partial, vocab_size)
-    assert sent["count"].dtype == np.int32 and sent["count"].min(initial=1) > 0
+    assert sent["count"].dtype == np.uint16 and sent["count"].min(initial=1) > 0
+    assert len(sent["count"]) == sum(-(-c // BIG) for _, _, c in rows)
     assert sent["word"].dtype == (np.uint16 if vocab_size <= 0xFFFF else np.int32)
     assert np.all(sent["feature"][1:] >= sent["feature"][:-1])  # still sorted by key
     assert link_sums(sent) == link_sums(partial)
@@ -47,14 +48,29 @@ def test_links_come_back_with_their_sums_and_order(rows, vocab_size):
                     merged["count"].to_pylist())) == dict(link_sums(partial))
 
 
+@settings(max_examples=30, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 20), st.integers(0, 5),
+                               st.sampled_from([1, 2**31 - 1, 2**31, 2**40])), max_size=12))
+def test_the_merge_sums_counts_past_its_sorts_32_bits(rows):
+    """Sums so far (int64) past the 32 bits the merge's sort carries are cut into rows and
+    summed back."""
+    partial = {"feature": np.array([r[0] for r in rows], np.uint64),
+               "word": np.array([r[1] for r in rows], np.int32),
+               "count": np.array([r[2] for r in rows], np.int64)}
+    merged = counting.merge_links([partial])
+    assert dict(zip(zip(merged["feature"].to_pylist(), merged["word"].to_pylist()),
+                    merged["count"].to_pylist())) == dict(link_sums(partial))
+
+
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(st.lists(st.integers(0, 0x1FFFF), max_size=9), max_size=30),
-       vocab_size=st.sampled_from([0xFFFF, 0x10000, None]), num_buckets=st.integers(1, 5))
+       vocab_size=st.sampled_from([0xFFFF, 0x10000, None]), num_buckets=st.integers(1, 5),
+       num_type_ids=st.sampled_from([None, 300, 1 << 15, (1 << 15) + 1]))
 def test_feature_words_come_back_without_padding_whatever_their_width(rows, vocab_size,
-                                                                     num_buckets):
+                                                                     num_buckets, num_type_ids):
     """Features of any number of words (a batch's of one type, narrow; another count's,
     padded to the longest) travel without padding and come back as each row's words,
-    each bucket's rows with their own words, which the merge keeps."""
+    each bucket's rows with their own words and types, which the merge keeps."""
     limit = vocab_size if vocab_size is not None else 0x20000
     rows = [[w % limit for w in row] for row in rows]
     width = max((len(r) for r in rows), default=0)
@@ -63,9 +79,12 @@ def test_feature_words_come_back_without_padding_whatever_their_width(rows, voca
         words[i, :len(row)] = row
     keys = np.sort(np.random.default_rng(len(rows)).integers(0, 2**64, len(rows), np.uint64,
                                                               endpoint=False))
-    partial = {"feature": keys, "type": np.arange(len(rows), dtype=np.int32), "words": words}
-    (sent, bounds), (flat, word_bounds) = counting.cut_features(partial, num_buckets, vocab_size)
+    types = np.arange(len(rows), dtype=np.int32) * ((num_type_ids or 1) - 1) // 30
+    partial = {"feature": keys, "type": types, "words": words}
+    (sent, bounds), (flat, word_bounds) = counting.cut_features(partial, num_buckets, vocab_size,
+                                                                num_type_ids)
     assert flat["word"].dtype == (np.uint16 if vocab_size == 0xFFFF else np.int32)
+    assert sent["type"].dtype == (np.int16 if num_type_ids in (300, 1 << 15) else np.int32)
     assert len(flat["word"]) == sum(len(r) for r in rows)  # no padding travels
     for b in range(num_buckets):
         back = counting.features_from_scratch(
@@ -75,6 +94,7 @@ def test_feature_words_come_back_without_padding_whatever_their_width(rows, voca
         assert back["width"].tolist() == [len(r) for r in expected]
         assert back["word"].tolist() == [w for r in expected for w in r]
         assert back["feature"].tolist() == keys[bounds[b]:bounds[b + 1]].tolist()
+        assert back["type"].tolist() == types[bounds[b]:bounds[b + 1]].tolist()
         merged, collisions = counting.distinct_features([back])
         assert merged["word"].dtype == np.int32 and collisions == 0
         assert merged["word"].tolist() == [w for r in expected for w in r]
