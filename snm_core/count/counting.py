@@ -168,10 +168,10 @@ def scratch_type_type(num_type_ids):
 def features_to_scratch(partial, vocab_size, num_type_ids=None):
     """A features partial in the scratch's columns, as two groups of columns:
     ``(rows, words)``.  ``rows`` keeps each row's key and type (:func:`scratch_type_type`)
-    and gives its number of words (``width``, uint8); ``words`` (``{"word": ...}``) is every row's words in row
-    order, without padding: a batch's features have their type's words, at most nine,
-    where padded rows would carry the longest type's.  :func:`features_from_scratch`
-    reads them back."""
+    and gives its number of words (``width``, uint8); ``words`` (``{"word": ...}``) is
+    every row's words in row order, without padding: a batch's features have their type's
+    words, at most nine, where padded rows would carry the longest type's.
+    :func:`features_from_scratch` reads them back."""
     words = partial["words"]
     present = words >= 0
     if present.all():  # one type's features: each row full
