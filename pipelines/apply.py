@@ -113,8 +113,7 @@ def write_manifest(totals, out, settings, fit_manifest):
     storage.remove_stale(out, set(files), model_files.PATTERNS)
     # the rows files and vocab.txt are the count's, linked or copied: their checksums too;
     # the values files', taken as they were written
-    known = dict((counts.checksums or {}).get("files", {})) \
-        if (counts.checksums or {}).get("algorithm") == manifests.CHECKSUM else {}
+    known = manifests.reusable_checksums(counts.checksums)
     for t in totals:
         known.update(t["checksums"])
     return manifest.write(out, known=manifests.taken_checksums(known))

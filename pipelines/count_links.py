@@ -101,7 +101,6 @@ class ExtractLinkPartials(beam.DoFn):
         loaded = {f.kind: f.load(self.extractor, len(self.vocab)) for f in self.sketch_files}
         self.feature_sketch, self.link_sketch = loaded.get("features"), loaded.get("links")
         self.work = {}  # the sums' sort buffer, kept from chunk to chunk of a shard
-        self.type_ids = self.extractor.num_type_ids
 
     def process(self, shard):
         links, features, pending = [], [], 0
@@ -165,8 +164,8 @@ class ExtractLinkPartials(beam.DoFn):
             vocab_size = len(self.vocab)
             # (a pass's partials hold only its buckets' keys: the others' occurrences
             # went when they were extracted)
-            features = [counting.cut_features(p, self.num_buckets, vocab_size, self.type_ids)
-                        for p in features]
+            features = [counting.cut_features(p, self.num_buckets, vocab_size,
+                                              self.extractor.num_type_ids) for p in features]
             payloads = self.shuffle.send_cut({
                 "links": [counting.cut_by_bucket(counting.links_to_scratch(p, vocab_size),
                                                  self.num_buckets) for p in links],
@@ -337,7 +336,6 @@ class ReadCountBucket(beam.DoFn):
     def setup(self):
         vocab, self.extractor = self.settings.build()
         self.vocab_size = len(vocab)
-        self.type_ids = self.extractor.num_type_ids
 
     def process(self, bucket):
         def read(prefix):
@@ -352,7 +350,7 @@ class ReadCountBucket(beam.DoFn):
                 links, features, self.extractor, self.vocab_size if self.collapsed else None)
             yield bucket, ("part", self.shuffle.send(
                 counting.scratch_groups(part["links"], part["features"], self.vocab_size,
-                                        self.type_ids)))
+                                        self.extractor.num_type_ids)))
 
 
 class CountLinks(beam.PTransform):

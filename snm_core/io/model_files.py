@@ -184,16 +184,15 @@ def write_bucket(out_dir, bucket, num_buckets, features, matrix):
                               values_path)
 
 
-def write_values(out_dir, bucket, num_buckets, m, m_star, new_digest=None):
-    """One bucket's ``m`` and ``m_star`` files (numpy arrays) beside its rows; with
-    ``new_digest`` (a checksum's constructor), returns ``{file name: hex}`` of the two,
-    taken as they are written."""
+def write_values(out_dir, bucket, num_buckets, m, m_star, new_digest):
+    """One bucket's ``m`` and ``m_star`` files (numpy arrays) beside its rows; returns
+    ``{file name: hex}`` of the two, each taken as it is written by a digest of
+    ``new_digest`` (a checksum's constructor: the manifest's, which ``io`` cannot import)."""
     taken = {}
     for table, values in (("matrix", m), ("features", m_star)):
         _, _, values_path, schema = _files(out_dir, table, bucket, num_buckets)
-        digest = new_digest() if new_digest is not None else None
+        digest = new_digest()
         storage.write_parquet(pa.table([pa.array(np.asarray(values))], schema=schema),
                               values_path, digest)
-        if digest is not None:
-            taken[storage.basename(values_path)] = digest.hexdigest()
+        taken[storage.basename(values_path)] = digest.hexdigest()
     return taken

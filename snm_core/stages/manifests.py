@@ -298,12 +298,18 @@ def taken_checksums(files):
     return {"algorithm": CHECKSUM, "files": dict(files)}
 
 
+def reusable_checksums(known):
+    """``{file: hex}`` of ``known`` (``{"algorithm": .., "files": {name: hex}}`` or None)
+    where it is of :data:`CHECKSUM`; otherwise none."""
+    return dict((known or {}).get("files", {})) if (known or {}).get("algorithm") == CHECKSUM \
+        else {}
+
+
 def checksums(directory, names, known=None):
     """``{"algorithm": CHECKSUM, "files": {name: hex}}`` of the files ``names`` of
     ``directory`` (what a manifest records); ``known``: the checksums of some of them
     already, ``{"algorithm": .., "files": {name: hex}}`` or None."""
-    reused = (known or {}).get("files", {}) if (known or {}).get("algorithm") == CHECKSUM \
-        else {}
+    reused = reusable_checksums(known)
     return {"algorithm": CHECKSUM,
             "files": {name: reused.get(name) or file_checksum(storage.join(directory, name))
                       for name in names}}
