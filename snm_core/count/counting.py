@@ -215,11 +215,21 @@ def merged_links_to_scratch(links, feature_keys, vocab_size):
     the scratch's width, counts 32 bits unless one is larger."""
     feature = links["feature"].to_numpy()
     feature_keys = np.asarray(feature_keys, np.uint64)
-    starts = np.searchsorted(feature_keys, feature)
-    if len(feature) and (starts[-1] >= len(feature_keys)
-                         or not np.array_equal(feature_keys[starts], feature)):
-        raise ValueError("merged links name a feature the features file does not hold")
-    per_feature = np.bincount(starts, minlength=len(feature_keys))
+    # The links' runs of one feature, matched to the features by their keys alone: a
+    # search of every link's key cost as much as the rest of the step.
+    starts = run_starts(feature)
+    run_keys, runs = feature[starts], np.diff(np.r_[starts, len(feature)])
+    if np.array_equal(run_keys, feature_keys):  # every feature has links
+        per_feature = runs
+    else:
+        at = np.searchsorted(feature_keys, run_keys)
+        if len(run_keys) and (at[-1] >= len(feature_keys)
+                              or not np.array_equal(feature_keys[at], run_keys)
+                              or np.any(run_keys[1:] <= run_keys[:-1])):
+            raise ValueError("merged links name a feature the features file does not hold, "
+                             "or are not sorted by feature")
+        per_feature = np.zeros(len(feature_keys), np.int64)
+        per_feature[at] = runs
     count = links["count"].to_numpy()
     narrow = np.uint32 if not len(count) or int(count.max()) <= np.iinfo(np.uint32).max \
         else np.int64

@@ -139,6 +139,11 @@ def test_merged_links_of_a_feature_not_in_the_features_file_are_refused():
                       "word": pa.array([1, 2], pa.int32()), "count": pa.array([1, 1], pa.int64())})
     with pytest.raises(ValueError, match="features file"):
         counting.merged_links_to_scratch(links, np.array([5, 7], np.uint64), 10)
+    unsorted = pa.table({"feature": pa.array([9, 5, 9], pa.uint64()),
+                         "word": pa.array([1, 2, 3], pa.int32()),
+                         "count": pa.array([1, 1, 1], pa.int64())})
+    with pytest.raises(ValueError, match="not sorted by feature"):
+        counting.merged_links_to_scratch(unsorted, np.array([5, 9], np.uint64), 10)
     sent = counting.merged_links_to_scratch(links, np.array([5, 9], np.uint64), 10)
     with pytest.raises(ValueError, match="2 links, the features file 3 features"):
         counting.merged_links_from_scratch(sent, np.array([5, 9, 11], np.uint64))
