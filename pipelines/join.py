@@ -102,7 +102,7 @@ class JoinBucket(beam.DoFn):
         (paths,) = grouped["counts"]
         # Not the features' words: a list column, the slowest to decode, small M keeps none.
         features = storage.read_parquet(paths["features"], columns=list(small_m.FEATURE_COLUMNS))
-        links = storage.read_parquet(paths["links"])
+        links = storage.read_parquet(paths["links"], columns=list(small_m.LINK_COLUMNS))
         rows = small_m.select_rows(features, links, keys)
         name = tables.bucket_file("small_m", bucket, self.num_buckets)
         storage.write_parquet(rows, storage.join(self.out, name))

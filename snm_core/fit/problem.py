@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from snm_core.fit import kernels
-from snm_core.io.arrays import sorted_distinct
+from snm_core.io.arrays import concat_ranges, sorted_distinct
 from snm_core.io.threads import ordered_map
 from snm_core.text import hashing
 
@@ -40,16 +40,6 @@ EVAL_CHUNK = 1 << 14
 #: lookup in the slot index (a large part of a lexicalized batch), for a little
 #: more memory.
 IDENTITY_SHARE = 0.5
-
-
-def concat_ranges(starts, ends):
-    """Indices ``[s0, e0) + [s1, e1) + ...`` as one int64 array (vectorised)."""
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    offsets = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
-    return np.arange(total, dtype=np.int64) + offsets
 
 
 def default_threads():

@@ -15,6 +15,16 @@ def sorted_distinct(values):
     return values[run_starts(values)]
 
 
+def concat_ranges(starts, ends):
+    """Indices ``[s0, e0) + [s1, e1) + ...`` as one int64 array (vectorised)."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+    return np.arange(total, dtype=np.int64) + offsets
+
+
 def run_starts(values):
     """Index of the first element of each run of equal neighbours in a 1-d array
     (int64; empty for an empty array)."""

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from snm_core.io import tables
-from snm_core.io.arrays import isin_sorted
+from snm_core.io.arrays import concat_ranges
 from snm_core.io.errors import SnmInputError
 
 
@@ -30,6 +30,9 @@ def events_table(events, file_index, sentence_lines):
 
 #: The count's feature columns :func:`select_rows` reads.
 FEATURE_COLUMNS = ("feature", "tag", "type", "count", "diversity")
+#: The count's link columns it reads: a link's key is its feature's, repeated (the key
+#: column is the costliest to decode).
+LINK_COLUMNS = ("word", "count", "continuation")
 
 
 def select_rows(features, links, keys):
@@ -38,24 +41,31 @@ def select_rows(features, links, keys):
     Parameters
     ----------
     features : pyarrow.Table (count schema), sorted by feature
-    links : pyarrow.Table (count schema), sorted by (feature, word)
+    links : pyarrow.Table (count schema; :data:`LINK_COLUMNS` are read), sorted by
+        (feature, word): each feature's ``diversity`` links in the features' order
     keys : ndarray of uint64, sorted, distinct
 
     Returns
     -------
     pyarrow.Table with schema :data:`snm_core.io.tables.SMALL_M`
     """
-    hit = isin_sorted(features["feature"].to_numpy(), keys)
+    feature = features["feature"].to_numpy()
     diversity = features["diversity"].to_numpy()
     if diversity.sum() != links.num_rows:
         raise SnmInputError("count bucket files disagree: diversities do not sum to the "
                             "number of links; re-run snm count")
-    link_hit = np.repeat(hit, diversity)
-    selected = features.filter(pa.array(hit))
-    repeat = selected["diversity"].to_numpy()
-    chosen = links.filter(pa.array(link_hit))
+    # The held-out keys searched among the bucket's features (a few thousand searches,
+    # not one a feature), then their links taken by row range.
+    at = np.searchsorted(feature, keys)
+    inside = at < len(feature)  # keys are sorted: only a tail falls past the last feature
+    at = at[inside]
+    rows = at[feature[at] == keys[inside]]
+    repeat = diversity[rows]
+    ends = np.cumsum(diversity)
+    chosen = links.take(pa.array(concat_ranges(ends[rows] - repeat, ends[rows])))
+    selected = features.take(pa.array(rows))
     return pa.table({
-        "feature": chosen["feature"],
+        "feature": np.repeat(feature[rows], repeat),
         "word": chosen["word"],
         "count": chosen["count"],
         "continuation": chosen["continuation"],
