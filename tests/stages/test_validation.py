@@ -62,6 +62,19 @@ def damage_first_page(path):
     open(path, "wb").write(bytes(data))
 
 
+def damage_first_page_of(column):
+    """``damage_first_page`` of ``column``'s first data page: a column a stage reads (the
+    join takes a link's key from its feature, not from the links file)."""
+    def damage(path):
+        meta = pq.ParquetFile(path).metadata.row_group(0)
+        chunk = next(meta.column(i) for i in range(meta.num_columns)
+                     if meta.column(i).path_in_schema == column)
+        data = bytearray(open(path, "rb").read())
+        data[chunk.data_page_offset:chunk.data_page_offset + 36] = b"\xff" * 36
+        open(path, "wb").write(bytes(data))
+    return damage
+
+
 def float64_theta(path):
     np.save(path, np.zeros(HASH_SIZE, np.float64))
 
@@ -139,7 +152,8 @@ CASES = {
     "count features garbage": ("count", "features-00000-of-00002.parquet", garbage, apply,
                                "not a readable Parquet file"),
     "count links data page damaged": ("count", "links-00000-of-00002.parquet",
-                                      damage_first_page, join, "cannot read as Parquet"),
+                                      damage_first_page_of("word"), join,
+                                      "cannot read as Parquet"),
     "count vocab edited": ("count", "vocab.txt", edit_vocabulary, join,
                            "does not match its manifest"),
     "count vocab edited, add_to": ("count", "vocab.txt", edit_vocabulary, add_to,
@@ -264,7 +278,7 @@ def test_undamaged_directories_pass_and_return_their_vocabulary(run):
 
 
 @pytest.mark.parametrize("kind, name, damage, command", [
-    ("count", "links-00000-of-00002.parquet", damage_first_page, join),  # in a Beam worker
+    ("count", "links-00000-of-00002.parquet", damage_first_page_of("word"), join),  # a worker
     ("model", "compact/link_c.npy", truncate, evaluate),
 ])
 def test_the_command_prints_one_line_and_exits_2(run, tmp_path, kind, name, damage, command):
