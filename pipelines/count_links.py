@@ -45,9 +45,12 @@ class _Extractor:
         self.config_text, self.tags = config_text, tuple(tags)
         self.vocab_path, self.vocab_fingerprint = vocab_path, vocab_fingerprint
 
+    def extractor(self):
+        return FeatureExtractor(parse_config(self.config_text), self.tags)
+
     def build(self):
         return (count_directory.shared_vocabulary(self.vocab_path, self.vocab_fingerprint),
-                FeatureExtractor(parse_config(self.config_text), self.tags))
+                self.extractor())
 
 
 class ExtractLinkPartials(beam.DoFn):

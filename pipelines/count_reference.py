@@ -15,8 +15,6 @@ import numpy as np
 from pipelines import reading
 from snm_core.count import counting
 from snm_core.io import key_ranges, losscheck
-from snm_core.text.config import parse_config
-from snm_core.text.features import FeatureExtractor
 from snm_core.text.tokenize import tokenize
 
 
@@ -81,8 +79,8 @@ class ReferenceLinkPartials(beam.PTransform):
         parts = ((links, features)
                  | "LinksAndFeatures" >> beam.Flatten()
                  | "GroupByFeature" >> beam.GroupByKey()
-                 | "Parts" >> beam.Map(_reference_part, self.num_buckets, FeatureExtractor(
-                     parse_config(self.settings.config_text), self.settings.tags).num_type_ids))
+                 | "Parts" >> beam.Map(_reference_part, self.num_buckets,
+                                      self.settings.extractor().num_type_ids))
         stats = (tagged
                  | "Stats" >> beam.Filter(lambda kv: kv[0] == "stats")
                  | "StatsKV" >> beam.Map(lambda kv: (0, ("stats", kv[1]))))

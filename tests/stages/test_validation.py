@@ -55,11 +55,17 @@ def garbage(path):
     open(path, "wb").write(random.Random(7).randbytes(size))
 
 
-def damage_first_page(path):
-    """Overwrite the first data page's header: the footer stays readable, reading fails."""
+def damage_page_header(path, offset):
+    """Overwrite the data page header at ``offset``: the footer stays readable, reading
+    that page fails."""
     data = bytearray(open(path, "rb").read())
-    data[4:40] = b"\xff" * 36
+    data[offset:offset + 36] = b"\xff" * 36
     open(path, "wb").write(bytes(data))
+
+
+def damage_first_page(path):
+    """The first data page's header (after the 4-byte magic) overwritten."""
+    damage_page_header(path, 4)
 
 
 def damage_first_page_of(column):
@@ -69,9 +75,7 @@ def damage_first_page_of(column):
         meta = pq.ParquetFile(path).metadata.row_group(0)
         chunk = next(meta.column(i) for i in range(meta.num_columns)
                      if meta.column(i).path_in_schema == column)
-        data = bytearray(open(path, "rb").read())
-        data[chunk.data_page_offset:chunk.data_page_offset + 36] = b"\xff" * 36
-        open(path, "wb").write(bytes(data))
+        damage_page_header(path, chunk.data_page_offset)
     return damage
 
 
