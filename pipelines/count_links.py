@@ -167,13 +167,11 @@ class ExtractLinkPartials(beam.DoFn):
             vocab_size = len(self.vocab)
             # (a pass's partials hold only its buckets' keys: the others' occurrences
             # went when they were extracted)
-            features = [counting.cut_features(p, self.num_buckets, vocab_size,
-                                              self.extractor.num_type_ids) for p in features]
-            payloads = self.shuffle.send_cut({
-                "links": [counting.cut_by_bucket(counting.links_to_scratch(p, vocab_size),
-                                                 self.num_buckets) for p in links],
-                "features": [rows for rows, _ in features],
-                "feature_words": [words for _, words in features]}, by_bucket=True)
+            cuts = [counting.cut_scratch_groups(link_part, feature_part, self.num_buckets,
+                                                vocab_size, self.extractor.num_type_ids)
+                    for link_part, feature_part in zip(links, features)]
+            payloads = self.shuffle.send_cut({group: [cut[group] for cut in cuts]
+                                              for group in cuts[0]}, by_bucket=True)
             for bucket, payload in payloads.items():
                 self.counters[SCRATCH_PART_BYTES].inc(self.shuffle.stored_bytes(payload))
                 yield bucket, ("part", payload)
@@ -229,13 +227,17 @@ class MergeBucket(beam.DoFn):
         def read(start, stop, group):
             parts = payloads[start:stop]
             if group == "links":  # in the scratch's columns, which the merge reads
-                return self.shuffle.receive_group(parts, "links")
+                return counting.links_from_scratch(
+                    self.shuffle.receive_group(parts, "features", ("feature", "links")),
+                    self.shuffle.receive_group(parts, "links"),
+                    self.shuffle.receive_group(parts, "loose_links"))
             return counting.features_from_scratch(
-                self.shuffle.receive_group(parts, "features"),
+                self.shuffle.receive_group(parts, "features", ("feature", "type", "width")),
                 self.shuffle.receive_group(parts, "feature_words"))
 
         links, features, collisions, orphaned = counting.merge_bucket_chunks(
-            [self.shuffle.rows(p, "links") for p in payloads], read,
+            [self.shuffle.rows(p, "links") + self.shuffle.rows(p, "loose_links")
+             for p in payloads], read,
             len(self.extractor.feature_types), self.merge_rows, collapsed_word, self.work)
         self.shuffle.release(payloads)  # this bucket's parts, read
         left_out = {}

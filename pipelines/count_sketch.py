@@ -82,7 +82,8 @@ class _SketchFilter:
         # its run of links.
         has_kept = np.logical_or.reduceat(keep, run_starts(links["feature"]))
         return (thresholds.collapse_links(links, keep, self.vocab_size),
-                {name: column[has_kept] for name, column in features.items()})
+                {name: column[has_kept] for name, column in features.items()
+                 if name != "links"})  # the links per row change
 
 
 class SketchShard(beam.DoFn):

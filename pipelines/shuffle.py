@@ -234,17 +234,20 @@ class ArrayShuffle:
             return _rows(payload[group])
         return next((shape[0] for g, _, _, shape, _, _ in payload[1] if g == group), 0)
 
-    def receive_group(self, payloads, group):
-        """The ``group`` columns of many parts, each concatenated in payload order.
+    def receive_group(self, payloads, group, names=None):
+        """The ``group`` columns of many parts (``names``: only those), each concatenated
+        in payload order.
 
         Returns ``{name: array}`` (``{}`` without payloads).  Each column is
         allocated once and every part's bytes read into its place.
         """
         if self.mode == "beam":
             parts = [p[group] for p in payloads]
-            return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} \
-                if parts else {}
-        layouts = [(path, [e for e in entries if e[0] == group]) for path, entries in payloads]
+            return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]
+                    if names is None or name in names} if parts else {}
+        layouts = [(path, [e for e in entries
+                           if e[0] == group and (names is None or e[1] in names)])
+                   for path, entries in payloads]
         if not layouts:
             return {}
         rows = {}
@@ -255,6 +258,8 @@ class ArrayShuffle:
                    for _, name, dtype, shape, _, _ in layouts[0][1]}
         filled = dict.fromkeys(columns, 0)
         for path, entries in layouts:
+            if not any(shape[0] for _, _, _, shape, _, _ in entries):
+                continue  # nothing to read: the file is not opened
             with _open(path) as f:
                 for _, name, dtype, shape, offset, stored in entries:
                     if np.dtype(dtype) != columns[name].dtype:  # bytes would be misread

@@ -22,12 +22,17 @@ Partials are dicts of numpy arrays (they pickle cheaply):
 
 * links: ``feature`` uint64, ``word`` int32, ``count`` int64 (in scratch: narrower,
   :func:`links_to_scratch`)
-* features: ``feature`` uint64, ``type`` int32 (type id: tag-major), and the identity
+* features: ``feature`` uint64, ``type`` int32 (type id: tag-major), optionally ``links``
+  (int64, each row's links in the links partial: a step that changes the links drops
+  it or makes it again), and the identity
   words oldest first, either as ``words`` int32 (n, w) padded with -1 (w at most the
   extractor's ``max_words``; a batch's partial has its type's number of words), or as
   ``width`` uint8 (n,) and ``word`` (every row's words one after another), as the
   scratch and the merge keep them (:func:`features_from_scratch`,
   :func:`distinct_features`)
+
+In the scratch a part's links do not carry their keys: its features rows say how many
+of the links that follow, in key order, are theirs (:func:`scratch_groups`).
 """
 
 import numpy as np
@@ -39,7 +44,7 @@ from snm_core.io.arrays import group_rows, padded_lists, run_starts
 _sum_links = native.function("sum_links", [native.ptr, native.ptr, native.i64, native.ptr,
                                            native.i64, native.i64] + [native.ptr] * 4,
                              native.i64)
-_batch_links = native.function("batch_links", [native.ptr] * 3 + [native.i64] + [native.ptr] * 7,
+_batch_links = native.function("batch_links", [native.ptr] * 3 + [native.i64] + [native.ptr] * 8,
                                native.i64)
 _distinct_feature_rows = native.function(
     "distinct_feature_rows", [native.ptr] * 4 + [native.i64, native.i64] + [native.ptr] * 7,
@@ -63,7 +68,7 @@ def batch_partials(events, work=None):
     -------
     links : links partial, sorted by (feature, word)
     features : features partial, one row per distinct key (type and words of
-        its first occurrence), sorted by feature
+        its first occurrence, and ``links``, its number of links), sorted by feature
     """
     key = np.ascontiguousarray(events.key, np.uint64)
     event = np.ascontiguousarray(events.event, np.int64)
@@ -73,12 +78,13 @@ def batch_partials(events, work=None):
         np.empty(n, np.int64)
     feature_key, first, features = np.empty(n, np.uint64), np.empty(n, np.int64), \
         np.zeros(1, np.int64)
+    feature_links = np.empty(n, np.int64)
     records = sort_records(n, work)
     links = _batch_links(native.address(key), native.address(event), native.address(target),
                          n, native.address(records), native.address(out_key),
                          native.address(out_word), native.address(out_count),
                          native.address(feature_key), native.address(first),
-                         native.address(features))
+                         native.address(feature_links), native.address(features))
     if links < 0:
         raise ValueError(f"{n:,} occurrences: a batch's chunk takes fewer than 2^32")
     # The first occurrence of each key: the choice matters only for colliding keys, but
@@ -86,7 +92,8 @@ def batch_partials(events, work=None):
     first = first[:int(features[0])]
     return ({"feature": out_key[:links], "word": out_word[:links], "count": out_count[:links]},
             {"feature": feature_key[:len(first)], "type": events.type[first],
-             "words": events.context_words(first, narrow=True)})
+             "words": events.context_words(first, narrow=True),
+             "links": feature_links[:len(first)]})
 
 
 class ShardSums:
@@ -118,7 +125,7 @@ class ShardSums:
             words = np.flatnonzero(counts)
             links.append({"feature": np.full(len(words), key, np.uint64),
                           "word": words.astype(np.int32), "count": counts[words]})
-            features.append(feature_row)
+            features.append({**feature_row, "links": np.array([len(words)], np.int64)})
         self.sums = {}
         return links, features
 
@@ -159,6 +166,82 @@ def links_to_scratch(partial, vocab_size):
             "count": cut["count"].astype(np.uint16)}
 
 
+#: A scratch features row names at most this many links (``links``, uint16); a feature
+#: with more in one part (the empty context's, summed over a shard) travels as several
+#: rows of one identity, which the merge takes as one, as it takes one feature's rows
+#: from many batches.
+SCRATCH_FEATURE_LINKS_MAX = np.iinfo(np.uint16).max
+
+
+def links_without_keys(links, features):
+    """A part's links (sorted by feature) without their keys, named by its features
+    partial (sorted by key) instead.
+
+    Returns ``(features, keyed, loose)``: ``features`` with ``links`` (uint16), how many
+    of ``keyed``'s rows (``word``, ``count``; in order) belong to each row, a feature
+    of more than :data:`SCRATCH_FEATURE_LINKS_MAX` taking several rows; ``loose`` the
+    links (all columns) of keys no features row holds: a link sketch's collapsed rows of
+    a feature it sent no row of (:meth:`pipelines.count_sketch.LinkSketch.collapse`),
+    which need their keys."""
+    key, per_feature = links["feature"], features.get("links")
+    features = {name: column for name, column in features.items() if name != "links"}
+    loose = None
+    if per_feature is None or int(per_feature.sum(dtype=np.int64)) != len(key):
+        # (batch_partials's counts hold unless a link was cut into rows since)
+        per_feature, loose = _links_per_feature(key, features["feature"])
+    cap = SCRATCH_FEATURE_LINKS_MAX
+    if len(per_feature) and int(per_feature.max()) > cap:
+        pieces = np.maximum(-(-per_feature // cap), 1)
+        rows = np.repeat(np.arange(len(pieces)), pieces)
+        last = np.arange(len(rows)) - np.repeat(np.cumsum(pieces) - pieces, pieces) \
+            == pieces[rows] - 1
+        per_feature = np.where(last, per_feature[rows] - (pieces[rows] - 1) * cap, cap)
+        features = {name: column[rows] for name, column in features.items()}
+    features = {**features, "links": per_feature.astype(np.uint16)}
+    if loose is None:
+        return (features, {"word": links["word"], "count": links["count"]},
+                {name: column[:0] for name, column in links.items()})
+    keep = ~loose
+    return (features, {"word": links["word"][keep], "count": links["count"][keep]},
+            {name: column[loose] for name, column in links.items()})
+
+
+def _links_per_feature(key, feature_keys):
+    """The links of each of ``feature_keys`` (sorted) that ``key`` (sorted) names, and
+    a mask of the links of other keys (None if there are none)."""
+    if np.any(feature_keys[1:] < feature_keys[:-1]):
+        raise ValueError("a features partial is not sorted by key")
+    starts = run_starts(key)
+    run_keys, runs = key[starts], np.diff(np.r_[starts, len(key)])
+    if np.any(run_keys[1:] <= run_keys[:-1]):
+        raise ValueError("a links partial is not sorted by feature")
+    if np.array_equal(run_keys, feature_keys):  # every link's feature has its row
+        return runs, None
+    at = np.searchsorted(feature_keys, run_keys)
+    found = at < len(feature_keys)
+    found[found] = feature_keys[at[found]] == run_keys[found]
+    per_feature = np.zeros(len(feature_keys), np.int64)
+    per_feature[at[found]] = runs[found]
+    return per_feature, np.repeat(~found, runs)
+
+
+def links_from_scratch(rows, keyed, loose):
+    """A links partial (in the scratch's widths) from :func:`links_without_keys`'s parts,
+    each concatenated over the same parts: ``rows`` the features rows' ``feature`` and
+    ``links``, ``keyed`` and ``loose``.  The links come in another order than they were
+    sent (the keyed, then the loose); the merge sorts them."""
+    per_row = rows["links"]
+    if int(per_row.sum(dtype=np.int64)) != len(keyed["word"]):
+        raise ValueError(f"scratch features name {int(per_row.sum(dtype=np.int64))} links, "
+                         f"their links column holds {len(keyed['word'])}")
+    feature = np.repeat(rows["feature"], per_row)
+    if not len(loose["feature"]):  # as a rule: no copy of the columns
+        return {"feature": feature, "word": keyed["word"], "count": keyed["count"]}
+    return {"feature": np.concatenate([feature, loose["feature"]]),
+            "word": np.concatenate([keyed["word"], loose["word"]]),
+            "count": np.concatenate([keyed["count"], loose["count"]])}
+
+
 def scratch_type_type(num_type_ids):
     """The scratch's dtype of a count's tag-major type ids (``num_type_ids``: tags x feature
     types; None: 32 bits), one for every part, which the merge concatenates."""
@@ -178,10 +261,12 @@ def features_to_scratch(partial, vocab_size, num_type_ids=None):
         flat, width = words.ravel(), np.full(len(words), words.shape[1], np.uint8)
     else:
         flat, width = words[present], present.sum(axis=1).astype(np.uint8)
-    return ({"feature": partial["feature"],
-             "type": partial["type"].astype(scratch_type_type(num_type_ids), copy=False),
-             "width": width},
-            {"word": flat.astype(scratch_word_type(vocab_size), copy=False)})
+    rows = {"feature": partial["feature"],
+            "type": partial["type"].astype(scratch_type_type(num_type_ids), copy=False),
+            "width": width}
+    if "links" in partial:  # links_without_keys's
+        rows["links"] = partial["links"]
+    return rows, {"word": flat.astype(scratch_word_type(vocab_size), copy=False)}
 
 
 def features_from_scratch(rows, words):
@@ -197,11 +282,25 @@ def features_from_scratch(rows, words):
 
 
 def scratch_groups(links, features, vocab_size=None, num_type_ids=None):
-    """One part's links and features partials as the scratch's groups of columns
-    (``vocab_size``, ``num_type_ids`` None: 32-bit word and type ids)."""
+    """One part's links and features partials (each sorted by key) as the scratch's
+    groups of columns (``vocab_size``, ``num_type_ids`` None: 32-bit word and type ids):
+    ``links`` without their keys (:func:`links_without_keys`), ``loose_links``,
+    ``features`` (with ``links``) and ``feature_words``."""
+    features, keyed, loose = links_without_keys(links_to_scratch(links, vocab_size), features)
     rows, words = features_to_scratch(features, vocab_size, num_type_ids)
-    return {"links": links_to_scratch(links, vocab_size), "features": rows,
-            "feature_words": words}
+    return {"links": keyed, "loose_links": loose, "features": rows, "feature_words": words}
+
+
+def cut_scratch_groups(links, features, num_buckets, vocab_size, num_type_ids=None):
+    """:func:`scratch_groups` cut by bucket: ``{group: (columns, bounds)}`` for
+    :meth:`pipelines.shuffle.ArrayShuffle.send_cut` (a bucket's keyed links are those its
+    features rows name)."""
+    features, keyed, loose = links_without_keys(links_to_scratch(links, vocab_size), features)
+    (rows, bounds), words = cut_features(features, num_buckets, vocab_size, num_type_ids)
+    link_ends = np.zeros(len(rows["links"]) + 1, np.int64)
+    np.cumsum(rows["links"], dtype=np.int64, out=link_ends[1:])
+    return {"links": (keyed, link_ends[bounds]), "loose_links": cut_by_bucket(loose, num_buckets),
+            "features": (rows, bounds), "feature_words": words}
 
 
 def merged_links_to_scratch(links, feature_keys, vocab_size):

@@ -193,13 +193,13 @@ int64_t distinct_feature_rows(const uint64_t *key, const int32_t *type, const ui
 
 /* A batch's occurrences (key[i], the word target[event[i]]) summed into links (out_key,
  * out_word, out_count: one row a distinct (key, word), in that order) and its distinct
- * keys (feature_key, sorted, and feature_first: the index of each key's first
- * occurrence).  `buffer` holds 2n records.  Returns the links (the features are
+ * keys (feature_key, sorted; feature_first: the index of each key's first
+ * occurrence; feature_links: its links).  `buffer` holds 2n records.  Returns the links (the features are
  * *features), or -1 for n >= 2^32. */
 int64_t batch_links(const uint64_t *key, const int64_t *event, const int32_t *target,
                     int64_t n, record_t *buffer, uint64_t *out_key, int32_t *out_word,
                     int64_t *out_count, uint64_t *feature_key, int64_t *feature_first,
-                    int64_t *features) {
+                    int64_t *feature_links, int64_t *features) {
     if (n >= ((int64_t)1 << 32)) return -1;
     record_t *rows = buffer, *spare = buffer + n;
     uint64_t low;
@@ -218,11 +218,13 @@ int64_t batch_links(const uint64_t *key, const int64_t *event, const int32_t *ta
             feature++;
             feature_key[feature] = (rows[i].key >> shift) + low;
             feature_first[feature] = rows[i].value;
+            feature_links[feature] = 0;
         } else if (rows[i].value < feature_first[feature]) {
             feature_first[feature] = rows[i].value;
         }
         if (new_key || rows[i].minor != rows[i - 1].minor) {
             link++;
+            feature_links[feature]++;
             out_key[link] = feature_key[feature];
             out_word[link] = (int32_t)rows[i].minor;
             out_count[link] = 1;

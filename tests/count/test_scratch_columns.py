@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snm_core.count import counting
+from snm_core.io import key_ranges
 
 BIG = counting.SCRATCH_COUNT_MAX
 
@@ -147,3 +148,65 @@ def test_merged_links_of_a_feature_not_in_the_features_file_are_refused():
     sent = counting.merged_links_to_scratch(links, np.array([5, 9], np.uint64), 10)
     with pytest.raises(ValueError, match="2 links, the features file 3 features"):
         counting.merged_links_from_scratch(sent, np.array([5, 9, 11], np.uint64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(features=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 600),
+                                   st.booleans()), max_size=12, unique_by=lambda f: f[0]),
+       num_buckets=st.integers(1, 6), vocab_size=st.sampled_from([0xFFFF, 200_000]))
+def test_a_parts_links_travel_without_keys_and_come_back_to_their_features(
+        features, num_buckets, vocab_size):
+    """A part's links are sent without their keys, each features row naming how many are
+    its own (a feature of more than 65,535 links in several rows); links of a key with no
+    features row (a link sketch's collapsed rows of a feature it sent no row of) keep
+    their keys.  Each bucket gets back every link of its keys, the features rows of its
+    keys and their words, and the merge finds the same links and features as sent."""
+    features = sorted((key, n * 211 if n > 590 else n, sent) for key, n, sent in features)
+    keys = np.array([f[0] for f in features], np.uint64)
+    rows = []  # (key, word, count) of every link, sorted
+    for key, n_links, _ in features:
+        rows += [(key, w * 7 % vocab_size, 1 + w % 3) for w in range(max(n_links, 1))]
+    links = {"feature": np.array([r[0] for r in rows], np.uint64),
+             "word": np.array([r[1] for r in rows], np.int32),
+             "count": np.array([r[2] for r in rows], np.int64)}
+    sent_rows = np.array([f[2] for f in features], bool)  # the rest: loose links
+    partial = {"feature": keys[sent_rows], "type": np.arange(len(keys), dtype=np.int32)[sent_rows],
+               "words": (keys[sent_rows] % 1000).astype(np.int32).reshape(-1, 1)}
+    cut = counting.cut_scratch_groups(links, partial, num_buckets, vocab_size)
+    assert "feature" not in cut["links"][0]
+    assert cut["features"][0]["links"].dtype == np.uint16
+    bucket_of = key_ranges.bucket_of(links["feature"], num_buckets)
+    for b in range(num_buckets):
+        def part(group):
+            columns, bounds = cut[group]
+            return {name: column[bounds[b]:bounds[b + 1]] for name, column in columns.items()}
+        back = counting.links_from_scratch(part("features"), part("links"), part("loose_links"))
+        mine = bucket_of == b
+        assert link_sums(back) == link_sums({k: v[mine] for k, v in links.items()})
+        feats = counting.features_from_scratch(part("features"), part("feature_words"))
+        mine_rows = key_ranges.bucket_of(partial["feature"], num_buckets) == b
+        assert set(feats["feature"].tolist()) == set(partial["feature"][mine_rows].tolist())
+        for key, word in zip(feats["feature"].tolist(), feats["word"].tolist()):
+            assert word == key % 1000
+    # One part sent whole (another count's tables, --add_to) merges to the same links
+    # and features, one row a feature however many rows carried it.
+    groups = counting.scratch_groups(links, partial, vocab_size)
+    back = counting.links_from_scratch(groups["features"], groups["links"], groups["loose_links"])
+    merged = counting.merge_links([back])
+    assert dict(zip(zip(merged["feature"].to_pylist(), merged["word"].to_pylist()),
+                    merged["count"].to_pylist())) == dict(link_sums(links))
+    distinct, collisions = counting.distinct_features(
+        [counting.features_from_scratch(groups["features"], groups["feature_words"])])
+    assert collisions == 0 and distinct["feature"].tolist() == partial["feature"].tolist()
+
+
+def test_unsorted_partials_are_refused():
+    links = {"feature": np.array([5, 3], np.uint64), "word": np.array([1, 1], np.int32),
+             "count": np.array([1, 1], np.int64)}
+    features = {"feature": np.array([3, 5], np.uint64), "type": np.zeros(2, np.int32),
+                "words": np.zeros((2, 1), np.int32)}
+    with pytest.raises(ValueError, match="not sorted"):
+        counting.links_without_keys(links, features)
+    with pytest.raises(ValueError, match="not sorted"):
+        counting.links_without_keys({k: v[::-1] for k, v in links.items()},
+                                    {k: v[::-1] for k, v in features.items()})

@@ -24,5 +24,7 @@ def test_a_shard_s_context_free_links_are_summed_into_one_row_a_word():
     (links,), (feature_row,) = sums.partials()
     assert dict(zip(links["word"].tolist(), links["count"].tolist())) == dict(expected)
     assert list(links["word"]) == sorted(expected) and set(links["feature"]) == {key}
-    assert feature_row is first_row  # the first batch's identity of the key is kept
+    # the first batch's identity of the key is kept, with the shard's links of it
+    assert {name: feature_row[name] for name in first_row} == first_row
+    assert feature_row["links"].tolist() == [len(expected)]
     assert sums.partials() == ([], [])  # emptied: the next shard starts from zero
