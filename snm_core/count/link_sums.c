@@ -194,8 +194,8 @@ int64_t distinct_feature_rows(const uint64_t *key, const int32_t *type, const ui
 /* A batch's occurrences (key[i], the word target[event[i]]) summed into links (out_key,
  * out_word, out_count: one row a distinct (key, word), in that order) and its distinct
  * keys (feature_key, sorted; feature_first: the index of each key's first
- * occurrence; feature_links: its links).  `buffer` holds 2n records.  Returns the links (the features are
- * *features), or -1 for n >= 2^32. */
+ * occurrence; feature_links: its links).  `buffer` holds 2n records.  Returns the
+ * links (the features are *features), or -1 for n >= 2^32. */
 int64_t batch_links(const uint64_t *key, const int64_t *event, const int32_t *target,
                     int64_t n, record_t *buffer, uint64_t *out_key, int32_t *out_word,
                     int64_t *out_count, uint64_t *feature_key, int64_t *feature_first,
