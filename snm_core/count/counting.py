@@ -181,7 +181,7 @@ def links_without_keys(links, features):
     of ``keyed``'s rows (``word``, ``count``; in order) belong to each row, a feature
     of more than :data:`SCRATCH_FEATURE_LINKS_MAX` taking several rows; ``loose`` the
     links (all columns) of keys no features row holds: a link sketch's collapsed rows of
-    a feature it sent no row of (:meth:`pipelines.count_sketch.LinkSketch.collapse`),
+    a feature it sent no row of (``pipelines/count_sketch.py``, ``collapse``),
     which need their keys."""
     key, per_feature = links["feature"], features.get("links")
     features = {name: column for name, column in features.items() if name != "links"}
