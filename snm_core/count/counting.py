@@ -146,15 +146,21 @@ def split_counts(partial, limit):
     """A links partial whose counts above ``limit`` are cut into rows of one link, each
     at most ``limit``, in place of the row.  Rows keep their order."""
     feature, word, count = partial["feature"], partial["word"], partial["count"]
-    large = count > limit
-    if large.any():
-        pieces = np.where(large, -(-count // limit), 1)
-        rows = np.repeat(np.arange(len(count)), pieces)
-        first_piece = np.repeat(np.cumsum(pieces) - pieces, pieces)
-        last = np.arange(len(rows)) - first_piece == pieces[rows] - 1
-        count = np.where(last, count[rows] - (pieces[rows] - 1) * limit, limit)
+    if len(count) and int(count.max()) > limit:
+        rows, count = cut_into_pieces(count, limit)
         feature, word = feature[rows], word[rows]
     return {"feature": feature, "word": word, "count": count}
+
+
+def cut_into_pieces(values, limit):
+    """Each of ``values`` (non-negative) cut into pieces of ``limit``, its last piece the
+    rest: ``(rows, pieces)``, ``rows`` the value each piece comes from, in order (a
+    value of at most ``limit``, 0 included, is one piece)."""
+    pieces = np.maximum(-(-values // limit), 1)
+    rows = np.repeat(np.arange(len(values)), pieces)
+    last = np.arange(len(rows)) - np.repeat(np.cumsum(pieces) - pieces, pieces) \
+        == pieces[rows] - 1
+    return rows, np.where(last, values[rows] - (pieces[rows] - 1) * limit, limit)
 
 
 def links_to_scratch(partial, vocab_size):
@@ -188,14 +194,9 @@ def links_without_keys(links, features):
     loose = None
     if per_feature is None or int(per_feature.sum(dtype=np.int64)) != len(key):
         # (batch_partials's counts hold unless a link was cut into rows since)
-        per_feature, loose = _links_per_feature(key, features["feature"])
-    cap = SCRATCH_FEATURE_LINKS_MAX
-    if len(per_feature) and int(per_feature.max()) > cap:
-        pieces = np.maximum(-(-per_feature // cap), 1)
-        rows = np.repeat(np.arange(len(pieces)), pieces)
-        last = np.arange(len(rows)) - np.repeat(np.cumsum(pieces) - pieces, pieces) \
-            == pieces[rows] - 1
-        per_feature = np.where(last, per_feature[rows] - (pieces[rows] - 1) * cap, cap)
+        per_feature, loose = links_per_feature(key, features["feature"])
+    if len(per_feature) and int(per_feature.max()) > SCRATCH_FEATURE_LINKS_MAX:
+        rows, per_feature = cut_into_pieces(per_feature, SCRATCH_FEATURE_LINKS_MAX)
         features = {name: column[rows] for name, column in features.items()}
     features = {**features, "links": per_feature.astype(np.uint16)}
     if loose is None:
@@ -206,9 +207,11 @@ def links_without_keys(links, features):
             {name: column[loose] for name, column in links.items()})
 
 
-def _links_per_feature(key, feature_keys):
-    """The links of each of ``feature_keys`` (sorted) that ``key`` (sorted) names, and
-    a mask of the links of other keys (None if there are none)."""
+def links_per_feature(key, feature_keys):
+    """How many of the links (their features' keys ``key``, sorted) each of
+    ``feature_keys`` (sorted) has, matched by the links' runs of one key (a search of
+    every link's key cost as much as the rest of a merged bucket's step), and a mask of
+    the links of other keys (None if there are none)."""
     if np.any(feature_keys[1:] < feature_keys[:-1]):
         raise ValueError("a features partial is not sorted by key")
     starts = run_starts(key)
@@ -222,7 +225,7 @@ def _links_per_feature(key, feature_keys):
     found[found] = feature_keys[at[found]] == run_keys[found]
     per_feature = np.zeros(len(feature_keys), np.int64)
     per_feature[at[found]] = runs[found]
-    return per_feature, np.repeat(~found, runs)
+    return per_feature, None if found.all() else np.repeat(~found, runs)
 
 
 def links_from_scratch(rows, keyed, loose):
@@ -312,23 +315,10 @@ def merged_links_to_scratch(links, feature_keys, vocab_size):
     links each of ``feature_keys`` (the bucket's features file's, sorted; a feature may
     have none) has, and :func:`merged_links_from_scratch` repeats the keys.  Words take
     the scratch's width, counts 32 bits unless one is larger."""
-    feature = links["feature"].to_numpy()
-    feature_keys = np.asarray(feature_keys, np.uint64)
-    # The links' runs of one feature, matched to the features by their keys alone: a
-    # search of every link's key cost as much as the rest of the step.
-    starts = run_starts(feature)
-    run_keys, runs = feature[starts], np.diff(np.r_[starts, len(feature)])
-    if np.array_equal(run_keys, feature_keys):  # every feature has links
-        per_feature = runs
-    else:
-        at = np.searchsorted(feature_keys, run_keys)
-        if len(run_keys) and (at[-1] >= len(feature_keys)
-                              or not np.array_equal(feature_keys[at], run_keys)
-                              or np.any(run_keys[1:] <= run_keys[:-1])):
-            raise ValueError("merged links name a feature the features file does not hold, "
-                             "or are not sorted by feature")
-        per_feature = np.zeros(len(feature_keys), np.int64)
-        per_feature[at] = runs
+    per_feature, stray = links_per_feature(links["feature"].to_numpy(),
+                                           np.asarray(feature_keys, np.uint64))
+    if stray is not None:
+        raise ValueError("merged links name a feature the features file does not hold")
     count = links["count"].to_numpy()
     narrow = np.uint32 if not len(count) or int(count.max()) <= np.iinfo(np.uint32).max \
         else np.int64
