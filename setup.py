@@ -100,6 +100,7 @@ setup(
                  # loops, through ctypes: numba's start costs a short command more than
                  # its work (snm_core/io/native.py).
                  Extension("snm_core._loops", ["snm_core/loops.c", "snm_core/io/radix.c",
+                                               "snm_core/io/record_sort.c",
                                                "snm_core/io/scratch_codec.c",
                                                "snm_core/count/sketch.c",
                                                "snm_core/count/link_sums.c",

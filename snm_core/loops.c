@@ -99,4 +99,4 @@ PyMODINIT_FUNC PyInit__loops(void) { return PyModule_Create(&module); }
 
 /* What snm_core/io/native.py checks after loading: a library built from other sources
  * is refused. */
-int64_t loops_version(void) { return 13; }
+int64_t loops_version(void) { return 14; }

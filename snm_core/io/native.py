@@ -5,7 +5,7 @@ Why C and not numba: numba's start (its import, its compiler's set-up, a cached
 function's load) costs a process time and memory out of proportion to a short command
 (benchmarks/README.md, "Figures behind the code"); this library loads at once.
 setup.py builds it from ``snm_core/loops.c``, ``snm_core/io/radix.c``,
-``snm_core/io/scratch_codec.c``,
+``snm_core/io/record_sort.c``, ``snm_core/io/scratch_codec.c``,
 ``snm_core/count/sketch.c``, ``snm_core/count/link_sums.c``, ``snm_core/text/words.c``,
 ``snm_core/scoring/layouts/hashed_loops.c``, ``trie_loops.c``,
 ``snm_core/arpa/arpa_loops.c``, ``snm_core/prune/reestimate_loops.c`` and
@@ -24,7 +24,7 @@ import numpy as np
 from snm_core.io.errors import SnmInputError
 
 #: What ``loops_version`` returns: a library built from other sources is refused.
-VERSION = 13
+VERSION = 14
 
 i32, i64, u64, f64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
 ptr = ctypes.c_void_p

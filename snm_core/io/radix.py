@@ -6,6 +6,10 @@ slower.  Eight bits a pass (256 counters and 256 write streams, which the caches
 hold), only as many passes as the largest value has bits, and a pass skipped when
 every value shares its digit: the same arrays sorted in about a quarter of that, and
 a stable argsort (each value carried with its row) in about two thirds.
+
+:func:`sort_records` sorts 16-byte records keyed by a hash most significant digit first
+(``snm_core/io/record_sort.c``, the count's sort): a hashed layout's partition of links
+in less than half the time of :func:`argsort_keys` and the gather after it.
 """
 
 import numpy as np
@@ -17,6 +21,7 @@ SMALL = 1 << 10
 
 _radix_sort = native.function("radix_sort", [native.ptr, native.ptr, native.i64], native.i64)
 _radix_argsort = native.function("radix_argsort", [native.ptr, native.i64] + [native.ptr] * 3)
+_sort_keyed_records = native.function("sort_keyed_records", [native.ptr, native.ptr, native.i64])
 
 
 def sort_uint64(values):
@@ -58,3 +63,21 @@ def argsort_keys(keys, scratch=None):
     _radix_argsort(native.address(keys), n, native.address(order),
                    native.address(scratch["keys"]), native.address(scratch["order"]))
     return order
+
+
+def sort_records(records, scratch=None):
+    """Sort 16-byte records whose first field is a uint64 hashed key, in place, by the
+    key and then the next 4 bytes as uint32 (``snm_core/io/record_sort.c``: the records
+    move with their payload, where an argsort needs a gather of them at random after).
+    Not stable: rows of equal keys end in the order of their next 4 bytes.
+
+    ``scratch``: a dict that keeps the sort's spare buffer between calls, as
+    :func:`argsort_keys`'s."""
+    first = records.dtype.names and records.dtype.fields[records.dtype.names[0]]
+    if records.dtype.itemsize != 16 or not first or first[0] != np.uint64 or first[1] != 0:
+        raise ValueError("sort_records takes contiguous 16-byte records keyed by a uint64")
+    scratch = {} if scratch is None else scratch
+    if "records" not in scratch or len(scratch["records"]) < len(records):
+        scratch["records"] = np.empty(len(records), records.dtype)
+    _sort_keyed_records(native.address(records), native.address(scratch["records"]),
+                        len(records))

@@ -84,3 +84,25 @@ def test_stable_argsort_of_narrow_integers():
     order, ordered = stable_argsort(values, return_sorted=True)
     np.testing.assert_array_equal(order, np.argsort(values, kind="stable"))
     assert ordered.dtype == np.int32 and np.array_equal(ordered, np.sort(values))
+
+
+@pytest.mark.parametrize("size", [0, 1, 17, 5000, 300_000])
+@pytest.mark.parametrize("span_bits", [0, 12, 40, 64])
+def test_record_sort_is_a_lexsort(size, span_bits):
+    """16-byte records (a hashed key, then 4 bytes that order equal keys, then a payload
+    that moves with them) as numpy's lexsort orders them: keys spanning few or all of
+    their 64 bits (a partition's share their high bits), repeated keys among them."""
+    from snm_core.io.radix import sort_records
+    rng = np.random.default_rng(size * 100 + span_bits)
+    records = np.zeros(size, [("key", "<u8"), ("minor", "<u4"), ("payload", "<f4")])
+    high = np.uint64(rng.integers(0, 2**64, dtype=np.uint64))
+    low = rng.integers(0, 2**64, size, dtype=np.uint64) >> np.uint64(64 - span_bits) \
+        if span_bits else np.zeros(size, np.uint64)
+    records["key"] = (high & ~np.uint64(2**span_bits - 1 if span_bits < 64 else 2**64 - 1)) | low
+    records["key"][::5] = records["key"][::3][:len(records[::5])]  # repeats
+    records["minor"] = rng.integers(0, 2**32, size, dtype=np.uint32)
+    records["minor"][::4] = 7
+    records["payload"] = rng.random(size)
+    expected = records[np.lexsort((records["minor"], records["key"]))]
+    sort_records(records, {})
+    np.testing.assert_array_equal(records, expected)

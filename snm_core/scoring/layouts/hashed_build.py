@@ -33,7 +33,7 @@ import numpy as np
 from snm_core.io import model_files, storage
 from snm_core.io.memory import MemoryBudget
 from snm_core.io.progress import Progress
-from snm_core.io.radix import argsort_keys
+from snm_core.io.radix import sort_records
 from snm_core.scoring.layouts.hashed import (COLLISION, COMPACT_FILES, COMPACT_LAYOUT,
                                            PACKED_FILES, PACKED_LAYOUT, link_key_mask)
 from snm_core.scoring.layouts.hashed_tables import (CODEBOOK_SAMPLE, SHARED, EntryTableWriter,
@@ -50,9 +50,9 @@ MAX_PARTITION_LINKS = 1 << 22
 #: budget that fits the rest of a stage fits the build too (more scatter levels, the same arrays).
 MIN_PARTITION_LINKS = 1 << 12
 #: Working memory a link of a partition: two partitions sorted at once (each its
-#: records, keys, the radix sort's order and work arrays, the sorted records: ~80
-#: bytes a link) and the sorted one being written; a scatter slice needs less.
-PARTITION_LINK_BYTES = 2 * 80 + 16
+#: records and the sort's spare ones: 32 bytes a link) and the sorted one being
+#: written; a scatter slice needs less.
+PARTITION_LINK_BYTES = 2 * 32 + 16
 #: Buckets read ahead, each on its own thread, while one is scattered: reading is
 #: the pass's slowest part.
 READERS = 2
@@ -180,8 +180,9 @@ def _sort_partition(path, work):
     """A scratch partition's records sorted by key (the file is removed)."""
     records = np.fromfile(path, dtype=RECORD)
     os.remove(path)
-    # np.take copies each record whole; indexing copies it field by field.
-    return np.take(records, argsort_keys(np.ascontiguousarray(records["key"]), work))
+    # Links of equal keys (each marked shared after) may end in any order.
+    sort_records(records, work)
+    return records
 
 
 def build_hashed(model_dir, manifest, directory, memory=None, progress=None, partition=None,
