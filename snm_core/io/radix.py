@@ -75,7 +75,7 @@ def sort_records(records, scratch=None):
     :func:`argsort_keys`'s."""
     first = records.dtype.names and records.dtype.fields[records.dtype.names[0]]
     if records.dtype.itemsize != 16 or not first or first[0] != np.uint64 or first[1] != 0:
-        raise ValueError("sort_records takes contiguous 16-byte records keyed by a uint64")
+        raise ValueError("sort_records takes 16-byte records whose first field is a uint64 key")
     scratch = {} if scratch is None else scratch
     if "records" not in scratch or len(scratch["records"]) < len(records):
         scratch["records"] = np.empty(len(records), records.dtype)

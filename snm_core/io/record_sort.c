@@ -98,7 +98,9 @@ void key_span(const uint64_t *key, int64_t n, uint64_t *low, int *shift) {
     *shift = n && hi > lo ? __builtin_clzll(hi - lo) : 0;
 }
 
-void sort_records(record_t *rows, record_t *spare, int64_t n) { msd_sort(rows, spare, n, 0, rows); }
+void sort_records(record_t *rows, record_t *spare, int64_t n) {
+    msd_sort(rows, spare, n, 0, rows);
+}
 
 /* Records whose keys are whole hashes (not taken from their span yet) sorted by
  * (key, minor) in place; `spare` holds n records. */
