@@ -7,8 +7,9 @@
  * A most-significant-digit radix sort, out of place between two buffers: keys are
  * hashes, taken from the top of their span (key_span: a bucket's or a partition's keys
  * share their high bits), so each level splits its rows evenly (8 bits a digit for a
- * large run, about log2(rows) - 2 for a small one) and two or three levels leave runs
- * short enough for insertion.  A digit that every row of a run shares moves nothing. */
+ * large run, about log2(rows) - 2, at most 12, for a small one) and two or three levels
+ * leave runs short enough for insertion.  A digit that every row of a run shares moves
+ * nothing. */
 #include <stdint.h>
 #include <string.h>
 
@@ -18,9 +19,10 @@
 #define SORT_BITS 96 /* 64 of the key, then 32 of the minor */
 /* A run of at most WIDE_ROWS rows takes a digit of about log2(rows) - 2 bits (at most
  * MAX_DIGIT_BITS), so that its hashed keys split into runs of a few rows: 8-bit digits
- * left runs of 10-30 rows, whose insertion sorts took half the sort. */
+ * left runs of 10-30 rows, whose insertion sorts took half the sort, and a 10-bit cap
+ * left runs of 16 under the 16K-row runs of a 4M-row sort (a hashed layout's partition). */
 #define WIDE_ROWS 65536
-#define MAX_DIGIT_BITS 10
+#define MAX_DIGIT_BITS 12
 
 /* The `bits` bits of (key, minor) from bit `pos` (0: the key's highest); a digit never
  * spans the key's end. */
