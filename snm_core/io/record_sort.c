@@ -90,14 +90,20 @@ static void msd_sort(record_t *src, record_t *dst, int64_t n, int pos, record_t 
 
 /* The keys' span: rows sort by (key - low) << shift as by key, and the top digit of
  * that splits the rows even where every key shares its high bits (a bucket's range). */
-void key_span(const uint64_t *key, int64_t n, uint64_t *low, int *shift) {
+static void span_every(const uint64_t *key, int64_t n, int64_t stride, uint64_t *low,
+                       int *shift) {
     uint64_t lo = UINT64_MAX, hi = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (key[i] < lo) lo = key[i];
-        if (key[i] > hi) hi = key[i];
+        uint64_t k = key[i * stride];
+        if (k < lo) lo = k;
+        if (k > hi) hi = k;
     }
     *low = n ? lo : 0;
     *shift = n && hi > lo ? __builtin_clzll(hi - lo) : 0;
+}
+
+void key_span(const uint64_t *key, int64_t n, uint64_t *low, int *shift) {
+    span_every(key, n, 1, low, shift);
 }
 
 void sort_records(record_t *rows, record_t *spare, int64_t n) {
@@ -107,12 +113,10 @@ void sort_records(record_t *rows, record_t *spare, int64_t n) {
 /* Records whose keys are whole hashes (not taken from their span yet) sorted by
  * (key, minor) in place; `spare` holds n records. */
 void sort_keyed_records(record_t *rows, record_t *spare, int64_t n) {
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (rows[i].key < lo) lo = rows[i].key;
-        if (rows[i].key > hi) hi = rows[i].key;
-    }
-    int shift = n && hi > lo ? __builtin_clzll(hi - lo) : 0;
+    uint64_t lo;
+    int shift;
+    /* a record is two uint64 wide, its key the first */
+    span_every(&rows[0].key, n, sizeof(record_t) / sizeof(uint64_t), &lo, &shift);
     for (int64_t i = 0; i < n; i++) rows[i].key = (rows[i].key - lo) << shift;
     msd_sort(rows, spare, n, 0, rows);
     for (int64_t i = 0; i < n; i++) rows[i].key = (rows[i].key >> shift) + lo;
